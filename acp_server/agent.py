@@ -1,0 +1,184 @@
+"""Sessions, the per-turn `RunContext`, and the run registry that routes a cancel by session id.
+
+The defect this module exists to avoid (seed RFC-0023): an agent that keeps "the active run" in an instance field
+cancels the wrong session, or nothing, when several sessions run at once, and an interrupt that takes a lock held
+by the streaming turn never arrives. Here the `Agent` holds frozen configuration and one lookup table, session id ->
+the running turn's `RunContext`; every piece of run state lives on that context, and `interrupt(session_id)` is
+synchronous: look up, mark stopping, cancel the turn's scope, return. No lock, no await, no fallback to "the only
+running session".
+
+Admission happens when the reader reads the prompt's line, before any await (`admit`), so a cancel read after it,
+even from the same write, always finds it: a cancel binds to exactly the prompts admitted before it (the epoch rule
+of INTERRUPTS.md I10). Prompts admitted behind a running turn wait in the session's admission queue.
+"""
+
+from __future__ import annotations
+
+import enum
+import itertools
+import logging
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from acp_server.rpc import ErrorCode, RpcError
+from acp_server.runtime.model import Message, StopReason
+from acp_server.runtime.providers.scripted import GateBoard
+from acp_server.schema import PromptRequest, RequestId
+
+__all__ = ["Agent", "RunContext", "RunState", "Session"]
+
+log = logging.getLogger(__name__)
+
+_run_ids = itertools.count(1)
+
+
+class RunState(enum.Enum):
+    ADMITTED = "admitted"  # read from the wire; not started (maybe waiting behind another turn)
+    RUNNING = "running"
+    STOPPING = "stopping"  # a cancel arrived; cleanup under way
+    SETTLING = "settling"  # the outcome is decided; post-turn work before the response
+    ENDED = "ended"  # answered
+
+
+@dataclass(eq=False)
+class Session:
+    """A conversation: its working directory, history and admission queue. Mutated only by its own turns, except
+    the admission queue, which the reader and cancels also touch."""
+
+    session_id: str
+    cwd: Path
+    additional_directories: tuple[Path, ...]
+    mcp_servers: tuple[dict[str, Any], ...]
+    history: list[Message] = field(default_factory=list)
+    waiting: deque[RunContext] = field(default_factory=deque)
+    gates: GateBoard = field(default_factory=GateBoard)
+    turns_started: int = 0
+
+
+@dataclass(eq=False)
+class RunContext:
+    """Everything about one prompt turn. One-shot: created at admission, dropped after the response."""
+
+    session: Session
+    request_id: RequestId
+    request: PromptRequest
+    parent_session_id: str | None = None
+    run_id: int = field(default_factory=lambda: next(_run_ids))
+    state: RunState = RunState.ADMITTED
+    # A cancel claimed this turn before its outcome was decided: it answers `cancelled`, whatever surfaced.
+    cancelled: bool = False
+    # anyio clock time of the first cancel; the cleanup deadline runs from here and later cancels do not move it.
+    cancelled_at: float | None = None
+    scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
+    # Set when this turn reaches the front of its session's admission queue.
+    may_start: anyio.Event = field(default_factory=anyio.Event)
+    # Set on a cancel, and when the work ends: whatever the prompt handler is waiting for may have happened.
+    wake: anyio.Event = field(default_factory=anyio.Event)
+    work_done: anyio.Event = field(default_factory=anyio.Event)
+    # The fence: once True, nothing this run does reaches the client.
+    closed: bool = False
+    abandoned: bool = False
+    pending_requests: set[int] = field(default_factory=set)
+    # Tool calls announced to the client and not yet finished, with their titles.
+    open_tool_calls: dict[str, str] = field(default_factory=dict)
+    # The turn's own copy of the conversation; committed to the session only when the turn is answered.
+    messages: list[Message] = field(default_factory=list)
+    streamed_text: list[str] = field(default_factory=list)
+    outcome: StopReason | None = None
+    error: BaseException | None = None
+
+    @property
+    def session_id(self) -> str:
+        return self.session.session_id
+
+    def cleanup_deadline(self, grace: float) -> float:
+        """The anyio clock time by which cleanup must be over: the first cancel plus the grace period."""
+        return float("inf") if self.cancelled_at is None else self.cancelled_at + grace
+
+
+class Agent:
+    """Frozen configuration plus the run registry. Holds no run state of its own."""
+
+    def __init__(self) -> None:
+        self._runs: dict[str, RunContext] = {}
+
+    def running(self, session_id: str) -> RunContext | None:
+        return self._runs.get(session_id)
+
+    @property
+    def running_turns(self) -> int:
+        return len(self._runs)
+
+    def admit(self, session: Session, request_id: RequestId, request: PromptRequest) -> RunContext:
+        """Admit a prompt the moment its line is read. Synchronous on purpose (see the module docstring)."""
+        current = self._runs.get(session.session_id)
+        run = RunContext(session, request_id, request)
+        if current is None:
+            self._runs[session.session_id] = run
+            run.may_start.set()
+        elif current.state is RunState.STOPPING or session.waiting:
+            # The running turn was cancelled before this prompt arrived: it waits for that cleanup, then runs.
+            session.waiting.append(run)
+        else:
+            raise RpcError(ErrorCode.INVALID_REQUEST, "a prompt is already running in this session")
+        return run
+
+    def interrupt(self, session_id: str) -> None:
+        """Cancel the session's running turn and every prompt admitted behind it. Returns at once; idempotent;
+        an unknown or idle session is a no-op."""
+        run = self._runs.get(session_id)
+        if run is None:
+            return
+        now = anyio.current_time()
+        for waiting in run.session.waiting:
+            self._cancel(waiting, now)
+        self._cancel(run, now)
+
+    def cancel_run(self, run: RunContext) -> None:
+        """Cancel one prompt only (`$/cancel_request` naming it); other prompts of the session are untouched."""
+        self._cancel(run, anyio.current_time())
+
+    def interrupt_all(self) -> None:
+        for session_id in list(self._runs):
+            self.interrupt(session_id)
+
+    @staticmethod
+    def _cancel(run: RunContext, now: float) -> None:
+        if run.state is RunState.ENDED:
+            return
+        if run.cancelled_at is None:
+            run.cancelled_at = now
+        if run.state in (RunState.ADMITTED, RunState.RUNNING):
+            run.cancelled = True
+            run.state = RunState.STOPPING
+            run.scope.cancel()
+        # In SETTLING the outcome is decided and stays; the cancel only starts the cleanup deadline.
+        run.wake.set()
+
+    def finish(self, run: RunContext) -> None:
+        """Called once the run's response is queued: hand the session to the next waiting prompt.
+
+        Identity-scoped: a run only ever removes its own registry entry, so a late finisher cannot clear a
+        successor's (I19).
+        """
+        run.state = RunState.ENDED
+        session = run.session
+        if self._runs.get(session.session_id) is not run:
+            if run in session.waiting:
+                session.waiting.remove(run)  # answered while waiting (claimed by a cancel)
+            return
+        session.gates.forget_early_releases()
+        while session.waiting:
+            successor = session.waiting.popleft()
+            if successor.state is not RunState.ENDED:
+                self._runs[session.session_id] = successor
+                successor.may_start.set()
+                return
+        del self._runs[session.session_id]
+
+    def queued_prompts(self, sessions: list[Session]) -> int:
+        return sum(len(session.waiting) for session in sessions)

@@ -1,0 +1,302 @@
+"""One connection to one peer: the reader, the single ordered writer, and our own requests to the client.
+
+The reader classifies each line and never blocks: notifications are handled inline in arrival order, a request is
+first `prepare`d synchronously (this is where a `session/prompt` is admitted, before anything can be awaited, so a
+cancel read after it always finds it) and then answered in its own task. Responses to our requests resolve the
+waiting caller through the pending table.
+
+All output goes through one FIFO outbox drained by one writer task, so lines never interleave and a response is
+written after everything queued before it. Turn output is *fenced*: `send_fenced` drops a message whose turn has
+already been answered (or abandoned), which is what keeps a dying or replaced run from reaching the client.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import anyio
+import orjson
+from anyio.abc import TaskGroup
+
+from acp_server.rpc import (
+    ErrorCode,
+    IncomingNotification,
+    IncomingRequest,
+    IncomingResponse,
+    InvalidLine,
+    classify,
+    error_message,
+)
+from acp_server.transport import LineSink, LineSource, Oversized
+
+__all__ = ["ClientRequestError", "Connection", "Dispatcher", "Fence"]
+
+log = logging.getLogger(__name__)
+
+# Turn output waits for the writer above this many queued messages, so a fast model cannot outrun the client.
+HIGH_WATER = 2048
+# One write system call carries at most about this much.
+BATCH_BYTES = 1 << 20
+# At EOF the writer gets this long to flush what is queued before the process leaves.
+FLUSH_TIMEOUT = 0.5
+
+
+class Fence(Protocol):
+    """What a turn exposes to the connection: whether it has been answered, and its requests in flight."""
+
+    @property
+    def closed(self) -> bool: ...
+
+    @property
+    def pending_requests(self) -> set[int]: ...
+
+
+class Dispatcher(Protocol):
+    """The layer above: ACP handlers, reached only through these calls."""
+
+    def prepare(self, request: IncomingRequest) -> Any:
+        """Synchronous work done when the request's line is read; returns the request's context."""
+        ...
+
+    async def answer(self, request: IncomingRequest, context: Any) -> dict[str, Any]: ...
+
+    def after_response(self, context: Any) -> None:
+        """Called once the response is queued (e.g. to start the next queued prompt of a session)."""
+        ...
+
+    def notify(self, method: str, params: Any) -> None:
+        """Handle a notification inline, in arrival order. Must not block."""
+        ...
+
+    def closing(self) -> None:
+        """stdin reached EOF: cancel every turn."""
+        ...
+
+    def exiting(self) -> None:
+        """Last words before the process leaves: kill what we started."""
+        ...
+
+
+class ClientRequestError(Exception):
+    """The client answered one of our requests with an error (or it was cancelled, or the connection closed)."""
+
+    def __init__(self, method: str, code: int, message: str) -> None:
+        super().__init__(f"{method}: {message} ({code})")
+        self.method = method
+        self.code = code
+        self.message = message
+
+
+@dataclass(eq=False, slots=True)
+class _Outgoing:
+    method: str
+    done: anyio.Event = field(default_factory=anyio.Event)
+    result: Any = None
+    error: dict[str, Any] | None = None
+
+
+class Connection:
+    def __init__(self, dispatcher: Dispatcher, cleanup_deadline: float) -> None:
+        self._dispatcher = dispatcher
+        self._cleanup_deadline = cleanup_deadline
+        self._outbox: deque[dict[str, Any]] = deque()
+        self._has_output = anyio.Event()
+        self._has_space = anyio.Event()
+        self._drained = anyio.Event()
+        self._pending: dict[int, _Outgoing] = {}
+        self._ids = itertools.count(1)
+        self._in_flight = 0
+        self._no_requests_in_flight = anyio.Event()
+        self._task_group: TaskGroup | None = None
+        self._broken = False
+        self.closing = False
+
+    # --- serving ---
+
+    async def serve(self, source: LineSource, sink: LineSink) -> None:
+        """Read until EOF, then cancel everything, wait for it within the deadline, flush, and return."""
+        async with anyio.create_task_group() as task_group:
+            self._task_group = task_group
+            task_group.start_soon(self._write_loop, sink)
+            async for line in source:
+                self._on_line(line)
+            await self._shut_down()
+            task_group.cancel_scope.cancel()
+
+    def spawn(self, function: Callable[..., Awaitable[Any]], *args: Any) -> None:
+        """Start a task owned by the connection (it outlives the request that started it)."""
+        assert self._task_group is not None
+        self._task_group.start_soon(function, *args)
+
+    def _on_line(self, line: bytes | Oversized) -> None:
+        incoming = classify(line)
+        if isinstance(incoming, IncomingRequest):
+            try:
+                context = self._dispatcher.prepare(incoming)
+            except Exception:
+                log.exception("failed to prepare %s", incoming.method)
+                self.send(error_message(incoming.id, ErrorCode.INTERNAL_ERROR, "Internal error"))
+                return
+            self._in_flight += 1
+            self.spawn(self._answer, incoming, context)
+        elif isinstance(incoming, IncomingNotification):
+            try:
+                self._dispatcher.notify(incoming.method, incoming.params)
+            except Exception:  # a notification never gets a reply, not even an error
+                log.exception("failed to handle notification %s", incoming.method)
+        elif isinstance(incoming, IncomingResponse):
+            self._on_response(incoming)
+        else:
+            self._on_invalid(incoming)
+
+    def _on_invalid(self, invalid: InvalidLine) -> None:
+        log.warning("rejected line: %s", invalid.message)
+        self.send(error_message(invalid.id, invalid.code, invalid.message))
+
+    async def _answer(self, request: IncomingRequest, context: Any) -> None:
+        try:
+            self.send(await self._dispatcher.answer(request, context))
+        finally:
+            self._dispatcher.after_response(context)
+            self._in_flight -= 1
+            if self._in_flight == 0:
+                self._no_requests_in_flight.set()
+
+    async def _shut_down(self) -> None:
+        self.closing = True
+        self._dispatcher.closing()
+        for request_id in list(self._pending):
+            self._resolve(request_id, error={"code": ErrorCode.REQUEST_CANCELLED, "message": "connection closed"})
+        # Every turn was cancelled just now, so each answers within the cleanup deadline; a little slack on top.
+        with anyio.move_on_after(self._cleanup_deadline + 0.5):
+            while self._in_flight:
+                self._no_requests_in_flight = anyio.Event()
+                await self._no_requests_in_flight.wait()
+        if self._in_flight:
+            log.warning("exiting with %d request(s) unanswered", self._in_flight)
+        self._dispatcher.exiting()
+        with anyio.move_on_after(FLUSH_TIMEOUT):
+            while self._outbox and not self._broken:
+                self._drained = anyio.Event()
+                await self._drained.wait()
+
+    # --- output ---
+
+    def send(self, message: dict[str, Any]) -> None:
+        """Queue a message for the writer. Synchronous, so it can never be interleaved or reordered."""
+        if self._broken:
+            return
+        self._outbox.append(message)
+        self._has_output.set()
+
+    async def send_fenced(self, message: dict[str, Any], fence: Fence) -> bool:
+        """Queue turn output unless its turn is over; waits while the client is far behind."""
+        while len(self._outbox) >= HIGH_WATER and not self._broken:
+            self._has_space = anyio.Event()
+            await self._has_space.wait()
+        if fence.closed:
+            return False
+        self.send(message)
+        return True
+
+    def notify(self, method: str, params: dict[str, Any]) -> None:
+        self.send({"jsonrpc": "2.0", "method": method, "params": params})
+
+    async def _write_loop(self, sink: LineSink) -> None:
+        outbox = self._outbox
+        dumps, newline = orjson.dumps, orjson.OPT_APPEND_NEWLINE
+        while True:
+            if not outbox:
+                self._drained.set()
+                self._has_output = anyio.Event()
+                await self._has_output.wait()
+            batch: list[bytes] = []
+            size = 0
+            while outbox and size < BATCH_BYTES:
+                message = outbox.popleft()
+                try:
+                    data = dumps(message, option=newline)
+                except TypeError:
+                    log.exception("cannot serialize an outgoing %s", message.get("method", "response"))
+                    if "id" not in message or "method" in message:
+                        continue
+                    failure = error_message(message["id"], ErrorCode.INTERNAL_ERROR, "Internal error")
+                    data = dumps(failure, option=newline)
+                batch.append(data)
+                size += len(data)
+            if len(outbox) < HIGH_WATER:
+                self._has_space.set()
+            try:
+                await sink.write(b"".join(batch))
+            except OSError as exc:  # the client stopped reading (EPIPE): keep serving, write nothing more
+                log.warning("stdout closed by the client: %s", exc)
+                self._broken = True
+                outbox.clear()
+                self._has_space.set()
+
+    # --- our requests to the client ---
+
+    async def request(self, method: str, params: dict[str, Any], fence: Fence | None = None) -> Any:
+        """Send a request to the client and wait for its answer, cancellably.
+
+        If the caller is cancelled first, the request is retracted with `$/cancel_request` and a late answer is
+        ignored, because its pending entry is gone.
+        """
+        if self.closing or self._broken:
+            raise ClientRequestError(method, ErrorCode.REQUEST_CANCELLED, "connection closed")
+        if fence is not None and fence.closed:
+            raise ClientRequestError(method, ErrorCode.REQUEST_CANCELLED, "the turn has ended")
+        request_id = next(self._ids)
+        entry = _Outgoing(method)
+        self._pending[request_id] = entry
+        if fence is not None:
+            fence.pending_requests.add(request_id)
+        self.send({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params})
+        try:
+            await entry.done.wait()
+        finally:
+            if fence is not None:
+                fence.pending_requests.discard(request_id)
+            if not entry.done.is_set():
+                self.retract(request_id)
+        if entry.error is not None:
+            code = entry.error.get("code")
+            message = entry.error.get("message")
+            raise ClientRequestError(
+                method,
+                code if isinstance(code, int) else ErrorCode.INTERNAL_ERROR,
+                message if isinstance(message, str) else "error",
+            )
+        return entry.result
+
+    def retract(self, request_id: int) -> None:
+        """Stop waiting for one of our requests and tell the client (`$/cancel_request`). Idempotent."""
+        if request_id in self._pending:
+            self._resolve(request_id, error={"code": ErrorCode.REQUEST_CANCELLED, "message": "request cancelled"})
+            self.notify("$/cancel_request", {"requestId": request_id})
+
+    def _resolve(self, request_id: int, result: Any = None, error: dict[str, Any] | None = None) -> None:
+        entry = self._pending.pop(request_id)
+        entry.result, entry.error = result, error
+        entry.done.set()
+
+    def _on_response(self, response: IncomingResponse) -> None:
+        request_id = response.id
+        if not isinstance(request_id, int) or request_id not in self._pending:
+            # A late answer to a request we retracted, or a stray: ignoring it is the whole point of retracting.
+            log.debug("ignored a response to unknown or retracted request %r", request_id)
+            return
+        self._resolve(request_id, result=response.result, error=response.error)
+
+    @property
+    def pending_client_requests(self) -> int:
+        return len(self._pending)
+
+    @property
+    def requests_in_flight(self) -> int:
+        return self._in_flight

@@ -1,0 +1,263 @@
+"""The ACP methods, registered by their wire names in two literal tables, and the server state they share.
+
+Requests are small typed `(context, params)` functions; jsonrpcserver dispatches them (see `rpc.py`).
+Notifications are handled inline by the reader, in arrival order, and never answered, even when invalid.
+`session/prompt` is special in one way only: it is admitted in `prepare`, synchronously, when its line is read.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+from pydantic import BaseModel, ValidationError
+
+from acp_server import __version__
+from acp_server.agent import Agent, RunContext, Session
+from acp_server.config import Config
+from acp_server.connection import Connection
+from acp_server.prompt_turn import TurnServices, execute_prompt
+from acp_server.rpc import ErrorCode, IncomingRequest, RpcError, dispatch, method_table, validation_message
+from acp_server.runtime.model import Provider
+from acp_server.runtime.processes import ProcessTable
+from acp_server.runtime.tools import ToolBox
+from acp_server.schema import (
+    CancelNotification,
+    CancelRequestNotification,
+    ClientCapabilities,
+    InitializeRequest,
+    NewSessionRequest,
+    PromptRequest,
+    RequestId,
+    ScriptedReleaseNotification,
+    WireModel,
+)
+
+__all__ = ["METHODS", "NOTIFICATIONS", "AcpServer", "RequestContext"]
+
+log = logging.getLogger(__name__)
+
+PROTOCOL_VERSION = 1
+PROMPT_POLICIES = ("reject",)
+
+
+class NoParams(WireModel):
+    pass
+
+
+@dataclass(eq=False)
+class RequestContext:
+    """Per-request context handed to a handler through jsonrpcserver's `context=`."""
+
+    server: AcpServer
+    request_id: RequestId
+    validated_params: BaseModel | None = None
+    run: RunContext | None = None
+    admission_error: RpcError | None = None
+
+
+class AcpServer:
+    """The ACP side of one connection: its sessions, the client's capabilities, and the agent's run registry."""
+
+    def __init__(
+        self,
+        config: Config,
+        provider: Provider,
+        tools: ToolBox,
+        processes: ProcessTable,
+        on_exit: Callable[[], None] = lambda: None,
+    ) -> None:
+        self.config = config
+        self.provider = provider
+        self.processes = processes
+        self.agent = Agent()
+        self.connection = Connection(self, config.cleanup_deadline)
+        self.turns = TurnServices(config, self.agent, self.connection, provider, tools, processes)
+        self.sessions: dict[str, Session] = {}
+        self.client_capabilities: ClientCapabilities | None = None
+        # Prompt request id -> its run, so `$/cancel_request` can name a prompt.
+        self.prompts: dict[RequestId, RunContext] = {}
+        self._methods = method_table(METHODS)
+        self._on_exit = on_exit
+
+    # --- Dispatcher ---
+
+    def prepare(self, request: IncomingRequest) -> RequestContext:
+        context = RequestContext(self, request.id)
+        if request.method == "session/prompt" and isinstance(request.params, dict):
+            self._admit(context, request.params)
+        elif request.method == "initialize" and isinstance(request.params, dict):
+            # Applied in reader order, so a request pipelined right behind `initialize` already sees it.
+            try:
+                initialize_request = InitializeRequest.model_validate(request.params)
+            except ValidationError:
+                return context  # the handler validates again and answers -32602
+            context.validated_params = initialize_request
+            self.client_capabilities = initialize_request.client_capabilities
+        return context
+
+    def _admit(self, context: RequestContext, params: dict[str, Any]) -> None:
+        try:
+            prompt = PromptRequest.model_validate(params)
+        except ValidationError:
+            return  # the handler validates again and answers -32602
+        context.validated_params = prompt
+        try:
+            session = self.session(prompt.session_id)
+            problem = self.provider.check_turn(prompt.meta or {}, session.turns_started)
+            if problem is not None:
+                raise RpcError(ErrorCode.INVALID_PARAMS, problem)
+            context.run = self.agent.admit(session, context.request_id, prompt)
+        except RpcError as exc:
+            context.admission_error = exc
+            return
+        self.prompts[context.request_id] = context.run
+
+    async def answer(self, request: IncomingRequest, context: RequestContext) -> dict[str, Any]:
+        return await dispatch(request, self._methods, context)
+
+    def after_response(self, context: RequestContext) -> None:
+        run = context.run
+        if run is not None:
+            if self.prompts.get(context.request_id) is run:
+                del self.prompts[context.request_id]
+            self.agent.finish(run)
+
+    def notify(self, method: str, params: Any) -> None:
+        entry = NOTIFICATIONS.get(method)
+        if entry is None:
+            log.debug("ignored notification %s", method)
+            return
+        model, handler = entry
+        try:
+            validated = model.model_validate(params if params is not None else {})
+        except ValidationError as exc:
+            log.warning("ignored %s: %s", method, validation_message(exc))
+            return
+        handler(self, validated)
+
+    def closing(self) -> None:
+        self.agent.interrupt_all()
+
+    def exiting(self) -> None:
+        self.processes.kill_all()
+        self._on_exit()
+
+    # --- shared lookups ---
+
+    def require_initialized(self) -> None:
+        if self.client_capabilities is None:
+            raise RpcError(ErrorCode.INVALID_REQUEST, "Invalid request: the connection is not initialized; send initialize first")
+
+    def session(self, session_id: str) -> Session:
+        self.require_initialized()
+        session = self.sessions.get(session_id)
+        if session is None:
+            raise RpcError(ErrorCode.RESOURCE_NOT_FOUND, f"unknown session: {session_id}")
+        return session
+
+
+# --- requests ---
+
+
+async def initialize(context: RequestContext, params: InitializeRequest) -> dict[str, Any]:
+    # The client's capabilities were recorded in AcpServer.prepare, in reader order.
+    # ACP: answer the requested version if supported, else the latest we support. We speak exactly version 1.
+    return {
+        "protocolVersion": PROTOCOL_VERSION,
+        "agentCapabilities": {
+            "loadSession": False,
+            "promptCapabilities": {"image": False, "audio": False, "embeddedContext": True},
+            "mcpCapabilities": {"http": False, "sse": False},
+            "sessionCapabilities": {"additionalDirectories": {}},
+            "_meta": {
+                "acpServer": {
+                    "promptPolicies": list(PROMPT_POLICIES),
+                    "defaultPromptPolicy": PROMPT_POLICIES[0],
+                    "extensionMethods": ["_acp_server/stats"],
+                    "extensionNotifications": ["_scripted/release"],
+                }
+            },
+        },
+        "authMethods": [],
+        "agentInfo": {"name": "acp-server", "title": "acp-server", "version": __version__},
+    }
+
+
+async def session_new(context: RequestContext, params: NewSessionRequest) -> dict[str, Any]:
+    server = context.server
+    server.require_initialized()
+    directories = [params.cwd, *params.additional_directories]
+    for directory in directories:
+        if not Path(directory).is_absolute():
+            raise RpcError(ErrorCode.INVALID_PARAMS, f"Invalid params: paths must be absolute: {directory!r}")
+    session_id = f"sess_{uuid.uuid4().hex}"
+    server.sessions[session_id] = Session(
+        session_id,
+        Path(params.cwd),
+        tuple(Path(d) for d in params.additional_directories),
+        tuple(params.mcp_servers),
+    )
+    return {"sessionId": session_id}
+
+
+async def session_prompt(context: RequestContext, params: PromptRequest) -> dict[str, Any]:
+    if context.admission_error is not None:
+        raise context.admission_error
+    assert context.run is not None, "a valid prompt is always admitted or refused in prepare()"
+    return await execute_prompt(context.server.turns, context.run)
+
+
+async def stats(context: RequestContext, params: NoParams) -> dict[str, Any]:
+    """Live counts, so tests and users can see that nothing leaks. The request's own task is counted."""
+    server = context.server
+    sessions = list(server.sessions.values())
+    return {
+        "sessions": len(sessions),
+        "runningTurns": server.agent.running_turns,
+        "queuedPrompts": server.agent.queued_prompts(sessions),
+        "pendingClientRequests": server.connection.pending_client_requests,
+        "requestsInFlight": server.connection.requests_in_flight,
+        "tasks": len(anyio.get_running_tasks()),
+        "childProcesses": len(server.processes),
+    }
+
+
+METHODS: dict[str, tuple[type[BaseModel], Any]] = {
+    "initialize": (InitializeRequest, initialize),
+    "session/new": (NewSessionRequest, session_new),
+    "session/prompt": (PromptRequest, session_prompt),
+    "_acp_server/stats": (NoParams, stats),
+}
+
+
+# --- notifications ---
+
+
+def session_cancel(server: AcpServer, params: CancelNotification) -> None:
+    server.agent.interrupt(params.session_id)
+
+
+def cancel_request(server: AcpServer, params: CancelRequestNotification) -> None:
+    run = server.prompts.get(params.request_id)
+    if run is not None:
+        server.agent.cancel_run(run)
+    # Every other request of ours answers at once, so there is nothing else to cancel: ignored, as ACP allows.
+
+
+def scripted_release(server: AcpServer, params: ScriptedReleaseNotification) -> None:
+    session = server.sessions.get(params.session_id)
+    if session is not None:
+        session.gates.release(params.gate)
+
+
+NOTIFICATIONS: dict[str, tuple[type[BaseModel], Callable[[AcpServer, Any], None]]] = {
+    "session/cancel": (CancelNotification, session_cancel),
+    "$/cancel_request": (CancelRequestNotification, cancel_request),
+    "_scripted/release": (ScriptedReleaseNotification, scripted_release),
+}

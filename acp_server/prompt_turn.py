@@ -1,0 +1,297 @@
+"""One prompt turn, from admission to its single response: the turn boundary of INTERRUPTS.md.
+
+`execute_prompt` waits for the turn's place in its session, starts the work in a task owned by the connection (so
+work that ignores cancellation can be abandoned: a task group cannot exit before its children), then waits for the
+work to end or for a cancel. After a cancel it waits at most until the cleanup deadline, measured from the first
+cancel, and abandons whatever is still running. `_close` then retracts the turn's outstanding client requests,
+fails its open tool calls, commits its history, and raises the fence, all synchronously, so every update of the
+turn is queued before its response and nothing of it after.
+
+The stop reason is decided here and only here: a turn a cancel claimed answers `cancelled` whatever exception the
+abort surfaced as; a turn that fails without a cancel answers a JSON-RPC error, never `end_turn`.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+
+from acp_server.agent import Agent, RunContext, RunState
+from acp_server.config import Config
+from acp_server.connection import Connection
+from acp_server.rpc import ErrorCode, RpcError
+from acp_server.runtime.loop import run_turn
+from acp_server.runtime.model import (
+    Message,
+    ModelError,
+    Provider,
+    ReplyStarted,
+    TextDelta,
+    ThoughtDelta,
+    ToolCall,
+    ToolCallFinished,
+    ToolCallStarted,
+    ToolCallUpdated,
+    TurnEvent,
+    TurnInput,
+)
+from acp_server.runtime.processes import ProcessTable
+from acp_server.runtime.tools import ToolBox, ToolContext
+from acp_server.schema import EmbeddedResource, ImageContent, PromptRequest, ResourceLink, TextContent
+
+__all__ = ["TurnServices", "execute_prompt", "prompt_text"]
+
+log = logging.getLogger(__name__)
+
+MAX_TURN_REQUESTS = 50
+
+
+@dataclass(frozen=True, slots=True)
+class TurnServices:
+    """What a turn needs from the server; all of it long-lived and shared, none of it holding turn state."""
+
+    config: Config
+    agent: Agent
+    connection: Connection
+    provider: Provider
+    tools: ToolBox
+    processes: ProcessTable
+
+    def probe(self, run: RunContext, event: str, **fields: Any) -> None:
+        """A `_scripted/probe` notification (test mode only): what the turn is doing, for black-box tests."""
+        if self.config.test_mode:
+            params = {"sessionId": run.session_id, "prompt": run.request_id, "event": event, **fields}
+            self.connection.notify("_scripted/probe", params)
+
+
+def prompt_text(request: PromptRequest) -> str:
+    """The user's prompt as text for the model; every block is represented, none silently dropped."""
+    parts: list[str] = []
+    for block in request.prompt:
+        if isinstance(block, TextContent):
+            parts.append(block.text)
+        elif isinstance(block, ResourceLink):
+            parts.append(f"[@{block.name}]({block.uri})")
+        elif isinstance(block, EmbeddedResource):
+            uri = block.resource.get("uri", "")
+            text = block.resource.get("text")
+            parts.append(f"<resource uri={uri!r}>\n{text}\n</resource>" if isinstance(text, str) else f"[{uri}]")
+        elif isinstance(block, ImageContent):
+            parts.append(f"[image {block.mime_type}]")
+        else:
+            parts.append(f"[{block.type} {block.mime_type}]")
+    return "\n".join(parts)
+
+
+async def execute_prompt(services: TurnServices, run: RunContext) -> dict[str, Any]:
+    if not run.may_start.is_set():
+        await run.wake.wait()  # the hand-over or a cancel, whichever comes first
+        run.wake = anyio.Event()
+    if run.cancelled:
+        return _close(services, run)  # claimed before it started: zero model steps
+    run.state = RunState.RUNNING
+    services.connection.spawn(_work, services, run)
+    await run.wake.wait()
+    if not run.work_done.is_set():  # woken by a cancel: wait for the cleanup, but not past the deadline
+        with anyio.move_on_at(run.cleanup_deadline(services.config.cleanup_deadline)):
+            await run.work_done.wait()
+        if not run.work_done.is_set():
+            run.abandoned = True
+            log.warning(
+                "session %s run %d: work still running at the cleanup deadline; abandoned and fenced",
+                run.session_id,
+                run.run_id,
+            )
+            services.probe(run, "step_exited", reason="abandoned")
+    return _close(services, run)
+
+
+async def _work(services: TurnServices, run: RunContext) -> None:
+    session = run.session
+    probe = _bound_probe(services, run)
+    model_turn = services.provider.open_turn(
+        TurnInput(
+            session_id=session.session_id,
+            run_id=run.run_id,
+            turn_index=session.turns_started,
+            meta=run.request.meta or {},
+            probe=probe,
+            session_services={"gates": session.gates},
+        )
+    )
+    session.turns_started += 1
+    run.messages = [*session.history, Message("user", prompt_text(run.request))]
+    try:
+        stop = None
+        with run.scope:
+            stop = await run_turn(
+                model_turn,
+                run.messages,
+                services.tools,
+                _Reporter(services, run),
+                tool_context=lambda call: _tool_context(services, run, call),
+                probe=probe,
+                max_requests=MAX_TURN_REQUESTS,
+            )
+        if run.cancelled or stop is None:
+            run.outcome = "cancelled"
+        else:
+            run.outcome = stop
+            run.state = RunState.SETTLING
+            await model_turn.settle()  # outside the turn's scope: a late cancel cannot undo a decided outcome
+    except Exception as exc:
+        if run.cancelled:
+            run.outcome = "cancelled"  # ACP: an abort that surfaces as an error is still `cancelled`
+        elif run.outcome is None:
+            run.error = exc
+        else:
+            log.exception("session %s: post-turn work failed; the outcome stands", run.session_id)
+    finally:
+        run.work_done.set()
+        run.wake.set()
+
+
+def _close(services: TurnServices, run: RunContext) -> dict[str, Any]:
+    """Everything between the end of the work and the response. Synchronous: nothing can slip in between."""
+    connection = services.connection
+    for request_id in list(run.pending_requests):
+        connection.retract(request_id)
+    cancelled = run.cancelled or run.outcome == "cancelled"
+    failed = run.error is not None and not cancelled
+    note = "cancelled" if cancelled else "failed" if failed else None
+    for call_id in list(run.open_tool_calls):
+        update = {
+            "sessionUpdate": "tool_call_update",
+            "toolCallId": call_id,
+            "status": "failed",
+            "content": [_text_content(f"The tool call was {note or 'abandoned'}.")],
+        }
+        connection.notify("session/update", {"sessionId": run.session_id, "update": update})
+    run.open_tool_calls.clear()
+    if run.messages:
+        run.session.history = _sealed_history(run, note)
+    run.closed = True  # the fence: from here on nothing this run does reaches the client
+    if failed:
+        raise _failure(run)
+    return {"stopReason": "cancelled" if cancelled else (run.outcome or "end_turn")}
+
+
+def _failure(run: RunContext) -> RpcError:
+    error = run.error
+    if isinstance(error, ModelError):
+        return RpcError(ErrorCode.INTERNAL_ERROR, f"The model failed: {error}")
+    log.error("session %s: the turn failed", run.session_id, exc_info=error)
+    return RpcError(ErrorCode.INTERNAL_ERROR, "Internal error: the turn failed; see the server log")
+
+
+def _sealed_history(run: RunContext, note: str | None) -> list[Message]:
+    """A copy of the turn's conversation that a model can be given again: what was streamed before a cancel is
+    kept, every tool call has a result, and the turn ends with a short note saying how it ended."""
+    messages = list(run.messages)  # a copy: an abandoned run may still append to its own list later
+    if note is None:
+        return messages
+    partial = "".join(run.streamed_text)
+    last = messages[-1] if messages else None
+    if partial and not (last is not None and last.role == "assistant" and last.content == partial):
+        messages.append(Message("assistant", partial))
+    answered = {m.tool_call_id for m in messages if m.role == "tool"}
+    for message in list(messages):
+        for call in message.tool_calls:
+            if call.id not in answered:
+                messages.append(Message("tool", f"[{note}]", tool_call_id=call.id))
+    messages.append(Message("assistant", f"[{note}]"))
+    return messages
+
+
+def _bound_probe(services: TurnServices, run: RunContext) -> Any:
+    def probe(event: str, **fields: Any) -> None:
+        services.probe(run, event, **fields)
+
+    return probe
+
+
+def _tool_context(services: TurnServices, run: RunContext, call: ToolCall) -> ToolContext:
+    grace = services.config.cleanup_deadline
+
+    async def client_request(method: str, params: dict[str, Any]) -> Any:
+        return await services.connection.request(method, params, fence=run)
+
+    return ToolContext(
+        session_id=run.session_id,
+        tool_call_id=call.id,
+        cwd=str(run.session.cwd),
+        processes=services.processes,
+        probe=_bound_probe(services, run),
+        cleanup_deadline=lambda: run.cleanup_deadline(grace),
+        client_request=client_request,
+    )
+
+
+def _text_content(text: str) -> dict[str, Any]:
+    return {"type": "content", "content": {"type": "text", "text": text}}
+
+
+class _Reporter:
+    """Translates runtime events into `session/update`s for one turn, through the fence."""
+
+    __slots__ = ("_connection", "_message_id", "_run", "_session_id")
+
+    def __init__(self, services: TurnServices, run: RunContext) -> None:
+        self._connection = services.connection
+        self._run = run
+        self._session_id = run.session_id
+        self._message_id = ""
+
+    async def __call__(self, event: TurnEvent) -> None:
+        run = self._run
+        if run.closed:
+            return
+        update: dict[str, Any]
+        if type(event) is TextDelta:
+            run.streamed_text.append(event.text)
+            update = {
+                "sessionUpdate": "agent_message_chunk",
+                "content": {"type": "text", "text": event.text},
+                "messageId": self._message_id,
+            }
+        elif type(event) is ThoughtDelta:
+            update = {
+                "sessionUpdate": "agent_thought_chunk",
+                "content": {"type": "text", "text": event.text},
+                "messageId": self._message_id,
+            }
+        elif isinstance(event, ReplyStarted):
+            # Each model reply is its own message; ids are unique across turns and processes.
+            self._message_id = f"msg_{uuid.uuid4().hex}"
+            run.streamed_text.clear()
+            return
+        elif isinstance(event, ToolCallStarted):
+            run.open_tool_calls[event.call.id] = event.title
+            update = {
+                "sessionUpdate": "tool_call",
+                "toolCallId": event.call.id,
+                "title": event.title,
+                "kind": event.kind,
+                "status": "pending",
+                "rawInput": event.call.arguments,
+            }
+        elif isinstance(event, ToolCallUpdated):
+            update = {"sessionUpdate": "tool_call_update", "toolCallId": event.call_id, "status": event.status}
+        elif isinstance(event, ToolCallFinished):
+            run.open_tool_calls.pop(event.call_id, None)
+            update = {
+                "sessionUpdate": "tool_call_update",
+                "toolCallId": event.call_id,
+                "status": "completed" if event.ok else "failed",
+                "content": [_text_content(event.output)],
+            }
+            if event.raw_output is not None:
+                update["rawOutput"] = event.raw_output
+        else:  # pragma: no cover - the event union is closed
+            raise TypeError(f"unknown turn event {event!r}")
+        message = {"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": self._session_id, "update": update}}
+        await self._connection.send_fenced(message, run)

@@ -1,0 +1,1 @@
+"""The agent runtime: a model plus tools, run one turn at a time. It knows nothing of JSON-RPC or ACP."""

@@ -1,0 +1,90 @@
+"""`run_turn`: ask the model, run the tools it calls, feed the results back, until the model ends the turn.
+
+The loop reports everything through `await emit(event)` and knows nothing of JSON-RPC. It catches no cancellation:
+a cancel of the turn's scope unwinds it from whichever await it is in (model stream, tool, client request), and
+the turn boundary in `prompt_turn.py` decides the stop reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+from pydantic import ValidationError
+
+from acp_server.runtime.model import (
+    Emit,
+    Message,
+    ModelTurn,
+    Probe,
+    ReplyStarted,
+    StopReason,
+    ToolCall,
+    ToolCallFinished,
+    ToolCallStarted,
+    ToolCallUpdated,
+)
+from acp_server.runtime.tools import ToolBox, ToolContext, ToolResult
+
+__all__ = ["run_turn"]
+
+ToolContextFactory = Callable[[ToolCall], ToolContext]
+
+
+async def run_turn(
+    model: ModelTurn,
+    messages: list[Message],
+    tools: ToolBox,
+    emit: Emit,
+    *,
+    tool_context: ToolContextFactory,
+    probe: Probe,
+    max_requests: int,
+) -> StopReason:
+    """Run one turn; `messages` (the turn's own copy of the conversation) grows as the turn goes."""
+    for index in range(max_requests):
+        await emit(ReplyStarted(index))
+        reply = await model.respond(messages, tools.specs, emit)
+        messages.append(Message("assistant", reply.text, reply.tool_calls))
+        if not reply.tool_calls:
+            return reply.stop_reason
+        for call in reply.tool_calls:
+            result = await _run_tool_call(call, tools, emit, tool_context(call), probe)
+            messages.append(Message("tool", result.output, tool_call_id=call.id))
+    return "max_turn_requests"
+
+
+async def _run_tool_call(
+    call: ToolCall, tools: ToolBox, emit: Emit, context: ToolContext, probe: Probe
+) -> ToolResult:
+    tool = tools.get(call.name)
+    if tool is None:
+        await emit(ToolCallStarted(call, call.name, "other"))
+        return await _finish(emit, call, ToolResult(f"error: there is no tool named {call.name!r}", ok=False))
+    try:
+        args: Any = tool.args_model.model_validate(call.arguments)
+    except ValidationError as exc:
+        await emit(ToolCallStarted(call, call.name, tool.kind))
+        problem = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'arguments'}: {e['msg']}" for e in exc.errors())
+        return await _finish(emit, call, ToolResult(f"error: invalid arguments: {problem}", ok=False))
+    await emit(ToolCallStarted(call, tool.title(args) or call.name, tool.kind))
+    await emit(ToolCallUpdated(call.id, "in_progress"))
+    probe("tool_started", toolCallId=call.id, tool=call.name)
+    reason = "cancelled"  # unless the body returns or raises on its own
+    try:
+        result = await tool.run(context, args)
+        reason = "completed"
+    except Exception as exc:
+        # If the turn was cancelled, the error is how the abort surfaced: let the cancellation win.
+        await anyio.lowlevel.checkpoint()
+        reason = "failed"
+        result = ToolResult(f"error: {exc}", ok=False)
+    finally:
+        probe("tool_exited", toolCallId=call.id, reason=reason)
+    return await _finish(emit, call, result.capped())
+
+
+async def _finish(emit: Emit, call: ToolCall, result: ToolResult) -> ToolResult:
+    await emit(ToolCallFinished(call.id, result.ok, result.output, result.raw_output))
+    return result

@@ -1,0 +1,158 @@
+"""The runtime's own words: messages, tool calls, the events a turn reports, and the `Provider` protocol.
+
+Nothing here knows JSON-RPC or ACP; `prompt_turn.py` translates these events into `session/update`s. Providers are
+long-lived and immutable; everything a provider needs to remember during one turn lives on the `ModelTurn` it opens
+for that turn, so no run state ever sits on a long-lived object (the bug the seed RFC is about).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+__all__ = [
+    "Emit",
+    "Message",
+    "ModelError",
+    "ModelTurn",
+    "Probe",
+    "Provider",
+    "Reply",
+    "ReplyStarted",
+    "StopReason",
+    "TextDelta",
+    "ThoughtDelta",
+    "ToolCall",
+    "ToolCallFinished",
+    "ToolCallStarted",
+    "ToolCallUpdated",
+    "ToolSpec",
+    "TurnEvent",
+    "TurnInput",
+]
+
+class ModelError(RuntimeError):
+    """A provider failure whose message is meant for the user (endpoint unreachable, model failed mid-stream)."""
+
+
+StopReason = Literal["end_turn", "max_tokens", "max_turn_requests", "refusal", "cancelled"]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """A tool call the model asked for. `arguments` is what the model sent, still unvalidated."""
+
+    id: str
+    name: str
+    arguments: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One entry of a conversation as the model sees it."""
+
+    role: Literal["user", "assistant", "tool"]
+    content: str
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSpec:
+    """What the model is told about a tool."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+
+# --- events a turn reports through `await emit(event)` ---
+
+
+@dataclass(frozen=True, slots=True)
+class ReplyStarted:
+    """A model call begins; its text belongs to a new assistant message."""
+
+    index: int
+
+
+@dataclass(frozen=True, slots=True)
+class TextDelta:
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ThoughtDelta:
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallStarted:
+    call: ToolCall
+    title: str
+    kind: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallUpdated:
+    call_id: str
+    status: Literal["in_progress"]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallFinished:
+    call_id: str
+    ok: bool
+    output: str
+    raw_output: Any = None
+
+
+TurnEvent = ReplyStarted | TextDelta | ThoughtDelta | ToolCallStarted | ToolCallUpdated | ToolCallFinished
+Emit = Callable[[TurnEvent], Awaitable[None]]
+# Probes are test-mode observations (`_scripted/probe`); in production the callable does nothing.
+Probe = Callable[..., None]
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """What one model call produced once it finished streaming."""
+
+    text: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    stop_reason: StopReason = "end_turn"
+
+
+@dataclass(frozen=True, slots=True)
+class TurnInput:
+    """What a provider may know about the turn it serves."""
+
+    session_id: str
+    run_id: int
+    turn_index: int
+    meta: dict[str, Any]
+    probe: Probe
+    # Session-scoped helpers a provider may use (the scripted model's gate board); opaque to the runtime.
+    session_services: dict[str, Any] = field(default_factory=dict)
+
+
+class ModelTurn(Protocol):
+    """A provider's state for one turn: created by `Provider.open_turn`, dropped with the turn."""
+
+    async def respond(self, messages: Sequence[Message], tools: Sequence[ToolSpec], emit: Emit) -> Reply:
+        """Stream one model reply through `emit`, return it when complete. Cancellable at every await."""
+        ...
+
+    async def settle(self) -> None:
+        """Post-turn work after the outcome is decided (a settled hook); runs outside the turn's cancel scope."""
+        ...
+
+
+class Provider(Protocol):
+    """A model family, configured once and shared by every session."""
+
+    def open_turn(self, turn: TurnInput) -> ModelTurn: ...
+
+    def check_turn(self, meta: dict[str, Any], turn_index: int) -> str | None:
+        """A reason this prompt cannot run (e.g. a malformed script), or None. Called before admission."""
+        ...

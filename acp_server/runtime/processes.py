@@ -1,0 +1,76 @@
+"""Local child processes: started in their own process group, tracked, and killed as a group.
+
+The one module that knows about process groups and signals (POSIX). Every local command the agent starts goes
+through `ProcessTable.open`, so a cancel can kill the whole group and the process can kill every group it started
+before it exits, never its own group (an editor may share it).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+from collections.abc import Sequence
+
+import anyio
+from anyio.abc import Process
+
+__all__ = ["ProcessTable"]
+
+log = logging.getLogger(__name__)
+
+# How long a group gets to leave after SIGTERM before SIGKILL.
+TERM_GRACE = 0.2
+
+
+class ProcessTable:
+    """The process groups this server started and that may still be alive. One per server process."""
+
+    def __init__(self) -> None:
+        self._groups: dict[int, Process] = {}
+
+    def __len__(self) -> int:
+        return len(self._groups)
+
+    async def open(self, argv: Sequence[str], *, cwd: str | None = None) -> Process:
+        process = await anyio.open_process(
+            list(argv),
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        self._groups[process.pid] = process
+        return process
+
+    def forget(self, process: Process) -> None:
+        self._groups.pop(process.pid, None)
+
+    async def terminate(self, process: Process) -> None:
+        """Stop a group politely, then by force; the caller shields this and bounds it with its deadline."""
+        _signal_group(process.pid, signal.SIGTERM)
+        with anyio.move_on_after(TERM_GRACE):
+            await process.wait()
+        _signal_group(process.pid, signal.SIGKILL)
+        await process.wait()
+        self.forget(process)
+
+    def kill_all(self) -> None:
+        """SIGKILL every group still tracked. Synchronous: it runs on the way out of the process."""
+        for pid in list(self._groups):
+            _signal_group(pid, signal.SIGKILL)
+        self._groups.clear()
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    if pgid == os.getpgrp():  # never our own group
+        return
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        pass
+    except PermissionError as exc:  # the pid was reused by someone else's process
+        log.warning("cannot signal process group %d: %s", pgid, exc)
+

@@ -1,0 +1,244 @@
+"""The `scripted` model: deterministic turns from a JSON script, for testing clients without a real model.
+
+Plugin authors point their editor integration at `acp-server --model scripted:PATH` (or put a script in a
+prompt's `_meta.scripted`) and get text, thoughts, tool calls, delays, gates that hold a turn open until released,
+failures and chosen stop reasons, the same way every time. The README documents the format.
+
+A gate blocks like a network read: cancellably. `gate_raise` models an HTTP client that throws its own error
+when the stream is aborted, which the server must still report as `cancelled`.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+import orjson
+
+from acp_server.runtime.model import (
+    Emit,
+    Message,
+    ModelError,
+    ModelTurn,
+    Probe,
+    Reply,
+    StopReason,
+    TextDelta,
+    ThoughtDelta,
+    ToolCall,
+    ToolSpec,
+    TurnInput,
+)
+
+__all__ = ["GateBoard", "ScriptError", "ScriptedProvider", "Step", "parse_script"]
+
+ACTIONS = ("say", "think", "sleep", "tool", "gate", "gate_raise", "fail", "stop", "after_turn_gate")
+MODIFIERS = {"say": {"repeat"}, "think": {"repeat"}, "tool": {"args"}, "gate": {"timeout"}, "gate_raise": {"timeout"}}
+STOP_REASONS = ("end_turn", "max_tokens", "refusal")
+
+
+class ScriptError(ValueError):
+    """A script that cannot be run, with the step at fault."""
+
+
+class ProviderError(ModelError):
+    """The scripted stand-in for a provider failing mid-turn (`fail` step)."""
+
+
+class StreamAbortedError(RuntimeError):
+    """What `gate_raise` throws when aborted: a library error, not a cancellation."""
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    action: str
+    value: Any
+    repeat: int = 1
+    args: dict[str, Any] | None = None
+    timeout: float | None = None
+
+
+def parse_script(raw: Any) -> tuple[Step, ...]:
+    if not isinstance(raw, list):
+        raise ScriptError("a script is a list of steps")
+    return tuple(_parse_step(i, step) for i, step in enumerate(raw))
+
+
+def _parse_step(index: int, raw: Any) -> Step:
+    where = f"step {index}"
+    if not isinstance(raw, dict):
+        raise ScriptError(f"{where}: a step is an object such as {{\"say\": \"hi\"}}")
+    actions = [key for key in raw if key in ACTIONS]
+    if len(actions) != 1:
+        raise ScriptError(f"{where}: needs exactly one of {', '.join(ACTIONS)}")
+    action = actions[0]
+    extra = set(raw) - {action} - MODIFIERS.get(action, set())
+    if extra:
+        raise ScriptError(f"{where}: unexpected key(s) {', '.join(sorted(extra))}")
+    value = raw[action]
+    expected: type | tuple[type, ...] = (int, float) if action == "sleep" else str
+    if not isinstance(value, expected) or isinstance(value, bool):
+        raise ScriptError(f"{where}: {action!r} takes a {'number' if action == 'sleep' else 'string'}")
+    if action == "stop" and value not in STOP_REASONS:
+        raise ScriptError(f"{where}: stop takes one of {', '.join(STOP_REASONS)}")
+    repeat = raw.get("repeat", 1)
+    if not isinstance(repeat, int) or isinstance(repeat, bool) or repeat < 1:
+        raise ScriptError(f"{where}: repeat takes a positive integer")
+    args = raw.get("args", {})
+    if not isinstance(args, dict):
+        raise ScriptError(f"{where}: args takes an object")
+    timeout = raw.get("timeout")
+    if timeout is not None and (not isinstance(timeout, (int, float)) or isinstance(timeout, bool)):
+        raise ScriptError(f"{where}: timeout takes a number of seconds")
+    return Step(action, value, repeat, args, None if timeout is None else float(timeout))
+
+
+class GateBoard:
+    """The named gates of one session. `_scripted/release` opens them.
+
+    A release that arrives before its gate is reached is remembered until the session's running turn ends, so a
+    client need not race the model; a release for a turn that has ended is dropped, leaving nothing behind.
+    """
+
+    def __init__(self) -> None:
+        self._waiting: dict[str, anyio.Event] = {}
+        self._early: set[str] = set()
+
+    def release(self, gate: str) -> None:
+        event = self._waiting.pop(gate, None)
+        if event is None:
+            self._early.add(gate)
+        else:
+            event.set()
+
+    def forget_early_releases(self) -> None:
+        self._early.clear()
+
+    async def wait(self, gate: str, timeout: float | None) -> None:
+        if gate in self._early:
+            self._early.discard(gate)
+            return
+        event = self._waiting.setdefault(gate, anyio.Event())
+        try:
+            with anyio.move_on_after(timeout if timeout is not None else float("inf")):
+                await event.wait()
+        finally:
+            if self._waiting.get(gate) is event:
+                del self._waiting[gate]
+
+
+class ScriptedProvider:
+    """Scripts come from a prompt's `_meta.scripted`, else from the file given as `scripted:PATH`.
+
+    The file holds either a list of steps (used for every prompt) or `{"turns": [[...], [...]]}`: the n-th prompt of
+    a session plays turn n, and the last turn repeats.
+    """
+
+    def __init__(self, default_turns: Sequence[tuple[Step, ...]]) -> None:
+        self._default_turns = tuple(default_turns)
+
+    @classmethod
+    def from_file(cls, path: Path) -> ScriptedProvider:
+        try:
+            raw = orjson.loads(path.read_bytes())
+        except (OSError, orjson.JSONDecodeError) as exc:
+            raise ScriptError(f"cannot read script {path}: {exc}") from exc
+        turns = raw.get("turns") if isinstance(raw, dict) else [raw]
+        if not isinstance(turns, list) or not turns:
+            raise ScriptError(f"{path}: expected a list of steps or {{\"turns\": [[...], ...]}}")
+        return cls([parse_script(turn) for turn in turns])
+
+    def _script(self, meta: dict[str, Any], turn_index: int) -> tuple[Step, ...]:
+        if "scripted" in meta:
+            return parse_script(meta["scripted"])
+        if not self._default_turns:
+            raise ScriptError(
+                "the scripted model has no script: pass one as params._meta.scripted or start with --model "
+                "scripted:PATH"
+            )
+        return self._default_turns[min(turn_index, len(self._default_turns) - 1)]
+
+    def check_turn(self, meta: dict[str, Any], turn_index: int) -> str | None:
+        try:
+            self._script(meta, turn_index)
+        except ScriptError as exc:
+            return f"invalid script: {exc}"
+        return None
+
+    def open_turn(self, turn: TurnInput) -> ModelTurn:
+        gates = turn.session_services.get("gates")
+        assert isinstance(gates, GateBoard)
+        return _ScriptedTurn(self._script(turn.meta, turn.turn_index), turn, gates)
+
+
+class _ScriptedTurn:
+    """The script cursor of one turn: each model call plays steps until a tool call or the end."""
+
+    def __init__(self, steps: tuple[Step, ...], turn: TurnInput, gates: GateBoard) -> None:
+        self._steps = steps
+        self._position = 0
+        self._turn = turn
+        self._gates = gates
+        self._probe: Probe = turn.probe
+
+    async def respond(self, messages: Sequence[Message], tools: Sequence[ToolSpec], emit: Emit) -> Reply:
+        text: list[str] = []
+        while self._position < len(self._steps):
+            index, step = self._position, self._steps[self._position]
+            self._position += 1
+            if step.action == "after_turn_gate":
+                continue  # played by settle()
+            self._probe("step_started", step=index, action=step.action)
+            reason = "cancelled"
+            try:
+                reply = await self._play(index, step, emit, text)
+                reason = "completed"
+            except ProviderError:
+                reason = "failed"
+                raise
+            finally:
+                self._probe("step_exited", step=index, reason=reason)
+            if reply is not None:
+                return reply
+        return Reply("".join(text))
+
+    async def _play(self, index: int, step: Step, emit: Emit, text: list[str]) -> Reply | None:
+        action = step.action
+        if action in ("say", "think"):
+            event = TextDelta(step.value) if action == "say" else ThoughtDelta(step.value)
+            for _ in range(step.repeat):
+                await emit(event)
+            if action == "say":
+                text.append(step.value * step.repeat)
+        elif action == "sleep":
+            await anyio.sleep(step.value)
+        elif action == "gate":
+            self._probe("gate_reached", gate=step.value)
+            await self._gates.wait(step.value, step.timeout)
+        elif action == "gate_raise":
+            self._probe("gate_reached", gate=step.value)
+            try:
+                await self._gates.wait(step.value, step.timeout)
+            except anyio.get_cancelled_exc_class():
+                # Deliberately turns the abort into a library error: the server must still answer `cancelled`.
+                raise StreamAbortedError("stream aborted while reading the response") from None
+        elif action == "fail":
+            raise ProviderError(step.value)
+        elif action == "stop":
+            stop: StopReason = step.value
+            return Reply("".join(text), (), stop)
+        elif action == "tool":
+            call = ToolCall(f"call_{uuid.uuid4().hex[:16]}", step.value, dict(step.args or {}))
+            return Reply("".join(text), (call,))
+        return None
+
+    async def settle(self) -> None:
+        for step in self._steps:
+            if step.action == "after_turn_gate":
+                self._probe("gate_reached", gate=step.value)
+                await self._gates.wait(step.value, step.timeout)
+                self._probe("settled")

@@ -1,0 +1,80 @@
+"""Tools: a name, a description, an argument model and an async function, plus the table a turn looks them up in.
+
+Built-in tool families live in sibling modules. A tool reports only its result; the loop announces the call and
+closes it, so every tool call follows the ACP lifecycle whatever the tool does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+from pydantic import BaseModel
+
+from acp_server.runtime.model import Probe, ToolSpec
+from acp_server.runtime.processes import ProcessTable
+
+__all__ = ["Tool", "ToolBox", "ToolContext", "ToolResult"]
+
+ArgsT = TypeVar("ArgsT", bound=BaseModel)
+
+# Tool output the model sees is capped; the note says how much was cut.
+MAX_TOOL_OUTPUT_CHARS = 50_000
+
+
+@dataclass(frozen=True, slots=True)
+class ToolResult:
+    output: str
+    ok: bool = True
+    raw_output: Any = None
+
+    def capped(self) -> ToolResult:
+        if len(self.output) <= MAX_TOOL_OUTPUT_CHARS:
+            return self
+        cut = len(self.output) - MAX_TOOL_OUTPUT_CHARS
+        text = f"{self.output[:MAX_TOOL_OUTPUT_CHARS]}\n[output truncated: {cut} more characters not shown]"
+        return ToolResult(text, self.ok, self.raw_output)
+
+
+@dataclass(frozen=True, slots=True)
+class ToolContext:
+    """What a running tool may use. Built per tool call; holds no state of its own."""
+
+    session_id: str
+    tool_call_id: str
+    cwd: str
+    processes: ProcessTable
+    probe: Probe
+    # Absolute anyio time by which cleanup must be done once the turn is cancelled (see RunContext).
+    cleanup_deadline: Callable[[], float]
+    # Sends an agent-to-client request on behalf of the turn; cancelled with it.
+    client_request: Callable[[str, dict[str, Any]], Awaitable[Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class Tool(Generic[ArgsT]):
+    name: str
+    description: str
+    args_model: type[ArgsT]
+    kind: str
+    run: Callable[[ToolContext, ArgsT], Awaitable[ToolResult]]
+    title: Callable[[ArgsT], str] = field(default=lambda args: "")
+
+    def spec(self) -> ToolSpec:
+        return ToolSpec(self.name, self.description, self.args_model.model_json_schema())
+
+
+class ToolBox:
+    """The immutable set of tools a server offers, looked up by name."""
+
+    def __init__(self, tools: Iterable[Tool[Any]]) -> None:
+        self._tools: Mapping[str, Tool[Any]] = {tool.name: tool for tool in tools}
+        self._specs = tuple(tool.spec() for tool in self._tools.values())
+
+    def get(self, name: str) -> Tool[Any] | None:
+        return self._tools.get(name)
+
+    @property
+    def specs(self) -> tuple[ToolSpec, ...]:
+        return self._specs

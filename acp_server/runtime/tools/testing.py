@@ -1,0 +1,127 @@
+"""Test-only tools (`--test-mode`): work that cooperates with cancellation, ignores it, or hangs in cleanup.
+
+They exist so the cancellation invariants of INTERRUPTS.md can be driven black-box; production never offers them.
+Names start with `test_` so they never collide with product tools.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import orjson
+from pydantic import BaseModel, ConfigDict, Field
+
+from acp_server.runtime.tools import Tool, ToolContext, ToolResult
+
+__all__ = ["TEST_TOOLS"]
+
+# Output a local process may print before it is cut (the model sees at most this much).
+MAX_PROC_OUTPUT = 256 * 1024
+
+
+class _Args(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class SleepArgs(_Args):
+    s: float = Field(ge=0, description="seconds")
+
+
+class HangFinalizerArgs(_Args):
+    s: float = Field(ge=0, description="seconds the body sleeps (cooperatively)")
+    f: float = Field(ge=0, description="seconds the finally block sleeps, shielded from cancellation")
+
+
+class LocalProcArgs(_Args):
+    command: str = Field(description="a /bin/sh command line run as a local child process")
+
+
+async def _sleep(ctx: ToolContext, args: SleepArgs) -> ToolResult:
+    await anyio.sleep(args.s)
+    return ToolResult(f"slept {args.s} s")
+
+
+async def _stubborn(ctx: ToolContext, args: SleepArgs) -> ToolResult:
+    # Models work that cannot be interrupted (a blocking call, a library that swallows cancellation).
+    with anyio.CancelScope(shield=True):
+        await anyio.sleep(args.s)
+    return ToolResult(f"ignored cancellation for {args.s} s")
+
+
+async def _hang_finalizer(ctx: ToolContext, args: HangFinalizerArgs) -> ToolResult:
+    try:
+        await anyio.sleep(args.s)
+        return ToolResult(f"slept {args.s} s")
+    finally:
+        with anyio.CancelScope(shield=True):
+            await anyio.sleep(args.f)
+            ctx.probe("finalizer_exited", toolCallId=ctx.tool_call_id)
+
+
+async def _local_proc(ctx: ToolContext, args: LocalProcArgs) -> ToolResult:
+    process = await ctx.processes.open(["/bin/sh", "-c", args.command], cwd=ctx.cwd)
+    ctx.probe("proc_started", toolCallId=ctx.tool_call_id, pid=process.pid)
+    output = bytearray()
+    try:
+        assert process.stdout is not None
+        async for piece in process.stdout:
+            if len(output) < MAX_PROC_OUTPUT:
+                output += piece[: MAX_PROC_OUTPUT - len(output)]
+        code = await process.wait()
+    finally:
+        # Shielded and bounded: a cancel must still take the whole process group down, within the deadline.
+        with anyio.CancelScope(shield=True), anyio.move_on_at(ctx.cleanup_deadline()):
+            if process.returncode is None:
+                await ctx.processes.terminate(process)
+        ctx.processes.forget(process)
+    text = output.decode(errors="replace")
+    return ToolResult(f"exit code {code}\n{text}", ok=code == 0, raw_output={"exitCode": code})
+
+
+class ClientRequestArgs(_Args):
+    method: str = Field(description="an agent-to-client method, e.g. fs/read_text_file")
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+async def _client_request(ctx: ToolContext, args: ClientRequestArgs) -> ToolResult:
+    # Lets tests hold a turn on an arbitrary client request (the editor may answer late, or never).
+    result = await ctx.client_request(args.method, {"sessionId": ctx.session_id, **args.params})
+    return ToolResult(orjson.dumps(result).decode(), raw_output=result)
+
+
+TEST_TOOLS: tuple[Tool[Any], ...] = (
+    Tool("test_sleep", "Sleep s seconds, cooperatively.", SleepArgs, "other", _sleep, lambda a: "test_sleep"),
+    Tool(
+        "test_stubborn",
+        "Sleep s seconds, ignoring cancellation.",
+        SleepArgs,
+        "other",
+        _stubborn,
+        lambda a: "test_stubborn",
+    ),
+    Tool(
+        "test_hang_finalizer",
+        "Sleep s seconds, then f seconds in a shielded finally block.",
+        HangFinalizerArgs,
+        "other",
+        _hang_finalizer,
+        lambda a: "test_hang_finalizer",
+    ),
+    Tool(
+        "test_local_proc",
+        "Run a command as a local child process in its own process group.",
+        LocalProcArgs,
+        "execute",
+        _local_proc,
+        lambda a: a.command,
+    ),
+    Tool(
+        "test_client_request",
+        "Send a request to the client and return its answer.",
+        ClientRequestArgs,
+        "other",
+        _client_request,
+        lambda a: a.method,
+    ),
+)

@@ -1,0 +1,55 @@
+"""Composition root: build the provider, tools and server for a configuration, and serve lines or stdio.
+
+`serve(source, sink, config)` is the seam tests and embedders use; `serve_stdio(config)` is what the CLI runs.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+
+from acp_server.config import Config
+from acp_server.handlers import AcpServer
+from acp_server.runtime.processes import ProcessTable
+from acp_server.runtime.providers import open_provider
+from acp_server.runtime.tools import ToolBox
+from acp_server.runtime.tools.testing import TEST_TOOLS
+from acp_server.transport import LineSink, LineSource, open_stdio
+
+__all__ = ["build_server", "serve", "serve_stdio"]
+
+log = logging.getLogger(__name__)
+
+# After the protocol has shut down, how long the process may take to unwind before it exits regardless. Work that
+# ignores cancellation sits in shielded scopes that no task group can end; leaving the process is the only way.
+EXIT_UNWIND_SECONDS = 0.4
+
+
+def build_server(config: Config, on_exit: object = None) -> AcpServer:
+    provider = open_provider(config.model)
+    tools = ToolBox(TEST_TOOLS if config.test_mode else ())
+    if callable(on_exit):
+        return AcpServer(config, provider, tools, ProcessTable(), on_exit=on_exit)
+    return AcpServer(config, provider, tools, ProcessTable())
+
+
+async def serve(source: LineSource, sink: LineSink, config: Config) -> None:
+    await build_server(config).connection.serve(source, sink)
+
+
+def _arm_exit_watchdog() -> None:
+    def leave() -> None:
+        log.warning("abandoned work still running at exit; leaving without it")
+        logging.shutdown()
+        os._exit(0)
+
+    timer = threading.Timer(EXIT_UNWIND_SECONDS, leave)
+    timer.daemon = True
+    timer.start()
+
+
+async def serve_stdio(config: Config) -> None:
+    server = build_server(config, on_exit=_arm_exit_watchdog)
+    async with open_stdio(config.max_line_bytes) as (source, sink):
+        await server.connection.serve(source, sink)

@@ -1,0 +1,195 @@
+"""Framing only: newline-delimited lines in from stdin, batched writes out to stdout.
+
+stdin and stdout are driven as non-blocking pipes by asyncio's pipe transports (a thread hop per line would cost
+more than the server's whole per-chunk budget). At start-up the protocol stream moves to a private duplicate of
+stdout and file descriptor 1 is pointed at stderr, so a stray `print` or a C library writing to stdout can never
+corrupt the protocol: stdout carries only what `StdioSink.write` writes.
+
+Lines may be up to `max_line_bytes` long; a longer one is skipped without being held in memory and reported as
+`Oversized`, so the server can answer it with an error and keep going. Regular files (a redirected transcript) are
+read and written through a worker thread, since asyncio's pipe transports refuse them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import stat
+import sys
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import BinaryIO, Protocol
+
+import anyio
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+
+__all__ = ["LineSink", "LineSource", "Oversized", "open_stdio"]
+
+
+@dataclass(frozen=True, slots=True)
+class Oversized:
+    """A line longer than the limit; its bytes were dropped as they arrived."""
+
+    size: int
+
+
+LineSource = AsyncIterator["bytes | Oversized"]
+
+
+class LineSink(Protocol):
+    async def write(self, data: bytes) -> None:
+        """Write whole lines; raises BrokenPipeError once the reader is gone."""
+        ...
+
+
+class _LineSplitter(asyncio.Protocol):
+    """Cuts the incoming byte stream at newlines without rescanning what it has already searched."""
+
+    def __init__(self, lines: MemoryObjectSendStream[bytes | Oversized], max_line_bytes: int) -> None:
+        self._lines = lines
+        self._max = max_line_bytes
+        self._partial = bytearray()
+        self._skipped = -1  # bytes of an oversized line skipped so far, or -1 when not skipping
+
+    def data_received(self, data: bytes) -> None:
+        start = 0
+        while (newline := data.find(b"\n", start)) >= 0:
+            self._end_line(data[start:newline])
+            start = newline + 1
+        if start < len(data):
+            self._extend(data[start:])
+
+    def _extend(self, piece: bytes) -> None:
+        if self._skipped >= 0:
+            self._skipped += len(piece)
+            return
+        self._partial += piece
+        if len(self._partial) > self._max:
+            self._skipped = len(self._partial)
+            self._partial = bytearray()
+
+    def _end_line(self, piece: bytes) -> None:
+        if self._skipped >= 0:
+            self._lines.send_nowait(Oversized(self._skipped + len(piece)))
+            self._skipped = -1
+            return
+        if self._partial:
+            self._partial += piece
+            piece, self._partial = bytes(self._partial), bytearray()
+        if len(piece) > self._max:
+            self._lines.send_nowait(Oversized(len(piece)))
+        elif piece.strip():
+            self._lines.send_nowait(piece)
+
+    def eof_received(self) -> bool:
+        self._end_line(b"")  # a last line without its newline still counts
+        self._lines.close()
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._lines.close()
+
+
+class _PipeSink(asyncio.Protocol):
+    """Writes to a pipe, waiting for the kernel only when the transport's buffer is over its high-water mark."""
+
+    def __init__(self) -> None:
+        self._transport: asyncio.WriteTransport | None = None
+        self._writable = asyncio.Event()
+        self._writable.set()
+        self._lost = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.WriteTransport)
+        self._transport = transport
+
+    def pause_writing(self) -> None:
+        self._writable.clear()
+
+    def resume_writing(self) -> None:
+        self._writable.set()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._lost = True
+        self._writable.set()
+
+    async def write(self, data: bytes) -> None:
+        if self._lost or self._transport is None or self._transport.is_closing():
+            raise BrokenPipeError("the client closed stdout")
+        self._transport.write(data)
+        await self._writable.wait()
+
+
+class _FileSink:
+    def __init__(self, file: BinaryIO) -> None:
+        self._file = file
+
+    async def write(self, data: bytes) -> None:
+        await anyio.to_thread.run_sync(self._write_all, data)
+
+    def _write_all(self, data: bytes) -> None:
+        self._file.write(data)
+        self._file.flush()
+
+
+async def _file_lines(file: BinaryIO, max_line_bytes: int) -> AsyncIterator[bytes | Oversized]:
+    while True:
+        line = await anyio.to_thread.run_sync(file.readline, max_line_bytes + 2)
+        if not line:
+            return
+        if not line.endswith(b"\n") and len(line) > max_line_bytes:
+            size = len(line)
+            while line and not line.endswith(b"\n"):  # skip the rest of the oversized line
+                line = await anyio.to_thread.run_sync(file.readline, 1 << 20)
+                size += len(line)
+            yield Oversized(size)
+        elif line.strip():
+            yield line
+
+
+async def _receive_all(lines: MemoryObjectReceiveStream[bytes | Oversized]) -> AsyncIterator[bytes | Oversized]:
+    async with lines:
+        async for line in lines:
+            yield line
+
+
+def _is_regular_file(fd: int) -> bool:
+    return stat.S_ISREG(os.fstat(fd).st_mode)
+
+
+@contextlib.asynccontextmanager
+async def open_stdio(max_line_bytes: int) -> AsyncIterator[tuple[LineSource, LineSink]]:
+    """Take over stdin and stdout for the protocol. Everything else printed to stdout goes to stderr."""
+    protocol_fd = os.dup(1)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    loop = asyncio.get_running_loop()
+    stdin = os.fdopen(os.dup(0), "rb", buffering=0)
+    stdout = os.fdopen(protocol_fd, "wb", buffering=0)
+    transports: list[asyncio.BaseTransport] = []
+    try:
+        source: LineSource
+        if _is_regular_file(stdin.fileno()):
+            source = _file_lines(stdin, max_line_bytes)
+        else:
+            send, receive = anyio.create_memory_object_stream[bytes | Oversized](float("inf"))
+            read_transport, _ = await loop.connect_read_pipe(
+                lambda: _LineSplitter(send, max_line_bytes),
+                stdin,
+            )
+            transports.append(read_transport)
+            source = _receive_all(receive)
+        sink: LineSink
+        if _is_regular_file(stdout.fileno()):
+            sink = _FileSink(stdout)
+        else:
+            write_transport, sink = await loop.connect_write_pipe(_PipeSink, stdout)
+            transports.append(write_transport)
+        yield source, sink
+    finally:
+        for transport in transports:
+            transport.close()
+        for file in (stdin, stdout):
+            with contextlib.suppress(OSError):
+                file.close()
