@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import os
 import sys
 from collections.abc import Sequence
@@ -24,7 +25,7 @@ def _non_negative_seconds(text: str) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if value < 0 or value != value:
+    if value < 0 or math.isnan(value):
         raise argparse.ArgumentTypeError(f"must be zero or more seconds: {text!r}")
     return value
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import itertools
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -128,7 +128,7 @@ class Connection:
             await self._shut_down()
             task_group.cancel_scope.cancel()
 
-    def spawn(self, function: Callable[..., Awaitable[Any]], *args: Any) -> None:
+    def spawn(self, function: Callable[..., Coroutine[Any, Any, Any]], *args: Any) -> None:
         """Start a task owned by the connection (it outlives the request that started it)."""
         assert self._task_group is not None
         self._task_group.start_soon(function, *args)

@@ -82,7 +82,7 @@ class AcpServer:
         self.client_capabilities: ClientCapabilities | None = None
         # Prompt request id -> its run, so `$/cancel_request` can name a prompt.
         self.prompts: dict[RequestId, RunContext] = {}
-        self._methods = method_table(METHODS)
+        self._methods = method_table({**METHODS, **(TEST_METHODS if config.test_mode else {})})
         self._on_exit = on_exit
 
     # --- Dispatcher ---
@@ -152,7 +152,10 @@ class AcpServer:
 
     def require_initialized(self) -> None:
         if self.client_capabilities is None:
-            raise RpcError(ErrorCode.INVALID_REQUEST, "Invalid request: the connection is not initialized; send initialize first")
+            raise RpcError(
+                ErrorCode.INVALID_REQUEST,
+                "Invalid request: the connection is not initialized; send initialize first",
+            )
 
     def session(self, session_id: str) -> Session:
         self.require_initialized()
@@ -234,6 +237,14 @@ METHODS: dict[str, tuple[type[BaseModel], Any]] = {
     "session/prompt": (PromptRequest, session_prompt),
     "_acp_server/stats": (NoParams, stats),
 }
+
+
+async def scripted_raise(context: RequestContext, params: NoParams) -> dict[str, Any]:
+    """Test mode only: a handler that fails unexpectedly, to prove the error boundary keeps internals private."""
+    raise RuntimeError("secret internal detail /etc/passwd")
+
+
+TEST_METHODS: dict[str, tuple[type[BaseModel], Any]] = {"_scripted/raise": (NoParams, scripted_raise)}
 
 
 # --- notifications ---

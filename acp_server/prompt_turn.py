@@ -280,7 +280,11 @@ class _Reporter:
                 "rawInput": event.call.arguments,
             }
         elif isinstance(event, ToolCallUpdated):
-            update = {"sessionUpdate": "tool_call_update", "toolCallId": event.call_id, "status": event.status}
+            update = {
+                "sessionUpdate": "tool_call_update",
+                "toolCallId": event.call_id,
+                "status": event.status,
+            }
         elif isinstance(event, ToolCallFinished):
             run.open_tool_calls.pop(event.call_id, None)
             update = {
@@ -293,5 +297,9 @@ class _Reporter:
                 update["rawOutput"] = event.raw_output
         else:  # pragma: no cover - the event union is closed
             raise TypeError(f"unknown turn event {event!r}")
-        message = {"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": self._session_id, "update": update}}
+        message = {
+            "jsonrpc": "2.0",
+            "method": "session/update",
+            "params": {"sessionId": self._session_id, "update": update},
+        }
         await self._connection.send_fenced(message, run)

@@ -203,5 +203,6 @@ async def dispatch(request: IncomingRequest, methods: dict[str, JsonRpcMethod], 
         if error.code == ErrorCode.METHOD_NOT_FOUND:
             return error_message(request.id, error.code, f"Method not found: {request.method}")
         return error_message(request.id, error.code, error.message)
-    return {"jsonrpc": "2.0", "id": request.id, "result": response._value.result}
-
+    # One request in, so one response out (jsonrpcserver returns lists only for batches, which classify refuses).
+    success: Any = response
+    return {"jsonrpc": "2.0", "id": request.id, "result": success._value.result}

@@ -148,7 +148,9 @@ async def _file_lines(file: BinaryIO, max_line_bytes: int) -> AsyncIterator[byte
             yield line
 
 
-async def _receive_all(lines: MemoryObjectReceiveStream[bytes | Oversized]) -> AsyncIterator[bytes | Oversized]:
+async def _receive_all(
+    lines: MemoryObjectReceiveStream[bytes | Oversized],
+) -> AsyncIterator[bytes | Oversized]:
     async with lines:
         async for line in lines:
             yield line

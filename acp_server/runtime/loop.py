@@ -55,9 +55,7 @@ async def run_turn(
     return "max_turn_requests"
 
 
-async def _run_tool_call(
-    call: ToolCall, tools: ToolBox, emit: Emit, context: ToolContext, probe: Probe
-) -> ToolResult:
+async def _run_tool_call(call: ToolCall, tools: ToolBox, emit: Emit, context: ToolContext, probe: Probe) -> ToolResult:
     tool = tools.get(call.name)
     if tool is None:
         await emit(ToolCallStarted(call, call.name, "other"))

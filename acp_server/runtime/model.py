@@ -32,6 +32,7 @@ __all__ = [
     "TurnInput",
 ]
 
+
 class ModelError(RuntimeError):
     """A provider failure whose message is meant for the user (endpoint unreachable, model failed mid-stream)."""
 

@@ -73,4 +73,3 @@ def _signal_group(pgid: int, sig: signal.Signals) -> None:
         pass
     except PermissionError as exc:  # the pid was reused by someone else's process
         log.warning("cannot signal process group %d: %s", pgid, exc)
-

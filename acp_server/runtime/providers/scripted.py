@@ -37,7 +37,13 @@ from acp_server.runtime.model import (
 __all__ = ["GateBoard", "ScriptError", "ScriptedProvider", "Step", "parse_script"]
 
 ACTIONS = ("say", "think", "sleep", "tool", "gate", "gate_raise", "fail", "stop", "after_turn_gate")
-MODIFIERS = {"say": {"repeat"}, "think": {"repeat"}, "tool": {"args"}, "gate": {"timeout"}, "gate_raise": {"timeout"}}
+MODIFIERS = {
+    "say": {"repeat"},
+    "think": {"repeat"},
+    "tool": {"args"},
+    "gate": {"timeout"},
+    "gate_raise": {"timeout"},
+}
 STOP_REASONS = ("end_turn", "max_tokens", "refusal")
 
 
@@ -71,7 +77,7 @@ def parse_script(raw: Any) -> tuple[Step, ...]:
 def _parse_step(index: int, raw: Any) -> Step:
     where = f"step {index}"
     if not isinstance(raw, dict):
-        raise ScriptError(f"{where}: a step is an object such as {{\"say\": \"hi\"}}")
+        raise ScriptError(f'{where}: a step is an object such as {{"say": "hi"}}')
     actions = [key for key in raw if key in ACTIONS]
     if len(actions) != 1:
         raise ScriptError(f"{where}: needs exactly one of {', '.join(ACTIONS)}")
@@ -149,7 +155,7 @@ class ScriptedProvider:
             raise ScriptError(f"cannot read script {path}: {exc}") from exc
         turns = raw.get("turns") if isinstance(raw, dict) else [raw]
         if not isinstance(turns, list) or not turns:
-            raise ScriptError(f"{path}: expected a list of steps or {{\"turns\": [[...], ...]}}")
+            raise ScriptError(f'{path}: expected a list of steps or {{"turns": [[...], ...]}}')
         return cls([parse_script(turn) for turn in turns])
 
     def _script(self, meta: dict[str, Any], turn_index: int) -> tuple[Step, ...]:

@@ -1,0 +1,1 @@
+"""Benchmarks: they print figures; they are not tests."""
