@@ -32,7 +32,7 @@ class Wire:
     def until_response(self, request_id: int) -> dict[str, Any]:
         assert self.process.stdout is not None
         while True:
-            message = json.loads(self.process.stdout.readline())
+            message: dict[str, Any] = json.loads(self.process.stdout.readline())
             update = message.get("params", {}).get("update", {})
             if update.get("sessionUpdate") == "agent_message_chunk":
                 print(f"← chunk {update['content']['text']!r}")
