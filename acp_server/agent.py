@@ -76,7 +76,7 @@ class RunContext:
     scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
     # Set when this turn reaches the front of its session's admission queue.
     may_start: anyio.Event = field(default_factory=anyio.Event)
-    # Set on a cancel, and when the work ends: whatever the prompt handler is waiting for may have happened.
+    # Set on a cancel, on the hand-over, and when the work ends: what the prompt handler waits for may have happened.
     wake: anyio.Event = field(default_factory=anyio.Event)
     work_done: anyio.Event = field(default_factory=anyio.Event)
     # The fence: once True, nothing this run does reaches the client.
@@ -177,6 +177,7 @@ class Agent:
             if successor.state is not RunState.ENDED:
                 self._runs[session.session_id] = successor
                 successor.may_start.set()
+                successor.wake.set()
                 return
         del self._runs[session.session_id]
 

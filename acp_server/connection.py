@@ -38,12 +38,16 @@ __all__ = ["ClientRequestError", "Connection", "Dispatcher", "Fence"]
 
 log = logging.getLogger(__name__)
 
-# Turn output waits for the writer above this many queued messages, so a fast model cannot outrun the client.
-HIGH_WATER = 2048
+# Turn output waits for the writer above this many queued messages, so a fast model cannot outrun the client, and a
+# cancel is read (and its response written) after at most this many queued updates of the dying turn.
+HIGH_WATER = 256
 # One write system call carries at most about this much.
 BATCH_BYTES = 1 << 20
-# At EOF the writer gets this long to flush what is queued before the process leaves.
-FLUSH_TIMEOUT = 0.5
+# At EOF the writer gets this long to flush what is queued before the process leaves; it must stay below the
+# exit watchdog in server.py, so a client that stopped reading cannot hold the process.
+FLUSH_TIMEOUT = 0.25
+# After EOF every turn is cancelled and answers within the cleanup deadline; this much slack on top.
+ANSWER_SLACK = 0.25
 
 
 class Fence(Protocol):
@@ -172,8 +176,7 @@ class Connection:
         self._dispatcher.closing()
         for request_id in list(self._pending):
             self._resolve(request_id, error={"code": ErrorCode.REQUEST_CANCELLED, "message": "connection closed"})
-        # Every turn was cancelled just now, so each answers within the cleanup deadline; a little slack on top.
-        with anyio.move_on_after(self._cleanup_deadline + 0.5):
+        with anyio.move_on_after(self._cleanup_deadline + ANSWER_SLACK):
             while self._in_flight:
                 self._no_requests_in_flight = anyio.Event()
                 await self._no_requests_in_flight.wait()

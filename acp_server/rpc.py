@@ -156,8 +156,6 @@ def validation_message(exc: ValidationError) -> str:
 def _adapt(params_model: type[ParamsT], handler: Handler[Any, ParamsT]) -> JsonRpcMethod:
     async def method(context: Any, *args: Any, **kwargs: Any) -> Any:
         try:
-            if args:
-                raise RpcError(ErrorCode.INVALID_PARAMS, "Invalid params: expected an object, got an array")
             validated = getattr(context, "validated_params", None)
             params = validated if isinstance(validated, params_model) else params_model.model_validate(kwargs)
             return Success(await handler(context, params))
@@ -191,6 +189,9 @@ def _structural_check(message: Any) -> Any:
 
 async def dispatch(request: IncomingRequest, methods: dict[str, JsonRpcMethod], context: Any) -> dict[str, Any]:
     """Run one request through jsonrpcserver and return the response message."""
+    if isinstance(request.params, list) and request.method in methods:
+        # Every ACP method takes named params; jsonrpcserver would pass an array (even an empty one) positionally.
+        return error_message(request.id, ErrorCode.INVALID_PARAMS, "Invalid params: expected an object, got an array")
     response = await dispatch_to_response(
         "",
         methods,

@@ -274,6 +274,17 @@ def is_response(message: dict[str, Any], request_id: Any) -> bool:
     )
 
 
+def valid_id(request_id: Any) -> bool:
+    return request_id is None or isinstance(request_id, str) or type(request_id) is int
+
+
+def request_key(request_id: Any) -> tuple[str, Any]:
+    """Ids 1 and "1" are different requests; an invalid (object) id still gets a hashable key."""
+    if isinstance(request_id, (dict, list)):
+        return (type(request_id).__name__, orjson.dumps(request_id, option=orjson.OPT_SORT_KEYS))
+    return (type(request_id).__name__, request_id)
+
+
 def check_wire(client: RawClient) -> list[str]:
     """C1-C4 over the whole wire log, plus schema violations and C6 over stderr."""
     problems = list(client.validator.violations)
@@ -285,9 +296,11 @@ def check_wire(client: RawClient) -> list[str]:
         message = entry.msg
         if not isinstance(message, dict):
             continue
-        key = (type(message.get("id")).__name__, message.get("id"))
+        key = request_key(message.get("id"))
         if entry.dir == "in":
-            if "method" in message and "id" in message and isinstance(message.get("method"), str):
+            if "method" in message and "id" in message:
+                if not valid_id(message["id"]):
+                    continue  # answered with id null, as JSON-RPC says; nothing to pair it with
                 sent[key] += 1
                 params = message.get("params")
                 if message["method"] == "session/prompt" and isinstance(params, dict):

@@ -124,5 +124,7 @@ class WireValidator:
 
 
 def _key(request_id: Any) -> Any:
-    # JSON-RPC ids 1 and "1" are different requests; keep their types apart.
+    # JSON-RPC ids 1 and "1" are different requests; keep their types apart. Invalid ids (objects) stay hashable.
+    if isinstance(request_id, (dict, list)):
+        return (type(request_id).__name__, orjson.dumps(request_id, option=orjson.OPT_SORT_KEYS))
     return (type(request_id).__name__, request_id)

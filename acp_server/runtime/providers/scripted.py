@@ -146,6 +146,8 @@ class ScriptedProvider:
 
     def __init__(self, default_turns: Sequence[tuple[Step, ...]]) -> None:
         self._default_turns = tuple(default_turns)
+        # The script checked at admission is played moments later: keep the last parse (keyed by the very object).
+        self._last_parsed: tuple[object, tuple[Step, ...]] | None = None
 
     @classmethod
     def from_file(cls, path: Path) -> ScriptedProvider:
@@ -160,7 +162,12 @@ class ScriptedProvider:
 
     def _script(self, meta: dict[str, Any], turn_index: int) -> tuple[Step, ...]:
         if "scripted" in meta:
-            return parse_script(meta["scripted"])
+            raw = meta["scripted"]
+            if self._last_parsed is not None and self._last_parsed[0] is raw:
+                return self._last_parsed[1]
+            steps = parse_script(raw)
+            self._last_parsed = (raw, steps)
+            return steps
         if not self._default_turns:
             raise ScriptError(
                 "the scripted model has no script: pass one as params._meta.scripted or start with --model "

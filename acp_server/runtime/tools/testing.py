@@ -52,7 +52,11 @@ async def _stubborn(ctx: ToolContext, args: SleepArgs) -> ToolResult:
 async def _hang_finalizer(ctx: ToolContext, args: HangFinalizerArgs) -> ToolResult:
     try:
         await anyio.sleep(args.s)
+        ctx.probe("body_exited", toolCallId=ctx.tool_call_id, reason="completed")
         return ToolResult(f"slept {args.s} s")
+    except anyio.get_cancelled_exc_class():
+        ctx.probe("body_exited", toolCallId=ctx.tool_call_id, reason="cancelled")
+        raise
     finally:
         with anyio.CancelScope(shield=True):
             await anyio.sleep(args.f)
