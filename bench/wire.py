@@ -1,0 +1,290 @@
+"""A deliberately thin stdio client for the benchmarks, so the figures measure the server and not the client.
+
+The official ACP SDK client (and the test harness, which validates every line against the schema) costs more per
+message than the server is meant to spend, so at tens of thousands of chunks per second it would be the bottleneck.
+This client is plain `subprocess` + pipes: unbuffered `os.write` (a write has been flushed when it returns), large
+`os.read` blocks split at newlines, and `orjson` for parsing. Streaming chunk lines are recognised by a byte-prefix
+test instead of being parsed, which keeps the reader at well under a microsecond per chunk.
+
+It also reads the server's own counters from /proc (CPU ticks, VmRSS), which is why it needs Linux.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import os
+import selectors
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Any
+
+import orjson
+
+__all__ = [
+    "CLOCK_TICKS",
+    "MESSAGE_CHUNK",
+    "UPDATE_PREFIX",
+    "Server",
+    "TurnResult",
+    "WireError",
+    "percentile",
+    "server_command",
+]
+
+# orjson writes keys in insertion order and the server builds notifications as {"jsonrpc", "method", "params"}, so
+# every session/update line starts with these exact bytes; matching the prefix avoids parsing 10,000 chunks a turn.
+UPDATE_PREFIX = b'{"jsonrpc":"2.0","method":"session/update"'
+MESSAGE_CHUNK = b'"sessionUpdate":"agent_message_chunk"'
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+READ_BLOCK = 1 << 20
+
+Message = dict[str, Any]
+
+
+class WireError(RuntimeError):
+    """The server did something the benchmark cannot continue from (exit, timeout, unexpected answer)."""
+
+
+def server_command(*args: str) -> list[str]:
+    """The venv's console script when present (what an editor spawns), else `python -m acp_server`."""
+    script = shutil.which("acp-server", path=str(Path(sys.executable).parent))
+    base = [script] if script else [sys.executable, "-m", "acp_server"]
+    return [*base, *args]
+
+
+def percentile(samples: Sequence[float], p: float) -> float:
+    """Nearest-rank percentile: always one of the measured values, never an interpolation between two."""
+    if not samples:
+        raise ValueError("no samples")
+    ordered = sorted(samples)
+    rank = max(1, math.ceil(p / 100 * len(ordered)))
+    return ordered[rank - 1]
+
+
+@dataclass(slots=True)
+class TurnResult:
+    """One streamed prompt turn as the client saw it."""
+
+    chunks: int
+    other_lines: int
+    response: Message
+    t_response_ns: int  # perf_counter_ns when the block holding the response was read
+
+
+@dataclass
+class Server:
+    """One spawned `acp-server` process and the client end of its stdio."""
+
+    process: subprocess.Popen[bytes]
+    t_spawn_ns: int
+    stderr_file: IO[bytes]
+    _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
+    _lines: deque[bytes] = field(default_factory=deque)
+    _lines_t_ns: int = 0  # when the lines in _lines were read
+    _partial: bytes = b""
+    _selector: selectors.BaseSelector = field(default_factory=selectors.DefaultSelector)
+
+    @classmethod
+    def spawn(cls, *args: str) -> Server:
+        # stderr goes to a file rather than a pipe nobody drains, so a chatty server can never block on it. The
+        # Server owns the file and closes it in close().
+        stderr_file = tempfile.TemporaryFile()  # noqa: SIM115
+        t_spawn_ns = time.perf_counter_ns()
+        process = subprocess.Popen(
+            server_command(*args),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=stderr_file,
+            bufsize=0,
+            start_new_session=True,
+        )
+        server = cls(process, t_spawn_ns, stderr_file)
+        assert process.stdout is not None
+        server._selector.register(process.stdout.fileno(), selectors.EVENT_READ)
+        return server
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    # --- writing ---
+
+    def write_raw(self, data: bytes) -> int:
+        """Write every byte; returns perf_counter_ns once the kernel has them (the pipe is unbuffered)."""
+        assert self.process.stdin is not None
+        fd = self.process.stdin.fileno()
+        view = memoryview(data)
+        while view:
+            written = os.write(fd, view)
+            view = view[written:]
+        return time.perf_counter_ns()
+
+    def send(self, *messages: Message) -> int:
+        """Send messages in one write, so they arrive together (pipelining)."""
+        return self.write_raw(b"".join(orjson.dumps({"jsonrpc": "2.0", **m}) + b"\n" for m in messages))
+
+    def next_id(self) -> int:
+        return next(self._ids)
+
+    def request_message(self, method: str, params: Any) -> tuple[int, Message]:
+        request_id = self.next_id()
+        return request_id, {"id": request_id, "method": method, "params": params}
+
+    def request(self, method: str, params: Any) -> tuple[int, int]:
+        """Send one request; returns its id and the time it was written."""
+        request_id, message = self.request_message(method, params)
+        return request_id, self.send(message)
+
+    def notify(self, method: str, params: Any) -> int:
+        return self.send({"method": method, "params": params})
+
+    # --- reading ---
+
+    def _fill(self, deadline: float) -> None:
+        """Read one block (whatever the pipe holds, up to 1 MiB) and queue its complete lines."""
+        assert self.process.stdout is not None
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise WireError(f"timed out waiting for the server; stderr: {self.stderr_tail()}")
+            if self._selector.select(remaining):
+                break
+        block = os.read(self.process.stdout.fileno(), READ_BLOCK)
+        self._lines_t_ns = time.perf_counter_ns()
+        if not block:
+            raise WireError(f"the server closed stdout (exit {self.process.poll()}); stderr: {self.stderr_tail()}")
+        cut = block.rfind(b"\n")
+        if cut < 0:
+            self._partial += block
+            return
+        head = self._partial + block[:cut] if self._partial else block[:cut]
+        self._partial = block[cut + 1 :]
+        self._lines.extend(head.split(b"\n"))
+
+    def next_line(self, deadline: float) -> bytes:
+        while not self._lines:
+            self._fill(deadline)
+        return self._lines.popleft()
+
+    def wait_for(self, predicate: Callable[[Message], bool], timeout: float = 10.0) -> tuple[Message, int]:
+        """The next message matching `predicate` (earlier ones are dropped) and when it was read."""
+        deadline = time.monotonic() + timeout
+        while True:
+            line = self.next_line(deadline)
+            if not line:
+                continue
+            message = orjson.loads(line)
+            if predicate(message):
+                return message, self._lines_t_ns
+
+    def response(self, request_id: int, timeout: float = 10.0) -> tuple[Message, int]:
+        def is_response(message: Message) -> bool:
+            return message.get("id") == request_id and "method" not in message
+
+        return self.wait_for(is_response, timeout)
+
+    def call(self, method: str, params: Any, timeout: float = 10.0) -> Message:
+        """Request and return the result; an error answer is a WireError."""
+        request_id, _ = self.request(method, params)
+        message, _ = self.response(request_id, timeout)
+        if "result" not in message:
+            raise WireError(f"{method} failed: {message.get('error')}")
+        result: Message = message["result"]
+        return result
+
+    def stream_turn(self, request_id: int, timeout: float = 60.0) -> TurnResult:
+        """Read a prompt's turn up to its response, counting agent_message_chunk lines without parsing them."""
+        deadline = time.monotonic() + timeout
+        chunks = 0
+        other = 0
+        lines = self._lines
+        while True:
+            while not lines:
+                self._fill(deadline)
+            # Drain the whole queued block in a tight loop; only non-update lines are parsed.
+            while lines:
+                line = lines.popleft()
+                if line.startswith(UPDATE_PREFIX) and MESSAGE_CHUNK in line:
+                    chunks += 1
+                    continue
+                if not line:
+                    continue
+                other += 1
+                if line.startswith(UPDATE_PREFIX):
+                    continue
+                message = orjson.loads(line)
+                if message.get("id") == request_id and "method" not in message:
+                    return TurnResult(chunks, other, message, self._lines_t_ns)
+
+    def skip_chunks(self, count: int, timeout: float = 10.0) -> None:
+        """Consume lines until `count` agent_message_chunk lines have gone by (other lines are dropped too)."""
+        deadline = time.monotonic() + timeout
+        while count > 0:
+            line = self.next_line(deadline)
+            if line.startswith(UPDATE_PREFIX) and MESSAGE_CHUNK in line:
+                count -= 1
+
+    # --- the server's own counters ---
+
+    def cpu_ticks(self) -> int:
+        """utime + stime of the server process, in clock ticks (1 / CLOCK_TICKS s)."""
+        stat = Path(f"/proc/{self.pid}/stat").read_bytes()
+        # The command name (field 2) may hold spaces, so count fields from after its closing parenthesis.
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        return int(fields[11]) + int(fields[12])
+
+    def rss_kb(self) -> int:
+        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+        raise WireError("no VmRSS in /proc/<pid>/status")
+
+    # --- lifecycle ---
+
+    def initialize(self) -> tuple[Message, int]:
+        request_id, _ = self.request("initialize", {"protocolVersion": 1, "clientCapabilities": {}})
+        return self.response(request_id)
+
+    def new_session(self, cwd: str = "/tmp") -> str:
+        session_id: str = self.call("session/new", {"cwd": cwd, "mcpServers": []})["sessionId"]
+        return session_id
+
+    def stderr_tail(self, limit: int = 2000) -> str:
+        try:
+            self.stderr_file.seek(0)
+            text: str = self.stderr_file.read().decode(errors="replace")
+        except (OSError, ValueError):
+            return "<unavailable>"
+        return text[-limit:]
+
+    def close(self, timeout: float = 5.0) -> int:
+        """Close stdin (the editor going away) and wait for the exit; kill only on a hang."""
+        if self.process.stdin is not None and not self.process.stdin.closed:
+            self.process.stdin.close()
+        try:
+            code = self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            code = self.process.wait()
+        if self.process.stdout is not None:
+            self.process.stdout.close()
+        self._selector.close()
+        self.stderr_file.close()
+        return code
+
+    def __enter__(self) -> Server:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()

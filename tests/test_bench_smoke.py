@@ -1,0 +1,74 @@
+"""Keep the benchmarks runnable: each one, at a few iterations, must finish and return sane numbers.
+
+The benchmarks are not tests and CI does not run them, so without this they would rot silently as the server
+changes. The bounds are safety bounds for a loaded 2-core CI machine, never speed targets (those live in bench/).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from bench import cancel, chunks, memory, startup
+from bench.report import format_table
+from bench.wire import percentile
+
+
+def test_percentile_is_nearest_rank() -> None:
+    samples = [float(n) for n in range(1, 101)]
+    assert percentile(samples, 50) == 50.0
+    assert percentile(samples, 99) == 99.0
+    assert percentile(samples, 100) == 100.0
+    assert percentile([3.0], 90) == 3.0
+
+
+@pytest.mark.timeout(60)
+def test_startup_bench_runs() -> None:
+    result = startup.run(spawns=2)
+    assert len(result.samples_ms) == 2
+    assert 0 < result.min_ms <= result.median_ms <= result.p90_ms < 10_000
+    assert result.exit_codes == [0, 0]
+
+
+@pytest.mark.timeout(60)
+def test_chunks_bench_counts_every_chunk() -> None:
+    result = chunks.run(chunks=2000, turns=2, steps=True)
+    assert result.steps is not None
+    for variant in (result.repeat, result.steps):
+        assert variant.chunks == 2000  # run_turns raises if a turn delivered any other number
+        assert len(variant.seconds) == 2
+        assert all(0 < s < 30 for s in variant.seconds)
+        assert variant.median_rate > 100
+        assert variant.server_cpu_s >= 0
+        assert math.isfinite(variant.cpu_us_per_chunk(variant.server_cpu_s))
+    assert len(result.figures()) == 5
+
+
+@pytest.mark.timeout(60)
+def test_cancel_bench_runs() -> None:
+    result = cancel.run(iterations=5, streaming=2)
+    assert len(result.samples_ms) == 5
+    assert 0 < result.median_ms < 1000
+    assert 0 < result.p99_ms < 5000
+    assert len(result.streaming_ms) == 2
+    assert all(0 < s < 5000 for s in result.streaming_ms)
+    # After every cancel the session is idle again and nothing is left running.
+    assert result.stats_after["runningTurns"] == 0
+    assert result.stats_after["queuedPrompts"] == 0
+
+
+@pytest.mark.timeout(60)
+def test_memory_bench_runs() -> None:
+    result = memory.run(sessions=50)
+    assert 1024 < result.rss_start_kb < 1024 * 1024
+    assert result.rss_start_kb <= result.rss_after_kb
+    assert 0 <= result.kb_per_session < 1024
+
+
+@pytest.mark.timeout(60)
+def test_summary_table_lists_every_figure() -> None:
+    figures = [*startup.StartupResult([100.0, 120.0], [0, 0]).figures()]
+    table = format_table(figures)
+    assert "PASS" in table
+    assert all(figure.name in table for figure in figures)
