@@ -22,7 +22,15 @@ from acp_server.agent import Agent, RunContext, Session
 from acp_server.config import Config
 from acp_server.connection import Connection
 from acp_server.prompt_turn import TurnServices, execute_prompt
-from acp_server.rpc import ErrorCode, IncomingRequest, RpcError, dispatch, method_table, validation_message
+from acp_server.rpc import (
+    ErrorCode,
+    IncomingRequest,
+    RpcError,
+    dispatch,
+    error_message,
+    method_table,
+    validation_message,
+)
 from acp_server.runtime.model import Provider
 from acp_server.runtime.processes import ProcessTable
 from acp_server.runtime.tools import ToolBox
@@ -119,6 +127,11 @@ class AcpServer:
         self.prompts[context.request_id] = context.run
 
     async def answer(self, request: IncomingRequest, context: RequestContext) -> dict[str, Any]:
+        if request.method.startswith("session/") and request.method in self._methods:
+            try:
+                self.require_initialized()  # before params are validated: the first thing to fix is the order
+            except RpcError as exc:
+                return error_message(request.id, exc.code, exc.message)
         return await dispatch(request, self._methods, context)
 
     def after_response(self, context: RequestContext) -> None:

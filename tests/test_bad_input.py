@@ -620,3 +620,14 @@ async def test_stdout_has_one_json_rpc_object_per_line_and_logs_only_on_stderr(s
     assert any(" WARNING acp_server" in text for text in log_lines), client.stderr_text[-2000:]
     stdout = b"".join(e.raw for e in out)
     assert b" DEBUG " not in stdout and b" WARNING " not in stdout and b"Traceback" not in stdout
+
+
+async def test_session_method_with_bad_params_before_initialize_still_says_initialize_first(
+    start_server: StartServer,
+) -> None:
+    client = await start_server()
+    answer = await client.call("session/new", {})
+    assert answer["error"]["code"] == -32600, answer
+    assert "initialize" in answer["error"]["message"]
+    await client.initialize()
+    assert "result" in await client.call("session/new", NEW_SESSION)
