@@ -238,13 +238,14 @@ def _text_content(text: str) -> dict[str, Any]:
 class _Reporter:
     """Translates runtime events into `session/update`s for one turn, through the fence."""
 
-    __slots__ = ("_connection", "_message_id", "_run", "_session_id")
+    __slots__ = ("_connection", "_message_id", "_run", "_session_id", "_thought_id")
 
     def __init__(self, services: TurnServices, run: RunContext) -> None:
         self._connection = services.connection
         self._run = run
         self._session_id = run.session_id
         self._message_id = ""
+        self._thought_id = ""
 
     async def __call__(self, event: TurnEvent) -> None:
         run = self._run
@@ -262,11 +263,13 @@ class _Reporter:
             update = {
                 "sessionUpdate": "agent_thought_chunk",
                 "content": {"type": "text", "text": event.text},
-                "messageId": self._message_id,
+                "messageId": self._thought_id,
             }
         elif isinstance(event, ReplyStarted):
-            # Each model reply is its own message; ids are unique across turns and processes.
+            # Each model reply is its own message, and its thoughts another; ids are unique across turns and
+            # processes.
             self._message_id = f"msg_{uuid.uuid4().hex}"
+            self._thought_id = f"msg_{uuid.uuid4().hex}"
             run.streamed_text.clear()
             return
         elif isinstance(event, ToolCallStarted):

@@ -44,12 +44,16 @@ async def run_turn(
 ) -> StopReason:
     """Run one turn; `messages` (the turn's own copy of the conversation) grows as the turn goes."""
     for index in range(max_requests):
+        # Yield before every model call and tool call: a cancel that arrived while work ran without awaiting (a
+        # tool that ignored cancellation, a model reply that needed no I/O) must stop the turn here, not later.
+        await anyio.lowlevel.checkpoint()
         await emit(ReplyStarted(index))
         reply = await model.respond(messages, tools.specs, emit)
         messages.append(Message("assistant", reply.text, reply.tool_calls))
         if not reply.tool_calls:
             return reply.stop_reason
         for call in reply.tool_calls:
+            await anyio.lowlevel.checkpoint()
             result = await _run_tool_call(call, tools, emit, tool_context(call), probe)
             messages.append(Message("tool", result.output, tool_call_id=call.id))
     return "max_turn_requests"
