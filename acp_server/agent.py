@@ -101,7 +101,7 @@ class RunContext:
 
 
 class Agent:
-    """Frozen configuration plus the run registry. Holds no run state of its own."""
+    """The run registry: session id -> the running turn's RunContext. Holds no run state of its own."""
 
     def __init__(self) -> None:
         self._runs: dict[str, RunContext] = {}

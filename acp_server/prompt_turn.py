@@ -28,6 +28,7 @@ from acp_server.runtime.loop import run_turn
 from acp_server.runtime.model import (
     Message,
     ModelError,
+    Probe,
     Provider,
     ReplyStarted,
     TextDelta,
@@ -207,7 +208,7 @@ def _sealed_history(run: RunContext, note: str | None) -> list[Message]:
     return messages
 
 
-def _bound_probe(services: TurnServices, run: RunContext) -> Any:
+def _bound_probe(services: TurnServices, run: RunContext) -> Probe:
     def probe(event: str, **fields: Any) -> None:
         services.probe(run, event, **fields)
 

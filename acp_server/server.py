@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections.abc import Callable
 
 from acp_server.config import Config
 from acp_server.handlers import AcpServer
@@ -26,12 +27,10 @@ log = logging.getLogger(__name__)
 EXIT_UNWIND_SECONDS = 0.4
 
 
-def build_server(config: Config, on_exit: object = None) -> AcpServer:
+def build_server(config: Config, on_exit: Callable[[], None] = lambda: None) -> AcpServer:
     provider = open_provider(config.model)
     tools = ToolBox(TEST_TOOLS if config.test_mode else ())
-    if callable(on_exit):
-        return AcpServer(config, provider, tools, ProcessTable(), on_exit=on_exit)
-    return AcpServer(config, provider, tools, ProcessTable())
+    return AcpServer(config, provider, tools, ProcessTable(), on_exit=on_exit)
 
 
 async def serve(source: LineSource, sink: LineSink, config: Config) -> None:
