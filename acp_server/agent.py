@@ -27,7 +27,7 @@ import anyio
 from acp_server.rpc import ErrorCode, RpcError
 from acp_server.runtime.model import Message, StopReason
 from acp_server.runtime.providers.scripted import GateBoard
-from acp_server.schema import PromptRequest, RequestId
+from acp_server.schema import ClientCapabilities, PromptRequest, RequestId
 
 __all__ = ["Agent", "RunContext", "RunState", "Session"]
 
@@ -57,6 +57,11 @@ class Session:
     waiting: deque[RunContext] = field(default_factory=deque)
     gates: GateBoard = field(default_factory=GateBoard)
     turns_started: int = 0
+    # What the client can do for this session's tools (its initialize capabilities).
+    client: ClientCapabilities = field(default_factory=ClientCapabilities)
+    # The permission mode (see editor.PERMISSION_MODES) and the "always" answers, "edit:write_file" -> allowed.
+    mode: str = "default"
+    permission_rules: dict[str, bool] = field(default_factory=dict)
 
 
 @dataclass(eq=False)

@@ -26,3 +26,9 @@ class Config:
     # Test mode swaps nothing in the cancellation logic: it only adds the test tools and the probe notifications.
     test_mode: bool = False
     max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
+    # The permission mode new sessions start in (editor.PERMISSION_MODES).
+    permission_mode: str = "default"
+    # Model calls allowed in one turn before it ends with `max_turn_requests`.
+    max_turn_requests: int = 50
+    # An OpenAI-compatible endpoint, for `--model openai:MODEL`.
+    base_url: str | None = None

@@ -21,6 +21,7 @@ from acp_server import __version__
 from acp_server.agent import Agent, RunContext, Session
 from acp_server.config import Config
 from acp_server.connection import Connection
+from acp_server.editor import PERMISSION_MODES
 from acp_server.prompt_turn import TurnServices, execute_prompt
 from acp_server.rpc import (
     ErrorCode,
@@ -43,6 +44,7 @@ from acp_server.schema import (
     PromptRequest,
     RequestId,
     ScriptedReleaseNotification,
+    SetSessionModeRequest,
     WireModel,
 )
 
@@ -213,13 +215,37 @@ async def session_new(context: RequestContext, params: NewSessionRequest) -> dic
         if not Path(directory).is_absolute():
             raise RpcError(ErrorCode.INVALID_PARAMS, f"Invalid params: paths must be absolute: {directory!r}")
     session_id = f"sess_{uuid.uuid4().hex}"
-    server.sessions[session_id] = Session(
+    session = Session(
         session_id,
         Path(params.cwd),
         tuple(Path(d) for d in params.additional_directories),
         tuple(params.mcp_servers),
+        client=server.client_capabilities or ClientCapabilities(),
+        mode=server.config.permission_mode,
     )
-    return {"sessionId": session_id}
+    server.sessions[session_id] = session
+    return {"sessionId": session_id, "modes": _modes(session)}
+
+
+def _modes(session: Session) -> dict[str, Any]:
+    return {
+        "currentModeId": session.mode,
+        "availableModes": [{"id": m.id, "name": m.name, "description": m.description} for m in PERMISSION_MODES],
+    }
+
+
+async def session_set_mode(context: RequestContext, params: SetSessionModeRequest) -> dict[str, Any]:
+    """Permission modes (ACP session modes); they may change at any time, even mid-turn."""
+    server = context.server
+    session = server.session(params.session_id)
+    if params.mode_id not in {m.id for m in PERMISSION_MODES}:
+        known = ", ".join(m.id for m in PERMISSION_MODES)
+        raise RpcError(ErrorCode.INVALID_PARAMS, f"Invalid params: modeId: unknown mode {params.mode_id!r} ({known})")
+    if session.mode != params.mode_id:
+        session.mode = params.mode_id
+        update = {"sessionUpdate": "current_mode_update", "currentModeId": session.mode}
+        server.connection.notify("session/update", {"sessionId": session.session_id, "update": update})
+    return {}
 
 
 async def session_prompt(context: RequestContext, params: PromptRequest) -> dict[str, Any]:
@@ -248,6 +274,7 @@ METHODS: dict[str, tuple[type[BaseModel], Any]] = {
     "initialize": (InitializeRequest, initialize),
     "session/new": (NewSessionRequest, session_new),
     "session/prompt": (PromptRequest, session_prompt),
+    "session/set_mode": (SetSessionModeRequest, session_set_mode),
     "_acp_server/stats": (NoParams, stats),
 }
 

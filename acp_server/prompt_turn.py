@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,15 +24,27 @@ import anyio
 from acp_server.agent import Agent, RunContext, RunState
 from acp_server.config import Config
 from acp_server.connection import Connection
+from acp_server.editor import (
+    EditorFileSystem,
+    EditorTerminalRunner,
+    PermissionGate,
+    SplitFileSystem,
+    tool_content,
+)
 from acp_server.rpc import ErrorCode, RpcError
+from acp_server.runtime.local_commands import LocalCommandRunner
+from acp_server.runtime.local_fs import LocalFileSystem
 from acp_server.runtime.loop import run_turn
 from acp_server.runtime.model import (
+    Emit,
     Message,
     ModelError,
+    PlanUpdated,
     Probe,
     Provider,
     ReplyStarted,
     TextDelta,
+    TextOutput,
     ThoughtDelta,
     ToolCall,
     ToolCallFinished,
@@ -39,7 +52,9 @@ from acp_server.runtime.model import (
     ToolCallUpdated,
     TurnEvent,
     TurnInput,
+    UsageReported,
 )
+from acp_server.runtime.ports import CommandRunner, FileSystem, Permissions
 from acp_server.runtime.processes import ProcessTable
 from acp_server.runtime.tools import ToolBox, ToolContext
 from acp_server.schema import EmbeddedResource, ImageContent, PromptRequest, ResourceLink, TextContent
@@ -47,8 +62,6 @@ from acp_server.schema import EmbeddedResource, ImageContent, PromptRequest, Res
 __all__ = ["TurnServices", "execute_prompt", "prompt_text"]
 
 log = logging.getLogger(__name__)
-
-MAX_TURN_REQUESTS = 50
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +139,8 @@ async def _work(services: TurnServices, run: RunContext) -> None:
     )
     session.turns_started += 1
     run.messages = [*session.history, Message("user", prompt_text(run.request))]
+    reporter = _Reporter(services, run)
+    ports = _ports(services, run)
     try:
         stop = None
         with run.scope:
@@ -133,10 +148,10 @@ async def _work(services: TurnServices, run: RunContext) -> None:
                 model_turn,
                 run.messages,
                 services.tools,
-                _Reporter(services, run),
-                tool_context=lambda call: _tool_context(services, run, call),
+                reporter,
+                tool_context=lambda call: _tool_context(services, run, ports, call, reporter),
                 probe=probe,
-                max_requests=MAX_TURN_REQUESTS,
+                max_requests=services.config.max_turn_requests,
             )
         if run.cancelled or stop is None:
             run.outcome = "cancelled"
@@ -169,7 +184,7 @@ def _close(services: TurnServices, run: RunContext) -> dict[str, Any]:
             "sessionUpdate": "tool_call_update",
             "toolCallId": call_id,
             "status": "failed",
-            "content": [_text_content(f"The tool call was {note or 'abandoned'}.")],
+            "content": [tool_content(TextOutput(f"The tool call was {note or 'abandoned'}."))],
         }
         connection.notify("session/update", {"sessionId": run.session_id, "update": update})
     run.open_tool_calls.clear()
@@ -215,25 +230,57 @@ def _bound_probe(services: TurnServices, run: RunContext) -> Probe:
     return probe
 
 
-def _tool_context(services: TurnServices, run: RunContext, call: ToolCall) -> ToolContext:
+@dataclass(frozen=True, slots=True)
+class _Ports:
+    """The outside world of one turn's tools: the editor's where the client offers it, else the local machine."""
+
+    fs: FileSystem
+    commands: CommandRunner
+    permissions: Permissions
+    request: Callable[[str, dict[str, Any]], Awaitable[Any]]
+
+
+def _ports(services: TurnServices, run: RunContext) -> _Ports:
+    session = run.session
     grace = services.config.cleanup_deadline
 
-    async def client_request(method: str, params: dict[str, Any]) -> Any:
+    async def request(method: str, params: dict[str, Any]) -> Any:
         return await services.connection.request(method, params, fence=run)
 
+    def deadline() -> float:
+        return run.cleanup_deadline(grace)
+
+    editor_fs = EditorFileSystem(request, session.session_id)
+    local_fs = LocalFileSystem()
+    fs = SplitFileSystem(
+        editor_fs if session.client.fs.read_text_file else local_fs,
+        editor_fs if session.client.fs.write_text_file else local_fs,
+    )
+    commands: CommandRunner = (
+        EditorTerminalRunner(request, session.session_id, deadline)
+        if session.client.terminal
+        else LocalCommandRunner(services.processes, deadline)
+    )
+    return _Ports(fs, commands, PermissionGate(session, request), request)
+
+
+def _tool_context(services: TurnServices, run: RunContext, ports: _Ports, call: ToolCall, emit: Emit) -> ToolContext:
+    session = run.session
     return ToolContext(
         session_id=run.session_id,
         tool_call_id=call.id,
-        cwd=str(run.session.cwd),
+        tool_name=call.name,
+        cwd=session.cwd,
+        roots=(session.cwd, *session.additional_directories),
+        fs=ports.fs,
+        commands=ports.commands,
+        permissions=ports.permissions,
         processes=services.processes,
+        emit=emit,
         probe=_bound_probe(services, run),
-        cleanup_deadline=lambda: run.cleanup_deadline(grace),
-        client_request=client_request,
+        cleanup_deadline=lambda: run.cleanup_deadline(services.config.cleanup_deadline),
+        client_request=ports.request,
     )
-
-
-def _text_content(text: str) -> dict[str, Any]:
-    return {"type": "content", "content": {"type": "text", "text": text}}
 
 
 class _Reporter:
@@ -283,22 +330,34 @@ class _Reporter:
                 "status": "pending",
                 "rawInput": event.call.arguments,
             }
+            if event.locations:
+                update["locations"] = [{"path": path} for path in event.locations]
         elif isinstance(event, ToolCallUpdated):
-            update = {
-                "sessionUpdate": "tool_call_update",
-                "toolCallId": event.call_id,
-                "status": event.status,
-            }
+            update = {"sessionUpdate": "tool_call_update", "toolCallId": event.call_id}
+            if event.status is not None:
+                update["status"] = event.status
+            if event.content is not None:
+                update["content"] = [tool_content(c) for c in event.content]
+            if event.locations is not None:
+                update["locations"] = [{"path": path} for path in event.locations]
         elif isinstance(event, ToolCallFinished):
             run.open_tool_calls.pop(event.call_id, None)
+            shown = event.content if event.content is not None else (TextOutput(event.output),)
             update = {
                 "sessionUpdate": "tool_call_update",
                 "toolCallId": event.call_id,
                 "status": "completed" if event.ok else "failed",
-                "content": [_text_content(event.output)],
+                "content": [tool_content(c) for c in shown],
             }
             if event.raw_output is not None:
                 update["rawOutput"] = event.raw_output
+        elif isinstance(event, PlanUpdated):
+            update = {
+                "sessionUpdate": "plan",
+                "entries": [{"content": e.content, "priority": e.priority, "status": e.status} for e in event.entries],
+            }
+        elif isinstance(event, UsageReported):
+            update = {"sessionUpdate": "usage_update", "used": event.used, "size": event.size}
         else:  # pragma: no cover - the event union is closed
             raise TypeError(f"unknown turn event {event!r}")
         message = {

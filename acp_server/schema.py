@@ -30,6 +30,7 @@ __all__ = [
     "RequestId",
     "ResourceLink",
     "ScriptedReleaseNotification",
+    "SetSessionModeRequest",
     "TextContent",
     "session_update",
     "text_block",
@@ -125,6 +126,11 @@ ContentBlock = Annotated[
 class PromptRequest(WireModel):
     session_id: str
     prompt: list[ContentBlock]
+
+
+class SetSessionModeRequest(WireModel):
+    session_id: str
+    mode_id: str
 
 
 class CancelNotification(WireModel):

@@ -31,6 +31,9 @@ __all__ = ["run_turn"]
 
 ToolContextFactory = Callable[[ToolCall], ToolContext]
 
+# Set by a provider in place of arguments when the model's arguments were not a JSON object.
+INVALID_ARGUMENTS = "__invalid_arguments__"
+
 
 async def run_turn(
     model: ModelTurn,
@@ -64,13 +67,19 @@ async def _run_tool_call(call: ToolCall, tools: ToolBox, emit: Emit, context: To
     if tool is None:
         await emit(ToolCallStarted(call, call.name, "other"))
         return await _finish(emit, call, ToolResult(f"error: there is no tool named {call.name!r}", ok=False))
+    if INVALID_ARGUMENTS in call.arguments:
+        await emit(ToolCallStarted(call, call.name, tool.kind))
+        raw = str(call.arguments[INVALID_ARGUMENTS])[:2000]
+        message = f"error: the arguments are not a valid JSON object; nothing was done. You sent: {raw}"
+        return await _finish(emit, call, ToolResult(message, ok=False))
     try:
         args: Any = tool.args_model.model_validate(call.arguments)
     except ValidationError as exc:
         await emit(ToolCallStarted(call, call.name, tool.kind))
         problem = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'arguments'}: {e['msg']}" for e in exc.errors())
         return await _finish(emit, call, ToolResult(f"error: invalid arguments: {problem}", ok=False))
-    await emit(ToolCallStarted(call, tool.title(args) or call.name, tool.kind))
+    locations = tool.locations(args, context.cwd)
+    await emit(ToolCallStarted(call, tool.title(args) or call.name, tool.kind, locations))
     await emit(ToolCallUpdated(call.id, "in_progress"))
     probe("tool_started", toolCallId=call.id, tool=call.name)
     reason = "cancelled"  # unless the body returns or raises on its own
@@ -88,5 +97,5 @@ async def _run_tool_call(call: ToolCall, tools: ToolBox, emit: Emit, context: To
 
 
 async def _finish(emit: Emit, call: ToolCall, result: ToolResult) -> ToolResult:
-    await emit(ToolCallFinished(call.id, result.ok, result.output, result.raw_output))
+    await emit(ToolCallFinished(call.id, result.ok, result.output, result.raw_output, result.content))
     return result

@@ -12,24 +12,31 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 __all__ = [
+    "DiffOutput",
     "Emit",
     "Message",
     "ModelError",
     "ModelTurn",
+    "PlanEntry",
+    "PlanUpdated",
     "Probe",
     "Provider",
     "Reply",
     "ReplyStarted",
     "StopReason",
+    "TerminalOutput",
     "TextDelta",
+    "TextOutput",
     "ThoughtDelta",
     "ToolCall",
     "ToolCallFinished",
     "ToolCallStarted",
     "ToolCallUpdated",
+    "ToolContent",
     "ToolSpec",
     "TurnEvent",
     "TurnInput",
+    "UsageReported",
 ]
 
 
@@ -88,17 +95,56 @@ class ThoughtDelta:
     text: str
 
 
+# --- what a tool call shows the client (translated to ACP ToolCallContent at the edge) ---
+
+
+@dataclass(frozen=True, slots=True)
+class TextOutput:
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class DiffOutput:
+    """A file change: `old_text` is None for a new file. `path` is absolute."""
+
+    path: str
+    old_text: str | None
+    new_text: str
+
+
+@dataclass(frozen=True, slots=True)
+class TerminalOutput:
+    """A command running in an editor terminal; the client shows its live output."""
+
+    terminal_id: str
+
+
+ToolContent = TextOutput | DiffOutput | TerminalOutput
+
+
+@dataclass(frozen=True, slots=True)
+class PlanEntry:
+    content: str
+    priority: Literal["high", "medium", "low"]
+    status: Literal["pending", "in_progress", "completed"]
+
+
 @dataclass(frozen=True, slots=True)
 class ToolCallStarted:
     call: ToolCall
     title: str
     kind: str
+    locations: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
 class ToolCallUpdated:
+    """Progress of a running tool call; only the fields that changed are set."""
+
     call_id: str
-    status: Literal["in_progress"]
+    status: Literal["in_progress"] | None = None
+    content: tuple[ToolContent, ...] | None = None
+    locations: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,9 +153,35 @@ class ToolCallFinished:
     ok: bool
     output: str
     raw_output: Any = None
+    # What the client is shown; None shows `output` as text.
+    content: tuple[ToolContent, ...] | None = None
 
 
-TurnEvent = ReplyStarted | TextDelta | ThoughtDelta | ToolCallStarted | ToolCallUpdated | ToolCallFinished
+@dataclass(frozen=True, slots=True)
+class PlanUpdated:
+    """The complete plan (ACP: the client replaces the previous one)."""
+
+    entries: tuple[PlanEntry, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class UsageReported:
+    """Tokens in the context now, and the model's context window."""
+
+    used: int
+    size: int
+
+
+TurnEvent = (
+    ReplyStarted
+    | TextDelta
+    | ThoughtDelta
+    | ToolCallStarted
+    | ToolCallUpdated
+    | ToolCallFinished
+    | PlanUpdated
+    | UsageReported
+)
 Emit = Callable[[TurnEvent], Awaitable[None]]
 # Probes are test-mode observations (`_scripted/probe`); in production the callable does nothing.
 Probe = Callable[..., None]
@@ -133,6 +205,8 @@ class TurnInput:
     turn_index: int
     meta: dict[str, Any]
     probe: Probe
+    # Who the model is, where it works, with what (see runtime/system_prompt.py).
+    system_prompt: str = ""
     # Session-scoped helpers a provider may use (the scripted model's gate board); opaque to the runtime.
     session_services: dict[str, Any] = field(default_factory=dict)
 

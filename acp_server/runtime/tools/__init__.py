@@ -8,11 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel
 
-from acp_server.runtime.model import Probe, ToolSpec
+from acp_server.runtime.model import Emit, Probe, ToolContent, ToolSpec
+from acp_server.runtime.ports import CommandRunner, FileSystem, Permissions
 from acp_server.runtime.processes import ProcessTable
 
 __all__ = ["Tool", "ToolBox", "ToolContext", "ToolResult"]
@@ -25,16 +27,19 @@ MAX_TOOL_OUTPUT_CHARS = 50_000
 
 @dataclass(frozen=True, slots=True)
 class ToolResult:
+    """`output` is what the model reads; `content` what the client shows (None: `output` as text)."""
+
     output: str
     ok: bool = True
     raw_output: Any = None
+    content: tuple[ToolContent, ...] | None = None
 
     def capped(self) -> ToolResult:
         if len(self.output) <= MAX_TOOL_OUTPUT_CHARS:
             return self
         cut = len(self.output) - MAX_TOOL_OUTPUT_CHARS
         text = f"{self.output[:MAX_TOOL_OUTPUT_CHARS]}\n[output truncated: {cut} more characters not shown]"
-        return ToolResult(text, self.ok, self.raw_output)
+        return ToolResult(text, self.ok, self.raw_output, self.content)
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,8 +48,17 @@ class ToolContext:
 
     session_id: str
     tool_call_id: str
-    cwd: str
+    tool_name: str
+    cwd: Path
+    # The directories the session may touch: cwd first, then the additional directories. Resolve every path with
+    # runtime.paths.resolve_path against these.
+    roots: tuple[Path, ...]
+    fs: FileSystem
+    commands: CommandRunner
+    permissions: Permissions
     processes: ProcessTable
+    # The turn's event sink, for progress of this call (ToolCallUpdated) and plans (PlanUpdated).
+    emit: Emit
     probe: Probe
     # Absolute anyio time by which cleanup must be done once the turn is cancelled (see RunContext).
     cleanup_deadline: Callable[[], float]
@@ -60,6 +74,8 @@ class Tool(Generic[ArgsT]):
     kind: str
     run: Callable[[ToolContext, ArgsT], Awaitable[ToolResult]]
     title: Callable[[ArgsT], str] = field(default=lambda args: "")
+    # Absolute paths the call touches, for the client to follow (ACP `locations`); given the session cwd.
+    locations: Callable[[ArgsT, Path], tuple[str, ...]] = field(default=lambda args, cwd: ())
 
     def spec(self) -> ToolSpec:
         return ToolSpec(self.name, self.description, self.args_model.model_json_schema())

@@ -64,7 +64,7 @@ async def _hang_finalizer(ctx: ToolContext, args: HangFinalizerArgs) -> ToolResu
 
 
 async def _local_proc(ctx: ToolContext, args: LocalProcArgs) -> ToolResult:
-    process = await ctx.processes.open(["/bin/sh", "-c", args.command], cwd=ctx.cwd)
+    process = await ctx.processes.open(["/bin/sh", "-c", args.command], cwd=str(ctx.cwd))
     ctx.probe("proc_started", toolCallId=ctx.tool_call_id, pid=process.pid)
     output = bytearray()
     try:

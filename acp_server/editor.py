@@ -1,0 +1,243 @@
+"""The editor as the tools' outside world: its file buffers, its terminals, and its user's permission.
+
+Everything here is a request to the client made on behalf of one turn, so it is cancelled with the turn (the
+request is retracted with `$/cancel_request` and a late answer ignored), and it is fenced: nothing is asked after the
+turn's response. Terminals are the exception that proves the rule: a terminal the turn created is always killed and
+released, before the turn's response, even when the turn is cancelled (ACP: the agent MUST release every terminal).
+
+Also here: the permission gate. Permission modes are per session; an "always" answer is remembered for the session,
+per tool for edits and per command prefix (the executable and its first argument) for commands.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shlex
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from acp_server.agent import Session
+from acp_server.connection import ClientRequestError
+from acp_server.runtime.model import DiffOutput, TextOutput, ToolContent
+from acp_server.runtime.ports import CommandResult, Decision, PermissionRequest, ToolError
+
+__all__ = [
+    "DEFAULT_MODE",
+    "PERMISSION_MODES",
+    "EditorFileSystem",
+    "EditorTerminalRunner",
+    "PermissionGate",
+    "SplitFileSystem",
+    "command_prefix",
+    "tool_content",
+]
+
+ClientRequest = Callable[[str, dict[str, Any]], Awaitable[Any]]
+
+# Bytes of command output an editor terminal keeps for us (it truncates from the start beyond this).
+TERMINAL_OUTPUT_LIMIT = 256 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class PermissionMode:
+    id: str
+    name: str
+    description: str
+
+
+PERMISSION_MODES = (
+    PermissionMode("default", "Ask", "Ask before editing files and before running commands"),
+    PermissionMode("accept_edits", "Accept edits", "Edit files without asking; ask before running commands"),
+    PermissionMode("bypass", "Bypass permissions", "Edit files and run commands without asking"),
+    PermissionMode("read_only", "Read only", "Read and search only; edits and commands are refused"),
+)
+DEFAULT_MODE = "default"
+
+
+def tool_content(content: ToolContent) -> dict[str, Any]:
+    """Runtime tool content as ACP ToolCallContent."""
+    if isinstance(content, TextOutput):
+        return {"type": "content", "content": {"type": "text", "text": content.text}}
+    if isinstance(content, DiffOutput):
+        return {"type": "diff", "path": content.path, "oldText": content.old_text, "newText": content.new_text}
+    return {"type": "terminal", "terminalId": content.terminal_id}
+
+
+class EditorFileSystem:
+    """`fs/read_text_file` and `fs/write_text_file`: the editor's view, unsaved buffers included."""
+
+    def __init__(self, request: ClientRequest, session_id: str) -> None:
+        self._request = request
+        self._session_id = session_id
+
+    async def read_text(self, path: Path, line: int | None = None, limit: int | None = None) -> str:
+        params: dict[str, Any] = {"sessionId": self._session_id, "path": str(path)}
+        if line is not None:
+            params["line"] = line
+        if limit is not None:
+            params["limit"] = limit
+        try:
+            result = await self._request("fs/read_text_file", params)
+        except ClientRequestError as exc:
+            raise ToolError(f"{path}: the editor could not read it: {exc.message}") from None
+        content = result.get("content") if isinstance(result, dict) else None
+        if not isinstance(content, str):
+            raise ToolError(f"{path}: the editor answered without file content")
+        return content
+
+    async def write_text(self, path: Path, content: str) -> None:
+        params = {"sessionId": self._session_id, "path": str(path), "content": content}
+        try:
+            await self._request("fs/write_text_file", params)
+        except ClientRequestError as exc:
+            raise ToolError(f"{path}: the editor could not write it: {exc.message}") from None
+
+
+class SplitFileSystem:
+    """Reads and writes are advertised separately by ACP clients; each goes where it can."""
+
+    def __init__(self, reader: Any, writer: Any) -> None:
+        self._reader = reader
+        self._writer = writer
+
+    async def read_text(self, path: Path, line: int | None = None, limit: int | None = None) -> str:
+        text: str = await self._reader.read_text(path, line, limit)
+        return text
+
+    async def write_text(self, path: Path, content: str) -> None:
+        await self._writer.write_text(path, content)
+
+
+class EditorTerminalRunner:
+    """A command in an editor terminal: create, show it, wait (with the timeout), read the output, release."""
+
+    def __init__(self, request: ClientRequest, session_id: str, cleanup_deadline: Callable[[], float]) -> None:
+        self._request = request
+        self._session_id = session_id
+        self._cleanup_deadline = cleanup_deadline
+
+    async def run(
+        self,
+        command: str,
+        cwd: Path,
+        timeout: float | None,
+        on_terminal: Callable[[str], Awaitable[None]],
+    ) -> CommandResult:
+        terminal_id = await self._create(command, cwd)
+        ids = {"sessionId": self._session_id, "terminalId": terminal_id}
+        released = False
+        try:
+            await on_terminal(terminal_id)
+            with anyio.move_on_after(float("inf") if timeout is None else timeout) as timer:
+                status = await self._request("terminal/wait_for_exit", ids)
+            if timer.cancelled_caught:
+                await self._request("terminal/kill", ids)
+                status = {}
+            output = await self._request("terminal/output", ids)
+            await self._request("terminal/release", ids)
+            released = True
+        except ClientRequestError as exc:
+            raise ToolError(f"the editor's terminal failed: {exc.message}") from None
+        finally:
+            if not released:
+                await self._kill_and_release(ids)
+        exit_status = output.get("exitStatus") or status or {}
+        return CommandResult(
+            output=str(output.get("output", "")),
+            exit_code=exit_status.get("exitCode"),
+            signal=exit_status.get("signal"),
+            truncated=bool(output.get("truncated")),
+            timed_out=timer.cancelled_caught,
+        )
+
+    async def _create(self, command: str, cwd: Path) -> str:
+        params = {
+            "sessionId": self._session_id,
+            "command": "/bin/sh",
+            "args": ["-c", command],
+            "cwd": str(cwd),
+            "outputByteLimit": TERMINAL_OUTPUT_LIMIT,
+        }
+        # Shielded: once the editor may have created a terminal we must learn its id to release it. Bounded all the
+        # same: the turn's response retracts the request at the cleanup deadline.
+        with anyio.CancelScope(shield=True):
+            try:
+                created = await self._request("terminal/create", params)
+            except ClientRequestError as exc:
+                raise ToolError(f"the editor could not start a terminal: {exc.message}") from None
+        terminal_id = created.get("terminalId") if isinstance(created, dict) else None
+        if not isinstance(terminal_id, str):
+            raise ToolError("the editor answered terminal/create without a terminalId")
+        await anyio.lowlevel.checkpoint()  # a cancel that arrived meanwhile takes effect now, with the id known
+        return terminal_id
+
+    async def _kill_and_release(self, ids: dict[str, Any]) -> None:
+        """Cancelled (or failed): kill, then release (exactly once, even if kill fails), within the deadline."""
+        with anyio.CancelScope(shield=True), anyio.move_on_at(self._cleanup_deadline()):
+            with contextlib.suppress(ClientRequestError):
+                await self._request("terminal/kill", ids)
+            with contextlib.suppress(ClientRequestError):
+                await self._request("terminal/release", ids)
+
+
+def command_prefix(command: str) -> str:
+    """What "always allow" remembers for a command: its executable and first argument (`npm test`, `git status`)."""
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        words = command.split()
+    return " ".join(words[:2]) if words else command
+
+
+class PermissionGate:
+    """Decides whether a tool may edit or execute: by the session's mode, its remembered answers, or by asking."""
+
+    def __init__(self, session: Session, request: ClientRequest) -> None:
+        self._session = session
+        self._request = request
+
+    async def decide(self, request: PermissionRequest) -> Decision:
+        session = self._session
+        mode = session.mode
+        if mode == "bypass" or (mode == "accept_edits" and request.kind == "edit"):
+            return Decision(True)
+        if mode == "read_only":
+            return Decision(False, f"the session is in read-only mode: {request.tool_name} is not allowed")
+        key = f"{request.kind}:{request.rule}"
+        remembered = session.permission_rules.get(key)
+        if remembered is not None:
+            return Decision(True) if remembered else Decision(False, f"the user always rejects {request.rule!r}")
+        subject = "edits" if request.kind == "edit" else f"`{request.rule}`"
+        options = [
+            {"optionId": "allow_once", "name": "Allow", "kind": "allow_once"},
+            {"optionId": "allow_always", "name": f"Always allow {subject}", "kind": "allow_always"},
+            {"optionId": "reject_once", "name": "Reject", "kind": "reject_once"},
+            {"optionId": "reject_always", "name": f"Always reject {subject}", "kind": "reject_always"},
+        ]
+        tool_call: dict[str, Any] = {
+            "toolCallId": request.tool_call_id,
+            "title": request.title,
+            "kind": request.kind,
+            "status": "pending",
+            "rawInput": request.raw_input,
+            "content": [tool_content(c) for c in request.content],
+            "locations": [{"path": p} for p in request.locations],
+        }
+        params = {"sessionId": session.session_id, "toolCall": tool_call, "options": options}
+        try:
+            answer = await self._request("session/request_permission", params)
+        except ClientRequestError as exc:
+            return Decision(False, f"the permission request failed: {exc.message}")
+        outcome = answer.get("outcome") if isinstance(answer, dict) else None
+        choice = outcome.get("optionId") if isinstance(outcome, dict) and outcome.get("outcome") == "selected" else None
+        if choice in ("allow_always", "reject_always"):
+            session.permission_rules[key] = choice == "allow_always"
+        if choice in ("allow_once", "allow_always"):
+            return Decision(True)
+        if choice is None:
+            return Decision(False, "the permission request was cancelled")
+        return Decision(False, f"the user rejected {request.tool_name}")

@@ -1,0 +1,95 @@
+"""The ports through which tools reach the outside world: files, commands, and the user's permission.
+
+Each has two kinds of implementation: through the editor (ACP `fs/*`, `terminal/*`,
+`session/request_permission`, in `acp_server/editor.py`) and local (`runtime/local.py`), chosen per session from
+the client's advertised capabilities. Tools are written once, against these protocols, and never know which side
+they talk to; the runtime stays free of JSON-RPC.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+from acp_server.runtime.model import ToolContent
+
+__all__ = [
+    "CommandResult",
+    "CommandRunner",
+    "Decision",
+    "FileSystem",
+    "PermissionRequest",
+    "Permissions",
+    "ToolError",
+]
+
+
+class ToolError(Exception):
+    """A failure the model should read (bad path, missing file, refused permission): the tool call ends `failed`
+    with this message, and the turn goes on."""
+
+
+class FileSystem(Protocol):
+    """Text files by absolute path. Paths are already resolved and confined by the caller."""
+
+    async def read_text(self, path: Path, line: int | None = None, limit: int | None = None) -> str:
+        """The file's text, or `limit` lines from 1-based `line`. Raises ToolError if it cannot be read."""
+        ...
+
+    async def write_text(self, path: Path, content: str) -> None:
+        """Create or replace the file. Raises ToolError if it cannot be written."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class CommandResult:
+    output: str
+    exit_code: int | None
+    signal: str | None = None
+    truncated: bool = False
+    timed_out: bool = False
+
+
+class CommandRunner(Protocol):
+    """Runs one shell command line (`/bin/sh -c LINE`) and returns when it has exited.
+
+    Cancellation kills the command (and, for an editor terminal, releases it) within the cleanup deadline.
+    """
+
+    async def run(
+        self,
+        command: str,
+        cwd: Path,
+        timeout: float | None,
+        on_terminal: Callable[[str], Awaitable[None]],
+    ) -> CommandResult:
+        """`on_terminal(terminal_id)` is awaited once an editor terminal exists, so the tool call can show it."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class PermissionRequest:
+    """What a tool wants to do, for the user to allow or refuse."""
+
+    tool_call_id: str
+    tool_name: str
+    kind: Literal["edit", "execute"]
+    # What an "always" answer remembers: the tool name for edits, the command prefix for run_command.
+    rule: str
+    title: str
+    raw_input: Any = None
+    content: tuple[ToolContent, ...] = ()
+    locations: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    allowed: bool
+    # Why not, in words for the model ("the user rejected the edit", "the session is read-only").
+    reason: str = ""
+
+
+class Permissions(Protocol):
+    async def decide(self, request: PermissionRequest) -> Decision: ...
