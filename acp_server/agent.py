@@ -92,6 +92,10 @@ class RunContext:
     open_tool_calls: dict[str, str] = field(default_factory=dict)
     # The turn's own copy of the conversation; committed to the session only when the turn is answered.
     messages: list[Message] = field(default_factory=list)
+    # Where this turn's own messages start in `messages` (after the history it was given).
+    turn_start: int = 0
+    # Model replies begun (a reply is recorded in `messages` only once complete), and the text of the latest.
+    replies_started: int = 0
     streamed_text: list[str] = field(default_factory=list)
     outcome: StopReason | None = None
     error: BaseException | None = None

@@ -18,6 +18,8 @@ from acp_server.config import DEFAULT_CLEANUP_DEADLINE, Config
 __all__ = ["main", "parse_config"]
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
+# Kept here rather than imported from editor.py, so `--help` stays instant; a test checks the two agree.
+PERMISSION_MODE_IDS = ("default", "accept_edits", "bypass", "read_only")
 
 
 def _non_negative_seconds(text: str) -> float:
@@ -43,7 +45,7 @@ def parse_config(argv: Sequence[str] | None = None) -> Config:
     parser.add_argument(
         "--model",
         default=env.get("ACP_SERVER_MODEL", "echo"),
-        help="echo (offline, the default) or scripted[:PATH] (env ACP_SERVER_MODEL)",
+        help="echo (offline, the default), scripted[:PATH], openai:MODEL or anthropic:MODEL (env ACP_SERVER_MODEL)",
     )
     parser.add_argument(
         "--cleanup-deadline",
@@ -60,6 +62,25 @@ def parse_config(argv: Sequence[str] | None = None) -> Config:
         help="stderr log level (default warning; env ACP_SERVER_LOG)",
     )
     parser.add_argument(
+        "--base-url",
+        default=None,
+        metavar="URL",
+        help="an OpenAI-compatible endpoint, e.g. http://localhost:11434/v1 for Ollama (env OPENAI_BASE_URL)",
+    )
+    parser.add_argument(
+        "--permission-mode",
+        choices=PERMISSION_MODE_IDS,
+        default=env.get("ACP_SERVER_PERMISSION_MODE", "default"),
+        help="the mode new sessions start in (default: ask before edits and commands; env ACP_SERVER_PERMISSION_MODE)",
+    )
+    parser.add_argument(
+        "--max-turn-requests",
+        type=int,
+        default=int(env.get("ACP_SERVER_MAX_TURN_REQUESTS", "50")),
+        metavar="N",
+        help="model calls allowed in one turn before it stops with max_turn_requests (default 50)",
+    )
+    parser.add_argument(
         "--test-mode",
         action="store_true",
         default=_truthy(env.get("ACP_SERVER_TEST_MODE")),
@@ -69,11 +90,18 @@ def parse_config(argv: Sequence[str] | None = None) -> Config:
     args = parser.parse_args(argv)
     if args.log_level not in LOG_LEVELS:
         parser.error(f"ACP_SERVER_LOG must be one of {', '.join(LOG_LEVELS)}")
+    if args.permission_mode not in PERMISSION_MODE_IDS:
+        parser.error(f"ACP_SERVER_PERMISSION_MODE must be one of {', '.join(PERMISSION_MODE_IDS)}")
+    if args.max_turn_requests < 1:
+        parser.error("--max-turn-requests must be at least 1")
     return Config(
         model=args.model,
         cleanup_deadline=float(args.cleanup_deadline),
         log_level=args.log_level,
         test_mode=args.test_mode,
+        permission_mode=args.permission_mode,
+        max_turn_requests=args.max_turn_requests,
+        base_url=args.base_url,
     )
 
 

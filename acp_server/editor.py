@@ -12,7 +12,6 @@ per tool for edits and per command prefix (the executable and its first argument
 from __future__ import annotations
 
 import contextlib
-import shlex
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,7 +31,6 @@ __all__ = [
     "EditorTerminalRunner",
     "PermissionGate",
     "SplitFileSystem",
-    "command_prefix",
     "tool_content",
 ]
 
@@ -40,6 +38,8 @@ ClientRequest = Callable[[str, dict[str, Any]], Awaitable[Any]]
 
 # Bytes of command output an editor terminal keeps for us (it truncates from the start beyond this).
 TERMINAL_OUTPUT_LIMIT = 256 * 1024
+# How long an answer to terminal/kill is awaited when no cleanup deadline is running (a command that timed out).
+KILL_ANSWER_WAIT = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,7 +135,9 @@ class EditorTerminalRunner:
             with anyio.move_on_after(float("inf") if timeout is None else timeout) as timer:
                 status = await self._request("terminal/wait_for_exit", ids)
             if timer.cancelled_caught:
-                await self._request("terminal/kill", ids)
+                # A client that never answers the kill must not hold the turn: the release below kills too.
+                with anyio.move_on_after(KILL_ANSWER_WAIT):
+                    await self._request("terminal/kill", ids)
                 status = {}
             output = await self._request("terminal/output", ids)
             await self._request("terminal/release", ids)
@@ -176,21 +178,15 @@ class EditorTerminalRunner:
         return terminal_id
 
     async def _kill_and_release(self, ids: dict[str, Any]) -> None:
-        """Cancelled (or failed): kill, then release (exactly once, even if kill fails), within the deadline."""
-        with anyio.CancelScope(shield=True), anyio.move_on_at(self._cleanup_deadline()):
-            with contextlib.suppress(ClientRequestError):
+        """Cancelled (or failed): kill, then release, exactly once each, even if the kill fails or is never
+        answered. The kill may use half of the time left before the deadline; the release is always sent."""
+        deadline = min(self._cleanup_deadline(), anyio.current_time() + 2 * KILL_ANSWER_WAIT)
+        with anyio.CancelScope(shield=True):
+            kill_deadline = anyio.current_time() + (deadline - anyio.current_time()) / 2
+            with anyio.move_on_at(kill_deadline), contextlib.suppress(ClientRequestError):
                 await self._request("terminal/kill", ids)
-            with contextlib.suppress(ClientRequestError):
+            with anyio.move_on_at(deadline), contextlib.suppress(ClientRequestError):
                 await self._request("terminal/release", ids)
-
-
-def command_prefix(command: str) -> str:
-    """What "always allow" remembers for a command: its executable and first argument (`npm test`, `git status`)."""
-    try:
-        words = shlex.split(command)
-    except ValueError:
-        words = command.split()
-    return " ".join(words[:2]) if words else command
 
 
 class PermissionGate:
@@ -211,7 +207,8 @@ class PermissionGate:
         remembered = session.permission_rules.get(key)
         if remembered is not None:
             return Decision(True) if remembered else Decision(False, f"the user always rejects {request.rule!r}")
-        subject = "edits" if request.kind == "edit" else f"`{request.rule}`"
+        # Remembered per tool for edits and per command prefix for commands; the label says which.
+        subject = f"{request.tool_name}" if request.kind == "edit" else f"`{request.rule}`"
         options = [
             {"optionId": "allow_once", "name": "Allow", "kind": "allow_once"},
             {"optionId": "allow_always", "name": f"Always allow {subject}", "kind": "allow_always"},

@@ -34,8 +34,10 @@ from acp_server.rpc import (
 )
 from acp_server.runtime.model import Provider
 from acp_server.runtime.processes import ProcessTable
+from acp_server.runtime.providers import MissingCredentialsError
 from acp_server.runtime.tools import ToolBox
 from acp_server.schema import (
+    AuthenticateRequest,
     CancelNotification,
     CancelRequestNotification,
     ClientCapabilities,
@@ -77,23 +79,44 @@ class AcpServer:
     def __init__(
         self,
         config: Config,
-        provider: Provider,
+        open_model: Callable[[], Provider],
         tools: ToolBox,
         processes: ProcessTable,
         on_exit: Callable[[], None] = lambda: None,
     ) -> None:
         self.config = config
-        self.provider = provider
         self.processes = processes
         self.agent = Agent()
         self.connection = Connection(self, config.cleanup_deadline)
-        self.turns = TurnServices(config, self.agent, self.connection, provider, tools, processes)
         self.sessions: dict[str, Session] = {}
         self.client_capabilities: ClientCapabilities | None = None
         # Prompt request id -> its run, so `$/cancel_request` can name a prompt.
         self.prompts: dict[RequestId, RunContext] = {}
         self._methods = method_table({**METHODS, **(TEST_METHODS if config.test_mode else {})})
         self._on_exit = on_exit
+        self._open_model = open_model
+        self._tools = tools
+        # Until the model's credentials are found: why not (ACP authentication, `authenticate` retries).
+        self.auth_problem: str | None = None
+        self.turns: TurnServices | None = None
+        self.load_model()
+
+    def load_model(self) -> bool:
+        """Build the provider from the configuration and credentials; False (with `auth_problem`) if a key is
+        missing. The configuration file is read again each time, so a key added meanwhile is found."""
+        try:
+            provider = self._open_model()
+        except MissingCredentialsError as exc:
+            self.auth_problem = str(exc)
+            return False
+        self.auth_problem = None
+        self.turns = TurnServices(self.config, self.agent, self.connection, provider, self._tools, self.processes)
+        return True
+
+    def require_model(self) -> TurnServices:
+        if self.turns is None:
+            raise RpcError(ErrorCode.AUTH_REQUIRED, f"Authentication required: {self.auth_problem}")
+        return self.turns
 
     # --- Dispatcher ---
 
@@ -118,8 +141,15 @@ class AcpServer:
             return  # the handler validates again and answers -32602
         context.validated_params = prompt
         try:
+            for index, block in enumerate(prompt.prompt):
+                if block.type in ("image", "audio"):
+                    # Not advertised (promptCapabilities), and never silently dropped: refused, naming the block.
+                    raise RpcError(
+                        ErrorCode.INVALID_PARAMS,
+                        f"Invalid params: prompt.{index}: {block.type} content is not supported by this model",
+                    )
             session = self.session(prompt.session_id)
-            problem = self.provider.check_turn(prompt.meta or {}, session.turns_started)
+            problem = self.require_model().provider.check_turn(prompt.meta or {}, session.turns_started)
             if problem is not None:
                 raise RpcError(ErrorCode.INVALID_PARAMS, problem)
             context.run = self.agent.admit(session, context.request_id, prompt)
@@ -202,14 +232,35 @@ async def initialize(context: RequestContext, params: InitializeRequest) -> dict
                 }
             },
         },
-        "authMethods": [],
+        "authMethods": _auth_methods(context.server),
         "agentInfo": {"name": "acp-server", "title": "acp-server", "version": __version__},
     }
+
+
+AUTH_METHOD_ID = "api-key"
+
+
+def _auth_methods(server: AcpServer) -> list[dict[str, Any]]:
+    """Offered only while a key is missing: the description says exactly where to put it (ACP `agent` method)."""
+    if server.auth_problem is None:
+        return []
+    return [{"id": AUTH_METHOD_ID, "name": "API key", "description": server.auth_problem}]
+
+
+async def authenticate(context: RequestContext, params: AuthenticateRequest) -> dict[str, Any]:
+    """Re-read the configuration and environment for the key. Instant, idempotent, never interactive."""
+    server = context.server
+    if params.method_id != AUTH_METHOD_ID:
+        raise RpcError(ErrorCode.INVALID_PARAMS, f"Invalid params: methodId: unknown auth method {params.method_id!r}")
+    if server.turns is None and not server.load_model():
+        raise RpcError(ErrorCode.AUTH_REQUIRED, f"Authentication required: {server.auth_problem}")
+    return {}
 
 
 async def session_new(context: RequestContext, params: NewSessionRequest) -> dict[str, Any]:
     server = context.server
     server.require_initialized()
+    server.require_model()
     directories = [params.cwd, *params.additional_directories]
     for directory in directories:
         if not Path(directory).is_absolute():
@@ -252,7 +303,7 @@ async def session_prompt(context: RequestContext, params: PromptRequest) -> dict
     if context.admission_error is not None:
         raise context.admission_error
     assert context.run is not None, "a valid prompt is always admitted or refused in prepare()"
-    return await execute_prompt(context.server.turns, context.run)
+    return await execute_prompt(context.server.require_model(), context.run)
 
 
 async def stats(context: RequestContext, params: NoParams) -> dict[str, Any]:
@@ -272,6 +323,7 @@ async def stats(context: RequestContext, params: NoParams) -> dict[str, Any]:
 
 METHODS: dict[str, tuple[type[BaseModel], Any]] = {
     "initialize": (InitializeRequest, initialize),
+    "authenticate": (AuthenticateRequest, authenticate),
     "session/new": (NewSessionRequest, session_new),
     "session/prompt": (PromptRequest, session_prompt),
     "session/set_mode": (SetSessionModeRequest, session_set_mode),

@@ -17,7 +17,9 @@ import logging
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from datetime import date
 from typing import Any
+from urllib.parse import unquote, urlparse
 
 import anyio
 
@@ -56,8 +58,9 @@ from acp_server.runtime.model import (
 )
 from acp_server.runtime.ports import CommandRunner, FileSystem, Permissions
 from acp_server.runtime.processes import ProcessTable
+from acp_server.runtime.system_prompt import build_system_prompt, read_instructions
 from acp_server.runtime.tools import ToolBox, ToolContext
-from acp_server.schema import EmbeddedResource, ImageContent, PromptRequest, ResourceLink, TextContent
+from acp_server.schema import EmbeddedResource, PromptRequest, ResourceLink, TextContent
 
 __all__ = ["TurnServices", "execute_prompt", "prompt_text"]
 
@@ -83,21 +86,31 @@ class TurnServices:
 
 
 def prompt_text(request: PromptRequest) -> str:
-    """The user's prompt as text for the model; every block is represented, none silently dropped."""
+    """The user's prompt as text for the model; every block is represented, none silently dropped.
+
+    Images and audio never get here: admission refuses them (-32602) while no configured model takes them.
+    """
     parts: list[str] = []
     for block in request.prompt:
         if isinstance(block, TextContent):
             parts.append(block.text)
         elif isinstance(block, ResourceLink):
-            parts.append(f"[@{block.name}]({block.uri})")
+            parsed = urlparse(block.uri)
+            if parsed.scheme == "file":
+                path = unquote(parsed.path)
+                parts.append(f"[The user attached the file {path} ({block.name}); read it with read_file if needed]")
+            else:
+                parts.append(f"[The user attached a link: {block.name} <{block.uri}>]")
         elif isinstance(block, EmbeddedResource):
             uri = block.resource.get("uri", "")
             text = block.resource.get("text")
-            parts.append(f"<resource uri={uri!r}>\n{text}\n</resource>" if isinstance(text, str) else f"[{uri}]")
-        elif isinstance(block, ImageContent):
-            parts.append(f"[image {block.mime_type}]")
+            if isinstance(text, str):
+                parts.append(f'<context uri="{uri}">\n{text}\n</context>')
+            else:
+                mime = block.resource.get("mimeType", "binary")
+                parts.append(f"[The user attached {uri} ({mime}); its binary content is not shown]")
         else:
-            parts.append(f"[{block.type} {block.mime_type}]")
+            parts.append(f"[{block.type} content]")
     return "\n".join(parts)
 
 
@@ -127,6 +140,14 @@ async def execute_prompt(services: TurnServices, run: RunContext) -> dict[str, A
 async def _work(services: TurnServices, run: RunContext) -> None:
     session = run.session
     probe = _bound_probe(services, run)
+    roots = (session.cwd, *session.additional_directories)
+    system_prompt = build_system_prompt(
+        cwd=session.cwd,
+        roots=roots,
+        tools=services.tools.specs,
+        instructions=await read_instructions(session.cwd),
+        today=date.today(),
+    )
     model_turn = services.provider.open_turn(
         TurnInput(
             session_id=session.session_id,
@@ -135,10 +156,12 @@ async def _work(services: TurnServices, run: RunContext) -> None:
             meta=run.request.meta or {},
             probe=probe,
             session_services={"gates": session.gates},
+            system_prompt=system_prompt,
         )
     )
     session.turns_started += 1
     run.messages = [*session.history, Message("user", prompt_text(run.request))]
+    run.turn_start = len(run.messages)
     reporter = _Reporter(services, run)
     ports = _ports(services, run)
     try:
@@ -210,16 +233,23 @@ def _sealed_history(run: RunContext, note: str | None) -> list[Message]:
     messages = list(run.messages)  # a copy: an abandoned run may still append to its own list later
     if note is None:
         return messages
+    recorded = sum(1 for m in messages[run.turn_start :] if m.role == "assistant")
     partial = "".join(run.streamed_text)
-    last = messages[-1] if messages else None
-    if partial and not (last is not None and last.role == "assistant" and last.content == partial):
+    if run.replies_started > recorded and partial:
+        # The reply was cut off mid-stream: keep what the user already saw. (A complete reply is recorded by the
+        # loop, and its tool calls may still be waiting for results; those come next, right after it.)
         messages.append(Message("assistant", partial))
     answered = {m.tool_call_id for m in messages if m.role == "tool"}
     for message in list(messages):
         for call in message.tool_calls:
             if call.id not in answered:
                 messages.append(Message("tool", f"[{note}]", tool_call_id=call.id))
-    messages.append(Message("assistant", f"[{note}]"))
+    last = messages[-1]
+    if last.role == "assistant" and not last.tool_calls:
+        # One assistant message, not two in a row: some APIs (Anthropic) insist that roles alternate.
+        messages[-1] = Message("assistant", f"{last.content}\n\n[{note}]" if last.content else f"[{note}]")
+    else:
+        messages.append(Message("assistant", f"[{note}]"))
     return messages
 
 
@@ -318,6 +348,7 @@ class _Reporter:
             # processes.
             self._message_id = f"msg_{uuid.uuid4().hex}"
             self._thought_id = f"msg_{uuid.uuid4().hex}"
+            run.replies_started += 1
             run.streamed_text.clear()
             return
         elif isinstance(event, ToolCallStarted):

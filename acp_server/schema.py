@@ -18,6 +18,7 @@ from pydantic.alias_generators import to_camel
 
 __all__ = [
     "AudioContent",
+    "AuthenticateRequest",
     "CancelNotification",
     "CancelRequestNotification",
     "ClientCapabilities",
@@ -76,6 +77,10 @@ class InitializeRequest(WireModel):
     protocol_version: int
     client_capabilities: ClientCapabilities = Field(default_factory=ClientCapabilities)
     client_info: Implementation | None = None
+
+
+class AuthenticateRequest(WireModel):
+    method_id: str
 
 
 class NewSessionRequest(WireModel):

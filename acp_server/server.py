@@ -12,9 +12,13 @@ from collections.abc import Callable
 
 from acp_server.config import Config
 from acp_server.handlers import AcpServer
+from acp_server.runtime.model import Provider
 from acp_server.runtime.processes import ProcessTable
 from acp_server.runtime.providers import open_provider
 from acp_server.runtime.tools import ToolBox
+from acp_server.runtime.tools.commands import COMMAND_TOOLS
+from acp_server.runtime.tools.files import FILE_TOOLS
+from acp_server.runtime.tools.plan import PLAN_TOOLS
 from acp_server.runtime.tools.testing import TEST_TOOLS
 from acp_server.transport import LineSink, LineSource, open_stdio
 
@@ -28,9 +32,12 @@ EXIT_UNWIND_SECONDS = 0.4
 
 
 def build_server(config: Config, on_exit: Callable[[], None] = lambda: None) -> AcpServer:
-    provider = open_provider(config.model)
-    tools = ToolBox(TEST_TOOLS if config.test_mode else ())
-    return AcpServer(config, provider, tools, ProcessTable(), on_exit=on_exit)
+    tools = ToolBox((*FILE_TOOLS, *COMMAND_TOOLS, *PLAN_TOOLS, *(TEST_TOOLS if config.test_mode else ())))
+
+    def open_model() -> Provider:
+        return open_provider(config.model, base_url=config.base_url)
+
+    return AcpServer(config, open_model, tools, ProcessTable(), on_exit=on_exit)
 
 
 async def serve(source: LineSource, sink: LineSink, config: Config) -> None:

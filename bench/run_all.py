@@ -14,7 +14,7 @@ import sys
 import time
 from collections.abc import Sequence
 
-from bench import cancel, chunks, memory, startup
+from bench import cancel, chunks, memory, provider, startup
 from bench.report import Figure, format_table
 
 __all__ = ["main"]
@@ -37,6 +37,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ("chunks", lambda: chunks.main([f"--chunks={options.chunks}", f"--turns={options.turns}"])),
         ("cancel", lambda: cancel.main([f"--iterations={options.cancels}"])),
         ("memory", lambda: memory.main([f"--sessions={options.sessions}"])),
+        ("provider", lambda: provider.main([])),
     )
     for name, bench in sections:
         print(f"\n== {name} ==")

@@ -72,3 +72,13 @@ def test_summary_table_lists_every_figure() -> None:
     table = format_table(figures)
     assert "PASS" in table
     assert all(figure.name in table for figure in figures)
+
+
+@pytest.mark.timeout(60)
+def test_provider_bench_streams_through_the_openai_provider_and_cancels() -> None:
+    from bench import provider
+
+    result = provider.run(chunks=500, turns=1, cancels=2)
+    assert result.stream.median_rate > 0
+    assert len(result.cancel_ms) == 2
+    assert all(0 < ms < 1000 for ms in result.cancel_ms)

@@ -171,20 +171,37 @@ def test_echo_chunks_rejoin_to_the_original_and_stay_small(text: str) -> None:
     assert all(0 < len(piece) <= 48 for piece in pieces)
 
 
-async def test_sealed_history_keeps_streamed_text_answers_every_tool_call_and_notes_the_cancel() -> None:
+async def test_sealed_history_keeps_a_reply_cut_off_mid_stream_as_one_assistant_message() -> None:
     session = make_session()
     run = RunContext(session, 1, prompt(session))
-    call = ToolCall("c1", "test_sleep", {})
-    run.messages = [Message("user", "go"), Message("assistant", "", (call,))]
-    run.streamed_text = ["partial ", "answer"]
+    run.messages = [Message("user", "earlier"), Message("assistant", "before"), Message("user", "go")]
+    run.turn_start = 3
+    run.replies_started = 1
+    run.streamed_text = ["half ", "an answer"]
     sealed = _sealed_history(run, "cancelled")
-    assert sealed[2:] == [
-        Message("assistant", "partial answer"),
-        Message("tool", "[cancelled]", tool_call_id="c1"),
+    assert sealed[3:] == [Message("assistant", "half an answer\n\n[cancelled]")]
+    run.messages.append(Message("assistant", "written later by an abandoned run"))
+    assert len(sealed) == 4  # a copy: the run's own list may still grow
+
+
+async def test_sealed_history_answers_tool_calls_right_after_their_reply() -> None:
+    session = make_session()
+    run = RunContext(session, 1, prompt(session))
+    first, second = ToolCall("c1", "read_file", {}), ToolCall("c2", "grep", {})
+    run.messages = [
+        Message("user", "go"),
+        Message("assistant", "let me look", (first, second)),
+        Message("tool", "file text", tool_call_id="c1"),
+    ]
+    run.turn_start = 1
+    run.replies_started = 1
+    run.streamed_text = ["let me look"]  # the reply completed; its text is already recorded
+    assert _sealed_history(run, "cancelled")[1:] == [
+        Message("assistant", "let me look", (first, second)),
+        Message("tool", "file text", tool_call_id="c1"),
+        Message("tool", "[cancelled]", tool_call_id="c2"),
         Message("assistant", "[cancelled]"),
     ]
-    run.messages.append(Message("assistant", "written later by an abandoned run"))
-    assert len(sealed) == 5  # a copy: the run's own list may still grow
 
 
 async def test_sealed_history_of_a_completed_turn_is_the_turn_as_it_was() -> None:

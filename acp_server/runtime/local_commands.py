@@ -19,6 +19,8 @@ from acp_server.runtime.processes import ProcessTable
 __all__ = ["OUTPUT_LIMIT", "LocalCommandRunner"]
 
 OUTPUT_LIMIT = 256 * 1024
+# After the shell exits, how long output still in the pipe is read before the command counts as done.
+BACKGROUND_DRAIN = 0.05
 
 
 class LocalCommandRunner:
@@ -38,21 +40,38 @@ class LocalCommandRunner:
         process = await self._processes.open(["/bin/sh", "-c", command], cwd=str(cwd))
         output = bytearray()
         truncated = False
-        try:
-            with anyio.move_on_after(float("inf") if timeout is None else timeout) as timer:
-                assert process.stdout is not None
+
+        output_ended = anyio.Event()
+
+        async def read_output() -> None:
+            nonlocal truncated
+            assert process.stdout is not None
+            try:
                 async for piece in process.stdout:
                     room = OUTPUT_LIMIT - len(output)
                     if len(piece) > room:
                         truncated = True
-                    output += piece[: max(room, 0)]
-                await process.wait()
+                    output.extend(piece[: max(room, 0)])
+            finally:
+                output_ended.set()
+
+        try:
+            with anyio.move_on_after(float("inf") if timeout is None else timeout) as timer:
+                async with anyio.create_task_group() as readers:
+                    readers.start_soon(read_output)
+                    await process.wait()
+                    # The shell is done; a child it left in the background (`server &`) may keep the pipe open
+                    # for ever. Take what is already there, then stop reading.
+                    with anyio.move_on_after(BACKGROUND_DRAIN):
+                        await output_ended.wait()
+                    readers.cancel_scope.cancel()
         finally:
             if process.returncode is None:
                 # Timed out or cancelled: the whole group goes, within the cleanup deadline even when cancelled.
                 with anyio.CancelScope(shield=True), anyio.move_on_at(self._cleanup_deadline()):
                     await self._processes.terminate(process)
-            self._processes.forget(process)
+            # Background children of a finished shell stay tracked, so they are killed when the server exits.
+            self._processes.forget(process, keep_group_if_alive=True)
         code = process.returncode
         text = output.decode(errors="replace")
         if code is not None and code < 0:

@@ -17,7 +17,8 @@ __all__ = ["LocalFileSystem"]
 class LocalFileSystem:
     async def read_text(self, path: Path, line: int | None = None, limit: int | None = None) -> str:
         try:
-            text = await anyio.Path(path).read_text(encoding="utf-8", errors="replace")
+            # Bytes, decoded without newline translation: an edit must not rewrite a file's CRLF line endings.
+            text = (await anyio.Path(path).read_bytes()).decode("utf-8", errors="replace")
         except FileNotFoundError:
             raise ToolError(f"{path}: no such file") from None
         except IsADirectoryError:
@@ -34,7 +35,7 @@ class LocalFileSystem:
     async def write_text(self, path: Path, content: str) -> None:
         try:
             await anyio.Path(path.parent).mkdir(parents=True, exist_ok=True)
-            await anyio.Path(path).write_text(content, encoding="utf-8")
+            await anyio.Path(path).write_text(content, encoding="utf-8", newline="")
         except IsADirectoryError:
             raise ToolError(f"{path}: is a directory") from None
         except OSError as exc:

@@ -8,12 +8,14 @@ the turn boundary in `prompt_turn.py` decides the stop reason.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import anyio
 from pydantic import ValidationError
 
 from acp_server.runtime.model import (
+    INVALID_ARGUMENTS,
     Emit,
     Message,
     ModelTurn,
@@ -25,14 +27,12 @@ from acp_server.runtime.model import (
     ToolCallStarted,
     ToolCallUpdated,
 )
+from acp_server.runtime.ports import Decision, PermissionRequest, Permissions
 from acp_server.runtime.tools import ToolBox, ToolContext, ToolResult
 
 __all__ = ["run_turn"]
 
 ToolContextFactory = Callable[[ToolCall], ToolContext]
-
-# Set by a provider in place of arguments when the model's arguments were not a JSON object.
-INVALID_ARGUMENTS = "__invalid_arguments__"
 
 
 async def run_turn(
@@ -78,9 +78,15 @@ async def _run_tool_call(call: ToolCall, tools: ToolBox, emit: Emit, context: To
         await emit(ToolCallStarted(call, call.name, tool.kind))
         problem = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'arguments'}: {e['msg']}" for e in exc.errors())
         return await _finish(emit, call, ToolResult(f"error: invalid arguments: {problem}", ok=False))
-    locations = tool.locations(args, context.cwd)
+    try:
+        locations = tool.locations(args, context.cwd)
+    except Exception:  # only a hint for the client; the tool itself reports a bad path properly
+        locations = ()
     await emit(ToolCallStarted(call, tool.title(args) or call.name, tool.kind, locations))
-    await emit(ToolCallUpdated(call.id, "in_progress"))
+    if tool.asks_permission:
+        context = replace(context, permissions=_InProgressOnApproval(context.permissions, emit, call.id))
+    else:
+        await emit(ToolCallUpdated(call.id, "in_progress"))
     probe("tool_started", toolCallId=call.id, tool=call.name)
     reason = "cancelled"  # unless the body returns or raises on its own
     try:
@@ -94,6 +100,21 @@ async def _run_tool_call(call: ToolCall, tools: ToolBox, emit: Emit, context: To
     finally:
         probe("tool_exited", toolCallId=call.id, reason=reason)
     return await _finish(emit, call, result.capped())
+
+
+class _InProgressOnApproval:
+    """Reports the call `in_progress` once the user allows it (or no question was needed)."""
+
+    def __init__(self, inner: Permissions, emit: Emit, call_id: str) -> None:
+        self._inner = inner
+        self._emit = emit
+        self._call_id = call_id
+
+    async def decide(self, request: PermissionRequest) -> Decision:
+        decision = await self._inner.decide(request)
+        if decision.allowed:
+            await self._emit(ToolCallUpdated(self._call_id, "in_progress"))
+        return decision
 
 
 async def _finish(emit: Emit, call: ToolCall, result: ToolResult) -> ToolResult:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 __all__ = [
+    "INVALID_ARGUMENTS",
     "DiffOutput",
     "Emit",
     "Message",
@@ -38,6 +39,11 @@ __all__ = [
     "TurnInput",
     "UsageReported",
 ]
+
+
+# The key of the one-entry `ToolCall.arguments` a provider sends when the model's arguments were not a JSON object;
+# the loop answers the model with an error instead of running the tool.
+INVALID_ARGUMENTS = "__invalid_arguments__"
 
 
 class ModelError(RuntimeError):

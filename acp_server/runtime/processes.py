@@ -29,9 +29,13 @@ class ProcessTable:
 
     def __init__(self) -> None:
         self._groups: dict[int, Process] = {}
+        # Groups whose leader has exited but whose members (background children) may live on.
+        self._lingering: set[int] = set()
 
     def __len__(self) -> int:
-        return len(self._groups)
+        """Process groups still alive that this server started."""
+        self._lingering = {pgid for pgid in self._lingering if _group_alive(pgid)}
+        return len(self._groups) + len(self._lingering)
 
     async def open(self, argv: Sequence[str], *, cwd: str | None = None) -> Process:
         process = await anyio.open_process(
@@ -45,8 +49,10 @@ class ProcessTable:
         self._groups[process.pid] = process
         return process
 
-    def forget(self, process: Process) -> None:
+    def forget(self, process: Process, *, keep_group_if_alive: bool = False) -> None:
         self._groups.pop(process.pid, None)
+        if keep_group_if_alive and _group_alive(process.pid):
+            self._lingering.add(process.pid)
 
     async def terminate(self, process: Process) -> None:
         """Stop a group politely, then by force; the caller shields this and bounds it with its deadline."""
@@ -59,9 +65,10 @@ class ProcessTable:
 
     def kill_all(self) -> None:
         """SIGKILL every group still tracked. Synchronous: it runs on the way out of the process."""
-        for pid in list(self._groups):
-            _signal_group(pid, signal.SIGKILL)
+        for pgid in [*self._groups, *self._lingering]:
+            _signal_group(pgid, signal.SIGKILL)
         self._groups.clear()
+        self._lingering.clear()
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:
@@ -73,3 +80,11 @@ def _signal_group(pgid: int, sig: signal.Signals) -> None:
         pass
     except PermissionError as exc:  # the pid was reused by someone else's process
         log.warning("cannot signal process group %d: %s", pgid, exc)
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True

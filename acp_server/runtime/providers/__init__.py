@@ -1,20 +1,40 @@
-"""Model providers, one module per family. `open_provider` maps a `--model` spec to one, importing lazily."""
+"""Model providers, one module per family. `open_provider` maps a `--model` spec to one, importing lazily.
+
+`echo` and `scripted` need nothing. `openai:MODEL` and `anthropic:MODEL` need credentials (settings.py); when a key
+is missing, `MissingCredentialsError` says exactly where to put it, and the server offers ACP authentication instead of
+failing (the user adds the key, then the editor calls `authenticate`).
+"""
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from pathlib import Path
 
 from acp_server.runtime.model import Provider
+from acp_server.settings import (
+    KEY_VARIABLES,
+    SettingsError,
+    config_file,
+    provider_credentials,
+    read_config_file,
+)
 
-__all__ = ["UnknownModelError", "open_provider"]
+__all__ = ["MissingCredentialsError", "UnknownModelError", "open_provider"]
+
+FAMILIES = ("echo", "scripted[:PATH]", "openai:MODEL", "anthropic:MODEL")
 
 
 class UnknownModelError(ValueError):
     """The `--model` spec names no provider we have."""
 
 
-def open_provider(spec: str) -> Provider:
-    """Build the provider for a `--model` spec such as `echo` or `scripted:PATH`."""
+class MissingCredentialsError(Exception):
+    """The provider needs an API key that is nowhere to be found; the message tells the user where to put one."""
+
+
+def open_provider(spec: str, *, base_url: str | None = None, env: Mapping[str, str] = os.environ) -> Provider:
+    """Build the provider for a `--model` spec such as `echo`, `scripted:PATH` or `openai:gpt-4o`."""
     family, _, rest = spec.partition(":")
     if family == "echo":
         from acp_server.runtime.providers.echo import EchoProvider
@@ -24,4 +44,35 @@ def open_provider(spec: str) -> Provider:
         from acp_server.runtime.providers.scripted import ScriptedProvider
 
         return ScriptedProvider.from_file(Path(rest)) if rest else ScriptedProvider(default_turns=())
-    raise UnknownModelError(f"unknown model {spec!r}: expected 'echo' or 'scripted[:PATH]'")
+    if family not in ("openai", "anthropic"):
+        raise UnknownModelError(f"unknown model {spec!r}: expected one of {', '.join(FAMILIES)}")
+    if not rest:
+        raise UnknownModelError(
+            f"{spec!r}: name the model too, e.g. {family}:{'gpt-4o' if family == 'openai' else 'claude-sonnet-4-5'}"
+        )
+    path = config_file(env)
+    try:
+        credentials = provider_credentials(family, read_config_file(path), env, base_url)
+    except SettingsError as exc:
+        raise MissingCredentialsError(f"{exc}; fix the file, then authenticate again") from None
+    # A local OpenAI-compatible server (Ollama, llama.cpp, vLLM, LM Studio) needs no key; the official APIs do.
+    if credentials.api_key is None and (family == "anthropic" or credentials.base_url is None):
+        variable = KEY_VARIABLES[family][0]
+        raise MissingCredentialsError(
+            f"acp-server needs an API key for {family}: set {variable} in the environment your editor starts "
+            f'acp-server with, or add api_key = "..." under [providers.{family}] in {path}; then authenticate again'
+        )
+    if family == "openai":
+        from acp_server.runtime.providers.openai import OpenAIProvider
+
+        return OpenAIProvider(
+            rest,
+            api_key=credentials.api_key or "not-needed",
+            base_url=credentials.base_url,
+            context_window=credentials.context_window,
+        )
+    from acp_server.runtime.providers.anthropic import AnthropicProvider
+
+    return AnthropicProvider(
+        rest, api_key=credentials.api_key, base_url=credentials.base_url, context_window=credentials.context_window
+    )

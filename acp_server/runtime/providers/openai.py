@@ -18,29 +18,22 @@ Why it looks the way it does:
   `{INVALID_ARGUMENTS: raw text}` and the loop answers the model with an error instead of running the tool.
 - Every failure becomes one `ModelError` line the user can act on, without a traceback and without the API key.
 
-The failure wording (`describe_failure`) and the worker-thread import (`import_sdk`) are shared with the
-`anthropic` module, the other HTTP provider.
+The failure wording and the worker-thread import live in `http_common.py`, shared with the `anthropic` module.
 """
 
 from __future__ import annotations
 
-import importlib
 import logging
-import re
-import socket
-import ssl
-import sys
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from types import ModuleType
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import anyio
 import orjson
 
 from acp_server.runtime.model import (
+    INVALID_ARGUMENTS,
     Emit,
     Message,
     ModelError,
@@ -55,21 +48,21 @@ from acp_server.runtime.model import (
     UsageReported,
 )
 
-__all__ = ["INVALID_ARGUMENTS", "OpenAIProvider", "describe_failure", "import_sdk", "parse_arguments"]
+__all__ = ["OpenAIProvider", "wire_messages"]
+from acp_server.runtime.providers.http_common import (
+    CONNECT_TIMEOUT,
+    describe_failure,
+    import_sdk,
+    one_line,
+    parse_arguments,
+)
 
 log = logging.getLogger(__name__)
 
-# The key of the one-entry `ToolCall.arguments` that carries arguments the model sent that are not a JSON object.
-INVALID_ARGUMENTS = "__invalid_arguments__"
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
-# A host that does not answer should fail in seconds, whatever the (long) read timeout allows a slow model.
-CONNECT_TIMEOUT = 5.0
-MAX_DETAIL_CHARS = 300
 # Reasoning text arrives under either name, depending on the server (DeepSeek, vLLM, llama.cpp: the first;
 # OpenRouter, Ollama: the second).
 REASONING_FIELDS = ("reasoning_content", "reasoning")
-# Things that look like credentials, for error texts that quote them back ("Incorrect API key provided: sk-...").
-_SECRET_PATTERN = re.compile(r"\b(?:sk|rk|pk)-[\w*.\-]{4,}|\bBearer\s+\S+", re.IGNORECASE)
 
 
 class OpenAIProvider:
@@ -91,7 +84,9 @@ class OpenAIProvider:
         self._api_key = api_key
         self._max_retries = max_retries
         self._timeout = timeout
-        self._client: Any = None  # openai.AsyncOpenAI, typed Any: the SDK stays out of this module's imports
+        # The SDK's objects, made on first use; typed Any so the SDK stays out of this module's imports.
+        self._client: Any = None  # openai.AsyncOpenAI
+        self.stream_cls: Any = None  # openai.AsyncStream[object]: chunks stay plain dicts
 
     def __repr__(self) -> str:
         return f"OpenAIProvider(model={self.model!r}, base_url={self.base_url!r})"  # never the key
@@ -115,7 +110,8 @@ class OpenAIProvider:
                         timeout=openai.Timeout(self._timeout, connect=min(self._timeout, CONNECT_TIMEOUT)),
                     )
                 except Exception as exc:  # e.g. no API key: the SDK refuses to build a client
-                    raise ModelError(_one_line(f"cannot set up the openai client: {exc}", self._api_key)) from exc
+                    raise ModelError(one_line(f"cannot set up the openai client: {exc}", self._api_key)) from exc
+                self.stream_cls = openai.AsyncStream[object]
         return self._client
 
     def describe(self, exc: BaseException, *, streaming: bool) -> str:
@@ -135,7 +131,6 @@ class _OpenAITurn:
     async def respond(self, messages: Sequence[Message], tools: Sequence[ToolSpec], emit: Emit) -> Reply:
         provider = self._provider
         client = await provider.client()
-        openai = sys.modules["openai"]
         body: dict[str, Any] = {
             "model": provider.model,
             "messages": wire_messages(self._system_prompt, messages),
@@ -153,7 +148,7 @@ class _OpenAITurn:
             ]
         try:
             stream = await client.post(
-                "/chat/completions", body=body, cast_to=object, stream=True, stream_cls=openai.AsyncStream[object]
+                "/chat/completions", body=body, cast_to=object, stream=True, stream_cls=provider.stream_cls
             )
         except Exception as exc:
             await anyio.lowlevel.checkpoint_if_cancelled()  # an abort that surfaced as an error is a cancel
@@ -217,6 +212,7 @@ class _Reading:
                     thought = delta.get(name)
                     if thought and type(thought) is str:
                         await emit(ThoughtDelta(thought))
+                        break  # servers in transition send both names with the same text: show it once
                 text = delta.get("content")
                 if text and type(text) is str:
                     self.text.append(text)
@@ -285,17 +281,6 @@ def _count(value: Any) -> int:
     return value if type(value) is int and value > 0 else 0
 
 
-def parse_arguments(raw: str) -> dict[str, Any]:
-    """Tool-call arguments from the model's text: an object, or the marker the loop turns into an error."""
-    if not raw.strip():
-        return {}  # a call with no arguments; some servers send nothing rather than "{}"
-    try:
-        value = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        return {INVALID_ARGUMENTS: raw}
-    return value if isinstance(value, dict) else {INVALID_ARGUMENTS: raw}
-
-
 def wire_messages(system_prompt: str, messages: Sequence[Message]) -> list[dict[str, Any]]:
     """The conversation in Chat Completions form, the system prompt first."""
     wire: list[dict[str, Any]] = [{"role": "system", "content": system_prompt}] if system_prompt else []
@@ -327,98 +312,3 @@ def _arguments_text(call: ToolCall) -> str:
     if INVALID_ARGUMENTS in call.arguments:
         return "{}"
     return orjson.dumps(call.arguments).decode()
-
-
-async def import_sdk(name: str, missing: str) -> ModuleType:
-    """Import a provider SDK on first use, in a worker thread so the event loop keeps serving meanwhile."""
-    module = sys.modules.get(name)
-    if module is not None:
-        return module
-    try:
-        return await anyio.to_thread.run_sync(importlib.import_module, name, abandon_on_cancel=True)
-    except ImportError:
-        raise ModelError(missing) from None
-
-
-# --- the words a user reads when the model fails ---
-
-
-def describe_failure(exc: BaseException, *, endpoint: str, streaming: bool, secret: str | None) -> str:
-    """One line for the user: what failed and the likely cause, never a traceback and never the key.
-
-    SDK errors are recognised by shape (`status_code`, `body`, the exception chain) rather than by class, so the
-    same wording serves both SDKs without importing either.
-    """
-    status = getattr(exc, "status_code", None)
-    if isinstance(status, int) and status >= 400:
-        text = f"the model endpoint answered {status}: {_error_detail(exc)}"
-    elif getattr(exc, "body", None) is not None:
-        # An error event inside a stream that had started fine (an overloaded or failing backend).
-        text = f"the model endpoint reported an error: {_error_detail(exc)}"
-    elif streaming:
-        text = f"the model stream broke off: {_cause(exc)}"
-    else:
-        text = f"cannot reach the model endpoint {_display_url(endpoint)}: {_cause(exc)}"
-    return _one_line(text, secret)
-
-
-def _error_detail(exc: BaseException) -> str:
-    body = getattr(exc, "body", None)
-    for candidate in (body, body.get("error") if isinstance(body, dict) else None):
-        if isinstance(candidate, dict) and isinstance(candidate.get("message"), str) and candidate["message"]:
-            return str(candidate["message"])
-        if isinstance(candidate, str) and candidate:
-            return candidate
-    message = getattr(exc, "message", None)
-    return message if isinstance(message, str) and message else type(exc).__name__
-
-
-def _chain(exc: BaseException) -> list[BaseException]:
-    seen: list[BaseException] = []
-    current: BaseException | None = exc
-    while current is not None and current not in seen:
-        seen.append(current)
-        current = current.__cause__ or current.__context__
-    return seen
-
-
-def _cause(exc: BaseException) -> str:
-    """The most telling reason in the exception chain (the SDKs wrap the socket error two or three times)."""
-    chain = _chain(exc)
-    for error in chain:
-        if isinstance(error, ConnectionRefusedError):
-            return "connection refused"
-        if isinstance(error, socket.gaierror):
-            return f"unknown host ({error.strerror or error})"
-        if isinstance(error, ssl.SSLError):
-            return f"TLS failed ({error.reason or error})"
-    for error in chain:
-        if isinstance(error, TimeoutError) or "Timeout" in type(error).__name__:
-            return "timed out"
-    for error in chain:
-        if type(error).__name__ == "JSONDecodeError":
-            return "the endpoint sent data that is not valid JSON"
-        if isinstance(error, UnicodeDecodeError):
-            return "the endpoint sent data that is not valid UTF-8"
-    # The innermost error with something to say ("peer closed connection without sending complete message body").
-    for error in reversed(chain):
-        text = str(error).strip()
-        if text and text not in ("Connection error.", "All connection attempts failed"):
-            return text
-    return type(exc).__name__
-
-
-def _display_url(url: str) -> str:
-    """The endpoint as the user configured it, minus any credentials in it."""
-    parts = urlsplit(url.rstrip("/"))
-    host = parts.hostname or ""
-    netloc = f"{host}:{parts.port}" if parts.port else host
-    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
-
-
-def _one_line(text: str, secret: str | None) -> str:
-    if secret and len(secret) >= 4:
-        text = text.replace(secret, "[redacted]")
-    text = _SECRET_PATTERN.sub("[redacted]", text)
-    text = " ".join(text.split())
-    return text if len(text) <= MAX_DETAIL_CHARS else text[: MAX_DETAIL_CHARS - 1] + "…"

@@ -76,6 +76,8 @@ class Tool(Generic[ArgsT]):
     title: Callable[[ArgsT], str] = field(default=lambda args: "")
     # Absolute paths the call touches, for the client to follow (ACP `locations`); given the session cwd.
     locations: Callable[[ArgsT, Path], tuple[str, ...]] = field(default=lambda args, cwd: ())
+    # A tool that may ask the user first stays `pending` until allowed (ACP: pending = awaiting approval).
+    asks_permission: bool = False
 
     def spec(self) -> ToolSpec:
         return ToolSpec(self.name, self.description, self.args_model.model_json_schema())

@@ -1,0 +1,143 @@
+"""What the HTTP model providers (`openai`, `anthropic`) share: importing an SDK without stalling the event loop,
+reading untrusted tool-call arguments, and turning any failure into one line a user can act on.
+
+The failure wording recognises SDK errors by shape (`status_code`, `body`, the exception chain) rather than by class,
+so it serves both SDKs without importing either, and it never shows a traceback or the API key.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+import socket
+import ssl
+from types import ModuleType
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import anyio
+import orjson
+
+from acp_server.runtime.model import INVALID_ARGUMENTS, ModelError
+
+__all__ = ["CONNECT_TIMEOUT", "describe_failure", "import_sdk", "one_line", "parse_arguments"]
+
+# A host that does not answer should fail in seconds, whatever the (long) read timeout allows a slow model.
+CONNECT_TIMEOUT = 5.0
+MAX_DETAIL_CHARS = 300
+# Things that look like credentials, for error texts that quote them back ("Incorrect API key provided: sk-...").
+_SECRET_PATTERN = re.compile(r"\b(?:sk|rk|pk)-[\w*.\-]{4,}|\bBearer\s+\S+", re.IGNORECASE)
+
+
+def parse_arguments(raw: str) -> dict[str, Any]:
+    """Tool-call arguments from the model's text: an object, or the marker the loop turns into an error."""
+    if not raw.strip():
+        return {}  # a call with no arguments; some servers send nothing rather than "{}"
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return {INVALID_ARGUMENTS: raw}
+    return value if isinstance(value, dict) else {INVALID_ARGUMENTS: raw}
+
+
+async def import_sdk(name: str, missing: str) -> ModuleType:
+    """Import a provider SDK on first use, in a worker thread so the event loop keeps serving meanwhile.
+
+    Always through the import system, never a `sys.modules` peek: after a turn cancelled during the first import,
+    the abandoned thread may still be running it, and `import_module` waits for that import to finish where
+    `sys.modules` would hand out a half-initialised module.
+    """
+    try:
+        module: ModuleType = await anyio.to_thread.run_sync(importlib.import_module, name, abandon_on_cancel=True)
+    except ImportError:
+        raise ModelError(missing) from None
+    return module
+
+
+# --- the words a user reads when the model fails ---
+
+
+def describe_failure(exc: BaseException, *, endpoint: str, streaming: bool, secret: str | None) -> str:
+    """One line for the user: what failed and the likely cause, never a traceback and never the key.
+
+    SDK errors are recognised by shape (`status_code`, `body`, the exception chain) rather than by class, so the
+    same wording serves both SDKs without importing either.
+    """
+    status = getattr(exc, "status_code", None)
+    if isinstance(status, int) and status >= 400:
+        text = f"the model endpoint answered {status}: {_error_detail(exc)}"
+    elif getattr(exc, "body", None) is not None:
+        # An error event inside a stream that had started fine (an overloaded or failing backend).
+        text = f"the model endpoint reported an error: {_error_detail(exc)}"
+    elif streaming:
+        text = f"the model stream broke off: {_cause(exc)}"
+    elif isinstance(exc, TypeError):
+        # What an SDK raises before sending anything when it has no credentials ("Could not resolve
+        # authentication method").
+        text = f"the model client is not configured: {exc}"
+    else:
+        text = f"cannot reach the model endpoint {_display_url(endpoint)}: {_cause(exc)}"
+    return one_line(text, secret)
+
+
+def _error_detail(exc: BaseException) -> str:
+    body = getattr(exc, "body", None)
+    for candidate in (body, body.get("error") if isinstance(body, dict) else None):
+        if isinstance(candidate, dict) and isinstance(candidate.get("message"), str) and candidate["message"]:
+            return str(candidate["message"])
+        if isinstance(candidate, str) and candidate:
+            return candidate
+    message = getattr(exc, "message", None)
+    return message if isinstance(message, str) and message else type(exc).__name__
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    seen: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and current not in seen:
+        seen.append(current)
+        current = current.__cause__ or current.__context__
+    return seen
+
+
+def _cause(exc: BaseException) -> str:
+    """The most telling reason in the exception chain (the SDKs wrap the socket error two or three times)."""
+    chain = _chain(exc)
+    for error in chain:
+        if isinstance(error, ConnectionRefusedError):
+            return "connection refused"
+        if isinstance(error, socket.gaierror):
+            return f"unknown host ({error.strerror or error})"
+        if isinstance(error, ssl.SSLError):
+            return f"TLS failed ({error.reason or error})"
+    for error in chain:
+        if isinstance(error, TimeoutError) or "Timeout" in type(error).__name__:
+            return "timed out"
+    for error in chain:
+        if type(error).__name__ == "JSONDecodeError":
+            return "the endpoint sent data that is not valid JSON"
+        if isinstance(error, UnicodeDecodeError):
+            return "the endpoint sent data that is not valid UTF-8"
+    # The innermost error with something to say ("peer closed connection without sending complete message body").
+    for error in reversed(chain):
+        text = str(error).strip()
+        if text and text not in ("Connection error.", "All connection attempts failed"):
+            return text
+    return type(exc).__name__
+
+
+def _display_url(url: str) -> str:
+    """The endpoint as the user configured it, minus any credentials in it."""
+    parts = urlsplit(url.rstrip("/"))
+    host = parts.hostname or ""
+    netloc = f"{host}:{parts.port}" if parts.port else host
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+def one_line(text: str, secret: str | None) -> str:
+    """A message made safe to show: the key and anything key-like redacted, whitespace folded, length capped."""
+    if secret and len(secret) >= 4:
+        text = text.replace(secret, "[redacted]")
+    text = _SECRET_PATTERN.sub("[redacted]", text)
+    text = " ".join(text.split())
+    return text if len(text) <= MAX_DETAIL_CHARS else text[: MAX_DETAIL_CHARS - 1] + "…"
