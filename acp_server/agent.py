@@ -62,6 +62,12 @@ class Session:
     # The permission mode (see editor.PERMISSION_MODES) and the "always" answers, "edit:write_file" -> allowed.
     mode: str = "default"
     permission_rules: dict[str, bool] = field(default_factory=dict)
+    # The model spec this session talks to (the `model` config option) and its title (`session_info_update`).
+    model: str = ""
+    title: str | None = None
+    title_requested: bool = False
+    # Scopes of work the session does outside its turns (title generation); cancelled when the session closes.
+    background: set[anyio.CancelScope] = field(default_factory=set)
 
 
 @dataclass(eq=False)
@@ -92,8 +98,9 @@ class RunContext:
     open_tool_calls: dict[str, str] = field(default_factory=dict)
     # The turn's own copy of the conversation; committed to the session only when the turn is answered.
     messages: list[Message] = field(default_factory=list)
-    # Where this turn's own messages start in `messages` (after the history it was given).
-    turn_start: int = 0
+    # Where this turn's own messages start in `messages` (after the history it was given); None until the work has
+    # built `messages`, so a turn that never ran commits no history.
+    turn_start: int | None = None
     # Model replies begun (a reply is recorded in `messages` only once complete), and the text of the latest.
     replies_started: int = 0
     streamed_text: list[str] = field(default_factory=list)

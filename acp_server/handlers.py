@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,7 @@ from acp_server.agent import Agent, RunContext, Session
 from acp_server.config import Config
 from acp_server.connection import Connection
 from acp_server.editor import PERMISSION_MODES
-from acp_server.prompt_turn import TurnServices, execute_prompt
+from acp_server.prompt_turn import TurnServices, execute_prompt, prompt_text
 from acp_server.rpc import (
     ErrorCode,
     IncomingRequest,
@@ -34,7 +34,8 @@ from acp_server.rpc import (
 )
 from acp_server.runtime.model import Provider
 from acp_server.runtime.processes import ProcessTable
-from acp_server.runtime.providers import MissingCredentialsError
+from acp_server.runtime.providers import MissingCredentialsError, UnknownModelError
+from acp_server.runtime.providers.scripted import ScriptError
 from acp_server.runtime.tools import ToolBox
 from acp_server.schema import (
     AuthenticateRequest,
@@ -46,9 +47,19 @@ from acp_server.schema import (
     PromptRequest,
     RequestId,
     ScriptedReleaseNotification,
+    SetSessionConfigOptionRequest,
     SetSessionModeRequest,
     WireModel,
 )
+from acp_server.session_options import (
+    AVAILABLE_COMMANDS,
+    MODE_OPTION,
+    MODEL_OPTION,
+    config_options,
+    modes,
+    parse_command,
+)
+from acp_server.slash_commands import first_title
 
 __all__ = ["METHODS", "NOTIFICATIONS", "AcpServer", "RequestContext"]
 
@@ -71,6 +82,8 @@ class RequestContext:
     validated_params: BaseModel | None = None
     run: RunContext | None = None
     admission_error: RpcError | None = None
+    # Run once the response is queued (e.g. session-scoped updates that must follow the response).
+    after: list[Callable[[], None]] = field(default_factory=list)
 
 
 class AcpServer:
@@ -79,9 +92,11 @@ class AcpServer:
     def __init__(
         self,
         config: Config,
-        open_model: Callable[[], Provider],
+        open_model: Callable[[str], Provider],
         tools: ToolBox,
         processes: ProcessTable,
+        *,
+        models: tuple[str, ...] = (),
         on_exit: Callable[[], None] = lambda: None,
     ) -> None:
         self.config = config
@@ -92,29 +107,42 @@ class AcpServer:
         self.client_capabilities: ClientCapabilities | None = None
         # Prompt request id -> its run, so `$/cancel_request` can name a prompt.
         self.prompts: dict[RequestId, RunContext] = {}
+        self.models = models or (config.model,)
         self._methods = method_table({**METHODS, **(TEST_METHODS if config.test_mode else {})})
         self._on_exit = on_exit
         self._open_model = open_model
-        self._tools = tools
-        # Until the model's credentials are found: why not (ACP authentication, `authenticate` retries).
+        self._providers: dict[str, Provider] = {}
+        # Until the default model's credentials are found: why not (ACP authentication, `authenticate` retries).
         self.auth_problem: str | None = None
-        self.turns: TurnServices | None = None
+        self.turns = TurnServices(config, self.agent, self.connection, self.provider_for, tools, processes)
         self.load_model()
 
+    def provider_for(self, spec: str) -> Provider:
+        """The provider for a model spec, built on first use and shared by every session that picks it."""
+        provider = self._providers.get(spec)
+        if provider is None:
+            try:
+                provider = self._open_model(spec)
+            except MissingCredentialsError as exc:
+                raise RpcError(ErrorCode.AUTH_REQUIRED, f"Authentication required: {exc}") from None
+            except (UnknownModelError, ScriptError) as exc:
+                raise RpcError(ErrorCode.INVALID_PARAMS, f"Invalid params: {exc}") from None
+            self._providers[spec] = provider
+        return provider
+
     def load_model(self) -> bool:
-        """Build the provider from the configuration and credentials; False (with `auth_problem`) if a key is
-        missing. The configuration file is read again each time, so a key added meanwhile is found."""
+        """Build the default model's provider; False (with `auth_problem`) while its key is missing. The
+        configuration file is read again each time, so a key added meanwhile is found."""
         try:
-            provider = self._open_model()
+            self._providers[self.config.model] = self._open_model(self.config.model)
         except MissingCredentialsError as exc:
             self.auth_problem = str(exc)
             return False
         self.auth_problem = None
-        self.turns = TurnServices(self.config, self.agent, self.connection, provider, self._tools, self.processes)
         return True
 
     def require_model(self) -> TurnServices:
-        if self.turns is None:
+        if self.auth_problem is not None:
             raise RpcError(ErrorCode.AUTH_REQUIRED, f"Authentication required: {self.auth_problem}")
         return self.turns
 
@@ -149,7 +177,12 @@ class AcpServer:
                         f"Invalid params: prompt.{index}: {block.type} content is not supported by this model",
                     )
             session = self.session(prompt.session_id)
-            problem = self.require_model().provider.check_turn(prompt.meta or {}, session.turns_started)
+            is_command = len(prompt.prompt) == 1 and parse_command(prompt_text(prompt)) is not None
+            problem = (
+                None
+                if is_command
+                else self.provider_for(session.model).check_turn(prompt.meta or {}, session.turns_started)
+            )
             if problem is not None:
                 raise RpcError(ErrorCode.INVALID_PARAMS, problem)
             context.run = self.agent.admit(session, context.request_id, prompt)
@@ -172,6 +205,30 @@ class AcpServer:
             if self.prompts.get(context.request_id) is run:
                 del self.prompts[context.request_id]
             self.agent.finish(run)
+            session = run.session
+            text = prompt_text(run.request)
+            # After the first ordinary (not slash-command) turn that completes, once.
+            wants_title = session.title is None and not session.title_requested and parse_command(text) is None
+            if run.outcome == "end_turn" and wants_title:
+                session.title_requested = True
+                self.connection.spawn(self._title_session, session, text)
+        for follow_up in context.after:
+            follow_up()
+
+    async def _title_session(self, session: Session, first_prompt: str) -> None:
+        """In the background, after the first turn: never delays a response; cancelled with the session."""
+        with anyio.CancelScope() as scope:
+            session.background.add(scope)
+            try:
+                title = await first_title(self.provider_for(session.model), session.session_id, first_prompt)
+            except Exception as exc:  # a title is a nicety: log and move on (cancellation is not caught here)
+                log.warning("session %s: no title: %s", session.session_id, exc)
+                return
+            finally:
+                session.background.discard(scope)
+            if session.title is None and session.session_id in self.sessions:
+                session.title = title
+                self.turns.announce_title(session, title)
 
     def notify(self, method: str, params: Any) -> None:
         entry = NOTIFICATIONS.get(method)
@@ -252,7 +309,7 @@ async def authenticate(context: RequestContext, params: AuthenticateRequest) -> 
     server = context.server
     if params.method_id != AUTH_METHOD_ID:
         raise RpcError(ErrorCode.INVALID_PARAMS, f"Invalid params: methodId: unknown auth method {params.method_id!r}")
-    if server.turns is None and not server.load_model():
+    if server.auth_problem is not None and not server.load_model():
         raise RpcError(ErrorCode.AUTH_REQUIRED, f"Authentication required: {server.auth_problem}")
     return {}
 
@@ -273,29 +330,62 @@ async def session_new(context: RequestContext, params: NewSessionRequest) -> dic
         tuple(params.mcp_servers),
         client=server.client_capabilities or ClientCapabilities(),
         mode=server.config.permission_mode,
+        model=server.config.model,
     )
     server.sessions[session_id] = session
-    return {"sessionId": session_id, "modes": _modes(session)}
-
-
-def _modes(session: Session) -> dict[str, Any]:
+    # The client learns the session id from the response, so the commands follow it.
+    context.after.append(lambda: _announce_commands(server, session))
     return {
-        "currentModeId": session.mode,
-        "availableModes": [{"id": m.id, "name": m.name, "description": m.description} for m in PERMISSION_MODES],
+        "sessionId": session_id,
+        "modes": modes(session),
+        "configOptions": config_options(session, server.models),
     }
+
+
+def _announce_commands(server: AcpServer, session: Session) -> None:
+    update = {"sessionUpdate": "available_commands_update", "availableCommands": list(AVAILABLE_COMMANDS)}
+    server.connection.notify("session/update", {"sessionId": session.session_id, "update": update})
+
+
+def _set_mode(server: AcpServer, session: Session, mode_id: str) -> None:
+    """Modes and the `mode` config option are one setting; the client hears of a change through both."""
+    if mode_id not in {m.id for m in PERMISSION_MODES}:
+        known = ", ".join(m.id for m in PERMISSION_MODES)
+        raise RpcError(ErrorCode.INVALID_PARAMS, f"Invalid params: unknown mode {mode_id!r} ({known})")
+    if session.mode == mode_id:
+        return
+    session.mode = mode_id
+    notify = server.connection.notify
+    notify(
+        "session/update",
+        {"sessionId": session.session_id, "update": {"sessionUpdate": "current_mode_update", "currentModeId": mode_id}},
+    )
+    update = {"sessionUpdate": "config_option_update", "configOptions": config_options(session, server.models)}
+    notify("session/update", {"sessionId": session.session_id, "update": update})
+
+
+async def session_set_config_option(context: RequestContext, params: SetSessionConfigOptionRequest) -> dict[str, Any]:
+    server = context.server
+    session = server.session(params.session_id)
+    value = params.value
+    if not isinstance(value, str):
+        raise RpcError(ErrorCode.INVALID_PARAMS, f"Invalid params: value: {params.config_id} takes a string value id")
+    if params.config_id == MODE_OPTION:
+        _set_mode(server, session, value)
+    elif params.config_id == MODEL_OPTION:
+        if value not in server.models:
+            raise RpcError(ErrorCode.INVALID_PARAMS, f"Invalid params: value: unknown model {value!r}")
+        server.provider_for(value)  # a missing key or a bad spec is answered now, not at the next prompt
+        session.model = value
+    else:
+        raise RpcError(ErrorCode.INVALID_PARAMS, f"Invalid params: configId: unknown option {params.config_id!r}")
+    return {"configOptions": config_options(session, server.models)}
 
 
 async def session_set_mode(context: RequestContext, params: SetSessionModeRequest) -> dict[str, Any]:
     """Permission modes (ACP session modes); they may change at any time, even mid-turn."""
     server = context.server
-    session = server.session(params.session_id)
-    if params.mode_id not in {m.id for m in PERMISSION_MODES}:
-        known = ", ".join(m.id for m in PERMISSION_MODES)
-        raise RpcError(ErrorCode.INVALID_PARAMS, f"Invalid params: modeId: unknown mode {params.mode_id!r} ({known})")
-    if session.mode != params.mode_id:
-        session.mode = params.mode_id
-        update = {"sessionUpdate": "current_mode_update", "currentModeId": session.mode}
-        server.connection.notify("session/update", {"sessionId": session.session_id, "update": update})
+    _set_mode(server, server.session(params.session_id), params.mode_id)
     return {}
 
 
@@ -327,6 +417,7 @@ METHODS: dict[str, tuple[type[BaseModel], Any]] = {
     "session/new": (NewSessionRequest, session_new),
     "session/prompt": (PromptRequest, session_prompt),
     "session/set_mode": (SetSessionModeRequest, session_set_mode),
+    "session/set_config_option": (SetSessionConfigOptionRequest, session_set_config_option),
     "_acp_server/stats": (NoParams, stats),
 }
 

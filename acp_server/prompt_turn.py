@@ -23,7 +23,7 @@ from urllib.parse import unquote, urlparse
 
 import anyio
 
-from acp_server.agent import Agent, RunContext, RunState
+from acp_server.agent import Agent, RunContext, RunState, Session
 from acp_server.config import Config
 from acp_server.connection import Connection
 from acp_server.editor import (
@@ -41,10 +41,12 @@ from acp_server.runtime.model import (
     Emit,
     Message,
     ModelError,
+    ModelTurn,
     PlanUpdated,
     Probe,
     Provider,
     ReplyStarted,
+    StopReason,
     TextDelta,
     TextOutput,
     ThoughtDelta,
@@ -61,6 +63,8 @@ from acp_server.runtime.processes import ProcessTable
 from acp_server.runtime.system_prompt import build_system_prompt, read_instructions
 from acp_server.runtime.tools import ToolBox, ToolContext
 from acp_server.schema import EmbeddedResource, PromptRequest, ResourceLink, TextContent
+from acp_server.session_options import parse_command
+from acp_server.slash_commands import run_slash_command
 
 __all__ = ["TurnServices", "execute_prompt", "prompt_text"]
 
@@ -74,9 +78,14 @@ class TurnServices:
     config: Config
     agent: Agent
     connection: Connection
-    provider: Provider
+    # The provider for a session's model spec (built once per spec, shared by sessions).
+    providers: Callable[[str], Provider]
     tools: ToolBox
     processes: ProcessTable
+
+    def announce_title(self, session: Session, title: str) -> None:
+        update = {"sessionUpdate": "session_info_update", "title": title}
+        self.connection.notify("session/update", {"sessionId": session.session_id, "update": update})
 
     def probe(self, run: RunContext, event: str, **fields: Any) -> None:
         """A `_scripted/probe` notification (test mode only): what the turn is doing, for black-box tests."""
@@ -140,48 +149,67 @@ async def execute_prompt(services: TurnServices, run: RunContext) -> dict[str, A
 async def _work(services: TurnServices, run: RunContext) -> None:
     session = run.session
     probe = _bound_probe(services, run)
-    roots = (session.cwd, *session.additional_directories)
-    system_prompt = build_system_prompt(
-        cwd=session.cwd,
-        roots=roots,
-        tools=services.tools.specs,
-        instructions=await read_instructions(session.cwd),
-        today=date.today(),
-    )
-    model_turn = services.provider.open_turn(
-        TurnInput(
-            session_id=session.session_id,
-            run_id=run.run_id,
-            turn_index=session.turns_started,
-            meta=run.request.meta or {},
-            probe=probe,
-            session_services={"gates": session.gates},
-            system_prompt=system_prompt,
-        )
-    )
-    session.turns_started += 1
-    run.messages = [*session.history, Message("user", prompt_text(run.request))]
-    run.turn_start = len(run.messages)
     reporter = _Reporter(services, run)
-    ports = _ports(services, run)
+    provider = services.providers(session.model)
+    model_turn: ModelTurn | None = None
     try:
-        stop = None
+        stop: StopReason | None = None
         with run.scope:
-            stop = await run_turn(
-                model_turn,
-                run.messages,
-                services.tools,
-                reporter,
-                tool_context=lambda call: _tool_context(services, run, ports, call, reporter),
-                probe=probe,
-                max_requests=services.config.max_turn_requests,
+            system_prompt = build_system_prompt(
+                cwd=session.cwd,
+                roots=(session.cwd, *session.additional_directories),
+                tools=services.tools.specs,
+                instructions=await read_instructions(session.cwd),
+                today=date.today(),
             )
+
+            def open_model(instructions: str) -> ModelTurn:
+                return provider.open_turn(
+                    TurnInput(
+                        session_id=session.session_id,
+                        run_id=run.run_id,
+                        turn_index=session.turns_started,
+                        meta=run.request.meta or {},
+                        probe=probe,
+                        session_services={"gates": session.gates},
+                        system_prompt=instructions or system_prompt,
+                    )
+                )
+
+            text = prompt_text(run.request)
+            command = parse_command(text) if len(run.request.prompt) == 1 else None
+            run.messages = list(session.history)
+            run.turn_start = len(run.messages)
+            if command is not None:
+                stop = await run_slash_command(
+                    *command,
+                    run=run,
+                    model=open_model,
+                    emit=reporter,
+                    announce_title=lambda title: services.announce_title(session, title),
+                )
+            else:
+                model_turn = open_model("")
+                session.turns_started += 1
+                run.messages.append(Message("user", text))
+                run.turn_start = len(run.messages)
+                ports = _ports(services, run)
+                stop = await run_turn(
+                    model_turn,
+                    run.messages,
+                    services.tools,
+                    reporter,
+                    tool_context=lambda call: _tool_context(services, run, ports, call, reporter),
+                    probe=probe,
+                    max_requests=services.config.max_turn_requests,
+                )
         if run.cancelled or stop is None:
             run.outcome = "cancelled"
         else:
             run.outcome = stop
             run.state = RunState.SETTLING
-            await model_turn.settle()  # outside the turn's scope: a late cancel cannot undo a decided outcome
+            if model_turn is not None:
+                await model_turn.settle()  # outside the turn's scope: a late cancel cannot undo a decided outcome
     except Exception as exc:
         if run.cancelled:
             run.outcome = "cancelled"  # ACP: an abort that surfaces as an error is still `cancelled`
@@ -211,7 +239,7 @@ def _close(services: TurnServices, run: RunContext) -> dict[str, Any]:
         }
         connection.notify("session/update", {"sessionId": run.session_id, "update": update})
     run.open_tool_calls.clear()
-    if run.messages:
+    if run.turn_start is not None:
         run.session.history = _sealed_history(run, note)
     run.closed = True  # the fence: from here on nothing this run does reaches the client
     if failed:
@@ -233,7 +261,7 @@ def _sealed_history(run: RunContext, note: str | None) -> list[Message]:
     messages = list(run.messages)  # a copy: an abandoned run may still append to its own list later
     if note is None:
         return messages
-    recorded = sum(1 for m in messages[run.turn_start :] if m.role == "assistant")
+    recorded = sum(1 for m in messages[run.turn_start or 0 :] if m.role == "assistant")
     partial = "".join(run.streamed_text)
     if run.replies_started > recorded and partial:
         # The reply was cut off mid-stream: keep what the user already saw. (A complete reply is recorded by the

@@ -31,6 +31,7 @@ __all__ = [
     "RequestId",
     "ResourceLink",
     "ScriptedReleaseNotification",
+    "SetSessionConfigOptionRequest",
     "SetSessionModeRequest",
     "TextContent",
     "session_update",
@@ -136,6 +137,13 @@ class PromptRequest(WireModel):
 class SetSessionModeRequest(WireModel):
     session_id: str
     mode_id: str
+
+
+class SetSessionConfigOptionRequest(WireModel):
+    session_id: str
+    config_id: str
+    value: str | bool
+    type: str | None = None
 
 
 class CancelNotification(WireModel):

@@ -20,6 +20,7 @@ from acp_server.runtime.tools.commands import COMMAND_TOOLS
 from acp_server.runtime.tools.files import FILE_TOOLS
 from acp_server.runtime.tools.plan import PLAN_TOOLS
 from acp_server.runtime.tools.testing import TEST_TOOLS
+from acp_server.settings import SettingsError, available_models, config_file, read_config_file
 from acp_server.transport import LineSink, LineSource, open_stdio
 
 __all__ = ["build_server", "serve", "serve_stdio"]
@@ -34,10 +35,20 @@ EXIT_UNWIND_SECONDS = 0.4
 def build_server(config: Config, on_exit: Callable[[], None] = lambda: None) -> AcpServer:
     tools = ToolBox((*FILE_TOOLS, *COMMAND_TOOLS, *PLAN_TOOLS, *(TEST_TOOLS if config.test_mode else ())))
 
-    def open_model() -> Provider:
-        return open_provider(config.model, base_url=config.base_url)
+    def open_model(spec: str) -> Provider:
+        return open_provider(spec, base_url=config.base_url)
 
-    return AcpServer(config, open_model, tools, ProcessTable(), on_exit=on_exit)
+    return AcpServer(config, open_model, tools, ProcessTable(), models=_models(config), on_exit=on_exit)
+
+
+def _models(config: Config) -> tuple[str, ...]:
+    """The choices of the `model` option; a broken config file costs only the extra choices (it is reported
+    where it matters, when a provider needs a key from it)."""
+    try:
+        return available_models(config.model, read_config_file(config_file()))
+    except SettingsError as exc:
+        log.warning("%s", exc)
+        return (config.model,)
 
 
 async def serve(source: LineSource, sink: LineSink, config: Config) -> None:

@@ -12,6 +12,8 @@ reported, never rewritten.
 
     [providers.anthropic]
     api_key_env = "ANTHROPIC_API_KEY"
+
+    models = ["openai:gpt-4o", "openai:gpt-4o-mini", "anthropic:claude-sonnet-4-5"]   # the `model` option's choices
 """
 
 from __future__ import annotations
@@ -23,7 +25,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Credentials", "SettingsError", "config_file", "provider_credentials", "read_config_file"]
+__all__ = [
+    "Credentials",
+    "SettingsError",
+    "available_models",
+    "config_file",
+    "provider_credentials",
+    "read_config_file",
+]
 
 # Environment variables each provider's own SDK reads, in order of preference.
 KEY_VARIABLES = {"openai": ("OPENAI_API_KEY",), "anthropic": ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN")}
@@ -78,3 +87,10 @@ def provider_credentials(
         base_url if isinstance(base_url, str) and base_url else None,
         window if isinstance(window, int) and not isinstance(window, bool) and window > 0 else None,
     )
+
+
+def available_models(default: str, file_settings: Mapping[str, Any]) -> tuple[str, ...]:
+    """The `model` config option's choices: the configured default first, then `models = [...]` from the file."""
+    listed = file_settings.get("models", [])
+    extra = [m for m in listed if isinstance(m, str) and m] if isinstance(listed, list) else []
+    return tuple(dict.fromkeys([default, *extra]))

@@ -82,7 +82,8 @@ class RawClient:
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
-            env={**os.environ, **(env or {})},
+            # A user's real config file never leaks into a test: point at one that does not exist unless told.
+            env={**os.environ, "ACP_SERVER_CONFIG": "/nonexistent/acp-server-test/config.toml", **(env or {})},
             cwd=cwd,
             limit=256 * 1024 * 1024,
             start_new_session=True,

@@ -61,11 +61,24 @@ async def next_after(
 
 
 async def assert_still_serving(client: RawClient, timeout: float = 5.0) -> Message:
-    """A valid request on the same connection still gets a real result (a new session)."""
+    """A valid request on the same connection still gets a real result (a new session, then its commands)."""
     response = await client.response(await client.request("session/new", NEW_SESSION), timeout)
     assert "result" in response, response
-    assert isinstance(response["result"]["sessionId"], str), response
+    session_id = response["result"]["sessionId"]
+    assert isinstance(session_id, str), response
+    await client.wait_for(lambda m: announces_commands(m) and m["params"]["sessionId"] == session_id, timeout)
     return response
+
+
+def announces_commands(message: Message) -> bool:
+    """The `available_commands_update` every new session gets right after its `session/new` response."""
+    update = message.get("params", {}).get("update", {}) if message.get("method") == "session/update" else {}
+    return bool(update.get("sessionUpdate") == "available_commands_update")
+
+
+def significant(client: RawClient, start: int) -> list[Message]:
+    """What the server wrote since `start`, less the commands announcements of sessions created meanwhile."""
+    return [m for m in client.received[start:] if not announces_commands(m)]
 
 
 async def null_id_error_then_still_serving(client: RawClient, data: bytes, timeout: float = 5.0) -> dict[str, Any]:
@@ -74,7 +87,7 @@ async def null_id_error_then_still_serving(client: RawClient, data: bytes, timeo
     await client.write_raw(data)
     answer = await next_after(client, start, is_null_id_error, timeout)
     follow_up = await assert_still_serving(client)
-    assert [m for m in client.received[start:] if m is not follow_up] == [answer], "one answer, nothing else"
+    assert [m for m in significant(client, start) if m is not follow_up] == [answer], "one answer, nothing else"
     return error_of(answer)
 
 
@@ -84,7 +97,7 @@ async def error_then_still_serving(client: RawClient, message: Message) -> dict[
     await client.write_raw(line(message))
     answer = await client.response(message["id"])
     follow_up = await assert_still_serving(client)
-    assert [m for m in client.received[start:] if m is not follow_up] == [answer], "one answer, nothing else"
+    assert [m for m in significant(client, start) if m is not follow_up] == [answer], "one answer, nothing else"
     return error_of(answer)
 
 
@@ -93,9 +106,9 @@ async def never_answered_then_still_serving(client: RawClient, data: bytes) -> N
     start = len(client.received)
     await client.write_raw(data)
     await asyncio.sleep(QUIET)
-    assert client.received[start:] == [], "a notification must never be answered"
+    assert significant(client, start) == [], "a notification must never be answered"
     follow_up = await assert_still_serving(client)
-    assert client.received[start:] == [follow_up]
+    assert significant(client, start) == [follow_up]
 
 
 def request_message(request_id: Any, method: str = "session/new", params: Any = NEW_SESSION) -> Message:
@@ -210,7 +223,7 @@ async def test_non_string_method_with_an_unreadable_id_is_an_invalid_request_wit
     answer = await next_after(server, start, is_null_id_error)
     assert error_of(answer)["code"] == -32600, answer
     follow_up = await assert_still_serving(server)
-    assert server.received[start:] == [answer, follow_up]
+    assert significant(server, start) == [answer, follow_up]
 
 
 # --- unknown methods, including _-prefixed extension requests: -32601 ---
@@ -464,7 +477,7 @@ async def test_request_id_is_echoed_exactly(server: RawClient, request_id: str |
     out = next(e.raw for e in server.log if e.msg is response)
     assert orjson.dumps(request_id) in out
     follow_up = await assert_still_serving(server)
-    assert server.received[start:] == [response, follow_up]
+    assert significant(server, start) == [response, follow_up]
 
 
 async def test_null_request_id_is_echoed_as_null(server: RawClient) -> None:
@@ -473,7 +486,7 @@ async def test_null_request_id_is_echoed_as_null(server: RawClient) -> None:
     response = await next_after(server, start, lambda m: "result" in m and "id" in m and m["id"] is None)
     assert isinstance(response["result"]["sessionId"], str), response
     follow_up = await assert_still_serving(server)
-    assert server.received[start:] == [response, follow_up]
+    assert significant(server, start) == [response, follow_up]
 
 
 @pytest.mark.parametrize(
@@ -494,7 +507,7 @@ async def test_request_id_that_is_not_string_integer_or_null_is_invalid_request_
     answer = await next_after(server, start, is_null_id_error)
     assert error_of(answer)["code"] == -32600, answer
     follow_up = await assert_still_serving(server)
-    assert server.received[start:] == [answer, follow_up], "no session was created for the bad request"
+    assert significant(server, start) == [answer, follow_up], "no session was created for the bad request"
 
 
 # --- framing ---
@@ -519,7 +532,8 @@ async def test_several_messages_in_one_write_are_all_answered(server: RawClient)
     parse_error = await next_after(server, start, is_null_id_error)
     assert error_of(parse_error)["code"] == -32700
     follow_up = await assert_still_serving(server)
-    assert len(server.received[start:]) == 6 and server.received[-1] is follow_up
+    messages = significant(server, start)
+    assert len(messages) == 6 and messages[-1] is follow_up
 
 
 @pytest.mark.timeout(60)
@@ -538,7 +552,7 @@ async def test_line_over_64_mib_is_invalid_request_and_the_connection_keeps_work
     answer = await next_after(server, start, is_null_id_error, timeout=30)
     assert error_of(answer)["code"] == -32600, answer
     follow_up = await assert_still_serving(server, timeout=30)
-    assert server.received[start:] == [answer, follow_up]
+    assert significant(server, start) == [answer, follow_up]
     assert not any(is_response(m, 777_777) for m in server.received)
 
 
@@ -552,7 +566,8 @@ async def test_crlf_line_endings_work(server: RawClient) -> None:
     assert "result" in await server.response(first)
     assert "result" in await server.response(second)
     follow_up = await assert_still_serving(server)
-    assert len(server.received[start:]) == 3 and server.received[-1] is follow_up, "no error for the \\r"
+    messages = significant(server, start)
+    assert len(messages) == 3 and messages[-1] is follow_up, "no error for the \\r"
 
 
 async def test_blank_lines_are_ignored(server: RawClient) -> None:

@@ -20,19 +20,37 @@ from acp import PROTOCOL_VERSION, RequestError, text_block
 from acp.schema import (
     AgentMessageChunk,
     AgentThoughtChunk,
+    AvailableCommandsUpdate,
     ClientCapabilities,
+    ConfigOptionUpdate,
     ContentToolCallContent,
+    CurrentModeUpdate,
     FileSystemCapabilities,
     Implementation,
     PromptResponse,
+    SessionInfoUpdate,
     TextContentBlock,
     ToolCallProgress,
     ToolCallStart,
+    UsageUpdate,
 )
 
 from tests import sdk_client
 from tests.harness import DEFAULT_ARGS, T_ACK, T_ESC
 from tests.sdk_client import RecordingClient, SdkAgent, spawn_sdk_agent
+
+# Updates that belong to a session rather than to a turn (the commands announced after session/new, titles after
+# the first turn); the checks below are about turn output.
+SESSION_SCOPED = (AvailableCommandsUpdate, SessionInfoUpdate, CurrentModeUpdate, ConfigOptionUpdate, UsageUpdate)
+
+
+def turn_updates(client: RecordingClient, session_id: str | None = None, since: int = 0) -> list[Any]:
+    return [u for u in client.session_updates(session_id, since) if not isinstance(u, SESSION_SCOPED)]
+
+
+def turn_records(client: RecordingClient) -> list[Any]:
+    return [r for r in client.updates if not isinstance(r.update, SESSION_SCOPED)]
+
 
 StartAgent = Callable[..., Awaitable[SdkAgent]]
 
@@ -159,18 +177,18 @@ async def test_echo_streams_the_prompt_text_back_on_its_own_session(start_agent:
     text = "The quick brown fox jumps over the lazy dog, " * 5 + "and the SDK hears every word of it."
     response = await agent.conn.prompt(session_id=session, prompt=[text_block(text)])
     assert response.stop_reason == "end_turn"
-    chunks = [u for u in agent.client.session_updates(session) if isinstance(u, AgentMessageChunk)]
+    chunks = [u for u in turn_updates(agent.client, session) if isinstance(u, AgentMessageChunk)]
     assert len(chunks) > 1, "a text this long streams in several chunks"
     assert "".join(chunk_text(c) for c in chunks) == text
     assert len({c.message_id for c in chunks}) == 1 and chunks[0].message_id, "one message, one messageId"
-    assert {r.session_id for r in agent.client.updates} == {session}
-    assert agent.client.session_updates(other) == []
+    assert {r.session_id for r in turn_records(agent.client)} == {session}
+    assert turn_updates(agent.client, other) == []
     # The other session echoes its own text, and nothing of it lands on the first one.
     before = agent.client.mark()
     response = await agent.conn.prompt(session_id=other, prompt=[text_block("second")])
     assert response.stop_reason == "end_turn"
     assert agent.client.texts(other) == ["second"]
-    assert {r.session_id for r in agent.client.updates if r.seq > before} == {other}
+    assert {r.session_id for r in turn_records(agent.client) if r.seq > before} == {other}
 
 
 # --- scripted turns ---
@@ -188,7 +206,7 @@ async def test_scripted_say_and_think_arrive_as_message_and_thought_chunks_in_or
     ]
     response = await prompt(scripted, session, script)
     assert response.stop_reason == "end_turn"
-    updates = scripted.client.session_updates(session)
+    updates = turn_updates(scripted.client, session)
     assert [
         (u.session_update, chunk_text(u)) for u in updates if isinstance(u, AgentMessageChunk | AgentThoughtChunk)
     ] == [
@@ -201,7 +219,7 @@ async def test_scripted_say_and_think_arrive_as_message_and_thought_chunks_in_or
     ]
     assert len(updates) == 6, updates
     assert scripted.client.thoughts(session) == ["t1", "t2"]
-    assert {r.session_id for r in scripted.client.updates} == {session}
+    assert {r.session_id for r in turn_records(scripted.client)} == {session}
 
 
 @pytest.mark.timeout(20)
@@ -258,7 +276,7 @@ async def test_cancel_of_one_gated_session_leaves_the_other_running_to_end_turn(
     assert client.texts(b) == ["B1", "B2"]
     assert client.probes("step_exited", sessionId=b, reason="cancelled") == []
     # Every update carries its own session's id: A's texts only on A, B's only on B.
-    for record in client.updates:
+    for record in turn_records(client):
         assert isinstance(record.update, AgentMessageChunk)
         assert chunk_text(record.update)[0] == ("A" if record.session_id == a else "B"), record
     # Neither session keeps cancelled state behind.
@@ -283,7 +301,7 @@ async def test_a_script_that_does_not_parse_raises_invalid_params_naming_the_ste
         await prompt(scripted, session, [{"say": "fine"}, {"bogus": 1}])
     assert raised.value.code == -32602
     assert "step 1" in str(raised.value)
-    assert scripted.client.session_updates(session) == [], "a refused script plays nothing"
+    assert turn_updates(scripted.client, session) == [], "a refused script plays nothing"
 
 
 @pytest.mark.timeout(15)
@@ -304,7 +322,7 @@ async def test_a_tool_call_shows_up_as_tool_call_then_tool_call_update_completed
     session = await new_session(scripted)
     response = await prompt(scripted, session, [{"tool": "test_sleep", "args": {"s": 0.01}}, {"say": "done"}])
     assert response.stop_reason == "end_turn"
-    updates = scripted.client.session_updates(session)
+    updates = turn_updates(scripted.client, session)
     start, *progress, said = updates
     assert isinstance(start, ToolCallStart), updates
     assert start.tool_call_id
@@ -335,7 +353,7 @@ async def test_the_client_request_tool_reaches_read_text_file_and_its_answer_is_
     [call] = client.calls
     assert (call.method, call.session_id, call.params["path"]) == ("fs/read_text_file", session, "/x")
     finished = [
-        u for u in client.session_updates(session) if isinstance(u, ToolCallProgress) and u.status != "in_progress"
+        u for u in turn_updates(client, session) if isinstance(u, ToolCallProgress) and u.status != "in_progress"
     ]
     assert [u.status for u in finished] == ["completed"]
     assert finished[0].raw_output == {"content": "contents of x, from the editor's buffer"}
@@ -369,7 +387,7 @@ async def test_the_client_request_tool_writes_files_and_asks_permission_through_
     assert [c.method for c in client.calls] == ["session/request_permission", "fs/write_text_file"]
     assert client.files == {"/y": "new"}
     closing = [
-        u for u in client.session_updates(session) if isinstance(u, ToolCallProgress) and u.status != "in_progress"
+        u for u in turn_updates(client, session) if isinstance(u, ToolCallProgress) and u.status != "in_progress"
     ]
     assert [u.status for u in closing] == ["completed", "completed"]
     results = [u.raw_output for u in closing]
@@ -391,7 +409,7 @@ async def test_a_client_error_fails_the_tool_call_and_the_turn_goes_on(scripted:
     assert call.params["path"] == "/missing"
     closing = [
         u
-        for u in scripted.client.session_updates(session)
+        for u in turn_updates(scripted.client, session)
         if isinstance(u, ToolCallProgress) and u.status != "in_progress"
     ]
     assert [u.status for u in closing] == ["failed"]
@@ -429,7 +447,7 @@ async def test_cancel_while_a_client_request_hangs_answers_cancelled_without_wai
     assert [r["params"]["requestId"] for r in retractions] == [read["id"]]
     response_entry = scripted.wire.response_entry("session/prompt", session)
     assert all(e.seq < response_entry.seq for e in scripted.wire.log if e.msg in retractions)
-    updates = client.session_updates(session)
+    updates = turn_updates(client, session)
     assert isinstance(updates[0], ToolCallStart) and isinstance(updates[-1], ToolCallProgress), updates
     assert updates[-1].status == "failed", "a call the cancel cut short is closed as failed"
     assert all(isinstance(u, ToolCallProgress) and u.status == "in_progress" for u in updates[1:-1]), updates

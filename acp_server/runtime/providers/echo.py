@@ -20,6 +20,9 @@ CHUNK_CHARS = 48
 
 
 class EchoProvider:
+    # No model to ask: titles are the first words of the first prompt.
+    offline = True
+
     def open_turn(self, turn: TurnInput) -> ModelTurn:
         return _EchoTurn()
 

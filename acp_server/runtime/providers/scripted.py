@@ -144,6 +144,9 @@ class ScriptedProvider:
     a session plays turn n, and the last turn repeats.
     """
 
+    # No model to ask: titles are the first words of the first prompt.
+    offline = True
+
     def __init__(self, default_turns: Sequence[tuple[Step, ...]]) -> None:
         self._default_turns = tuple(default_turns)
         # The script checked at admission is played moments later: keep the last parse (keyed by the very object).
