@@ -66,6 +66,8 @@ class Session:
     model: str = ""
     title: str | None = None
     title_requested: bool = False
+    # Set by session/close: the id is refused from then on, even while the close is still settling.
+    closed: bool = False
     # Scopes of work the session does outside its turns (title generation); cancelled when the session closes.
     background: set[anyio.CancelScope] = field(default_factory=set)
 
@@ -90,6 +92,8 @@ class RunContext:
     # Set on a cancel, on the hand-over, and when the work ends: what the prompt handler waits for may have happened.
     wake: anyio.Event = field(default_factory=anyio.Event)
     work_done: anyio.Event = field(default_factory=anyio.Event)
+    # Set once the run's response has been queued (see Agent.finish).
+    ended: anyio.Event = field(default_factory=anyio.Event)
     # The fence: once True, nothing this run does reaches the client.
     closed: bool = False
     abandoned: bool = False
@@ -182,6 +186,7 @@ class Agent:
         successor's (I19).
         """
         run.state = RunState.ENDED
+        run.ended.set()
         session = run.session
         if self._runs.get(session.session_id) is not run:
             if run in session.waiting:

@@ -42,6 +42,7 @@ from acp_server.schema import (
     CancelNotification,
     CancelRequestNotification,
     ClientCapabilities,
+    CloseSessionRequest,
     InitializeRequest,
     NewSessionRequest,
     PromptRequest,
@@ -262,7 +263,7 @@ class AcpServer:
     def session(self, session_id: str) -> Session:
         self.require_initialized()
         session = self.sessions.get(session_id)
-        if session is None:
+        if session is None or session.closed:
             raise RpcError(ErrorCode.RESOURCE_NOT_FOUND, f"unknown session: {session_id}")
         return session
 
@@ -279,7 +280,7 @@ async def initialize(context: RequestContext, params: InitializeRequest) -> dict
             "loadSession": False,
             "promptCapabilities": {"image": False, "audio": False, "embeddedContext": True},
             "mcpCapabilities": {"http": False, "sse": False},
-            "sessionCapabilities": {"additionalDirectories": {}},
+            "sessionCapabilities": {"additionalDirectories": {}, "close": {}},
             "_meta": {
                 "acpServer": {
                     "promptPolicies": list(PROMPT_POLICIES),
@@ -411,6 +412,24 @@ async def stats(context: RequestContext, params: NoParams) -> dict[str, Any]:
     }
 
 
+async def session_close(context: RequestContext, params: CloseSessionRequest) -> dict[str, Any]:
+    """ACP: cancel ongoing work "as if session/cancel had been called", then free the session. Its prompts are
+    answered (`cancelled`) before this response; the id is refused from the moment the close is read."""
+    server = context.server
+    session = server.session(params.session_id)
+    session.closed = True
+    runs = [run for run in (server.agent.running(session.session_id), *session.waiting) if run is not None]
+    server.agent.interrupt(session.session_id)
+    for scope in list(session.background):
+        scope.cancel()
+    # Each run answers within the cleanup deadline; a little slack for the hand-over between them.
+    with anyio.move_on_after(server.config.cleanup_deadline + 1):
+        for run in runs:
+            await run.ended.wait()
+    server.sessions.pop(session.session_id, None)
+    return {}
+
+
 METHODS: dict[str, tuple[type[BaseModel], Any]] = {
     "initialize": (InitializeRequest, initialize),
     "authenticate": (AuthenticateRequest, authenticate),
@@ -418,6 +437,7 @@ METHODS: dict[str, tuple[type[BaseModel], Any]] = {
     "session/prompt": (PromptRequest, session_prompt),
     "session/set_mode": (SetSessionModeRequest, session_set_mode),
     "session/set_config_option": (SetSessionConfigOptionRequest, session_set_config_option),
+    "session/close": (CloseSessionRequest, session_close),
     "_acp_server/stats": (NoParams, stats),
 }
 

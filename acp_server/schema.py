@@ -22,6 +22,7 @@ __all__ = [
     "CancelNotification",
     "CancelRequestNotification",
     "ClientCapabilities",
+    "CloseSessionRequest",
     "ContentBlock",
     "EmbeddedResource",
     "ImageContent",
@@ -144,6 +145,10 @@ class SetSessionConfigOptionRequest(WireModel):
     config_id: str
     value: str | bool
     type: str | None = None
+
+
+class CloseSessionRequest(WireModel):
+    session_id: str
 
 
 class CancelNotification(WireModel):

@@ -576,3 +576,40 @@ async def test_randomized_cancels_keep_ordering_answers_and_tool_calls_terminal(
                 running = params["prompt"]
             elif params["event"] == "step_exited":
                 running = None
+
+
+async def test_close_answers_the_running_turn_cancelled_before_its_own_result_and_refuses_the_id(
+    server: RawClient,
+) -> None:
+    """I20 (c), and other sessions untouched."""
+    a, b = await server.new_session(), await server.new_session()
+    prompt_a = await server.prompt(a, [{"gate": "gA"}, {"say": "a"}])
+    prompt_b = await server.prompt(b, [{"gate": "gB"}])
+    await server.probe("gate_reached", sessionId=a, gate="gA")
+    await server.probe("gate_reached", sessionId=b, gate="gB")
+    close = await server.request("session/close", {"sessionId": b})
+    t0 = time.monotonic()
+    closed = await server.response(close)
+    cancelled = await server.response(prompt_b)
+    assert cancelled["result"] == {"stopReason": "cancelled"}
+    assert closed["result"] == {}
+    assert position(server, cancelled) < position(server, closed)
+    assert server.arrival_time(closed) - t0 <= T_ACK
+    refused = await server.response(await server.prompt(b, [{"say": "late"}]))
+    assert refused["error"]["code"] == -32002
+    assert (await server.call("session/close", {"sessionId": b}))["error"]["code"] == -32002
+    await server.release(a, "gA")
+    assert (await server.response(prompt_a))["result"] == {"stopReason": "end_turn"}
+    assert (await server.call("session/close", {"sessionId": a}))["result"] == {}  # idle: nothing to cancel
+    assert (await server.stats())["sessions"] == 0
+
+
+async def test_close_with_a_tool_ignoring_cancel_still_answers_both_within_the_deadline(server: RawClient) -> None:
+    a = await server.new_session()
+    prompt = await server.prompt(a, [{"tool": "test_stubborn", "args": {"s": 3}}])
+    await server.probe("tool_started", sessionId=a)
+    t0 = await server.send({"id": "close-1", "method": "session/close", "params": {"sessionId": a}})
+    closed = await server.response("close-1", timeout=T_ESC + 1)
+    cancelled = await server.response(prompt)
+    assert position(server, cancelled) < position(server, closed)
+    assert server.arrival_time(closed) - t0 <= T_ESC

@@ -150,7 +150,7 @@ async def test_clear_forgets_the_conversation(start_server: StartServer, model: 
     model.script(text_reply("first answer"), text_reply("title"), text_reply("fresh answer"))
     client, session = await openai_session(start_server, model, tmp_path)
     await client.call("session/prompt", ask(session, "remember the number 42"), timeout=30)
-    await client.wait_for(lambda m: len(model.requests) == 2, timeout=10)  # the title request
+    assert await model.wait_requests(2, timeout=10)  # the title request
     assert (await client.call("session/prompt", ask(session, "/clear"), timeout=30))["result"][
         "stopReason"
     ] == "end_turn"
@@ -171,7 +171,7 @@ async def test_compact_has_the_model_summarise_and_continues_from_the_summary(
     )
     client, session = await openai_session(start_server, model, tmp_path)
     await client.call("session/prompt", ask(session, "rename Foo to Bar everywhere in src/"), timeout=30)
-    await client.wait_for(lambda m: len(model.requests) == 2, timeout=10)
+    assert await model.wait_requests(2, timeout=10)
     response = await client.call("session/prompt", ask(session, "/compact"), timeout=30)
     assert response["result"] == {"stopReason": "end_turn"}
     summary_request = model.requests[2].body["messages"]
@@ -183,3 +183,15 @@ async def test_compact_has_the_model_summarise_and_continues_from_the_summary(
     history = model.requests[3].body["messages"]
     assert [m["role"] for m in history] == ["system", "user", "assistant", "user"]
     assert "rename Foo to Bar in src/; nothing done yet." in history[1]["content"]
+
+
+async def test_closing_a_session_cancels_its_title_request(
+    start_server: StartServer, model: FakeOpenAI, tmp_path: Path
+) -> None:
+    model.script(text_reply("done"), text_reply("A title that never", ending="hang"))
+    client, session = await openai_session(start_server, model, tmp_path)
+    await client.call("session/prompt", ask(session, "do the thing"), timeout=30)
+    assert await model.wait_requests(2, timeout=10)  # the title request is open
+    assert (await client.call("session/close", {"sessionId": session}))["result"] == {}
+    assert await model.wait_disconnect_async(2.0), "the title request was not cancelled with its session"
+    assert updates_of(client, session, "session_info_update") == []
