@@ -250,7 +250,12 @@ class Connection:
         If the caller is cancelled first, the request is retracted with `$/cancel_request` and a late answer is
         ignored, because its pending entry is gone.
         """
-        if self.closing or self._broken:
+        if self._broken:
+            raise ClientRequestError(method, ErrorCode.REQUEST_CANCELLED, "connection closed")
+        if self.closing:
+            # stdin is closed, so no answer can come; cleanup requests (terminal/kill, terminal/release) are still
+            # written, best effort, because a client that still reads stdout must learn of them.
+            self.send({"jsonrpc": "2.0", "id": next(self._ids), "method": method, "params": params})
             raise ClientRequestError(method, ErrorCode.REQUEST_CANCELLED, "connection closed")
         if fence is not None and fence.closed:
             raise ClientRequestError(method, ErrorCode.REQUEST_CANCELLED, "the turn has ended")

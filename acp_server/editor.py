@@ -131,6 +131,7 @@ class EditorTerminalRunner:
         ids = {"sessionId": self._session_id, "terminalId": terminal_id}
         released = False
         try:
+            await anyio.lowlevel.checkpoint()  # a cancel that arrived during the create takes effect here, id known
             await on_terminal(terminal_id)
             with anyio.move_on_after(float("inf") if timeout is None else timeout) as timer:
                 status = await self._request("terminal/wait_for_exit", ids)
@@ -140,8 +141,8 @@ class EditorTerminalRunner:
                     await self._request("terminal/kill", ids)
                 status = {}
             output = await self._request("terminal/output", ids)
+            released = True  # before awaiting: a cancel during the release must not send a second one
             await self._request("terminal/release", ids)
-            released = True
         except ClientRequestError as exc:
             raise ToolError(f"the editor's terminal failed: {exc.message}") from None
         finally:
@@ -174,7 +175,6 @@ class EditorTerminalRunner:
         terminal_id = created.get("terminalId") if isinstance(created, dict) else None
         if not isinstance(terminal_id, str):
             raise ToolError("the editor answered terminal/create without a terminalId")
-        await anyio.lowlevel.checkpoint()  # a cancel that arrived meanwhile takes effect now, with the id known
         return terminal_id
 
     async def _kill_and_release(self, ids: dict[str, Any]) -> None:

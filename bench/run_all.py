@@ -14,7 +14,7 @@ import sys
 import time
 from collections.abc import Sequence
 
-from bench import cancel, chunks, memory, provider, startup
+from bench import cancel, cancel_tool, chunks, memory, provider, startup
 from bench.report import Figure, format_table
 
 __all__ = ["main"]
@@ -26,6 +26,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--chunks", type=int, default=10_000, help="chunks: chunks per turn (default 10000)")
     parser.add_argument("--turns", type=int, default=10, help="chunks: timed turns per variant (default 10)")
     parser.add_argument("--cancels", type=int, default=100, help="cancel: timed cancels (default 100)")
+    parser.add_argument(
+        "--tool-cancels", type=int, default=50, help="cancel_tool: timed cancels per variant, tool running (default 50)"
+    )
     parser.add_argument("--sessions", type=int, default=1000, help="memory: sessions in the burst (default 1000)")
     options = parser.parse_args(argv)
 
@@ -36,6 +39,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ("startup", lambda: startup.main([f"--spawns={options.spawns}"])),
         ("chunks", lambda: chunks.main([f"--chunks={options.chunks}", f"--turns={options.turns}"])),
         ("cancel", lambda: cancel.main([f"--iterations={options.cancels}"])),
+        ("cancel_tool", lambda: cancel_tool.main([f"--iterations={options.tool_cancels}"])),
         ("memory", lambda: memory.main([f"--sessions={options.sessions}"])),
         ("provider", lambda: provider.main([])),
     )

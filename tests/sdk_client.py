@@ -12,7 +12,10 @@ Both directions are kept in one log of `tests.harness.Entry` in wire order, so t
 INTERRUPTS.md (`tests.harness.check_wire`) run over SDK-driven sessions too. `RecordingClient` is the editor side:
 it records every `session/update` and extension notification (the `_scripted/probe`s) in order, answers
 `fs/read_text_file` / `fs/write_text_file` from an in-memory dict and `session/request_permission` with a
-configurable option, and can hold any client method open until the test releases it. `spawn_sdk_agent` is the
+configurable option (or a per-call policy), and can hold any client method open until the test releases it. Given
+`terminals=`, it also plays editor terminals: `FakeTerminal`s that execute nothing, whose output, exit status,
+duration and answer delays come from a `TerminalScript` chosen per command line (`simulate_shell` understands just
+`echo`, `sleep` and `exit`), so terminal tests never run a process on this machine. `spawn_sdk_agent` is the
 async context manager that starts it all and, at the end, closes stdin and fails on a bad exit, a schema
 violation, a C1-C4 problem, an SDK-side error log, or a red flag on the server's stderr.
 """
@@ -23,7 +26,9 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import math
 import os
+import shlex
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -54,6 +59,7 @@ from acp.schema import (
     ReleaseTerminalResponse,
     RequestPermissionResponse,
     SessionInfoUpdate,
+    TerminalExitStatus,
     TerminalOutputResponse,
     TextContentBlock,
     ToolCallProgress,
@@ -70,13 +76,18 @@ from tests.wire_schema import WireValidator
 
 __all__ = [
     "EXIT_TIMEOUT",
+    "NEVER",
     "ClientCall",
+    "FakeTerminal",
     "Hold",
+    "PermissionPolicy",
     "RecordedUpdate",
     "RecordingClient",
     "SdkAgent",
     "SessionUpdate",
+    "TerminalScript",
     "WireTap",
+    "simulate_shell",
     "spawn_sdk_agent",
 ]
 
@@ -161,6 +172,102 @@ class Hold:
         self.answered += 1
 
 
+# A delay or duration that never ends: a terminal that only a kill stops, an answer that never comes.
+NEVER = math.inf
+
+# Given the permission request's tool call and options: the optionId to select, or None for the `cancelled` outcome.
+PermissionPolicy = Callable[[ToolCallUpdate, list[PermissionOption]], str | None]
+
+
+@dataclass(frozen=True)
+class TerminalScript:
+    """How one fake editor terminal behaves. Nothing is executed: output, exit status and timing are made up."""
+
+    output: str = ""
+    exit_code: int | None = 0
+    signal: str | None = None
+    runs_for: float = 0.0  # seconds until the command ends on its own; NEVER: only a kill (or release) ends it
+    exits_on_kill: bool = True  # False: a kill or release does not end it (with NEVER, wait_for_exit never answers)
+    truncated: bool = False
+    create_delay: float = 0.0  # seconds between starting the command and answering `terminal/create` (its id)
+    kill_delay: float = 0.0  # seconds before `terminal/kill` is answered; NEVER: it is not answered at all
+    release_delay: float = 0.0  # the same for `terminal/release`
+
+
+def simulate_shell(command_line: str) -> TerminalScript:
+    """A pretend `/bin/sh -c` that understands `echo WORDS`, `sleep SECONDS` and `exit CODE`, joined by `;`.
+
+    Anything else "fails" with 127 and a note in the output; nothing is ever run.
+    """
+    output: list[str] = []
+    runs_for = 0.0
+    code = 0
+    for part in command_line.split(";"):
+        words = shlex.split(part)
+        if not words:
+            continue
+        name, *rest = words
+        if name == "echo":
+            output.append(" ".join(rest) + "\n")
+        elif name == "sleep":
+            runs_for += float(rest[0]) if rest else 0.0
+        elif name == "exit":
+            code = int(rest[0]) if rest else 0
+            break
+        else:
+            output.append(f"sh: {name}: not simulated\n")
+            code = 127
+    return TerminalScript(output="".join(output), exit_code=code, runs_for=runs_for)
+
+
+@dataclass
+class FakeTerminal:
+    """One editor terminal `RecordingClient` made up for a `terminal/create`."""
+
+    terminal_id: str
+    session_id: str
+    command: str
+    args: list[str]
+    cwd: str | None
+    script: TerminalScript
+    # Every terminal/* method called for this terminal, in arrival order, its terminal/create first.
+    methods: list[str] = field(default_factory=lambda: ["terminal/create"])
+    exit_status: TerminalExitStatus | None = None
+    _exited: asyncio.Event = field(default_factory=asyncio.Event)
+    _timer: asyncio.TimerHandle | None = None
+
+    @property
+    def command_line(self) -> str:
+        """The line the server asked to run (`/bin/sh -c LINE`), or the bare command."""
+        if self.command == "/bin/sh" and len(self.args) == 2 and self.args[0] == "-c":
+            return self.args[1]
+        return shlex.join([self.command, *self.args])
+
+    @property
+    def exited(self) -> bool:
+        return self._exited.is_set()
+
+    def count(self, method: str) -> int:
+        return self.methods.count(method)
+
+    def _start(self) -> None:
+        if math.isfinite(self.script.runs_for):
+            status = TerminalExitStatus(exit_code=self.script.exit_code, signal=self.script.signal)
+            self._timer = asyncio.get_running_loop().call_later(self.script.runs_for, self._end, status)
+
+    def _stop(self) -> None:
+        """A kill or a release: the command dies, unless the script says it shrugs that off."""
+        if self.script.exits_on_kill:
+            self._end(TerminalExitStatus(exit_code=None, signal="SIGKILL"))
+
+    def _end(self, status: TerminalExitStatus) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        if not self._exited.is_set():
+            self.exit_status = status
+            self._exited.set()
+
+
 class RecordingClient:
     """The editor side of the SDK connection (it satisfies `acp.interfaces.Client`)."""
 
@@ -168,10 +275,19 @@ class RecordingClient:
         self,
         files: dict[str, str] | None = None,
         permission_option: str | None = "allow",
+        *,
+        permission_policy: PermissionPolicy | None = None,
+        terminals: Callable[[str], TerminalScript] | None = None,
     ) -> None:
         self.files: dict[str, str] = dict(files or {})
-        # The optionId `request_permission` selects; None answers the `cancelled` outcome.
+        # The optionId `request_permission` selects; None answers the `cancelled` outcome. A policy, when given,
+        # decides per request instead.
         self.permission_option = permission_option
+        self.permission_policy = permission_policy
+        # Given the command line, how a new terminal behaves; None refuses terminal/* as "method not found".
+        self.terminal_scripts = terminals
+        self.terminals: dict[str, FakeTerminal] = {}
+        self._terminal_ids = itertools.count(1)
         self.updates: list[RecordedUpdate] = []
         self.ext_notifications: list[tuple[int, str, dict[str, Any]]] = []
         self.calls: list[ClientCall] = []
@@ -186,6 +302,10 @@ class RecordingClient:
         """Make every call of `method` (an ACP method name such as "fs/read_text_file") wait until released."""
         hold = self._holds[method] = Hold(method)
         return hold
+
+    def unhold(self, method: str) -> None:
+        """Calls of `method` that arrive from now on are answered at once (held ones stay held until released)."""
+        self._holds.pop(method, None)
 
     def mark(self) -> int:
         """A position in the record: pass it as `since` to look only at what arrives afterwards."""
@@ -240,9 +360,12 @@ class RecordingClient:
             session_id,
             {"toolCall": tool_call, "options": options, **kwargs},
         )
-        if self.permission_option is None:
+        choice = (
+            self.permission_option if self.permission_policy is None else self.permission_policy(tool_call, options)
+        )
+        if choice is None:
             return RequestPermissionResponse(outcome=DeniedOutcome(outcome="cancelled"))
-        return RequestPermissionResponse(outcome=AllowedOutcome(outcome="selected", option_id=self.permission_option))
+        return RequestPermissionResponse(outcome=AllowedOutcome(outcome="selected", option_id=choice))
 
     async def read_text_file(
         self, session_id: str, path: str, line: int | None = None, limit: int | None = None, **kwargs: Any
@@ -264,8 +387,8 @@ class RecordingClient:
         self.files[path] = content
         return WriteTextFileResponse()
 
-    # The server never offers terminals, elicitation or client extension methods: refuse them the JSON-RPC way, and
-    # record the call so a test can see that it happened.
+    # Terminals are played by `FakeTerminal`s when the client was given `terminals=`; otherwise they are refused the
+    # JSON-RPC way, like elicitation and client extension methods (the call is still recorded).
 
     async def create_terminal(  # noqa: PLR0917 - the signature is acp.interfaces.Client's
         self,
@@ -277,28 +400,46 @@ class RecordingClient:
         output_byte_limit: int | None = None,
         **kwargs: Any,
     ) -> CreateTerminalResponse:
-        await self._called("terminal/create", session_id, {"command": command, "args": args, "cwd": cwd})
-        raise RequestError.method_not_found("terminal/create")
+        params = {"command": command, "args": args, "cwd": cwd, "outputByteLimit": output_byte_limit}
+        await self._called("terminal/create", session_id, params)
+        if self.terminal_scripts is None:
+            raise RequestError.method_not_found("terminal/create")
+        argv = list(args or [])
+        terminal = FakeTerminal(f"term-{next(self._terminal_ids)}", session_id, command, argv, cwd, TerminalScript())
+        terminal.script = self.terminal_scripts(terminal.command_line)
+        self.terminals[terminal.terminal_id] = terminal
+        terminal._start()
+        self._notify()
+        await _answer_after(terminal.script.create_delay)
+        return CreateTerminalResponse(terminal_id=terminal.terminal_id)
 
     async def terminal_output(self, session_id: str, terminal_id: str, **kwargs: Any) -> TerminalOutputResponse:
-        await self._called("terminal/output", session_id, {"terminalId": terminal_id})
-        raise RequestError.method_not_found("terminal/output")
+        terminal = await self._terminal_call("terminal/output", session_id, terminal_id)
+        return TerminalOutputResponse(
+            output=terminal.script.output, truncated=terminal.script.truncated, exit_status=terminal.exit_status
+        )
 
     async def release_terminal(
         self, session_id: str, terminal_id: str, **kwargs: Any
     ) -> ReleaseTerminalResponse | None:
-        await self._called("terminal/release", session_id, {"terminalId": terminal_id})
-        raise RequestError.method_not_found("terminal/release")
+        terminal = await self._terminal_call("terminal/release", session_id, terminal_id)
+        terminal._stop()
+        await _answer_after(terminal.script.release_delay)
+        return ReleaseTerminalResponse()
 
     async def wait_for_terminal_exit(
         self, session_id: str, terminal_id: str, **kwargs: Any
     ) -> WaitForTerminalExitResponse:
-        await self._called("terminal/wait_for_exit", session_id, {"terminalId": terminal_id})
-        raise RequestError.method_not_found("terminal/wait_for_exit")
+        terminal = await self._terminal_call("terminal/wait_for_exit", session_id, terminal_id)
+        await terminal._exited.wait()
+        status = terminal.exit_status or TerminalExitStatus()
+        return WaitForTerminalExitResponse(exit_code=status.exit_code, signal=status.signal)
 
     async def kill_terminal(self, session_id: str, terminal_id: str, **kwargs: Any) -> KillTerminalResponse | None:
-        await self._called("terminal/kill", session_id, {"terminalId": terminal_id})
-        raise RequestError.method_not_found("terminal/kill")
+        terminal = await self._terminal_call("terminal/kill", session_id, terminal_id)
+        terminal._stop()
+        await _answer_after(terminal.script.kill_delay)
+        return KillTerminalResponse()
 
     async def create_elicitation(self, message: str, mode: ElicitationMode, **kwargs: Any) -> CreateElicitationResponse:
         await self._called("elicitation/create", None, {"message": message})
@@ -318,6 +459,18 @@ class RecordingClient:
         self._notify()
 
     # --- internals ---
+
+    async def _terminal_call(self, method: str, session_id: str, terminal_id: str) -> FakeTerminal:
+        """Record a terminal/* call against its terminal (before any hold), then let a hold keep it waiting."""
+        terminal = self.terminals.get(terminal_id)
+        if terminal is not None:
+            terminal.methods.append(method)
+        await self._called(method, session_id, {"terminalId": terminal_id})
+        if self.terminal_scripts is None:
+            raise RequestError.method_not_found(method)
+        if terminal is None or terminal.session_id != session_id:
+            raise RequestError.invalid_params({"terminalId": f"no terminal {terminal_id!r} in this session"})
+        return terminal
 
     async def _called(self, method: str, session_id: str | None, params: dict[str, Any]) -> None:
         self.calls.append(ClientCall(self._next_seq(), method, session_id, params))
@@ -350,6 +503,14 @@ class RecordingClient:
                 await asyncio.wait_for(changed.wait(), remaining)
 
 
+async def _answer_after(delay: float) -> None:
+    """Wait before answering; NEVER waits until the SDK cancels the handler (when the connection closes)."""
+    if delay == NEVER:
+        await asyncio.Event().wait()
+    elif delay > 0:
+        await asyncio.sleep(delay)
+
+
 def _text(update: AgentMessageChunk | AgentThoughtChunk) -> str:
     content = update.content
     assert isinstance(content, TextContentBlock), f"expected text content, got {content!r}"
@@ -376,6 +537,18 @@ def _is_unrouted_cancel_request(record: logging.LogRecord) -> bool:
     logs a -32601 at ERROR and goes on. That is the SDK's documented limitation, not a server fault."""
     exc = record.exc_info[1] if record.exc_info else None
     return "method=$/cancel_request" in record.getMessage() and isinstance(exc, RequestError) and exc.code == -32601
+
+
+def _is_answer_after_own_close(record: logging.LogRecord, closed_at: float) -> bool:
+    """After the test closed the client's write side, the server may still send requests (terminal/kill and
+    terminal/release are sent after EOF, best effort); the SDK then fails to write its answers to the pipe it closed
+    itself and logs that. The client's own doing, not a server fault."""
+    exc = record.exc_info[1] if record.exc_info else None
+    chain: list[BaseException] = []
+    while exc is not None and exc not in chain:
+        chain.append(exc)
+        exc = exc.__cause__ or exc.__context__
+    return record.created >= closed_at and any(isinstance(e, (ConnectionError, BrokenPipeError)) for e in chain)
 
 
 @dataclass
@@ -451,6 +624,7 @@ class SdkAgent:
         wire = self.wire
         problems: list[str] = []
         started = time.monotonic()
+        closed_at = time.time()  # the log records' clock
         self._sdk_writer.close()  # EOF on the pipe: the pump closes the server's stdin
         try:
             code: int | None = await asyncio.wait_for(self.process.wait(), EXIT_TIMEOUT)
@@ -470,7 +644,10 @@ class SdkAgent:
                 await asyncio.wait_for(pump, 5)
             except Exception as exc:
                 problems.append(f"pump {pump.get_name()} failed: {exc!r}")
-        await self.conn.close()
+        # The SDK re-raises a failed write of its own answers to the pipe it already closed (see
+        # _is_answer_after_own_close); nothing of the server's.
+        with contextlib.suppress(ConnectionError):
+            await self.conn.close()
         wire.stderr_text = (await asyncio.wait_for(self._stderr_reader, 5)).decode(errors="replace")
         logging.getLogger().removeHandler(self._log_recorder)
 
@@ -483,7 +660,7 @@ class SdkAgent:
             if flag in wire.stderr_text and f"C6: stderr says {flag!r}" not in problems:
                 problems.append(f"stderr says {flag!r}")
         for record in self._log_recorder.records:
-            if not _is_unrouted_cancel_request(record):
+            if not _is_unrouted_cancel_request(record) and not _is_answer_after_own_close(record, closed_at):
                 logged = record.exc_info[1] if record.exc_info else None
                 problems.append(f"the SDK logged an error: {record.getMessage()} ({logged!r})")
         return problems

@@ -10,7 +10,7 @@ import math
 
 import pytest
 
-from bench import cancel, chunks, memory, startup
+from bench import cancel, cancel_tool, chunks, memory, startup
 from bench.report import format_table
 from bench.wire import percentile
 
@@ -56,6 +56,23 @@ def test_cancel_bench_runs() -> None:
     # After every cancel the session is idle again and nothing is left running.
     assert result.stats_after["runningTurns"] == 0
     assert result.stats_after["queuedPrompts"] == 0
+
+
+@pytest.mark.timeout(60)
+def test_cancel_with_a_tool_running_bench_runs_both_variants_and_leaves_nothing_running() -> None:
+    result = cancel_tool.run(iterations=3)
+    assert len(result.test_sleep_ms) == 3
+    assert len(result.run_command_ms) == 3
+    assert all(0 < ms < 5000 for ms in [*result.test_sleep_ms, *result.run_command_ms])
+    assert result.processes_left == 0
+    for stats in result.stats_after:
+        assert stats["runningTurns"] == 0
+        assert stats["queuedPrompts"] == 0
+        assert stats["pendingClientRequests"] == 0
+    names = [figure.name for figure in result.figures()]
+    assert len(names) == 5
+    assert "cancel -> cancelled, test_sleep running, p99" in names
+    assert "cancel -> cancelled, run_command sleep 30 running, p99" in names
 
 
 @pytest.mark.timeout(60)

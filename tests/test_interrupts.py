@@ -247,6 +247,8 @@ async def test_cancel_after_the_turn_or_in_its_settlement_window_yields_exactly_
     a = await server.new_session()
     first = await server.response(await server.prompt(a, [{"say": "a"}]))
     assert first["result"] == {"stopReason": "end_turn"}
+    # The session's title follows its first completed turn; it is expected, and not the cancel's doing.
+    await server.wait_for(lambda m: m.get("params", {}).get("update", {}).get("sessionUpdate") == "session_info_update")
     count = len(server.received)
     await server.cancel(a)
     await server.quiet(W_QUIET, lambda m: m in server.received[count:])

@@ -38,15 +38,19 @@ class ProcessTable:
         return len(self._groups) + len(self._lingering)
 
     async def open(self, argv: Sequence[str], *, cwd: str | None = None) -> Process:
-        process = await anyio.open_process(
-            list(argv),
-            cwd=cwd,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        self._groups[process.pid] = process
+        """Start a process group and track it. Shielded: a cancel that lands while the process is being spawned
+        must not leave an untracked group running; the caller's next await delivers the cancel, and its cleanup
+        kills the group."""
+        with anyio.CancelScope(shield=True):
+            process = await anyio.open_process(
+                list(argv),
+                cwd=cwd,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+            self._groups[process.pid] = process
         return process
 
     def forget(self, process: Process, *, keep_group_if_alive: bool = False) -> None:
