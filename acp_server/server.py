@@ -11,7 +11,8 @@ import threading
 from collections.abc import Callable
 
 from acp_server.config import Config
-from acp_server.handlers import AcpServer
+from acp_server.dispatcher import AcpServer
+from acp_server.handlers import METHODS, NOTIFICATIONS, TEST_METHODS
 from acp_server.runtime.model import Provider
 from acp_server.runtime.processes import ProcessTable
 from acp_server.runtime.providers import open_provider
@@ -38,7 +39,17 @@ def build_server(config: Config, on_exit: Callable[[], None] = lambda: None) -> 
     def open_model(spec: str) -> Provider:
         return open_provider(spec, base_url=config.base_url)
 
-    return AcpServer(config, open_model, tools, ProcessTable(), models=_models(config), on_exit=on_exit)
+    methods = {**METHODS, **(TEST_METHODS if config.test_mode else {})}
+    return AcpServer(
+        config,
+        open_model,
+        tools,
+        ProcessTable(),
+        methods=methods,
+        notifications=NOTIFICATIONS,
+        models=_models(config),
+        on_exit=on_exit,
+    )
 
 
 def _models(config: Config) -> tuple[str, ...]:

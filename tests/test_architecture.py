@@ -48,6 +48,8 @@ LAYERS: dict[str, int] = {
     "acp_server.session_options": 3,
     "acp_server.slash_commands": 3,
     "acp_server.prompt_turn": 3,
+    "acp_server.dispatcher": 3,
+    "acp_server.session_handlers": 3,
     "acp_server.handlers": 3,
     "acp_server.server": 4,
     "acp_server.cli": 4,
