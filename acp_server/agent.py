@@ -20,7 +20,7 @@ import logging
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
@@ -28,6 +28,9 @@ from acp_server.rpc import ErrorCode, RpcError
 from acp_server.runtime.model import Message, StopReason
 from acp_server.runtime.providers.scripted import GateBoard
 from acp_server.schema import ClientCapabilities, PromptRequest, RequestId
+
+if TYPE_CHECKING:  # the store (and sqlite3) load only when a session needs them, never at start-up
+    from acp_server.store import TurnLog
 
 __all__ = ["Agent", "RunContext", "RunState", "Session"]
 
@@ -110,6 +113,8 @@ class RunContext:
     streamed_text: list[str] = field(default_factory=list)
     outcome: StopReason | None = None
     error: BaseException | None = None
+    # The turn's record in the session store (None without a store): every update the client was sent.
+    turn_log: TurnLog | None = None
 
     @property
     def session_id(self) -> str:

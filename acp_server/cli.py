@@ -81,6 +81,18 @@ def parse_config(argv: Sequence[str] | None = None) -> Config:
         help="model calls allowed in one turn before it stops with max_turn_requests (default 50)",
     )
     parser.add_argument(
+        "--state-dir",
+        default=env.get("ACP_SERVER_STATE_DIR") or None,
+        metavar="DIR",
+        help="where sessions are stored (default: your state directory; env ACP_SERVER_STATE_DIR)",
+    )
+    parser.add_argument(
+        "--no-store",
+        action="store_true",
+        default=_truthy(env.get("ACP_SERVER_NO_STORE")),
+        help="keep sessions in memory only: nothing is written, nothing can be loaded later (env ACP_SERVER_NO_STORE)",
+    )
+    parser.add_argument(
         "--test-mode",
         action="store_true",
         default=_truthy(env.get("ACP_SERVER_TEST_MODE")),
@@ -102,6 +114,8 @@ def parse_config(argv: Sequence[str] | None = None) -> Config:
         permission_mode=args.permission_mode,
         max_turn_requests=args.max_turn_requests,
         base_url=args.base_url,
+        state_dir=args.state_dir,
+        store=not args.no_store,
     )
 
 

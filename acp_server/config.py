@@ -32,3 +32,7 @@ class Config:
     max_turn_requests: int = 50
     # An OpenAI-compatible endpoint, for `--model openai:MODEL`.
     base_url: str | None = None
+    # Where the session store lives; None means the user's state directory (platformdirs).
+    state_dir: str | None = None
+    # False keeps sessions in memory only (`--no-store`).
+    store: bool = True

@@ -48,6 +48,8 @@ BATCH_BYTES = 1 << 20
 FLUSH_TIMEOUT = 0.25
 # After EOF every turn is cancelled and answers within the cleanup deadline; this much slack on top.
 ANSWER_SLACK = 0.25
+# At EOF, how long the last commit of the session store may take.
+DRAIN_TIMEOUT = 0.25
 
 
 class Fence(Protocol):
@@ -79,6 +81,10 @@ class Dispatcher(Protocol):
 
     def closing(self) -> None:
         """stdin reached EOF: cancel every turn."""
+        ...
+
+    async def drain(self) -> None:
+        """Every request is answered (or abandoned): persist what must survive. Bounded by the caller."""
         ...
 
     def exiting(self) -> None:
@@ -182,6 +188,8 @@ class Connection:
                 await self._no_requests_in_flight.wait()
         if self._in_flight:
             log.warning("exiting with %d request(s) unanswered", self._in_flight)
+        with anyio.move_on_after(DRAIN_TIMEOUT):
+            await self._dispatcher.drain()
         self._dispatcher.exiting()
         with anyio.move_on_after(FLUSH_TIMEOUT):
             while self._outbox and not self._broken:
@@ -200,7 +208,9 @@ class Connection:
     async def send_fenced(self, message: dict[str, Any], fence: Fence) -> bool:
         """Queue turn output unless its turn is over; waits while the client is far behind."""
         while len(self._outbox) >= HIGH_WATER and not self._broken:
-            self._has_space = anyio.Event()
+            # Every waiting turn shares one event: replacing it while others wait on it would strand them.
+            if self._has_space.is_set():
+                self._has_space = anyio.Event()
             await self._has_space.wait()
         if fence.closed:
             return False

@@ -10,7 +10,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import anyio
 from pydantic import BaseModel, ValidationError
@@ -36,6 +37,9 @@ from acp_server.runtime.tools import ToolBox
 from acp_server.schema import ClientCapabilities, InitializeRequest, PromptRequest, RequestId
 from acp_server.session_options import parse_command
 from acp_server.slash_commands import first_title
+
+if TYPE_CHECKING:
+    from acp_server.store import SessionStore
 
 __all__ = ["AcpServer", "Handler", "NotificationHandler", "RequestContext"]
 
@@ -89,8 +93,39 @@ class AcpServer:
         self._providers: dict[str, Provider] = {}
         # Until the default model's credentials are found: why not (ACP authentication, `authenticate` retries).
         self.auth_problem: str | None = None
-        self.turns = TurnServices(config, self.agent, self.connection, self.provider_for, tools, processes)
+        self.turns = TurnServices(
+            config, self.agent, self.connection, self.provider_for, tools, processes, lambda: self.store
+        )
+        # The session store: opened on first need (never on the `initialize` path); why not, if it cannot be.
+        self.store: SessionStore | None = None
+        self.store_problem: str | None = None if config.store else "sessions are not stored (--no-store)"
+        self._store_tried = not config.store
+        self._store_lock = anyio.Lock()
         self.load_model()
+
+    async def open_store(self) -> SessionStore | None:
+        """The session store, opened once (in a worker thread) with its flusher started. A store that cannot be
+        opened is reported and left untouched; the server keeps serving sessions without persistence."""
+        async with self._store_lock:
+            if not self._store_tried:
+                self._store_tried = True
+                from acp_server.store import STORE_FILENAME, SessionStore, StoreUnavailable, default_state_dir
+
+                directory = Path(self.config.state_dir) if self.config.state_dir else default_state_dir()
+                try:
+                    self.store = await anyio.to_thread.run_sync(SessionStore.open, directory / STORE_FILENAME)
+                except StoreUnavailable as exc:
+                    self.store_problem = f"the session store is unavailable: {exc}"
+                    log.error("%s; sessions will not be saved", self.store_problem)
+                else:
+                    self.connection.spawn(self.store.run_flusher)
+        return self.store
+
+    async def require_store(self) -> SessionStore:
+        store = await self.open_store()
+        if store is None:
+            raise RpcError(ErrorCode.INTERNAL_ERROR, f"Stored sessions are not available: {self.store_problem}")
+        return store
 
     def provider_for(self, spec: str) -> Provider:
         """The provider for a model spec, built on first use and shared by every session that picks it."""
@@ -220,6 +255,10 @@ class AcpServer:
 
     def closing(self) -> None:
         self.agent.interrupt_all()
+
+    async def drain(self) -> None:
+        if self.store is not None:
+            await self.store.aclose()  # the last commit; this process's unfinished turns become `interrupted`
 
     def exiting(self) -> None:
         self.processes.kill_all()

@@ -21,7 +21,10 @@ from acp_server.schema import (
     CancelNotification,
     CancelRequestNotification,
     CloseSessionRequest,
+    DeleteSessionRequest,
     InitializeRequest,
+    ListSessionsRequest,
+    LoadSessionRequest,
     NewSessionRequest,
     PromptRequest,
     ScriptedReleaseNotification,
@@ -29,7 +32,16 @@ from acp_server.schema import (
     SetSessionModeRequest,
     WireModel,
 )
-from acp_server.session_handlers import session_close, session_new, session_set_config_option, session_set_mode
+from acp_server.session_handlers import (
+    session_close,
+    session_delete,
+    session_list,
+    session_load,
+    session_new,
+    session_resume,
+    session_set_config_option,
+    session_set_mode,
+)
 
 __all__ = ["METHODS", "NOTIFICATIONS", "TEST_METHODS"]
 
@@ -47,13 +59,18 @@ class NoParams(WireModel):
 async def initialize(context: RequestContext, params: InitializeRequest) -> dict[str, Any]:
     # The client's capabilities were recorded in AcpServer.prepare, in reader order.
     # ACP: answer the requested version if supported, else the latest we support. We speak exactly version 1.
+    stored = context.server.config.store  # loading, listing and resuming need the session store
     return {
         "protocolVersion": PROTOCOL_VERSION,
         "agentCapabilities": {
-            "loadSession": False,
+            "loadSession": stored,
             "promptCapabilities": {"image": False, "audio": False, "embeddedContext": True},
             "mcpCapabilities": {"http": False, "sse": False},
-            "sessionCapabilities": {"additionalDirectories": {}, "close": {}},
+            "sessionCapabilities": {
+                "additionalDirectories": {},
+                "close": {},
+                **({"list": {}, "resume": {}, "delete": {}} if stored else {}),
+            },
             "_meta": {
                 "acpServer": {
                     "promptPolicies": list(PROMPT_POLICIES),
@@ -118,6 +135,10 @@ METHODS: dict[str, Handler] = {
     "session/set_mode": (SetSessionModeRequest, session_set_mode),
     "session/set_config_option": (SetSessionConfigOptionRequest, session_set_config_option),
     "session/close": (CloseSessionRequest, session_close),
+    "session/load": (LoadSessionRequest, session_load),
+    "session/resume": (LoadSessionRequest, session_resume),
+    "session/list": (ListSessionsRequest, session_list),
+    "session/delete": (DeleteSessionRequest, session_delete),
     "_acp_server/stats": (NoParams, stats),
 }
 

@@ -18,7 +18,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import date
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
 
 import anyio
@@ -66,6 +66,9 @@ from acp_server.schema import EmbeddedResource, PromptRequest, ResourceLink, Tex
 from acp_server.session_options import parse_command
 from acp_server.slash_commands import run_slash_command
 
+if TYPE_CHECKING:
+    from acp_server.store import SessionStore, TurnStatus
+
 __all__ = ["TurnServices", "execute_prompt", "prompt_text"]
 
 log = logging.getLogger(__name__)
@@ -82,10 +85,15 @@ class TurnServices:
     providers: Callable[[str], Provider]
     tools: ToolBox
     processes: ProcessTable
+    # The session store once it is open (None without one: `--no-store`, or it could not be opened).
+    store: Callable[[], SessionStore | None]
 
     def announce_title(self, session: Session, title: str) -> None:
         update = {"sessionUpdate": "session_info_update", "title": title}
         self.connection.notify("session/update", {"sessionId": session.session_id, "update": update})
+        store = self.store()
+        if store is not None:
+            store.set_title(session.session_id, title)
 
     def probe(self, run: RunContext, event: str, **fields: Any) -> None:
         """A `_scripted/probe` notification (test mode only): what the turn is doing, for black-box tests."""
@@ -124,6 +132,19 @@ def prompt_text(request: PromptRequest) -> str:
 
 
 async def execute_prompt(services: TurnServices, run: RunContext) -> dict[str, Any]:
+    store = services.store()
+    if store is not None:
+        # Recorded from the start, so even a prompt cancelled before it ran is replayed with its outcome.
+        prompt = [block.model_dump(by_alias=True, exclude_none=True) for block in run.request.prompt]
+        run.turn_log = store.begin_turn(run.session_id, prompt, prompt_text(run.request))
+    try:
+        return await _execute(services, run)
+    finally:
+        if store is not None:
+            await store.flush()  # committed before the response, whatever the outcome
+
+
+async def _execute(services: TurnServices, run: RunContext) -> dict[str, Any]:
     if not run.may_start.is_set():
         await run.wake.wait()  # the hand-over or a cancel, whichever comes first
         run.wake = anyio.Event()
@@ -238,13 +259,35 @@ def _close(services: TurnServices, run: RunContext) -> dict[str, Any]:
             "content": [tool_content(TextOutput(f"The tool call was {note or 'abandoned'}."))],
         }
         connection.notify("session/update", {"sessionId": run.session_id, "update": update})
+        if run.turn_log is not None:
+            run.turn_log.append(update)
     run.open_tool_calls.clear()
+    previous = run.session.history
     if run.turn_start is not None:
         run.session.history = _sealed_history(run, note)
+    _record(services, run, previous, "cancelled" if cancelled else "failed" if failed else "completed")
     run.closed = True  # the fence: from here on nothing this run does reaches the client
     if failed:
         raise _failure(run)
     return {"stopReason": "cancelled" if cancelled else (run.outcome or "end_turn")}
+
+
+def _record(services: TurnServices, run: RunContext, previous: list[Message], status: TurnStatus) -> None:
+    """The turn's outcome and what it added to the model's history, for the store (committed before the
+    response). A turn that rewrote the history (/clear, /compact) records the whole new history."""
+    store, log_ = services.store(), run.turn_log
+    if store is None or log_ is None:
+        return
+    history = run.session.history
+    extends = len(history) >= len(previous) and history[: len(previous)] == previous
+    store.finish_turn(
+        log_,
+        status,
+        stop_reason=run.outcome if status == "completed" else status,
+        error=str(run.error) if status == "failed" and run.error is not None else None,
+        messages=history[len(previous) :] if extends else history,
+        replaces_history=not extends,
+    )
 
 
 def _failure(run: RunContext) -> RpcError:
@@ -424,4 +467,5 @@ class _Reporter:
             "method": "session/update",
             "params": {"sessionId": self._session_id, "update": update},
         }
-        await self._connection.send_fenced(message, run)
+        if await self._connection.send_fenced(message, run) and run.turn_log is not None:
+            run.turn_log.append(update)  # exactly what the client was sent, in wire order

@@ -24,9 +24,12 @@ __all__ = [
     "ClientCapabilities",
     "CloseSessionRequest",
     "ContentBlock",
+    "DeleteSessionRequest",
     "EmbeddedResource",
     "ImageContent",
     "InitializeRequest",
+    "ListSessionsRequest",
+    "LoadSessionRequest",
     "NewSessionRequest",
     "PromptRequest",
     "RequestId",
@@ -145,6 +148,24 @@ class SetSessionConfigOptionRequest(WireModel):
     config_id: str
     value: str | bool
     type: str | None = None
+
+
+class LoadSessionRequest(WireModel):
+    """Also `session/resume` (same params; `mcpServers` optional there)."""
+
+    session_id: str
+    cwd: str
+    mcp_servers: list[dict[str, Any]] = []
+    additional_directories: list[str] = []
+
+
+class ListSessionsRequest(WireModel):
+    cwd: str | None = None
+    cursor: str | None = None
+
+
+class DeleteSessionRequest(WireModel):
+    session_id: str
 
 
 class CloseSessionRequest(WireModel):

@@ -1,4 +1,4 @@
-"""The session lifecycle methods: `session/new`, `session/set_mode`, `session/set_config_option`, `session/close`.
+"""The session lifecycle: `session/new`, `load`, `resume`, `list`, `delete`, `close`, `set_mode`, `set_config_option`.
 
 Small typed `(context, params)` handlers, registered in `handlers.METHODS`.
 """
@@ -18,13 +18,25 @@ from acp_server.rpc import ErrorCode, RpcError
 from acp_server.schema import (
     ClientCapabilities,
     CloseSessionRequest,
+    DeleteSessionRequest,
+    ListSessionsRequest,
+    LoadSessionRequest,
     NewSessionRequest,
     SetSessionConfigOptionRequest,
     SetSessionModeRequest,
 )
 from acp_server.session_options import AVAILABLE_COMMANDS, MODE_OPTION, MODEL_OPTION, config_options, modes
 
-__all__ = ["session_close", "session_new", "session_set_config_option", "session_set_mode"]
+__all__ = [
+    "session_close",
+    "session_delete",
+    "session_list",
+    "session_load",
+    "session_new",
+    "session_resume",
+    "session_set_config_option",
+    "session_set_mode",
+]
 
 
 async def session_new(context: RequestContext, params: NewSessionRequest) -> dict[str, Any]:
@@ -45,14 +57,118 @@ async def session_new(context: RequestContext, params: NewSessionRequest) -> dic
         mode=server.config.permission_mode,
         model=server.config.model,
     )
-    server.sessions[session_id] = session
-    # The client learns the session id from the response, so the commands follow it.
+    store = await server.open_store()
+    if store is not None:
+        store.create_session(
+            session_id,
+            params.cwd,
+            additional_directories=params.additional_directories,
+            mcp_servers=params.mcp_servers,
+            mode=session.mode,
+            config={MODEL_OPTION: session.model},
+        )
+    return {"sessionId": session_id, **_opened(context, session)}
+
+
+def _opened(context: RequestContext, session: Session) -> dict[str, Any]:
+    """Register a session and answer with its modes and options; its commands follow the response (the client
+    learns the session id from the response)."""
+    server = context.server
+    server.sessions[session.session_id] = session
     context.after.append(lambda: _announce_commands(server, session))
-    return {
-        "sessionId": session_id,
-        "modes": modes(session),
-        "configOptions": config_options(session, server.models),
-    }
+    return {"modes": modes(session), "configOptions": config_options(session, server.models)}
+
+
+async def _restore(context: RequestContext, params: LoadSessionRequest, *, replay: bool) -> dict[str, Any]:
+    """session/load (replay first) and session/resume (no replay): rebuild the session from the store and go on."""
+    server = context.server
+    server.require_initialized()
+    server.require_model()
+    for directory in (params.cwd, *params.additional_directories):
+        if not Path(directory).is_absolute():
+            raise RpcError(ErrorCode.INVALID_PARAMS, f"Invalid params: paths must be absolute: {directory!r}")
+    current = server.sessions.get(params.session_id)
+    if current is not None and not current.closed and server.agent.running(params.session_id) is not None:
+        raise RpcError(ErrorCode.INVALID_REQUEST, "the session has a prompt running; cancel it first")
+    from acp_server.store import StoreUnavailable, replay_updates  # sqlite3 stays off the start-up path
+
+    store = await server.require_store()
+    try:
+        loaded = await store.load(params.session_id)
+    except StoreUnavailable as exc:
+        raise RpcError(ErrorCode.INTERNAL_ERROR, f"cannot read the session store: {exc}") from None
+    if loaded is None:
+        raise RpcError(ErrorCode.RESOURCE_NOT_FOUND, f"unknown session: {params.session_id}")
+    record = loaded.session
+    stored_model = record.config.get(MODEL_OPTION)
+    session = Session(
+        record.session_id,
+        Path(params.cwd),
+        tuple(Path(d) for d in params.additional_directories),
+        tuple(params.mcp_servers),
+        history=list(loaded.history),
+        client=server.client_capabilities or ClientCapabilities(),
+        mode=record.mode if record.mode in {m.id for m in PERMISSION_MODES} else server.config.permission_mode,
+        model=stored_model if stored_model in server.models else server.config.model,
+        title=record.title,
+        title_requested=record.title is not None,
+    )
+    if replay:
+        # The whole conversation, before the response (ACP); C3 exempts this replay from the turn rule.
+        for update in replay_updates(loaded):
+            server.connection.notify("session/update", {"sessionId": session.session_id, "update": update})
+    return _opened(context, session)
+
+
+async def session_load(context: RequestContext, params: LoadSessionRequest) -> dict[str, Any]:
+    return await _restore(context, params, replay=True)
+
+
+async def session_resume(context: RequestContext, params: LoadSessionRequest) -> dict[str, Any]:
+    return await _restore(context, params, replay=False)
+
+
+async def session_list(context: RequestContext, params: ListSessionsRequest) -> dict[str, Any]:
+    from acp_server.store import StoreUnavailable
+
+    server = context.server
+    server.require_initialized()
+    store = await server.require_store()
+    try:
+        page = await store.list_sessions(cwd=params.cwd, cursor=params.cursor)
+    except ValueError:
+        raise RpcError(ErrorCode.INVALID_PARAMS, "Invalid params: cursor: not a cursor this server gave") from None
+    except StoreUnavailable as exc:
+        raise RpcError(ErrorCode.INTERNAL_ERROR, f"cannot read the session store: {exc}") from None
+    sessions = []
+    for summary in page.sessions:
+        entry: dict[str, Any] = {
+            "sessionId": summary.session_id,
+            "cwd": summary.cwd,
+            "additionalDirectories": list(summary.additional_directories),
+            "updatedAt": summary.updated_at,
+        }
+        if summary.title is not None:
+            entry["title"] = summary.title
+        sessions.append(entry)
+    result: dict[str, Any] = {"sessions": sessions}
+    if page.next_cursor is not None:
+        result["nextCursor"] = page.next_cursor
+    return result
+
+
+async def session_delete(context: RequestContext, params: DeleteSessionRequest) -> dict[str, Any]:
+    """Deleted sessions leave `session/list` and cannot be loaded; an unknown id succeeds silently (ACP). A session
+    open here is closed first, exactly as `session/close` would."""
+    server = context.server
+    server.require_initialized()
+    if params.session_id in server.sessions and not server.sessions[params.session_id].closed:
+        await _close(server, server.sessions[params.session_id])
+    store = await server.open_store()
+    if store is not None:
+        store.delete(params.session_id)
+        await store.flush()
+    return {}
 
 
 def _announce_commands(server: AcpServer, session: Session) -> None:
@@ -68,6 +184,8 @@ def _set_mode(server: AcpServer, session: Session, mode_id: str) -> None:
     if session.mode == mode_id:
         return
     session.mode = mode_id
+    if server.store is not None:
+        server.store.set_mode(session.session_id, mode_id)
     notify = server.connection.notify
     notify(
         "session/update",
@@ -90,6 +208,8 @@ async def session_set_config_option(context: RequestContext, params: SetSessionC
             raise RpcError(ErrorCode.INVALID_PARAMS, f"Invalid params: value: unknown model {value!r}")
         server.provider_for(value)  # a missing key or a bad spec is answered now, not at the next prompt
         session.model = value
+        if server.store is not None:
+            server.store.set_config(session.session_id, {MODEL_OPTION: value})
     else:
         raise RpcError(ErrorCode.INVALID_PARAMS, f"Invalid params: configId: unknown option {params.config_id!r}")
     return {"configOptions": config_options(session, server.models)}
@@ -106,7 +226,11 @@ async def session_close(context: RequestContext, params: CloseSessionRequest) ->
     """ACP: cancel ongoing work "as if session/cancel had been called", then free the session. Its prompts are
     answered (`cancelled`) before this response; the id is refused from the moment the close is read."""
     server = context.server
-    session = server.session(params.session_id)
+    await _close(server, server.session(params.session_id))
+    return {}
+
+
+async def _close(server: AcpServer, session: Session) -> None:
     session.closed = True
     runs = [run for run in (server.agent.running(session.session_id), *session.waiting) if run is not None]
     server.agent.interrupt(session.session_id)
@@ -117,4 +241,3 @@ async def session_close(context: RequestContext, params: CloseSessionRequest) ->
         for run in runs:
             await run.ended.wait()
     server.sessions.pop(session.session_id, None)
-    return {}

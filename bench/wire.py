@@ -99,8 +99,11 @@ class Server:
         # Server owns the file and closes it in close().
         stderr_file = tempfile.TemporaryFile()  # noqa: SIM115
         t_spawn_ns = time.perf_counter_ns()
+        # A scratch state directory: a benchmark's sessions never land in the user's own store.
+        env = {**os.environ, "ACP_SERVER_STATE_DIR": tempfile.mkdtemp(prefix="acp-server-bench-")}
         process = subprocess.Popen(
             server_command(*args),
+            env=env,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=stderr_file,

@@ -15,6 +15,7 @@ import itertools
 import os
 import shutil
 import sys
+import tempfile
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
@@ -40,6 +41,15 @@ STDERR_RED_FLAGS = (
     "Unhandled CancelledError",
     "was never awaited",
 )
+
+
+def isolated_env() -> dict[str, str]:
+    """No user's real config file or session store leaks into a test: a config path that does not exist and a fresh
+    state directory for every server started."""
+    return {
+        "ACP_SERVER_CONFIG": "/nonexistent/acp-server-test/config.toml",
+        "ACP_SERVER_STATE_DIR": tempfile.mkdtemp(prefix="acp-server-test-state-"),
+    }
 
 
 def server_command(*args: str) -> list[str]:
@@ -83,7 +93,7 @@ class RawClient:
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
             # A user's real config file never leaks into a test: point at one that does not exist unless told.
-            env={**os.environ, "ACP_SERVER_CONFIG": "/nonexistent/acp-server-test/config.toml", **(env or {})},
+            env={**os.environ, **isolated_env(), **(env or {})},
             cwd=cwd,
             limit=256 * 1024 * 1024,
             start_new_session=True,
@@ -304,9 +314,10 @@ def check_wire(client: RawClient) -> list[str]:
                     continue  # answered with id null, as JSON-RPC says; nothing to pair it with
                 sent[key] += 1
                 params = message.get("params")
-                if message["method"] == "session/prompt" and isinstance(params, dict):
+                if message["method"] in ("session/prompt", "session/load") and isinstance(params, dict):
                     session_id = params.get("sessionId")
                     if isinstance(session_id, str):
+                        # A load's history replay precedes its response, like a prompt's turn (C3 exempts it).
                         prompt_session[key] = session_id
                         open_prompts[session_id].add(key)
             continue

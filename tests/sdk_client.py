@@ -71,7 +71,7 @@ from acp.schema import (
     WriteTextFileResponse,
 )
 
-from tests.harness import STDERR_RED_FLAGS, Entry, RawClient, check_wire, server_command
+from tests.harness import STDERR_RED_FLAGS, Entry, RawClient, check_wire, isolated_env, server_command
 from tests.wire_schema import WireValidator
 
 __all__ = [
@@ -685,7 +685,7 @@ async def _start(
         stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
-        env={**os.environ, **(env or {})},
+        env={**os.environ, **isolated_env(), **(env or {})},
         cwd=cwd,
         limit=LINE_LIMIT,
         start_new_session=True,

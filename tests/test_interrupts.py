@@ -615,3 +615,13 @@ async def test_close_with_a_tool_ignoring_cancel_still_answers_both_within_the_d
     cancelled = await server.response(prompt)
     assert position(server, cancelled) < position(server, closed)
     assert server.arrival_time(closed) - t0 <= T_ESC
+
+
+@pytest.mark.timeout(60)
+async def test_many_sessions_streaming_at_once_all_finish_under_backpressure(server: RawClient) -> None:
+    """Several turns waiting for room in the outbox at once must all be woken (they once stranded each other)."""
+    sessions = [await server.new_session() for _ in range(12)]
+    prompts = [await server.prompt(s, [{"say": "x", "repeat": 500}]) for s in sessions]
+    for prompt in prompts:
+        assert (await server.response(prompt, timeout=30))["result"] == {"stopReason": "end_turn"}
+    assert all(len(server.texts(s)) == 500 for s in sessions)
