@@ -69,6 +69,8 @@ class Session:
     model: str = ""
     title: str | None = None
     title_requested: bool = False
+    # The last context usage the provider reported (tokens used, window), so a turn can compact before it starts.
+    context_usage: tuple[int, int] | None = None
     # Set by session/close: the id is refused from then on, even while the close is still settling.
     closed: bool = False
     # Scopes of work the session does outside its turns (title generation); cancelled when the session closes.

@@ -34,6 +34,7 @@ from acp_server.editor import (
     tool_content,
 )
 from acp_server.rpc import ErrorCode, RpcError
+from acp_server.runtime.compaction import ContextCompactor
 from acp_server.runtime.local_commands import LocalCommandRunner
 from acp_server.runtime.local_fs import LocalFileSystem
 from acp_server.runtime.loop import run_turn
@@ -215,6 +216,12 @@ async def _work(services: TurnServices, run: RunContext) -> None:
                 run.messages.append(Message("user", text))
                 run.turn_start = len(run.messages)
                 ports = _ports(services, run)
+                compactor = ContextCompactor(
+                    lambda: open_model(""),
+                    reporter,
+                    keep_from=run.turn_start - 1 if run.turn_start else 0,
+                    usage=UsageReported(*session.context_usage) if session.context_usage else None,
+                )
                 stop = await run_turn(
                     model_turn,
                     run.messages,
@@ -223,6 +230,7 @@ async def _work(services: TurnServices, run: RunContext) -> None:
                     tool_context=lambda call: _tool_context(services, run, ports, call, reporter),
                     probe=probe,
                     max_requests=services.config.max_turn_requests,
+                    compactor=compactor,
                 )
         if run.cancelled or stop is None:
             run.outcome = "cancelled"
@@ -459,6 +467,7 @@ class _Reporter:
                 "entries": [{"content": e.content, "priority": e.priority, "status": e.status} for e in event.entries],
             }
         elif isinstance(event, UsageReported):
+            run.session.context_usage = (event.used, event.size)
             update = {"sessionUpdate": "usage_update", "used": event.used, "size": event.size}
         else:  # pragma: no cover - the event union is closed
             raise TypeError(f"unknown turn event {event!r}")

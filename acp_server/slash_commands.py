@@ -8,9 +8,10 @@ here (`first_title`), generated in the background so they never delay a response
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 from acp_server.agent import RunContext
+from acp_server.runtime.compaction import compact_history
 from acp_server.runtime.model import (
     Emit,
     Message,
@@ -23,12 +24,8 @@ from acp_server.runtime.model import (
     TurnInput,
 )
 
-__all__ = ["compact_history", "first_title", "run_slash_command"]
+__all__ = ["first_title", "run_slash_command"]
 
-SUMMARY_REQUEST = (
-    "Summarise our conversation so far for yourself, so that we can continue from the summary alone: the goal, "
-    "decisions made, files and commands involved, what is done and what is left. Be complete but brief."
-)
 TITLE_INSTRUCTIONS = "Reply with a title of three to six words for a conversation that starts with the user's message."
 MAX_TITLE_CHARS = 80
 
@@ -64,16 +61,6 @@ async def run_slash_command(
             run.turn_start = len(run.messages)
             await emit(TextDelta(f"\n\n[Compacted {before} messages into the summary above.]"))
     return "end_turn"
-
-
-async def compact_history(model: ModelTurn, history: Sequence[Message], emit: Emit | None = None) -> list[Message]:
-    """Ask the model to summarise `history`; the new history is that summary. Streams it through `emit`, if given,
-    so the user sees what the conversation was reduced to."""
-    reply = await model.respond([*history, Message("user", SUMMARY_REQUEST)], (), emit or _ignore)
-    return [
-        Message("user", f"Here is a summary of our conversation so far:\n\n{reply.text}"),
-        Message("assistant", "Understood. I will continue from this summary."),
-    ]
 
 
 async def first_title(provider: Provider, session_id: str, first_prompt: str) -> str:

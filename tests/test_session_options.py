@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import StartServer
-from tests.fake_openai import FakeOpenAI, text_reply
+from tests.fake_openai import FakeOpenAI, error, text_reply
 from tests.harness import RawClient
 
 
@@ -195,3 +195,50 @@ async def test_closing_a_session_cancels_its_title_request(
     assert (await client.call("session/close", {"sessionId": session}))["result"] == {}
     assert await model.wait_disconnect_async(2.0), "the title request was not cancelled with its session"
     assert updates_of(client, session, "session_info_update") == []
+
+
+async def test_a_nearly_full_context_is_compacted_before_the_next_call_and_the_user_sees_it(
+    start_server: StartServer, model: FakeOpenAI, tmp_path: Path
+) -> None:
+    config = tmp_path / "config.toml"
+    config.write_text("[providers.openai]\ncontext_window = 1000\n")
+    model.script(
+        text_reply("long answer", usage=(880, 20)),  # 90% of the window
+        text_reply("title"),
+        text_reply("Summary: the user asked for a long answer."),
+        text_reply("fresh reply"),
+    )
+    env = {"OPENAI_API_KEY": "sk-test", "ACP_SERVER_CONFIG": str(config)}
+    client = await start_server("--model", "openai:fake", "--base-url", model.base_url, env=env)
+    await client.initialize()
+    session = await client.new_session(str(tmp_path))
+    await client.call("session/prompt", ask(session, "tell me everything"), timeout=30)
+    assert await model.wait_requests(2, timeout=10)
+    response = await client.call("session/prompt", ask(session, "and now?"), timeout=30)
+    assert response["result"] == {"stopReason": "end_turn"}
+    summary_request = model.requests[2].body["messages"]
+    assert "summarise" in summary_request[-1]["content"].lower()
+    continued = model.requests[3].body["messages"]
+    assert [m["role"] for m in continued] == ["system", "user", "assistant", "user"]
+    assert "the user asked for a long answer" in continued[1]["content"]
+    assert continued[-1]["content"] == "and now?"
+    assert any("Context compacted" in text for text in client.texts(session))
+
+
+async def test_a_context_overflow_error_compacts_and_retries_once(
+    start_server: StartServer, model: FakeOpenAI, tmp_path: Path
+) -> None:
+    model.script(
+        text_reply("first"),
+        text_reply("title"),
+        error(400, "This model's maximum context length is 8192 tokens."),
+        text_reply("Summary of it all."),
+        text_reply("answered after compaction"),
+    )
+    client, session = await openai_session(start_server, model, tmp_path)
+    await client.call("session/prompt", ask(session, "one"), timeout=30)
+    assert await model.wait_requests(2, timeout=10)
+    response = await client.call("session/prompt", ask(session, "two"), timeout=30)
+    assert response["result"] == {"stopReason": "end_turn"}
+    assert "answered after compaction" in "".join(client.texts(session))
+    assert "Summary of it all." in model.requests[4].body["messages"][1]["content"]

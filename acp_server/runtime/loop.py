@@ -14,10 +14,12 @@ from typing import Any
 import anyio
 from pydantic import ValidationError
 
+from acp_server.runtime.compaction import ContextCompactor
 from acp_server.runtime.model import (
     INVALID_ARGUMENTS,
     Emit,
     Message,
+    ModelError,
     ModelTurn,
     Probe,
     ReplyStarted,
@@ -44,14 +46,24 @@ async def run_turn(
     tool_context: ToolContextFactory,
     probe: Probe,
     max_requests: int,
+    compactor: ContextCompactor | None = None,
 ) -> StopReason:
     """Run one turn; `messages` (the turn's own copy of the conversation) grows as the turn goes."""
+    if compactor is not None:
+        emit = compactor.watch
     for index in range(max_requests):
         # Yield before every model call and tool call: a cancel that arrived while work ran without awaiting (a
         # tool that ignored cancellation, a model reply that needed no I/O) must stop the turn here, not later.
         await anyio.lowlevel.checkpoint()
         await emit(ReplyStarted(index))
-        reply = await model.respond(messages, tools.specs, emit)
+        if compactor is not None:
+            await compactor.before_call(messages)
+        try:
+            reply = await model.respond(messages, tools.specs, emit)
+        except ModelError as exc:
+            if compactor is None or not await compactor.on_overflow(messages, exc):
+                raise
+            reply = await model.respond(messages, tools.specs, emit)
         messages.append(Message("assistant", reply.text, reply.tool_calls))
         if not reply.tool_calls:
             return reply.stop_reason
