@@ -94,13 +94,13 @@ class Server:
     _selector: selectors.BaseSelector = field(default_factory=selectors.DefaultSelector)
 
     @classmethod
-    def spawn(cls, *args: str) -> Server:
+    def spawn(cls, *args: str, state_dir: str | None = None) -> Server:
         # stderr goes to a file rather than a pipe nobody drains, so a chatty server can never block on it. The
         # Server owns the file and closes it in close().
         stderr_file = tempfile.TemporaryFile()  # noqa: SIM115
         t_spawn_ns = time.perf_counter_ns()
         # A scratch state directory: a benchmark's sessions never land in the user's own store.
-        env = {**os.environ, "ACP_SERVER_STATE_DIR": tempfile.mkdtemp(prefix="acp-server-bench-")}
+        env = {**os.environ, "ACP_SERVER_STATE_DIR": state_dir or tempfile.mkdtemp(prefix="acp-server-bench-")}
         process = subprocess.Popen(
             server_command(*args),
             env=env,

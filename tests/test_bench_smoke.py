@@ -99,3 +99,13 @@ def test_provider_bench_streams_through_the_openai_provider_and_cancels() -> Non
     assert result.stream.median_rate > 0
     assert len(result.cancel_ms) == 2
     assert all(0 < ms < 1000 for ms in result.cancel_ms)
+
+
+@pytest.mark.timeout(60)
+def test_sessions_bench_measures_new_load_and_the_store_cost() -> None:
+    from bench import sessions
+
+    result = sessions.run(news=5, messages=20, chunks=500)
+    assert len(result.new_ms) == 5 and len(result.load_ms) == 5
+    assert result.replayed == 20
+    assert result.stored_rate > 0 and result.unstored_rate > 0
