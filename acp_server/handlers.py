@@ -35,6 +35,7 @@ from acp_server.schema import (
 from acp_server.session_handlers import (
     session_close,
     session_delete,
+    session_fork,
     session_list,
     session_load,
     session_new,
@@ -69,7 +70,8 @@ async def initialize(context: RequestContext, params: InitializeRequest) -> dict
             "sessionCapabilities": {
                 "additionalDirectories": {},
                 "close": {},
-                **({"list": {}, "resume": {}, "delete": {}} if stored else {}),
+                # `fork` is unstable in ACP v1 (schema.unstable.json); clients that do not know it ignore it.
+                **({"list": {}, "resume": {}, "delete": {}, "fork": {}} if stored else {}),
             },
             "_meta": {
                 "acpServer": {
@@ -139,6 +141,7 @@ METHODS: dict[str, Handler] = {
     "session/resume": (LoadSessionRequest, session_resume),
     "session/list": (ListSessionsRequest, session_list),
     "session/delete": (DeleteSessionRequest, session_delete),
+    "session/fork": (LoadSessionRequest, session_fork),
     "_acp_server/stats": (NoParams, stats),
 }
 

@@ -30,6 +30,7 @@ from acp_server.session_options import AVAILABLE_COMMANDS, MODE_OPTION, MODEL_OP
 __all__ = [
     "session_close",
     "session_delete",
+    "session_fork",
     "session_list",
     "session_load",
     "session_new",
@@ -118,6 +119,32 @@ async def _restore(context: RequestContext, params: LoadSessionRequest, *, repla
         for update in replay_updates(loaded):
             server.connection.notify("session/update", {"sessionId": session.session_id, "update": update})
     return _opened(context, session)
+
+
+async def session_fork(context: RequestContext, params: LoadSessionRequest) -> dict[str, Any]:
+    """Unstable in ACP v1: a new session that starts with a copy of another's conversation (a running turn in the
+    source is copied as interrupted). Answered like session/new; the source is untouched."""
+    from acp_server.store import StoreUnavailable
+
+    server = context.server
+    server.require_initialized()
+    server.require_model()
+    store = await server.require_store()
+    new_id = f"sess_{uuid.uuid4().hex}"
+    try:
+        copied = await store.fork(
+            params.session_id,
+            new_id,
+            cwd=params.cwd,
+            additional_directories=params.additional_directories,
+            mcp_servers=params.mcp_servers,
+        )
+    except StoreUnavailable as exc:
+        raise RpcError(ErrorCode.INTERNAL_ERROR, f"cannot read the session store: {exc}") from None
+    if not copied:
+        raise RpcError(ErrorCode.RESOURCE_NOT_FOUND, f"unknown session: {params.session_id}")
+    restored = await _restore(context, params.model_copy(update={"session_id": new_id}), replay=False)
+    return {"sessionId": new_id, **restored}
 
 
 async def session_load(context: RequestContext, params: LoadSessionRequest) -> dict[str, Any]:

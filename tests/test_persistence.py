@@ -281,6 +281,26 @@ async def test_the_model_sees_the_loaded_history(start_server: StartServer, mode
     await second.initialize()
     await load(second, session)
     await second.call("session/prompt", {"sessionId": session, "prompt": [{"type": "text", "text": "who am I?"}]})
-    last = model.requests[-1].body["messages"]
-    assert {"role": "user", "content": "my name is Ada"} in last
-    assert last[-1] == {"role": "user", "content": "who am I?"}
+    # The turn's request (a background title request may come after it).
+    [asked] = [r.body["messages"] for r in model.requests if r.body["messages"][-1].get("content") == "who am I?"]
+    assert {"role": "user", "content": "my name is Ada"} in asked
+
+
+async def test_fork_copies_the_conversation_into_a_new_session_and_leaves_the_source(
+    start_server: StartServer, tmp_path: Path
+) -> None:
+    server = await start(start_server, tmp_path)
+    source = await server.new_session()
+    await server.response(await server.prompt(source, [{"say": "shared past"}]))
+    forked = await server.call("session/fork", {"sessionId": source, "cwd": "/tmp"})
+    fork_id = forked["result"]["sessionId"]
+    assert fork_id != source and set(forked["result"]) == {"sessionId", "modes", "configOptions"}
+    await server.response(await server.prompt(fork_id, [{"say": "fork only"}]))
+    _, replayed_fork = await load(server, fork_id)
+    _, replayed_source = await load(server, source)
+    fork_texts = [u["content"]["text"] for u in replayed_fork if u["sessionUpdate"] == "agent_message_chunk"]
+    source_texts = [u["content"]["text"] for u in replayed_source if u["sessionUpdate"] == "agent_message_chunk"]
+    assert fork_texts == ["shared past", "fork only"]
+    assert source_texts == ["shared past"]
+    unknown = await server.call("session/fork", {"sessionId": "sess_nope", "cwd": "/tmp"})
+    assert unknown["error"]["code"] == -32002

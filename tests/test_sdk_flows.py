@@ -523,9 +523,10 @@ async def test_an_unknown_method_raises_request_error_method_not_found(scripted:
     with pytest.raises(RequestError) as unknown_extension:
         await scripted.conn.ext_method("acp_server/no_such_method", {})
     assert unknown_extension.value.code == -32601
-    # A method the server does not implement (session/fork is unstable and not advertised) is refused the same way.
+    # A standard method the server does not implement (logout: it advertises no auth.logout) is refused the same
+    # way. The SDK client has no method for it, so it goes through the SDK's own connection.
     with pytest.raises(RequestError) as unsupported:
-        await scripted.conn.fork_session(session_id="sess_x", cwd="/tmp")
+        await scripted.conn._conn.send_request("logout", {})
     assert unsupported.value.code == -32601
     # The connection is unharmed.
     session = await new_session(scripted)

@@ -36,13 +36,7 @@ from acp_server.runtime.model import (
     TurnInput,
     UsageReported,
 )
-from acp_server.runtime.providers.http_common import (
-    CONNECT_TIMEOUT,
-    describe_failure,
-    import_sdk,
-    one_line,
-    parse_arguments,
-)
+from acp_server.runtime.providers.http_common import HttpProvider, parse_arguments
 
 __all__ = ["AnthropicProvider", "wire_messages"]
 
@@ -58,8 +52,13 @@ STOP_REASONS: dict[str, StopReason] = {
 }
 
 
-class AnthropicProvider:
+class AnthropicProvider(HttpProvider):
     """A Claude model. `api_key=None` lets the SDK use ANTHROPIC_API_KEY or ANTHROPIC_AUTH_TOKEN."""
+
+    SDK = "anthropic"
+    CLIENT = "AsyncAnthropic"
+    MISSING_SDK = MISSING_SDK
+    DEFAULT_BASE_URL = DEFAULT_BASE_URL
 
     def __init__(
         self,
@@ -72,46 +71,18 @@ class AnthropicProvider:
         max_tokens: int = 8192,
         timeout: float = 600,
     ) -> None:
-        self.model = model
-        self.base_url = base_url
-        self.context_window = context_window
+        super().__init__(
+            model,
+            api_key=api_key,
+            base_url=base_url,
+            context_window=context_window,
+            max_retries=max_retries,
+            timeout=timeout,
+        )
         self.max_tokens = max_tokens
-        self._api_key = api_key
-        self._max_retries = max_retries
-        self._timeout = timeout
-        # The SDK's objects, made on first use; typed Any so the SDK stays out of this module's imports.
-        self._client: Any = None  # anthropic.AsyncAnthropic
-        self.stream_cls: Any = None  # anthropic.AsyncStream[object]: chunks stay plain dicts
-
-    def __repr__(self) -> str:
-        return f"AnthropicProvider(model={self.model!r}, base_url={self.base_url!r})"  # never the key
 
     def open_turn(self, turn: TurnInput) -> ModelTurn:
         return _AnthropicTurn(self, turn.system_prompt)
-
-    def check_turn(self, meta: dict[str, Any], turn_index: int) -> str | None:
-        return None
-
-    async def client(self) -> Any:
-        """The provider's one `AsyncAnthropic`, made on first use."""
-        if self._client is None:
-            anthropic = await import_sdk("anthropic", MISSING_SDK)
-            if self._client is None:  # another session's first turn may have made it while this one waited
-                try:
-                    self._client = anthropic.AsyncAnthropic(
-                        api_key=self._api_key,
-                        base_url=self.base_url,
-                        max_retries=self._max_retries,
-                        timeout=anthropic.Timeout(self._timeout, connect=min(self._timeout, CONNECT_TIMEOUT)),
-                    )
-                except Exception as exc:
-                    raise ModelError(one_line(f"cannot set up the anthropic client: {exc}", self._api_key)) from exc
-                self.stream_cls = anthropic.AsyncStream[object]
-        return self._client
-
-    def describe(self, exc: BaseException, *, streaming: bool) -> str:
-        url = str(self._client.base_url) if self._client is not None else self.base_url or DEFAULT_BASE_URL
-        return describe_failure(exc, endpoint=url, streaming=streaming, secret=self._api_key)
 
 
 class _AnthropicTurn:

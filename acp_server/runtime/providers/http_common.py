@@ -12,7 +12,7 @@ import re
 import socket
 import ssl
 from types import ModuleType
-from typing import Any
+from typing import Any, ClassVar
 from urllib.parse import urlsplit, urlunsplit
 
 import anyio
@@ -20,13 +20,70 @@ import orjson
 
 from acp_server.runtime.model import INVALID_ARGUMENTS, ModelError
 
-__all__ = ["CONNECT_TIMEOUT", "describe_failure", "import_sdk", "one_line", "parse_arguments"]
+__all__ = ["CONNECT_TIMEOUT", "HttpProvider", "describe_failure", "import_sdk", "one_line", "parse_arguments"]
 
 # A host that does not answer should fail in seconds, whatever the (long) read timeout allows a slow model.
 CONNECT_TIMEOUT = 5.0
 MAX_DETAIL_CHARS = 300
 # Things that look like credentials, for error texts that quote them back ("Incorrect API key provided: sk-...").
 _SECRET_PATTERN = re.compile(r"\b(?:sk|rk|pk)-[\w*.\-]{4,}|\bBearer\s+\S+", re.IGNORECASE)
+
+
+class HttpProvider:
+    """A model behind an HTTP API: its configuration, and the SDK's client, made on first use (the client is
+    configuration plus a connection pool, never turn state). Subclasses name their SDK and open their turns."""
+
+    SDK: ClassVar[str]  # the module to import, e.g. "openai"
+    CLIENT: ClassVar[str]  # its async client class, e.g. "AsyncOpenAI"
+    MISSING_SDK: ClassVar[str]  # what to tell the user when the SDK is not installed
+    DEFAULT_BASE_URL: ClassVar[str]
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        api_key: str | None,
+        base_url: str | None,
+        context_window: int | None = None,
+        max_retries: int = 3,
+        timeout: float = 600,
+    ) -> None:
+        self.model = model
+        self.base_url = base_url
+        self.context_window = context_window
+        self._api_key = api_key
+        self._max_retries = max_retries
+        self._timeout = timeout
+        # The SDK's objects, made on first use; typed Any so the SDK stays out of this module's imports.
+        self._client: Any = None
+        self.stream_cls: Any = None  # the SDK's AsyncStream[object]: chunks stay plain dicts
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(model={self.model!r}, base_url={self.base_url!r})"  # never the key
+
+    def check_turn(self, meta: dict[str, Any], turn_index: int) -> str | None:
+        return None
+
+    async def client(self) -> Any:
+        """The provider's one client, made on first use."""
+        if self._client is None:
+            sdk = await import_sdk(self.SDK, self.MISSING_SDK)
+            if self._client is None:  # another session's first turn may have made it while this one waited
+                try:
+                    self._client = getattr(sdk, self.CLIENT)(
+                        api_key=self._api_key,
+                        base_url=self.base_url,
+                        max_retries=self._max_retries,
+                        timeout=sdk.Timeout(self._timeout, connect=min(self._timeout, CONNECT_TIMEOUT)),
+                    )
+                except Exception as exc:  # e.g. no API key: the SDK refuses to build a client
+                    raise ModelError(one_line(f"cannot set up the {self.SDK} client: {exc}", self._api_key)) from exc
+                self.stream_cls = sdk.AsyncStream[object]
+        return self._client
+
+    def describe(self, exc: BaseException, *, streaming: bool) -> str:
+        url = str(self._client.base_url) if self._client is not None else self.base_url or self.DEFAULT_BASE_URL
+        return describe_failure(exc, endpoint=url, streaming=streaming, secret=self._api_key)
 
 
 def parse_arguments(raw: str) -> dict[str, Any]:

@@ -49,13 +49,7 @@ from acp_server.runtime.model import (
 )
 
 __all__ = ["OpenAIProvider", "wire_messages"]
-from acp_server.runtime.providers.http_common import (
-    CONNECT_TIMEOUT,
-    describe_failure,
-    import_sdk,
-    one_line,
-    parse_arguments,
-)
+from acp_server.runtime.providers.http_common import HttpProvider, parse_arguments
 
 log = logging.getLogger(__name__)
 
@@ -65,58 +59,16 @@ DEFAULT_BASE_URL = "https://api.openai.com/v1"
 REASONING_FIELDS = ("reasoning_content", "reasoning")
 
 
-class OpenAIProvider:
-    """A model on an OpenAI-compatible endpoint. Immutable after construction apart from the lazily made client."""
+class OpenAIProvider(HttpProvider):
+    """A model on an OpenAI-compatible endpoint."""
 
-    def __init__(
-        self,
-        model: str,
-        *,
-        api_key: str,
-        base_url: str | None,
-        context_window: int | None = None,
-        max_retries: int = 3,
-        timeout: float = 600,
-    ) -> None:
-        self.model = model
-        self.base_url = base_url
-        self.context_window = context_window
-        self._api_key = api_key
-        self._max_retries = max_retries
-        self._timeout = timeout
-        # The SDK's objects, made on first use; typed Any so the SDK stays out of this module's imports.
-        self._client: Any = None  # openai.AsyncOpenAI
-        self.stream_cls: Any = None  # openai.AsyncStream[object]: chunks stay plain dicts
-
-    def __repr__(self) -> str:
-        return f"OpenAIProvider(model={self.model!r}, base_url={self.base_url!r})"  # never the key
+    SDK = "openai"
+    CLIENT = "AsyncOpenAI"
+    MISSING_SDK = "the openai provider needs the openai package: pip install openai"
+    DEFAULT_BASE_URL = DEFAULT_BASE_URL
 
     def open_turn(self, turn: TurnInput) -> ModelTurn:
         return _OpenAITurn(self, turn.system_prompt)
-
-    def check_turn(self, meta: dict[str, Any], turn_index: int) -> str | None:
-        return None
-
-    async def client(self) -> Any:
-        """The provider's one `AsyncOpenAI`, made on first use."""
-        if self._client is None:
-            openai = await import_sdk("openai", "the openai provider needs the openai package: pip install openai")
-            if self._client is None:  # another session's first turn may have made it while this one waited
-                try:
-                    self._client = openai.AsyncOpenAI(
-                        api_key=self._api_key,
-                        base_url=self.base_url,
-                        max_retries=self._max_retries,
-                        timeout=openai.Timeout(self._timeout, connect=min(self._timeout, CONNECT_TIMEOUT)),
-                    )
-                except Exception as exc:  # e.g. no API key: the SDK refuses to build a client
-                    raise ModelError(one_line(f"cannot set up the openai client: {exc}", self._api_key)) from exc
-                self.stream_cls = openai.AsyncStream[object]
-        return self._client
-
-    def describe(self, exc: BaseException, *, streaming: bool) -> str:
-        url = str(self._client.base_url) if self._client is not None else self.base_url or DEFAULT_BASE_URL
-        return describe_failure(exc, endpoint=url, streaming=streaming, secret=self._api_key)
 
 
 class _OpenAITurn:
