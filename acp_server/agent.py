@@ -62,6 +62,8 @@ class Session:
     turns_started: int = 0
     # What the client can do for this session's tools (its initialize capabilities).
     client: ClientCapabilities = field(default_factory=ClientCapabilities)
+    # What a prompt sent while a turn runs does: interrupt, queue or reject (the `prompt_policy` option).
+    prompt_policy: str = "interrupt"
     # The permission mode (see editor.PERMISSION_MODES) and the "always" answers, "edit:write_file" -> allowed.
     mode: str = "default"
     permission_rules: dict[str, bool] = field(default_factory=dict)
@@ -141,17 +143,25 @@ class Agent:
         return len(self._runs)
 
     def admit(self, session: Session, request_id: RequestId, request: PromptRequest) -> RunContext:
-        """Admit a prompt the moment its line is read. Synchronous on purpose (see the module docstring)."""
+        """Admit a prompt the moment its line is read. Synchronous on purpose (see the module docstring).
+
+        A prompt for a busy session follows the session's policy (INTERRUPTS.md 6.1): `interrupt` cancels the running
+        turn (and everything admitted before it) as a `session/cancel` read here would, then waits for the cleanup
+        and runs; `queue` waits its turn, first in first out; `reject` is refused, unless the running turn is
+        already stopping, in which case it waits for the cleanup like every policy does.
+        """
         current = self._runs.get(session.session_id)
         run = RunContext(session, request_id, request)
         if current is None:
             self._runs[session.session_id] = run
             run.may_start.set()
-        elif current.state is RunState.STOPPING or session.waiting:
-            # The running turn was cancelled before this prompt arrived: it waits for that cleanup, then runs.
-            session.waiting.append(run)
-        else:
+            return run
+        stopping = current.state is RunState.STOPPING or bool(session.waiting)
+        if session.prompt_policy == "reject" and not stopping:
             raise RpcError(ErrorCode.INVALID_REQUEST, "a prompt is already running in this session")
+        if session.prompt_policy == "interrupt":
+            self.interrupt(session.session_id)
+        session.waiting.append(run)
         return run
 
     def interrupt(self, session_id: str) -> None:

@@ -20,6 +20,7 @@ __all__ = ["main", "parse_config"]
 LOG_LEVELS = ("debug", "info", "warning", "error")
 # Kept here rather than imported from editor.py, so `--help` stays instant; a test checks the two agree.
 PERMISSION_MODE_IDS = ("default", "accept_edits", "bypass", "read_only")
+PROMPT_POLICY_IDS = ("interrupt", "queue", "reject")
 
 
 def _non_negative_seconds(text: str) -> float:
@@ -74,6 +75,13 @@ def parse_config(argv: Sequence[str] | None = None) -> Config:
         help="the mode new sessions start in (default: ask before edits and commands; env ACP_SERVER_PERMISSION_MODE)",
     )
     parser.add_argument(
+        "--prompt-policy",
+        choices=PROMPT_POLICY_IDS,
+        default=env.get("ACP_SERVER_PROMPT_POLICY", "interrupt"),
+        help="a prompt sent while a turn runs: interrupt it (default), queue behind it, or reject "
+        "(env ACP_SERVER_PROMPT_POLICY)",
+    )
+    parser.add_argument(
         "--max-turn-requests",
         type=int,
         default=int(env.get("ACP_SERVER_MAX_TURN_REQUESTS", "50")),
@@ -104,6 +112,8 @@ def parse_config(argv: Sequence[str] | None = None) -> Config:
         parser.error(f"ACP_SERVER_LOG must be one of {', '.join(LOG_LEVELS)}")
     if args.permission_mode not in PERMISSION_MODE_IDS:
         parser.error(f"ACP_SERVER_PERMISSION_MODE must be one of {', '.join(PERMISSION_MODE_IDS)}")
+    if args.prompt_policy not in PROMPT_POLICY_IDS:
+        parser.error(f"ACP_SERVER_PROMPT_POLICY must be one of {', '.join(PROMPT_POLICY_IDS)}")
     if args.max_turn_requests < 1:
         parser.error("--max-turn-requests must be at least 1")
     return Config(
@@ -112,6 +122,7 @@ def parse_config(argv: Sequence[str] | None = None) -> Config:
         log_level=args.log_level,
         test_mode=args.test_mode,
         permission_mode=args.permission_mode,
+        prompt_policy=args.prompt_policy,
         max_turn_requests=args.max_turn_requests,
         base_url=args.base_url,
         state_dir=args.state_dir,

@@ -26,6 +26,8 @@ class Config:
     # Test mode swaps nothing in the cancellation logic: it only adds the test tools and the probe notifications.
     test_mode: bool = False
     max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
+    # What a prompt for a busy session does (agent.Agent.admit): interrupt, queue or reject.
+    prompt_policy: str = "interrupt"
     # The permission mode new sessions start in (editor.PERMISSION_MODES).
     permission_mode: str = "default"
     # Model calls allowed in one turn before it ends with `max_turn_requests`.

@@ -43,11 +43,11 @@ from acp_server.session_handlers import (
     session_set_config_option,
     session_set_mode,
 )
+from acp_server.session_options import PROMPT_POLICIES
 
 __all__ = ["METHODS", "NOTIFICATIONS", "TEST_METHODS"]
 
 PROTOCOL_VERSION = 1
-PROMPT_POLICIES = ("reject",)
 
 
 class NoParams(WireModel):
@@ -75,8 +75,8 @@ async def initialize(context: RequestContext, params: InitializeRequest) -> dict
             },
             "_meta": {
                 "acpServer": {
-                    "promptPolicies": list(PROMPT_POLICIES),
-                    "defaultPromptPolicy": PROMPT_POLICIES[0],
+                    "promptPolicies": [policy["value"] for policy in PROMPT_POLICIES],
+                    "defaultPromptPolicy": context.server.config.prompt_policy,
                     "extensionMethods": ["_acp_server/stats"],
                     "extensionNotifications": ["_scripted/release"],
                 }

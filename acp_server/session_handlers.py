@@ -25,7 +25,15 @@ from acp_server.schema import (
     SetSessionConfigOptionRequest,
     SetSessionModeRequest,
 )
-from acp_server.session_options import AVAILABLE_COMMANDS, MODE_OPTION, MODEL_OPTION, config_options, modes
+from acp_server.session_options import (
+    AVAILABLE_COMMANDS,
+    MODE_OPTION,
+    MODEL_OPTION,
+    PROMPT_POLICIES,
+    PROMPT_POLICY_OPTION,
+    config_options,
+    modes,
+)
 
 __all__ = [
     "session_close",
@@ -57,6 +65,7 @@ async def session_new(context: RequestContext, params: NewSessionRequest) -> dic
         client=server.client_capabilities or ClientCapabilities(),
         mode=server.config.permission_mode,
         model=server.config.model,
+        prompt_policy=server.config.prompt_policy,
     )
     store = await server.open_store()
     if store is not None:
@@ -66,7 +75,7 @@ async def session_new(context: RequestContext, params: NewSessionRequest) -> dic
             additional_directories=params.additional_directories,
             mcp_servers=params.mcp_servers,
             mode=session.mode,
-            config={MODEL_OPTION: session.model},
+            config={MODEL_OPTION: session.model, PROMPT_POLICY_OPTION: session.prompt_policy},
         )
     return {"sessionId": session_id, **_opened(context, session)}
 
@@ -102,6 +111,8 @@ async def _restore(context: RequestContext, params: LoadSessionRequest, *, repla
         raise RpcError(ErrorCode.RESOURCE_NOT_FOUND, f"unknown session: {params.session_id}")
     record = loaded.session
     stored_model = record.config.get(MODEL_OPTION)
+    stored_policy = record.config.get(PROMPT_POLICY_OPTION)
+    policies = {policy["value"] for policy in PROMPT_POLICIES}
     session = Session(
         record.session_id,
         Path(params.cwd),
@@ -113,6 +124,9 @@ async def _restore(context: RequestContext, params: LoadSessionRequest, *, repla
         model=stored_model if stored_model in server.models else server.config.model,
         title=record.title,
         title_requested=record.title is not None,
+        prompt_policy=stored_policy
+        if isinstance(stored_policy, str) and stored_policy in policies
+        else server.config.prompt_policy,
     )
     if replay:
         # The whole conversation, before the response (ACP); C3 exempts this replay from the turn rule.
@@ -236,10 +250,23 @@ async def session_set_config_option(context: RequestContext, params: SetSessionC
         server.provider_for(value)  # a missing key or a bad spec is answered now, not at the next prompt
         session.model = value
         if server.store is not None:
-            server.store.set_config(session.session_id, {MODEL_OPTION: value})
+            server.store.set_config(
+                session.session_id, {MODEL_OPTION: value, PROMPT_POLICY_OPTION: session.prompt_policy}
+            )
+    elif params.config_id == PROMPT_POLICY_OPTION:
+        if value not in {policy["value"] for policy in PROMPT_POLICIES}:
+            raise RpcError(ErrorCode.INVALID_PARAMS, f"Invalid params: value: unknown prompt policy {value!r}")
+        session.prompt_policy = value
+        _save_options(server, session)
     else:
         raise RpcError(ErrorCode.INVALID_PARAMS, f"Invalid params: configId: unknown option {params.config_id!r}")
     return {"configOptions": config_options(session, server.models)}
+
+
+def _save_options(server: AcpServer, session: Session) -> None:
+    if server.store is not None:
+        options = {MODEL_OPTION: session.model, PROMPT_POLICY_OPTION: session.prompt_policy}
+        server.store.set_config(session.session_id, options)
 
 
 async def session_set_mode(context: RequestContext, params: SetSessionModeRequest) -> dict[str, Any]:

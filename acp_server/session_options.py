@@ -13,10 +13,25 @@ from typing import Any
 from acp_server.agent import Session
 from acp_server.editor import PERMISSION_MODES
 
-__all__ = ["AVAILABLE_COMMANDS", "MODEL_OPTION", "MODE_OPTION", "config_options", "modes", "parse_command"]
+__all__ = [
+    "AVAILABLE_COMMANDS",
+    "MODEL_OPTION",
+    "MODE_OPTION",
+    "PROMPT_POLICIES",
+    "PROMPT_POLICY_OPTION",
+    "config_options",
+    "modes",
+    "parse_command",
+]
 
 MODEL_OPTION = "model"
 MODE_OPTION = "mode"
+PROMPT_POLICY_OPTION = "prompt_policy"
+PROMPT_POLICIES: tuple[dict[str, Any], ...] = (
+    {"value": "interrupt", "name": "Interrupt", "description": "A new prompt stops the running turn and takes over"},
+    {"value": "queue", "name": "Queue", "description": "A new prompt waits until the running turn ends"},
+    {"value": "reject", "name": "Reject", "description": "A new prompt is refused while a turn runs"},
+)
 
 AVAILABLE_COMMANDS: tuple[dict[str, Any], ...] = (
     {"name": "clear", "description": "Start a fresh context in this session; the conversation so far is forgotten"},
@@ -52,6 +67,14 @@ def config_options(session: Session, models: Sequence[str]) -> list[dict[str, An
             "type": "select",
             "currentValue": session.mode,
             "options": list(_MODE_CHOICES),
+        },
+        {
+            "id": PROMPT_POLICY_OPTION,
+            "name": "While busy",
+            "category": "_prompt_policy",
+            "type": "select",
+            "currentValue": session.prompt_policy,
+            "options": list(PROMPT_POLICIES),
         },
     ]
 

@@ -324,8 +324,10 @@ async def test_cancel_for_unknown_missing_or_mistyped_sessions_is_silent_and_har
     assert server.texts(a) == ["done"]
 
 
-async def test_second_prompt_on_a_busy_session_is_rejected_and_changes_nothing(server: RawClient) -> None:
-    """The interim busy policy (reject); the running turn is unaffected."""
+async def test_second_prompt_on_a_busy_session_is_rejected_and_changes_nothing(start_server: StartServer) -> None:
+    """The `reject` policy: refused, and the running turn is unaffected."""
+    server = await start_server("--model", "scripted", "--test-mode", "--prompt-policy", "reject")
+    await server.initialize()
     a = await server.new_session()
     running = await server.prompt(a, [{"gate": "g"}, {"say": "first"}])
     await server.probe("gate_reached", sessionId=a, gate="g")

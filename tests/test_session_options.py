@@ -48,7 +48,7 @@ async def test_mode_option_and_session_modes_stay_in_sync(server: RawClient) -> 
         "session/set_config_option", {"sessionId": session, "configId": "mode", "value": "accept_edits"}
     )
     assert option(answer["result"]["configOptions"], "mode")["currentValue"] == "accept_edits"
-    assert len(answer["result"]["configOptions"]) == 2  # always the complete list
+    assert [o["id"] for o in answer["result"]["configOptions"]] == ["model", "mode", "prompt_policy"]  # complete
     await server.wait_for(lambda m: bool(updates_of(server, session, "current_mode_update")))
     assert updates_of(server, session, "current_mode_update")[-1]["currentModeId"] == "accept_edits"
     assert (await server.call("session/set_mode", {"sessionId": session, "modeId": "read_only"}))["result"] == {}

@@ -104,6 +104,7 @@ async def test_interrupt_of_unknown_or_idle_sessions_touches_nothing() -> None:
 
 async def test_busy_session_rejects_a_second_prompt_but_queues_one_behind_a_stopping_turn() -> None:
     agent, session = Agent(), make_session()
+    session.prompt_policy = "reject"
     first = agent.admit(session, 1, prompt(session))
     with pytest.raises(Exception, match="already running"):
         agent.admit(session, 2, prompt(session))
@@ -209,3 +210,26 @@ async def test_sealed_history_of_a_completed_turn_is_the_turn_as_it_was() -> Non
     run = RunContext(session, 1, prompt(session))
     run.messages = [Message("user", "go"), Message("assistant", "done")]
     assert _sealed_history(run, None) == run.messages
+
+
+async def test_interrupt_policy_cancels_the_running_turn_and_everything_admitted_before() -> None:
+    agent, session = Agent(), make_session()
+    first = agent.admit(session, 1, prompt(session))
+    second = agent.admit(session, 2, prompt(session))
+    assert first.cancelled and first.state is RunState.STOPPING and not second.cancelled
+    third = agent.admit(session, 3, prompt(session))
+    assert second.cancelled and not third.cancelled  # P2 superseded by P3, possibly without starting
+    assert list(session.waiting) == [second, third]
+
+
+async def test_queue_policy_waits_first_in_first_out_and_cancels_nothing() -> None:
+    agent, session = Agent(), make_session()
+    session.prompt_policy = "queue"
+    first = agent.admit(session, 1, prompt(session))
+    second = agent.admit(session, 2, prompt(session))
+    third = agent.admit(session, 3, prompt(session))
+    assert not any(run.cancelled for run in (first, second, third))
+    agent.finish(first)
+    assert agent.running(session.session_id) is second
+    agent.finish(second)
+    assert agent.running(session.session_id) is third
