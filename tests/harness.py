@@ -84,6 +84,7 @@ class RawClient:
     _reader: asyncio.Task[None] | None = None
     _stderr_reader: asyncio.Task[bytes] | None = None
     _eof: bool = False
+    _responses: dict[tuple[str, Any], dict[str, Any]] = field(default_factory=dict)
 
     @classmethod
     async def start(cls, *args: str, env: dict[str, str] | None = None, cwd: str | None = None) -> RawClient:
@@ -111,6 +112,8 @@ class RawClient:
             self.log.append(Entry(next(self._seq), time.monotonic(), "out", message, line))
             if message is not None:
                 self.received.append(message)
+                if "method" not in message and "id" in message:
+                    self._responses.setdefault(request_key(message["id"]), message)
             self._arrived.set()
         self._eof = True
         self._arrived.set()
@@ -177,7 +180,19 @@ class RawClient:
                 await asyncio.wait_for(self._arrived.wait(), remaining)
 
     async def response(self, request_id: Any, timeout: float = 5.0) -> dict[str, Any]:
-        return await self.wait_for(lambda m: is_response(m, request_id), timeout)
+        """The (first) response to `request_id`, looked up by id rather than by scanning everything received."""
+        key = request_key(request_id)
+        deadline = time.monotonic() + timeout
+        while key not in self._responses:
+            if self._eof:
+                raise AssertionError(f"the server closed stdout before answering {request_id!r}")
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError(f"no response to {request_id!r} within {timeout} s; last: {self.received[-3:]}")
+            self._arrived.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._arrived.wait(), remaining)
+        return self._responses[key]
 
     async def probe(self, event: str, timeout: float = 5.0, **match: Any) -> dict[str, Any]:
         def matches(message: dict[str, Any]) -> bool:

@@ -1,0 +1,180 @@
+"""A seeded randomized stress run: many sessions streaming at once, with random cancels, replacement prompts, queued
+prompts and permission requests answered late or never, checked for the promises that matter.
+
+It checks exactly one response per prompt, no turn update for a session while none of its prompts is unanswered,
+no update carrying another session's id, every message valid against the ACP schema (the test harness's wire
+checks), and, through `_acp_server/stats`, nothing left behind at the end: no running turn, queued prompt, pending
+client request or child process. It reports cancel latency under that load and the total throughput.
+Run: `python -m bench.stress [--sessions 50] [--rounds 20] [--seed 7]`; tests/test_stress.py runs a short one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import statistics
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from bench.report import Figure, format_table
+from bench.wire import percentile
+from tests.harness import RawClient, check_wire
+
+__all__ = ["StressResult", "main", "run"]
+
+POLICIES = ("interrupt", "queue", "reject")
+
+
+@dataclass
+class StressResult:
+    prompts: int
+    chunks: int
+    seconds: float
+    cancel_ms: list[float]
+    problems: list[str] = field(default_factory=list)
+
+    def figures(self) -> list[Figure]:
+        figures = [
+            Figure("stress: prompts answered", float(self.prompts), "prompts"),
+            Figure("stress: chunks/s over the run", self.chunks / self.seconds, "chunks/s"),
+            Figure("stress: problems found", float(len(self.problems)), "problems", "<=", 0.0),
+        ]
+        if self.cancel_ms:
+            figures += [
+                Figure("stress: cancel -> cancelled, median", statistics.median(self.cancel_ms), "ms"),
+                Figure("stress: cancel -> cancelled, p99", percentile(self.cancel_ms, 99), "ms"),
+            ]
+        return figures
+
+
+def _script(rng: random.Random, tag: str) -> list[dict[str, Any]]:
+    steps: list[dict[str, Any]] = []
+    for index in range(rng.randint(1, 6)):
+        kind = rng.choice(("say", "say", "think", "sleep", "tool", "write", "gate"))
+        if kind in ("say", "think"):
+            steps.append({kind: f"{tag}.{index} ", "repeat": rng.choice((1, 5, 50, 200))})
+        elif kind == "sleep":
+            steps.append({"sleep": rng.choice((0.0, 0.01, 0.05))})
+        elif kind == "tool":
+            steps.append({"tool": "test_sleep", "args": {"s": rng.choice((0.0, 0.02, 0.2))}})
+        elif kind == "write":
+            steps.append({"tool": "write_file", "args": {"path": f"{tag}-{index}.txt", "content": tag}})
+        else:
+            steps.append({"gate": f"{tag}.{index}", "timeout": rng.choice((0.05, 0.2))})
+    return steps
+
+
+async def _answer_permissions(client: RawClient, rng: random.Random, stop: asyncio.Event) -> None:
+    """The editor's user: answers permission requests now or late, or never answers and presses Stop instead (a
+    question nobody answers holds its turn until then, as it should)."""
+    seen = 0
+    replies: list[asyncio.Task[None]] = []
+    while not stop.is_set():
+        pending = [m for m in client.received[seen:] if m.get("method") == "session/request_permission"]
+        seen = len(client.received)
+        for request in pending:
+            replies.append(asyncio.create_task(_reply(client, rng, request)))
+        await asyncio.sleep(0.02)
+    for reply in replies:
+        reply.cancel()
+
+
+async def _reply(client: RawClient, rng: random.Random, request: dict[str, Any]) -> None:
+    choice = rng.random()
+    if choice < 0.2:
+        await asyncio.sleep(rng.uniform(0.05, 0.3))
+        await client.cancel(request["params"]["sessionId"])  # never answered: the user presses Stop
+        return
+    await asyncio.sleep(0.0 if choice < 0.6 else rng.uniform(0.05, 0.5))  # now, or late (perhaps after a cancel)
+    option = rng.choice(("allow_once", "reject_once"))
+    await client.send({"id": request["id"], "result": {"outcome": {"outcome": "selected", "optionId": option}}})
+
+
+async def run(
+    sessions: int = 50, rounds: int = 20, seed: int = 7, workdir: str | None = None, validate: bool = True
+) -> StressResult:
+    """`validate=False` skips the per-message schema check (the wire checks stay), so the figures are the server's."""
+    rng = random.Random(seed)
+    workdir = workdir or tempfile.mkdtemp(prefix="acp-server-stress-")  # write_file writes here
+    client = await RawClient.start("--model", "scripted", "--test-mode", "--cleanup-deadline", "0.5")
+    client.validator.schema = validate
+    problems: list[str] = []
+    cancel_ms: list[float] = []
+    prompts = 0
+    stop = asyncio.Event()
+    responder = asyncio.create_task(_answer_permissions(client, rng, stop))
+    started = time.monotonic()
+    try:
+        await client.initialize()
+        ids = [await client.new_session(workdir) for _ in range(sessions)]
+        for session in ids:
+            policy = rng.choice(POLICIES)
+            await client.call(
+                "session/set_config_option", {"sessionId": session, "configId": "prompt_policy", "value": policy}
+            )
+        for round_index in range(rounds):
+            outstanding: list[Any] = []
+            for session in ids:
+                outstanding.append(await client.prompt(session, _script(rng, f"r{round_index}")))
+                event = rng.random()
+                if event < 0.25:
+                    await asyncio.sleep(rng.choice((0.0, 0.005, 0.03)))
+                    t0 = await client.cancel(session)
+                    cancelled = outstanding[-1]
+
+                    async def timed(prompt: Any = cancelled, t_cancel: float = t0) -> None:
+                        response = await client.response(prompt, timeout=10)
+                        if response.get("result", {}).get("stopReason") == "cancelled":
+                            cancel_ms.append((client.arrival_time(response) - t_cancel) * 1000)
+
+                    outstanding.append(asyncio.create_task(timed()))
+                elif event < 0.45:  # a second prompt on the busy session: replaced, queued or rejected
+                    outstanding.append(await client.prompt(session, _script(rng, f"r{round_index}b")))
+            for item in outstanding:
+                if isinstance(item, asyncio.Task):
+                    await item
+                else:
+                    response = await client.response(item, timeout=15)
+                    prompts += 1
+                    if "result" not in response and response.get("error", {}).get("code") != -32600:
+                        problems.append(f"prompt {item}: {response}")
+        stats = await client.stats()
+        leaked = {k: stats[k] for k in ("runningTurns", "queuedPrompts", "pendingClientRequests", "childProcesses")}
+        if any(leaked.values()):
+            problems.append(f"left behind: {leaked}")
+    finally:
+        stop.set()
+        await responder
+        seconds = time.monotonic() - started
+        code, _ = await client.close()
+        if code != 0:
+            problems.append(f"exit status {code}")
+        problems += check_wire(client)
+    chunks = sum(
+        1
+        for m in client.received
+        if m.get("method") == "session/update" and m["params"]["update"]["sessionUpdate"] == "agent_message_chunk"
+    )
+    return StressResult(prompts, chunks, seconds, cancel_ms, problems)
+
+
+def main(argv: Sequence[str] | None = None) -> StressResult:
+    parser = argparse.ArgumentParser(prog="python -m bench.stress", description=__doc__)
+    parser.add_argument("--sessions", type=int, default=50)
+    parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--validate", action="store_true", help="also check every message against the ACP schema")
+    options = parser.parse_args(argv)
+    result = asyncio.run(run(options.sessions, options.rounds, options.seed, validate=options.validate))
+    print(format_table(result.figures()))
+    for problem in result.problems[:20]:
+        print("PROBLEM:", problem)
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,20 @@
+"""A short run of the seeded stress script (bench/stress.py): ten sessions streaming at once with random cancels,
+replacements, queued and rejected prompts and permission questions answered now, late or never; every message
+checked against the schema and the wire rules, and nothing left behind at the end."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from bench.stress import run
+
+
+@pytest.mark.timeout(120)
+async def test_a_randomized_busy_workload_keeps_every_promise_and_leaks_nothing() -> None:
+    seed = int(os.environ.get("ACP_TEST_RANDOM_SEED", "3"))
+    result = await run(sessions=10, rounds=4, seed=seed, validate=True)
+    assert result.problems == []
+    assert result.prompts >= 40
+    assert result.cancel_ms, "the run cancelled nothing"
