@@ -14,8 +14,7 @@ abort surfaced as; a turn that fails without a cancel answers a JSON-RPC error, 
 from __future__ import annotations
 
 import logging
-import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date
 from typing import TYPE_CHECKING, Any
@@ -27,45 +26,29 @@ from acp_server.agent import Agent, RunContext, RunState, Session
 from acp_server.config import Config
 from acp_server.connection import Connection
 from acp_server.editor import (
-    EditorFileSystem,
-    EditorTerminalRunner,
-    PermissionGate,
-    SplitFileSystem,
     tool_content,
 )
 from acp_server.rpc import ErrorCode, RpcError
 from acp_server.runtime.compaction import ContextCompactor
-from acp_server.runtime.local_commands import LocalCommandRunner
-from acp_server.runtime.local_fs import LocalFileSystem
 from acp_server.runtime.loop import run_turn
 from acp_server.runtime.model import (
-    Emit,
     Message,
     ModelError,
     ModelTurn,
-    PlanUpdated,
-    Probe,
     Provider,
-    ReplyStarted,
     StopReason,
-    TextDelta,
     TextOutput,
-    ThoughtDelta,
-    ToolCall,
-    ToolCallFinished,
-    ToolCallStarted,
-    ToolCallUpdated,
-    TurnEvent,
     TurnInput,
     UsageReported,
 )
-from acp_server.runtime.ports import CommandRunner, FileSystem, Permissions
 from acp_server.runtime.processes import ProcessTable
 from acp_server.runtime.system_prompt import build_system_prompt, read_instructions
-from acp_server.runtime.tools import ToolBox, ToolContext
+from acp_server.runtime.tools import ToolBox
 from acp_server.schema import EmbeddedResource, PromptRequest, ResourceLink, TextContent
 from acp_server.session_options import parse_command
 from acp_server.slash_commands import run_slash_command
+from acp_server.turn_tools import bound_probe, tool_context, tool_ports
+from acp_server.turn_updates import Reporter
 
 if TYPE_CHECKING:
     from acp_server.store import SessionStore, TurnStatus
@@ -170,8 +153,8 @@ async def _execute(services: TurnServices, run: RunContext) -> dict[str, Any]:
 
 async def _work(services: TurnServices, run: RunContext) -> None:
     session = run.session
-    probe = _bound_probe(services, run)
-    reporter = _Reporter(services, run)
+    probe = bound_probe(services, run)
+    reporter = Reporter(services.connection, run)
     provider = services.providers(session.model)
     model_turn: ModelTurn | None = None
     try:
@@ -215,7 +198,7 @@ async def _work(services: TurnServices, run: RunContext) -> None:
                 session.turns_started += 1
                 run.messages.append(Message("user", text))
                 run.turn_start = len(run.messages)
-                ports = _ports(services, run)
+                ports = tool_ports(services, run)
                 compactor = ContextCompactor(
                     lambda: open_model(""),
                     reporter,
@@ -227,7 +210,7 @@ async def _work(services: TurnServices, run: RunContext) -> None:
                     run.messages,
                     services.tools,
                     reporter,
-                    tool_context=lambda call: _tool_context(services, run, ports, call, reporter),
+                    tool_context=lambda call: tool_context(services, run, ports, call, reporter),
                     probe=probe,
                     max_requests=services.config.max_turn_requests,
                     compactor=compactor,
@@ -330,151 +313,3 @@ def _sealed_history(run: RunContext, note: str | None) -> list[Message]:
     else:
         messages.append(Message("assistant", f"[{note}]"))
     return messages
-
-
-def _bound_probe(services: TurnServices, run: RunContext) -> Probe:
-    def probe(event: str, **fields: Any) -> None:
-        services.probe(run, event, **fields)
-
-    return probe
-
-
-@dataclass(frozen=True, slots=True)
-class _Ports:
-    """The outside world of one turn's tools: the editor's where the client offers it, else the local machine."""
-
-    fs: FileSystem
-    commands: CommandRunner
-    permissions: Permissions
-    request: Callable[[str, dict[str, Any]], Awaitable[Any]]
-
-
-def _ports(services: TurnServices, run: RunContext) -> _Ports:
-    session = run.session
-    grace = services.config.cleanup_deadline
-
-    async def request(method: str, params: dict[str, Any]) -> Any:
-        return await services.connection.request(method, params, fence=run)
-
-    def deadline() -> float:
-        return run.cleanup_deadline(grace)
-
-    editor_fs = EditorFileSystem(request, session.session_id)
-    local_fs = LocalFileSystem()
-    fs = SplitFileSystem(
-        editor_fs if session.client.fs.read_text_file else local_fs,
-        editor_fs if session.client.fs.write_text_file else local_fs,
-    )
-    commands: CommandRunner = (
-        EditorTerminalRunner(request, session.session_id, deadline)
-        if session.client.terminal
-        else LocalCommandRunner(services.processes, deadline)
-    )
-    return _Ports(fs, commands, PermissionGate(session, request), request)
-
-
-def _tool_context(services: TurnServices, run: RunContext, ports: _Ports, call: ToolCall, emit: Emit) -> ToolContext:
-    session = run.session
-    return ToolContext(
-        session_id=run.session_id,
-        tool_call_id=call.id,
-        tool_name=call.name,
-        cwd=session.cwd,
-        roots=(session.cwd, *session.additional_directories),
-        fs=ports.fs,
-        commands=ports.commands,
-        permissions=ports.permissions,
-        processes=services.processes,
-        emit=emit,
-        probe=_bound_probe(services, run),
-        cleanup_deadline=lambda: run.cleanup_deadline(services.config.cleanup_deadline),
-        client_request=ports.request,
-    )
-
-
-class _Reporter:
-    """Translates runtime events into `session/update`s for one turn, through the fence."""
-
-    __slots__ = ("_connection", "_message_id", "_run", "_session_id", "_thought_id")
-
-    def __init__(self, services: TurnServices, run: RunContext) -> None:
-        self._connection = services.connection
-        self._run = run
-        self._session_id = run.session_id
-        self._message_id = ""
-        self._thought_id = ""
-
-    async def __call__(self, event: TurnEvent) -> None:
-        run = self._run
-        if run.closed:
-            return
-        update: dict[str, Any]
-        if type(event) is TextDelta:
-            run.streamed_text.append(event.text)
-            update = {
-                "sessionUpdate": "agent_message_chunk",
-                "content": {"type": "text", "text": event.text},
-                "messageId": self._message_id,
-            }
-        elif type(event) is ThoughtDelta:
-            update = {
-                "sessionUpdate": "agent_thought_chunk",
-                "content": {"type": "text", "text": event.text},
-                "messageId": self._thought_id,
-            }
-        elif isinstance(event, ReplyStarted):
-            # Each model reply is its own message, and its thoughts another; ids are unique across turns and
-            # processes.
-            self._message_id = f"msg_{uuid.uuid4().hex}"
-            self._thought_id = f"msg_{uuid.uuid4().hex}"
-            run.replies_started += 1
-            run.streamed_text.clear()
-            return
-        elif isinstance(event, ToolCallStarted):
-            run.open_tool_calls[event.call.id] = event.title
-            update = {
-                "sessionUpdate": "tool_call",
-                "toolCallId": event.call.id,
-                "title": event.title,
-                "kind": event.kind,
-                "status": "pending",
-                "rawInput": event.call.arguments,
-            }
-            if event.locations:
-                update["locations"] = [{"path": path} for path in event.locations]
-        elif isinstance(event, ToolCallUpdated):
-            update = {"sessionUpdate": "tool_call_update", "toolCallId": event.call_id}
-            if event.status is not None:
-                update["status"] = event.status
-            if event.content is not None:
-                update["content"] = [tool_content(c) for c in event.content]
-            if event.locations is not None:
-                update["locations"] = [{"path": path} for path in event.locations]
-        elif isinstance(event, ToolCallFinished):
-            run.open_tool_calls.pop(event.call_id, None)
-            shown = event.content if event.content is not None else (TextOutput(event.output),)
-            update = {
-                "sessionUpdate": "tool_call_update",
-                "toolCallId": event.call_id,
-                "status": "completed" if event.ok else "failed",
-                "content": [tool_content(c) for c in shown],
-            }
-            if event.raw_output is not None:
-                update["rawOutput"] = event.raw_output
-        elif isinstance(event, PlanUpdated):
-            update = {
-                "sessionUpdate": "plan",
-                "entries": [{"content": e.content, "priority": e.priority, "status": e.status} for e in event.entries],
-            }
-        elif isinstance(event, UsageReported):
-            run.session.context_usage = (event.used, event.size)
-            update = {"sessionUpdate": "usage_update", "used": event.used, "size": event.size}
-        else:  # pragma: no cover - the event union is closed
-            raise TypeError(f"unknown turn event {event!r}")
-        message = {
-            "jsonrpc": "2.0",
-            "method": "session/update",
-            "params": {"sessionId": self._session_id, "update": update},
-        }
-        if await self._connection.send_fenced(message, run) and run.turn_log is not None:
-            run.turn_log.append(update)  # exactly what the client was sent, in wire order

@@ -49,6 +49,8 @@ LAYERS: dict[str, int] = {
     "acp_server.session_options": 3,
     "acp_server.slash_commands": 3,
     "acp_server.prompt_turn": 3,
+    "acp_server.turn_tools": 3,
+    "acp_server.turn_updates": 3,
     "acp_server.dispatcher": 3,
     "acp_server.session_handlers": 3,
     "acp_server.handlers": 3,
