@@ -1,4 +1,4 @@
-"""The session store (acp_server/store.py) on real SQLite files: what is written comes back exactly, what is buffered
+"""The session store (acp_server/store/) on real SQLite files: what is written comes back exactly, what is buffered
 is committed in one transaction by a flush, a kill -9 loses at most the last 100 ms, processes sharing a store never
 interrupt each other's live turns, a corrupt file is left byte for byte as it was, and replay closes cancelled and
 interrupted turns as INTERRUPTS.md §6 decision 6 says. Child processes run tests/store_writer.py."""

@@ -1,0 +1,156 @@
+"""The plain values the session store hands out and takes in (layer 2: plain rows, no schema objects).
+
+Kept apart from the SQL so a reader of `session/load` or `session/list` sees what a stored session is without the
+machinery that stores it: the frozen records, how a turn can end, the error a store that cannot be used raises, the
+model history as JSON (`runtime.model.Message` encoded by `message_to_json`), and the opaque `session/list` cursor.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+import orjson
+
+from acp_server.runtime.model import Message, ToolCall
+
+__all__ = [
+    "LoadedSession",
+    "SessionPage",
+    "SessionRecord",
+    "SessionSummary",
+    "StoreUnavailable",
+    "TurnRecord",
+    "TurnStatus",
+    "decode_cursor",
+    "decode_messages",
+    "encode_cursor",
+    "encode_messages",
+    "message_from_json",
+    "message_to_json",
+    "utc_now",
+]
+
+TurnStatus = Literal["running", "completed", "cancelled", "interrupted", "failed"]
+
+_ROLES: Mapping[str, Literal["user", "assistant", "tool"]] = {"user": "user", "assistant": "assistant", "tool": "tool"}
+
+
+class StoreUnavailable(Exception):  # noqa: N818 - the name the server's design uses
+    """The store cannot be used (unreadable, corrupt, not ours, newer schema). Its file is left exactly as it was."""
+
+
+# --- records handed to the caller ---
+
+
+@dataclass(frozen=True, slots=True)
+class SessionRecord:
+    session_id: str
+    cwd: str
+    additional_directories: tuple[str, ...]
+    mcp_servers: tuple[dict[str, Any], ...]
+    created_at: str  # ISO 8601, UTC
+    updated_at: str
+    title: str | None
+    mode: str
+    config: dict[str, Any]
+    parent_session_id: str | None
+    forked_from: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class TurnRecord:
+    turn_id: str
+    status: TurnStatus
+    stop_reason: str | None
+    error: str | None
+    started_at: str
+    ended_at: str | None
+    prompt_text: str
+    # The exact `update` objects the client was sent, in order, starting with the prompt's user_message_chunks.
+    updates: list[dict[str, Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedSession:
+    """Everything `session/load` needs: replay `replay_updates(loaded)`, then continue from `history`."""
+
+    session: SessionRecord
+    turns: list[TurnRecord]
+    # The model-visible conversation to continue from (interrupted turns rebuilt with an `[interrupted]` note;
+    # turns still running in another live process left out).
+    history: list[Message]
+
+
+@dataclass(frozen=True, slots=True)
+class SessionSummary:
+    """One `session/list` entry."""
+
+    session_id: str
+    cwd: str
+    additional_directories: tuple[str, ...]
+    title: str | None
+    updated_at: str  # ISO 8601, UTC
+
+
+@dataclass(frozen=True, slots=True)
+class SessionPage:
+    sessions: list[SessionSummary]
+    next_cursor: str | None
+
+
+# --- the model history as JSON ---
+
+
+def message_to_json(message: Message) -> dict[str, Any]:
+    data: dict[str, Any] = {"role": message.role, "content": message.content}
+    if message.tool_calls:
+        data["toolCalls"] = [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in message.tool_calls]
+    if message.tool_call_id is not None:
+        data["toolCallId"] = message.tool_call_id
+    return data
+
+
+def message_from_json(data: Mapping[str, Any]) -> Message:
+    """The inverse of `message_to_json`; raises ValueError on anything it did not write."""
+    role = _ROLES.get(data.get("role", ""))
+    content = data.get("content")
+    if role is None or not isinstance(content, str):
+        raise ValueError(f"not a stored message: {data!r:.200}")
+    calls = tuple(ToolCall(str(c["id"]), str(c["name"]), dict(c["arguments"])) for c in data.get("toolCalls", ()))
+    tool_call_id = data.get("toolCallId")
+    return Message(role, content, calls, None if tool_call_id is None else str(tool_call_id))
+
+
+def encode_messages(messages: Iterable[Message]) -> bytes:
+    return orjson.dumps([message_to_json(m) for m in messages])
+
+
+def decode_messages(data: bytes) -> list[Message]:
+    return [message_from_json(m) for m in orjson.loads(data)]
+
+
+# --- the session/list cursor and timestamps ---
+
+
+def encode_cursor(updated_at: str, session_id: str) -> str:
+    return base64.urlsafe_b64encode(orjson.dumps([updated_at, session_id])).decode()
+
+
+def decode_cursor(cursor: str) -> tuple[str, str]:
+    try:
+        value = orjson.loads(base64.urlsafe_b64decode(cursor.encode()))
+    except (ValueError, binascii.Error, orjson.JSONDecodeError) as exc:
+        raise ValueError("invalid cursor") from exc
+    if not (isinstance(value, list) and len(value) == 2 and all(isinstance(v, str) for v in value)):
+        raise ValueError("invalid cursor")
+    return value[0], value[1]
+
+
+def utc_now() -> str:
+    """A timestamp as the records carry it: ISO 8601, UTC, to the microsecond (so it also orders sessions)."""
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")

@@ -1,0 +1,385 @@
+"""Session persistence: one SQLite file (stdlib `sqlite3`, WAL) so a session survives a crash, a restart and a reload.
+
+`SessionStore` is the store as the event loop sees it. Why it is shaped this way:
+
+- **The hot path is an append to a buffer** (turn_log.py). A flush (`SessionStore.flush`, run every 50 ms by
+  `run_flusher` and before every prompt response) takes the whole buffer and commits it in ONE transaction on a
+  worker thread (worker.py); the event loop never waits for SQLite. A kill -9 loses what was appended since the last
+  commit: at most the 50 ms interval plus the commit's duration.
+- **Plain rows, no schema objects** (layer 2 of ARCHITECTURE.md): updates are the exact `update` objects the client
+  was sent; the model-visible history is `runtime.model.Message` encoded by `message_to_json` (records.py).
+- **Several processes share one store** (one server per editor window). Each registers an owner row (a lease,
+  leases.py). Turns left `running` by an owner that is gone are marked `interrupted` at open, on load, and every few
+  seconds; a live owner's turns never are. On the same machine the process check decides (a laptop that slept for an
+  hour has stale heartbeats but live processes); the heartbeat decides only where the process cannot be checked.
+- **A store that cannot be opened is never deleted or overwritten** (sqlite_file.py): `SessionStore.open` raises
+  `StoreUnavailable` with a message for stderr, and the server keeps serving new sessions without persistence.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sqlite3
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+import anyio
+import anyio.to_thread
+import orjson
+
+from acp_server.runtime.model import Message
+from acp_server.store.leases import Identity, own_identity
+from acp_server.store.records import (
+    LoadedSession,
+    SessionPage,
+    StoreUnavailable,
+    TurnStatus,
+    decode_cursor,
+    encode_messages,
+    utc_now,
+)
+from acp_server.store.sqlite_file import SESSION_COLUMNS, connect, enter_wal, validate
+from acp_server.store.turn_log import Batch, TurnLog, new_turn_id
+from acp_server.store.worker import StoreWorker
+
+__all__ = ["FLUSH_INTERVAL_S", "STALE_AFTER_S", "SessionStore"]
+
+log = logging.getLogger(__name__)
+_T = TypeVar("_T")
+
+FLUSH_INTERVAL_S = 0.05  # half the 100 ms loss budget, leaving the other half for the commit and scheduling
+_HEARTBEAT_INTERVAL_S = 5.0
+_SWEEP_INTERVAL_S = 5.0
+STALE_AFTER_S = 30.0
+# A batch that keeps failing is retried, but not forever and not without bound: past these it is dropped and logged.
+_RETRY_WINDOW_S = 60.0
+_MAX_RETAINED_UPDATES = 500_000
+
+_TOUCH = "UPDATE sessions SET updated_at = ? WHERE id = ? AND deleted = 0"
+
+
+class SessionStore:
+    """One SQLite store shared by this process's sessions (and by other server processes).
+
+    Writes (`create_session`, `begin_turn`, `TurnLog.append`, `finish_turn`, `set_*`, `touch`, `delete`) are
+    synchronous and only buffer; call them from the event loop thread. `flush` commits the buffer on a worker thread.
+    Reads (`load`, `list_sessions`) and `fork` flush first, so they see everything this process wrote.
+    """
+
+    def __init__(self, path: Path, conn: sqlite3.Connection, identity: Identity, owner_id: str, stale: float) -> None:
+        self.path = path
+        self.owner_id = owner_id
+        # The worker's connection and identity: held here too so a test can trace statements or forge owners.
+        self._conn = conn
+        self._identity = identity
+        self._worker = StoreWorker(path, conn, identity, owner_id, stale)
+        self._ops: list[tuple[str, tuple[Any, ...]]] = []
+        self._dirty: list[TurnLog] = []
+        self._failed: Batch | None = None
+        self._lock: anyio.Lock | None = None
+        self._taken = 0  # batches taken so far
+        self._committed = 0  # the latest batch known committed
+        now = time.monotonic()
+        self._last_heartbeat = now
+        self._last_sweep = now
+        self._closed = False
+
+    # -- opening and closing --
+
+    @classmethod
+    def open(
+        cls, path: str | os.PathLike[str], *, check: bool = True, stale_after: float = STALE_AFTER_S
+    ) -> SessionStore:
+        """Open (creating if absent) the store at `path`, register this process as an owner, and mark turns of
+        owners that are gone `interrupted`. Blocking (a quick_check reads the whole file): call it before serving or
+        in a worker thread. Raises StoreUnavailable, leaving the file untouched, when it cannot be used."""
+        store_path = Path(path)
+        conn = connect(store_path)
+        try:
+            validate(conn, store_path, check=check)
+            enter_wal(conn)
+            conn.execute("PRAGMA synchronous = NORMAL")  # WAL + NORMAL: a commit survives a process crash
+            conn.execute("PRAGMA journal_size_limit = 67108864")
+            identity = own_identity()
+            owner_id = uuid.uuid4().hex
+            store = cls(store_path, conn, identity, owner_id, stale_after)
+            swept = store._worker.register()
+        except sqlite3.Error as exc:
+            conn.close()
+            raise StoreUnavailable(
+                f"session store {store_path}: cannot be used ({exc}); it was left untouched"
+            ) from exc
+        except BaseException:
+            conn.close()
+            raise
+        if swept:
+            log.info("session store: %d turn(s) of processes that are gone marked interrupted", swept)
+        return store
+
+    def close(self) -> None:
+        """Commit what is buffered, mark this process's still-running turns `interrupted`, release the lease and
+        close the connection. Blocking; while the event loop runs use `aclose`."""
+        if not self._closed:
+            self._closed = True
+            self._worker.finish(self._take(final=True))
+
+    async def aclose(self) -> None:
+        with anyio.CancelScope(shield=True):
+            async with self._async_lock():
+                if self._closed:
+                    return
+                self._closed = True
+                batch = self._take(final=True)  # here, on the event loop thread that appends
+                await anyio.to_thread.run_sync(self._worker.finish, batch)
+
+    # -- buffered writes (synchronous, cheap) --
+
+    def create_session(
+        self,
+        session_id: str,
+        cwd: str,
+        *,
+        additional_directories: Sequence[str] = (),
+        mcp_servers: Sequence[Mapping[str, Any]] = (),
+        mode: str = "default",
+        title: str | None = None,
+        config: Mapping[str, Any] | None = None,
+        parent_session_id: str | None = None,
+    ) -> None:
+        now = utc_now()
+        self._ops.append(
+            (
+                f"INSERT OR REPLACE INTO sessions ({SESSION_COLUMNS}, deleted) VALUES (?,?,?,?,?,?,?,?,?,?,NULL,0)",
+                (
+                    session_id,
+                    cwd,
+                    orjson.dumps(list(additional_directories)),
+                    orjson.dumps(list(mcp_servers)),
+                    now,
+                    now,
+                    title,
+                    mode,
+                    orjson.dumps(dict(config or {})),
+                    parent_session_id,
+                ),
+            )
+        )
+
+    def begin_turn(
+        self, session_id: str, prompt: Sequence[Mapping[str, Any]], prompt_text: str, *, message_id: str | None = None
+    ) -> TurnLog:
+        """Start a `running` turn: its first updates are the prompt's blocks as `user_message_chunk`s (one message).
+        `prompt_text` is the user message as the model saw it (used if the turn is interrupted)."""
+        turn = TurnLog(session_id, new_turn_id(), self._dirty)
+        now = utc_now()
+        self._ops.append(
+            (
+                "INSERT INTO turns (turn_id, session_id, owner_id, status, started_at, prompt_text)"
+                " SELECT ?, ?, ?, 'running', ?, ? WHERE EXISTS (SELECT 1 FROM sessions WHERE id = ? AND deleted = 0)",
+                (turn.turn_id, session_id, self.owner_id, now, prompt_text, session_id),
+            )
+        )
+        self._ops.append((_TOUCH, (now, session_id)))
+        user_message = message_id or f"msg_{uuid.uuid4().hex}"
+        for block in prompt:
+            turn.append({"sessionUpdate": "user_message_chunk", "content": block, "messageId": user_message})
+        return turn
+
+    def finish_turn(
+        self,
+        turn: TurnLog,
+        status: TurnStatus,
+        *,
+        stop_reason: str | None = None,
+        error: str | None = None,
+        messages: Sequence[Message] = (),
+        replaces_history: bool = False,
+    ) -> None:
+        """Record how the turn ended and what it added to the model history: `messages` are the messages the turn
+        appended (starting with its user message), or with `replaces_history` the complete history after it (after
+        /clear or a compaction). Then `await flush()` before sending the prompt's response."""
+        if turn.finished:
+            return
+        turn._done = True
+        now = utc_now()
+        self._ops.append(
+            (
+                "UPDATE turns SET status = ?, stop_reason = ?, error = ?, ended_at = ?, messages = ?, replaces = ?"
+                " WHERE turn_id = ?",
+                (status, stop_reason, error, now, encode_messages(messages), int(replaces_history), turn.turn_id),
+            )
+        )
+        self._ops.append((_TOUCH, (now, turn.session_id)))
+
+    def set_title(self, session_id: str, title: str | None) -> None:
+        self._ops.append(
+            (
+                "UPDATE sessions SET title = ?, updated_at = ? WHERE id = ? AND deleted = 0",
+                (title, utc_now(), session_id),
+            )
+        )
+
+    def set_mode(self, session_id: str, mode: str) -> None:
+        self._ops.append(
+            ("UPDATE sessions SET mode = ?, updated_at = ? WHERE id = ? AND deleted = 0", (mode, utc_now(), session_id))
+        )
+
+    def set_config(self, session_id: str, config: Mapping[str, Any]) -> None:
+        """Replace the session's stored config option values (e.g. {"model": ..., "thought_level": ...})."""
+        self._ops.append(
+            (
+                "UPDATE sessions SET config = ?, updated_at = ? WHERE id = ? AND deleted = 0",
+                (orjson.dumps(dict(config)), utc_now(), session_id),
+            )
+        )
+
+    def touch(self, session_id: str) -> None:
+        self._ops.append((_TOUCH, (utc_now(), session_id)))
+
+    def delete(self, session_id: str) -> None:
+        """Remove the session's content and leave a tombstone; it disappears from `list_sessions` and `load`.
+        An unknown id is a silent success. Later writes for the session are ignored."""
+        self._ops += [
+            ("UPDATE sessions SET deleted = 1, updated_at = ? WHERE id = ?", (utc_now(), session_id)),
+            (
+                "DELETE FROM updates WHERE turn_id IN (SELECT turn_id FROM turns WHERE session_id = ?)",
+                (session_id,),
+            ),
+            ("DELETE FROM turns WHERE session_id = ?", (session_id,)),
+        ]
+
+    @property
+    def buffered(self) -> int:
+        """Updates appended and not yet committed (for stats)."""
+        pending = sum(turn.buffered for turn in self._dirty)
+        return pending + (0 if self._failed is None else self._failed.update_count())
+
+    # -- flushing --
+
+    async def flush(self) -> bool:
+        """Commit everything buffered before this call, in one transaction on a worker thread. Shielded: once
+        called it completes (bounded by the busy timeout). False when the commit failed; the batch is kept for the
+        next flush (dropped, and logged, after a minute or half a million updates) and the error is logged."""
+        with anyio.CancelScope(shield=True):
+            committed = await self._flush(self._taken + 1)
+        return committed
+
+    async def run_flusher(self, interval: float = FLUSH_INTERVAL_S) -> None:
+        """Flush every `interval` seconds, measured from the start of the previous flush, until cancelled. Also
+        renews this process's lease and marks turns of gone owners `interrupted` every few seconds."""
+        next_at = anyio.current_time()
+        while not self._closed:
+            next_at += interval
+            now = anyio.current_time()
+            next_at = max(next_at, now)  # fell behind (a slow commit): no burst of catch-up flushes
+            await anyio.sleep(next_at - now)
+            await self.flush()
+
+    async def sweep(self) -> int:
+        """Mark the running turns of owners that are gone `interrupted` now; how many were marked."""
+        return await self._locked(self._worker.sweep_now)
+
+    # -- reads --
+
+    async def load(self, session_id: str) -> LoadedSession | None:
+        """Everything needed to replay and continue a session; None for an unknown or deleted one. Like every read,
+        raises StoreUnavailable when the store fails underneath (a file damaged while the server runs)."""
+        await self.flush()
+        return await self._locked(self._worker.load, session_id)
+
+    async def list_sessions(self, cwd: str | None = None, cursor: str | None = None, limit: int = 50) -> SessionPage:
+        """A page of sessions, most recently updated first (children and deleted sessions left out). Pass the
+        page's `next_cursor` for the next page; an invalid cursor raises ValueError."""
+        if limit < 1:
+            raise ValueError("limit must be at least 1")
+        after = decode_cursor(cursor) if cursor is not None else None
+        await self.flush()
+        return await self._locked(self._worker.list_page, cwd, after, limit)
+
+    async def fork(
+        self,
+        session_id: str,
+        new_id: str,
+        *,
+        cwd: str | None = None,
+        additional_directories: Sequence[str] | None = None,
+        mcp_servers: Sequence[Mapping[str, Any]] | None = None,
+    ) -> bool:
+        """Copy a session (settings, turns, updates, history) under `new_id`; a turn still running is copied as
+        `interrupted`. False when the source is unknown or deleted; ValueError when `new_id` exists."""
+        await self.flush()
+        overrides = (
+            cwd,
+            None if additional_directories is None else orjson.dumps(list(additional_directories)),
+            None if mcp_servers is None else orjson.dumps(list(mcp_servers)),
+        )
+        return await self._locked(self._worker.fork, session_id, new_id, overrides)
+
+    # -- internals: event loop side --
+
+    def _async_lock(self) -> anyio.Lock:
+        if self._lock is None:
+            self._lock = anyio.Lock()
+        return self._lock
+
+    async def _locked(self, func: Callable[..., _T], *args: Any) -> _T:
+        """Run `func` on a worker thread, alone on the connection. Shielded: a thread cannot be stopped midway, and
+        a cancelled caller must not leave the lock or a transaction half done."""
+        result: _T
+        with anyio.CancelScope(shield=True):
+            async with self._async_lock():
+                try:
+                    result = await anyio.to_thread.run_sync(func, *args)
+                except sqlite3.Error as exc:
+                    raise StoreUnavailable(f"session store {self.path}: {exc}") from exc
+        return result
+
+    async def _flush(self, wanted: int) -> bool:
+        async with self._async_lock():
+            if self._committed >= wanted or self._closed:
+                return True  # a flush that started after the call already committed everything
+            batch = self._take()
+            if batch.empty:
+                return True
+            try:
+                await anyio.to_thread.run_sync(self._worker.commit, batch)
+            except Exception as exc:
+                self._keep_or_drop(batch, exc)
+                return False
+            self._committed = self._taken
+            return True
+
+    def _take(self, *, final: bool = False) -> Batch:
+        now = time.monotonic()
+        heartbeat = not final and now - self._last_heartbeat >= _HEARTBEAT_INTERVAL_S
+        sweep = not final and now - self._last_sweep >= _SWEEP_INTERVAL_S
+        if heartbeat:
+            self._last_heartbeat = now
+        if sweep:
+            self._last_sweep = now
+        updates = [(turn.turn_id, count, data) for turn in self._dirty for count, data in turn._take()]
+        self._dirty.clear()
+        batch = Batch(self._ops, updates, heartbeat, sweep).after(self._failed)
+        self._ops = []
+        self._failed = None
+        self._taken += 1
+        return batch
+
+    def _keep_or_drop(self, batch: Batch, exc: Exception) -> None:
+        count = batch.update_count()
+        transient = isinstance(exc, sqlite3.OperationalError)
+        if transient and time.monotonic() - batch.first_taken < _RETRY_WINDOW_S and count < _MAX_RETAINED_UPDATES:
+            self._failed = batch
+            log.warning("session store %s: a flush failed (%s); retrying with the next one", self.path, exc)
+            return
+        log.error(
+            "session store %s: dropped %d buffered statement(s) and %d update(s) after: %s",
+            self.path,
+            len(batch.ops),
+            count,
+            exc,
+        )

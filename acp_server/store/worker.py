@@ -1,0 +1,294 @@
+"""Every SQL statement the session store runs, on a worker thread, one at a time under the store's lock.
+
+`SessionStore` (store.py) lives on the event loop and only buffers; it hands this class a `Batch` to commit, or a
+read to run, through `anyio.to_thread`, so the event loop never waits for SQLite. Here each job is one transaction:
+a flush's batch, the sweep of turns whose owners are gone (the process check of leases.py decides), a load's read
+snapshot, a fork's copy, the final write at close.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import time
+import zlib
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, cast
+
+import orjson
+
+from acp_server.store.leases import Identity, owner_alive
+from acp_server.store.records import (
+    LoadedSession,
+    SessionPage,
+    SessionRecord,
+    SessionSummary,
+    StoreUnavailable,
+    TurnRecord,
+    TurnStatus,
+    encode_cursor,
+    utc_now,
+)
+from acp_server.store.replay import rebuild_history
+from acp_server.store.sqlite_file import SESSION_COLUMNS, create_schema, validate
+from acp_server.store.turn_log import Batch, decode_updates, new_turn_id, update_rows
+
+__all__ = ["StoreWorker"]
+
+log = logging.getLogger(__name__)
+
+_INSERT_UPDATES = (
+    "INSERT INTO updates (turn_id, n, data) SELECT ?, ?, ? WHERE EXISTS (SELECT 1 FROM turns WHERE turn_id = ?)"
+)
+
+
+class StoreWorker:
+    """The store's connection and the transactions run on it. Not thread-safe: `SessionStore` runs one job at a time
+    (under its lock, or before serving and after the last flush)."""
+
+    def __init__(self, path: Path, conn: sqlite3.Connection, identity: Identity, owner_id: str, stale: float) -> None:
+        self.path = path
+        self.owner_id = owner_id
+        self._conn = conn
+        self._identity = identity
+        self._stale_after = stale
+
+    def register(self) -> int:
+        """While the store opens: create the schema if the file is new, take this process's lease and mark turns of
+        owners that are gone `interrupted`, in one write transaction. How many turns were marked."""
+        conn = self._conn
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            if not validate(conn, self.path, check=False):  # again, under the write lock: still new?
+                create_schema(conn)
+            self.heartbeat(time.time())
+            swept = self.sweep(time.time())
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        return swept
+
+    def finish(self, batch: Batch) -> None:
+        conn = self._conn
+        try:
+            self.commit(batch)
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute(
+                "UPDATE turns SET status = 'interrupted', ended_at = ? WHERE status = 'running' AND owner_id = ?",
+                (utc_now(), self.owner_id),
+            )
+            conn.execute("DELETE FROM owners WHERE owner_id = ?", (self.owner_id,))
+            conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            log.error("session store %s: the final write failed: %s", self.path, exc)
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+        finally:
+            conn.close()
+
+    def commit(self, batch: Batch) -> None:
+        if batch.empty:
+            return
+        conn = self._conn
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            for sql, params in batch.ops:
+                conn.execute(sql, params)
+            if batch.updates:
+                conn.executemany(_INSERT_UPDATES, update_rows(batch.updates))
+            wall = time.time()
+            if batch.heartbeat:
+                self.heartbeat(wall)
+            swept = self.sweep(wall) if batch.sweep else 0
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        if swept:
+            log.info("session store: %d turn(s) of processes that are gone marked interrupted", swept)
+
+    def heartbeat(self, wall: float) -> None:
+        me = self._identity
+        self._conn.execute(
+            "INSERT INTO owners (owner_id, pid, start_time, host, boot_id, pid_ns, started_at, heartbeat)"
+            " VALUES (?,?,?,?,?,?,?,?) ON CONFLICT (owner_id) DO UPDATE SET heartbeat = excluded.heartbeat",
+            (self.owner_id, me.pid, me.start_time, me.host, me.boot_id, me.pid_ns, wall, wall),
+        )
+
+    def sweep(self, wall: float) -> int:
+        """Inside a write transaction: interrupt the running turns of owners that are gone, forget those owners."""
+        conn = self._conn
+        live = {self.owner_id}
+        gone: list[str] = []
+        for owner_id, pid, start_time, host, boot_id, pid_ns, heartbeat in conn.execute(
+            "SELECT owner_id, pid, start_time, host, boot_id, pid_ns, heartbeat FROM owners"
+        ):
+            if owner_id == self.owner_id:
+                continue
+            owner = Identity(int(pid), start_time, host, boot_id, pid_ns)
+            if owner_alive(self._identity, owner, float(heartbeat), wall, self._stale_after):
+                live.add(owner_id)
+            else:
+                gone.append(owner_id)
+        marks = ",".join("?" * len(live))
+        cursor = conn.execute(
+            "UPDATE turns SET status = 'interrupted', ended_at = ?"
+            f" WHERE status = 'running' AND owner_id NOT IN ({marks})",
+            (utc_now(), *live),
+        )
+        conn.executemany("DELETE FROM owners WHERE owner_id = ?", [(o,) for o in gone])
+        return cursor.rowcount
+
+    def sweep_now(self) -> int:
+        conn = self._conn
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            swept = self.sweep(time.time())
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        return swept
+
+    def load(self, session_id: str) -> LoadedSession | None:
+        conn = self._conn
+        if conn.execute(
+            "SELECT 1 FROM turns WHERE session_id = ? AND status = 'running' AND owner_id != ? LIMIT 1",
+            (session_id, self.owner_id),
+        ).fetchone():
+            self.sweep_now()  # a turn of another process: find out whether that process is still there
+        conn.execute("BEGIN")  # one read snapshot for the session, its turns and their updates
+        try:
+            row = conn.execute(
+                f"SELECT {SESSION_COLUMNS} FROM sessions WHERE id = ? AND deleted = 0", (session_id,)
+            ).fetchone()
+            if row is None:
+                return None
+            turn_rows = conn.execute(
+                "SELECT turn_id, status, stop_reason, error, started_at, ended_at, prompt_text, messages, replaces"
+                " FROM turns WHERE session_id = ? ORDER BY seq",
+                (session_id,),
+            ).fetchall()
+            update_rows = conn.execute(
+                "SELECT u.turn_id, u.data FROM turns t JOIN updates u ON u.turn_id = t.turn_id"
+                " WHERE t.session_id = ? ORDER BY t.seq, u.seq",
+                (session_id,),
+            ).fetchall()
+        finally:
+            conn.execute("COMMIT")
+        updates: dict[str, list[dict[str, Any]]] = {}
+        try:
+            for turn_id, data in update_rows:
+                updates.setdefault(turn_id, []).extend(decode_updates(data))
+        except (ValueError, zlib.error) as exc:
+            raise StoreUnavailable(f"session store {self.path}: session {session_id} is unreadable ({exc})") from exc
+        turns = [
+            TurnRecord(
+                turn_id=r[0],
+                status=cast(TurnStatus, r[1]),
+                stop_reason=r[2],
+                error=r[3],
+                started_at=r[4],
+                ended_at=r[5],
+                prompt_text=r[6],
+                updates=updates.get(r[0], []),
+            )
+            for r in turn_rows
+        ]
+        try:
+            return LoadedSession(_session_record(row), turns, rebuild_history(turns, turn_rows))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise StoreUnavailable(f"session store {self.path}: session {session_id} is unreadable ({exc})") from exc
+
+    def list_page(self, cwd: str | None, after: tuple[str, str] | None, limit: int) -> SessionPage:
+        where = "deleted = 0 AND parent_id IS NULL"
+        params: list[Any] = []
+        if cwd is not None:
+            where += " AND cwd = ?"
+            params.append(cwd)
+        if after is not None:
+            where += " AND (updated_at, id) < (?, ?)"
+            params += after
+        rows = self._conn.execute(
+            f"SELECT id, cwd, additional_directories, title, updated_at FROM sessions WHERE {where}"
+            " ORDER BY updated_at DESC, id DESC LIMIT ?",
+            (*params, limit + 1),
+        ).fetchall()
+        page = [SessionSummary(r[0], r[1], tuple(orjson.loads(r[2])), r[3], r[4]) for r in rows[:limit]]
+        more = len(rows) > limit
+        return SessionPage(page, encode_cursor(page[-1].updated_at, page[-1].session_id) if more else None)
+
+    def fork(self, source: str, new_id: str, overrides: tuple[str | None, bytes | None, bytes | None]) -> bool:
+        conn = self._conn
+        now = utc_now()
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            if conn.execute("SELECT 1 FROM sessions WHERE id = ? AND deleted = 0", (new_id,)).fetchone():
+                raise ValueError(f"session {new_id} already exists")
+            cwd, directories, servers = overrides
+            copied = conn.execute(
+                f"INSERT OR REPLACE INTO sessions ({SESSION_COLUMNS}, deleted)"
+                " SELECT ?, coalesce(?, cwd), coalesce(?, additional_directories), coalesce(?, mcp_servers), ?, ?,"
+                " title, mode, config, NULL, id, 0 FROM sessions WHERE id = ? AND deleted = 0",
+                (new_id, cwd, directories, servers, now, now, source),
+            ).rowcount
+            if not copied:
+                conn.execute("ROLLBACK")
+                return False
+            turns = conn.execute(
+                "SELECT turn_id, owner_id, status, stop_reason, error, started_at, ended_at, prompt_text, messages,"
+                " replaces FROM turns WHERE session_id = ? ORDER BY seq",
+                (source,),
+            ).fetchall()
+            for old_id, owner, status, stop, error, started, ended, prompt_text, messages, replaces in turns:
+                new_turn = new_turn_id()
+                running = status == "running"
+                conn.execute(
+                    "INSERT INTO turns (turn_id, session_id, owner_id, status, stop_reason, error, started_at,"
+                    " ended_at, prompt_text, messages, replaces) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                    (
+                        new_turn,
+                        new_id,
+                        owner,
+                        "interrupted" if running else status,
+                        stop,
+                        error,
+                        started,
+                        now if running else ended,
+                        prompt_text,
+                        messages,
+                        replaces,
+                    ),
+                )
+                conn.execute(
+                    "INSERT INTO updates (turn_id, n, data) SELECT ?, n, data FROM updates WHERE turn_id = ?"
+                    " ORDER BY seq",
+                    (new_turn, old_id),
+                )
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        return True
+
+
+def _session_record(row: Sequence[Any]) -> SessionRecord:
+    return SessionRecord(
+        session_id=row[0],
+        cwd=row[1],
+        additional_directories=tuple(orjson.loads(row[2])),
+        mcp_servers=tuple(orjson.loads(row[3])),
+        created_at=row[4],
+        updated_at=row[5],
+        title=row[6],
+        mode=row[7],
+        config=orjson.loads(row[8]),
+        parent_session_id=row[9],
+        forked_from=row[10],
+    )
