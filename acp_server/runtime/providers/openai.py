@@ -47,9 +47,9 @@ from acp_server.runtime.model import (
     TurnInput,
     UsageReported,
 )
+from acp_server.runtime.providers.http_common import HttpProvider, parse_arguments
 
 __all__ = ["OpenAIProvider", "wire_messages"]
-from acp_server.runtime.providers.http_common import HttpProvider, parse_arguments
 
 log = logging.getLogger(__name__)
 
