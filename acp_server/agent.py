@@ -179,6 +179,14 @@ class Agent:
         """Cancel one prompt only (`$/cancel_request` naming it); other prompts of the session are untouched."""
         self._cancel(run, anyio.current_time())
 
+    def register_child(self, run: RunContext) -> None:
+        """A subagent's turn, addressable by its own session id (INTERRUPTS.md §6.5)."""
+        self._runs[run.session_id] = run
+
+    def unregister_child(self, run: RunContext) -> None:
+        if self._runs.get(run.session_id) is run:
+            del self._runs[run.session_id]
+
     def interrupt_all(self) -> None:
         for session_id in list(self._runs):
             self.interrupt(session_id)

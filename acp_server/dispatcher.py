@@ -277,5 +277,11 @@ class AcpServer:
         self.require_initialized()
         session = self.sessions.get(session_id)
         if session is None or session.closed:
+            running = self.agent.running(session_id)
+            if running is not None and running.parent_session_id is not None:
+                # INTERRUPTS.md 6.7: clients never created child sessions; they may only cancel them.
+                raise RpcError(
+                    ErrorCode.INVALID_PARAMS, "Invalid params: a subagent's session accepts only session/cancel"
+                )
             raise RpcError(ErrorCode.RESOURCE_NOT_FOUND, f"unknown session: {session_id}")
         return session

@@ -170,6 +170,9 @@ def cancel_request(server: AcpServer, params: CancelRequestNotification) -> None
 
 def scripted_release(server: AcpServer, params: ScriptedReleaseNotification) -> None:
     session = server.sessions.get(params.session_id)
+    if session is None:  # a subagent's session lives only in the run registry
+        running = server.agent.running(params.session_id)
+        session = running.session if running is not None else None
     if session is not None:
         session.gates.release(params.gate)
 

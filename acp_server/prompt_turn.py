@@ -47,6 +47,7 @@ from acp_server.runtime.tools import ToolBox
 from acp_server.schema import EmbeddedResource, PromptRequest, ResourceLink, TextContent
 from acp_server.session_options import parse_command
 from acp_server.slash_commands import run_slash_command
+from acp_server.subagents import ChildSessions
 from acp_server.turn_tools import bound_probe, tool_context, tool_ports
 from acp_server.turn_updates import Reporter
 
@@ -199,6 +200,7 @@ async def _work(services: TurnServices, run: RunContext) -> None:
                 run.messages.append(Message("user", text))
                 run.turn_start = len(run.messages)
                 ports = tool_ports(services, run)
+                children = ChildSessions(services, run, run)
                 compactor = ContextCompactor(
                     lambda: open_model(""),
                     reporter,
@@ -210,7 +212,9 @@ async def _work(services: TurnServices, run: RunContext) -> None:
                     run.messages,
                     services.tools,
                     reporter,
-                    tool_context=lambda call: tool_context(services, run, ports, call, reporter),
+                    tool_context=lambda call: tool_context(
+                        services, run, ports, call, emit=reporter, subagents=children
+                    ),
                     probe=probe,
                     max_requests=services.config.max_turn_requests,
                     compactor=compactor,

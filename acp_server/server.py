@@ -18,6 +18,7 @@ from acp_server.runtime.processes import ProcessTable
 from acp_server.runtime.providers import open_provider
 from acp_server.runtime.tools import ToolBox
 from acp_server.runtime.tools.commands import COMMAND_TOOLS
+from acp_server.runtime.tools.delegate import DELEGATE_TOOLS
 from acp_server.runtime.tools.files import FILE_TOOLS
 from acp_server.runtime.tools.plan import PLAN_TOOLS
 from acp_server.runtime.tools.testing import TEST_TOOLS
@@ -34,7 +35,9 @@ EXIT_UNWIND_SECONDS = 0.4
 
 
 def build_server(config: Config, on_exit: Callable[[], None] = lambda: None) -> AcpServer:
-    tools = ToolBox((*FILE_TOOLS, *COMMAND_TOOLS, *PLAN_TOOLS, *(TEST_TOOLS if config.test_mode else ())))
+    tools = ToolBox(
+        (*FILE_TOOLS, *COMMAND_TOOLS, *PLAN_TOOLS, *DELEGATE_TOOLS, *(TEST_TOOLS if config.test_mode else ()))
+    )
 
     def open_model(spec: str) -> Provider:
         return open_provider(spec, base_url=config.base_url)

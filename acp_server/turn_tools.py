@@ -15,7 +15,7 @@ from acp_server.editor import EditorFileSystem, EditorTerminalRunner, Permission
 from acp_server.runtime.local_commands import LocalCommandRunner
 from acp_server.runtime.local_fs import LocalFileSystem
 from acp_server.runtime.model import Emit, Probe, ToolCall
-from acp_server.runtime.ports import CommandRunner, FileSystem, Permissions
+from acp_server.runtime.ports import CommandRunner, FileSystem, Permissions, Subagents
 from acp_server.runtime.tools import ToolContext
 
 if TYPE_CHECKING:
@@ -65,7 +65,9 @@ def tool_ports(services: TurnServices, run: RunContext) -> Ports:
     return Ports(fs, commands, PermissionGate(session, request), request)
 
 
-def tool_context(services: TurnServices, run: RunContext, ports: Ports, call: ToolCall, emit: Emit) -> ToolContext:
+def tool_context(
+    services: TurnServices, run: RunContext, ports: Ports, call: ToolCall, *, emit: Emit, subagents: Subagents
+) -> ToolContext:
     session = run.session
     return ToolContext(
         session_id=run.session_id,
@@ -81,4 +83,5 @@ def tool_context(services: TurnServices, run: RunContext, ports: Ports, call: To
         probe=bound_probe(services, run),
         cleanup_deadline=lambda: run.cleanup_deadline(services.config.cleanup_deadline),
         client_request=ports.request,
+        subagents=subagents,
     )

@@ -86,6 +86,8 @@ class Reporter:
                 update["content"] = [tool_content(c) for c in event.content]
             if event.locations is not None:
                 update["locations"] = [{"path": path} for path in event.locations]
+            if event.meta is not None:
+                update["_meta"] = event.meta
         elif isinstance(event, ToolCallFinished):
             run.open_tool_calls.pop(event.call_id, None)
             shown = event.content if event.content is not None else (TextOutput(event.output),)

@@ -38,6 +38,13 @@ TOOLS = {tool.name: tool for tool in (*FILE_TOOLS, *PLAN_TOOLS)}
 ALLOW = Decision(True)
 
 
+class _NoSubagents:
+    """File tools never delegate; a call would be a bug."""
+
+    async def run(self, task: str, meta: dict[str, Any], call_id: str, emit: Any) -> str:
+        raise AssertionError("a file tool tried to start a subagent")
+
+
 @dataclass
 class FakePermissions:
     """Answers every request with `answer`; `during` runs while the "user" decides."""
@@ -117,6 +124,7 @@ class Env:
             probe=lambda event, **fields: None,
             cleanup_deadline=lambda: anyio.current_time() + 1,
             client_request=client_request,
+            subagents=_NoSubagents(),
         )
 
     async def run(self, tool_name: str, **arguments: Any) -> ToolResult:

@@ -151,6 +151,8 @@ class ToolCallUpdated:
     status: Literal["in_progress"] | None = None
     content: tuple[ToolContent, ...] | None = None
     locations: tuple[str, ...] | None = None
+    # Extension data for the client (ACP `_meta`), e.g. the child session a `delegate` call runs.
+    meta: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)

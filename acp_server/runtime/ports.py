@@ -22,6 +22,7 @@ __all__ = [
     "FileSystem",
     "PermissionRequest",
     "Permissions",
+    "Subagents",
     "ToolError",
 ]
 
@@ -93,3 +94,10 @@ class Decision:
 
 class Permissions(Protocol):
     async def decide(self, request: PermissionRequest) -> Decision: ...
+
+
+class Subagents(Protocol):
+    """Runs a child session's turn for a `delegate` tool call, inside the calling turn (so cancelling the parent
+    cancels the child), and returns the child's final answer. Raises ToolError if the child is cancelled or fails."""
+
+    async def run(self, task: str, meta: dict[str, Any], call_id: str, emit: Callable[..., Awaitable[None]]) -> str: ...

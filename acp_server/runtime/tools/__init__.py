@@ -14,7 +14,7 @@ from typing import Any, Generic, TypeVar
 from pydantic import BaseModel
 
 from acp_server.runtime.model import Emit, Probe, ToolContent, ToolSpec
-from acp_server.runtime.ports import CommandRunner, FileSystem, Permissions
+from acp_server.runtime.ports import CommandRunner, FileSystem, Permissions, Subagents
 from acp_server.runtime.processes import ProcessTable
 
 __all__ = ["Tool", "ToolBox", "ToolContext", "ToolResult"]
@@ -64,6 +64,8 @@ class ToolContext:
     cleanup_deadline: Callable[[], float]
     # Sends an agent-to-client request on behalf of the turn; cancelled with it.
     client_request: Callable[[str, dict[str, Any]], Awaitable[Any]]
+    # Child sessions for `delegate`.
+    subagents: Subagents
 
 
 @dataclass(frozen=True, slots=True)

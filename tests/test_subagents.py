@@ -1,0 +1,113 @@
+"""Subagents (`delegate`): child sessions run inside the parent's tool call, never speak under their own id, and are
+cancelled with their parent (INTERRUPTS.md I16 and decisions 5 and 7), end to end over stdio with the scripted model
+(a `delegate` step carries the child's own script)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.harness import T_ACK, RawClient
+from tests.test_interrupts import after, position
+
+
+def delegate(task: str, script: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"tool": "delegate", "args": {"task": task, "script": script}}
+
+
+def child_ids(server: RawClient, session: str) -> set[str]:
+    return {
+        u["_meta"]["acpServer"]["childSessionId"] for u in server.updates(session, "tool_call_update") if "_meta" in u
+    }
+
+
+def updates_not_for(server: RawClient, allowed: set[str]) -> list[dict[str, Any]]:
+    return [
+        m for m in server.received if m.get("method") == "session/update" and m["params"]["sessionId"] not in allowed
+    ]
+
+
+async def test_a_delegated_task_runs_as_a_child_whose_answer_comes_back_as_the_tool_result(server: RawClient) -> None:
+    a = await server.new_session()
+    child_script: list[dict[str, Any]] = [
+        {"say": "working "},
+        {"tool": "test_sleep", "args": {"s": 0}},
+        {"say": "child answer"},
+    ]
+    response = await server.response(
+        await server.prompt(a, [delegate("count the files", child_script), {"say": "parent done"}])
+    )
+    assert response["result"] == {"stopReason": "end_turn"}
+    started = server.updates(a, "tool_call")
+    assert [(u["kind"], u["title"]) for u in started] == [("think", "Delegate: count the files")]
+    [child] = child_ids(server, a)
+    final = [u for u in server.updates(a, "tool_call_update") if u.get("status") == "completed"][-1]
+    assert "child answer" in final["content"][0]["content"]["text"]
+    assert server.texts(a) == ["parent done"]
+    assert updates_not_for(server, {a}) == [], "a child never sends updates under its own id"
+    assert await server.probe("step_started", sessionId=child)  # the child really played its script
+    assert (await server.stats())["runningTurns"] == 0
+
+
+async def test_cancelling_the_parent_cancels_child_and_grandchild_before_the_parent_answers(
+    server: RawClient,
+) -> None:
+    """I16: cascade down."""
+    a = await server.new_session()
+    grandchild = [{"gate": "gg"}]
+    child = [{"say": "c1"}, delegate("deeper", grandchild), {"say": "c2"}]
+    prompt = await server.prompt(a, [delegate("work", child), {"say": "never"}])
+    reached = await server.probe("gate_reached", gate="gg")
+    grandchild_id = reached["params"]["sessionId"]
+    t0 = await server.cancel(a)
+    response = await server.response(prompt)
+    assert response["result"] == {"stopReason": "cancelled"}
+    assert server.arrival_time(response) - t0 <= T_ACK
+    exited = await server.probe("step_exited", sessionId=grandchild_id, reason="cancelled")
+    assert position(server, exited) < position(server, response)
+    delegate_calls = {u["toolCallId"] for u in server.updates(a, "tool_call")}
+    final = {u["toolCallId"]: u["status"] for u in server.updates(a, "tool_call_update") if "status" in u}
+    assert all(final[call] == "failed" for call in delegate_calls)
+    await server.release(grandchild_id, "gg")
+    await server.quiet(0.4, lambda m: m in after(server, response) and m.get("method") == "session/update")
+    assert "never" not in server.texts(a)
+    stats = await server.stats()
+    assert stats["runningTurns"] == 0
+
+
+async def test_cancelling_a_child_stops_only_the_child_and_the_parent_goes_on(server: RawClient) -> None:
+    """I16 reverse: the child (and its grandchild) stop; the parent's delegate call fails and the parent continues."""
+    a = await server.new_session()
+    child = [{"say": "c1"}, delegate("deeper", [{"gate": "gg"}]), {"say": "c2"}]
+    prompt = await server.prompt(a, [delegate("work", child), {"say": "parent continues"}])
+    await server.probe("gate_reached", gate="gg")
+    await server.wait_for(lambda m: bool(child_ids(server, a)))
+    first_delegate = server.updates(a, "tool_call")[0]["toolCallId"]
+    child_id = next(
+        u["_meta"]["acpServer"]["childSessionId"]
+        for u in server.updates(a, "tool_call_update")
+        if u["toolCallId"] == first_delegate and "_meta" in u
+    )
+    await server.cancel(child_id)
+    response = await server.response(prompt)
+    assert response["result"] == {"stopReason": "end_turn"}
+    assert server.texts(a) == ["parent continues"]
+    outcome = [u for u in server.updates(a, "tool_call_update") if u["toolCallId"] == first_delegate and "status" in u]
+    assert outcome[-1]["status"] == "failed"
+    shown = [
+        line
+        for u in server.updates(a, "tool_call_update")
+        for item in u.get("content", [])
+        for line in item.get("content", {}).get("text", "").splitlines()
+    ]
+    assert "c1" in shown and "c2" not in shown  # the child stopped at its delegate step
+
+
+async def test_a_child_session_id_accepts_only_cancel(server: RawClient) -> None:
+    a = await server.new_session()
+    prompt = await server.prompt(a, [delegate("work", [{"gate": "g"}])])
+    reached = await server.probe("gate_reached", gate="g")
+    child_id = reached["params"]["sessionId"]
+    refused = await server.call("session/prompt", {"sessionId": child_id, "prompt": [{"type": "text", "text": "x"}]})
+    assert refused["error"]["code"] == -32602
+    await server.release(child_id, "g")
+    assert (await server.response(prompt))["result"] == {"stopReason": "end_turn"}
