@@ -1,5 +1,5 @@
 """A seeded randomized stress run: many sessions streaming at once, with random cancels, replacement prompts, queued
-prompts and permission requests answered late or never, checked for the promises that matter.
+prompts, subagents, and permission requests answered late or never, checked for the promises that matter.
 
 It checks exactly one response per prompt, no turn update for a session while none of its prompts is unanswered,
 no update carrying another session's id, every message valid against the ACP schema (the test harness's wire
@@ -54,7 +54,7 @@ class StressResult:
 def _script(rng: random.Random, tag: str) -> list[dict[str, Any]]:
     steps: list[dict[str, Any]] = []
     for index in range(rng.randint(1, 6)):
-        kind = rng.choice(("say", "say", "think", "sleep", "tool", "write", "gate"))
+        kind = rng.choice(("say", "say", "think", "sleep", "tool", "write", "gate", "delegate"))
         if kind in ("say", "think"):
             steps.append({kind: f"{tag}.{index} ", "repeat": rng.choice((1, 5, 50, 200))})
         elif kind == "sleep":
@@ -63,6 +63,9 @@ def _script(rng: random.Random, tag: str) -> list[dict[str, Any]]:
             steps.append({"tool": "test_sleep", "args": {"s": rng.choice((0.0, 0.02, 0.2))}})
         elif kind == "write":
             steps.append({"tool": "write_file", "args": {"path": f"{tag}-{index}.txt", "content": tag}})
+        elif kind == "delegate":  # a subagent with its own small script (cancelled with its parent)
+            child = [{"say": f"{tag}.{index}.child ", "repeat": rng.choice((1, 20))}, {"sleep": rng.choice((0, 0.05))}]
+            steps.append({"tool": "delegate", "args": {"task": f"{tag}.{index}", "script": child}})
         else:
             steps.append({"gate": f"{tag}.{index}", "timeout": rng.choice((0.05, 0.2))})
     return steps
