@@ -27,11 +27,11 @@ import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from bench.report import Figure, format_table
 from bench.wire import Server, WireError, percentile
+from tests.harness import processes
 
 __all__ = ["CancelToolResult", "main", "run"]
 
@@ -97,36 +97,20 @@ def _in_progress(session_id: str) -> Callable[[dict[str, Any]], bool]:
     return matches
 
 
-def _processes() -> list[tuple[int, int, int, str, str]]:
-    """(pid, ppid, pgid, state, command name) of every process, from /proc."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        name = stat[stat.find("(") + 1 : stat.rfind(")")]
-        state, ppid, pgid = stat.rsplit(")", 1)[1].split()[:3]
-        found.append((int(entry.name), int(ppid), int(pgid), state, name))
-    return found
-
-
 def _children(pid: int) -> list[int]:
     """Live (not zombie) processes whose parent is `pid`."""
-    return [p for p, ppid, _, state, _ in _processes() if ppid == pid and state != "Z"]
+    return [p for p, ppid, _, state, _ in processes() if ppid == pid and state != "Z"]
 
 
 def _live_in_groups(groups: set[int]) -> list[int]:
-    return [p for p, _, pgid, state, _ in _processes() if pgid in groups and state != "Z"]
+    return [p for p, _, pgid, state, _ in processes() if pgid in groups and state != "Z"]
 
 
 def _wait_for_sleep(server: Server) -> int:
     """The process group of the running command, once its `sleep` runs (the shell is the group leader)."""
     deadline = time.monotonic() + CHILD_WAIT_S
     while True:
-        table = _processes()
+        table = processes()
         shells = {p for p, ppid, _, state, _ in table if ppid == server.pid and state != "Z"}
         if any(pgid in shells and name == "sleep" and state != "Z" for _, _, pgid, state, name in table):
             time.sleep(SPAWN_SETTLE_S)

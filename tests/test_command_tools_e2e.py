@@ -19,7 +19,7 @@ import pytest
 from acp_server.runtime.tools.commands import command_prefix
 from tests.conftest import StartServer
 from tests.editor_client import NEVER, Editor, always, answer_with
-from tests.harness import GRACE, T_ACK, T_ESC, T_EXIT, RawClient
+from tests.harness import GRACE, T_ACK, T_ESC, T_EXIT, RawClient, processes
 
 W_QUIET = 0.5
 FINAL = ("completed", "failed")
@@ -78,18 +78,7 @@ def text_of(update: dict[str, Any]) -> str:
 
 def live_members(pgid: int) -> list[int]:
     """Processes of a process group that still run (zombies waiting for a reaper do not count)."""
-    members = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        state, _ppid, group = stat.rsplit(")", 1)[1].split()[:3]
-        if int(group) == pgid and state != "Z":
-            members.append(int(entry.name))
-    return members
+    return [pid for pid, _, group, state, _ in processes() if group == pgid and state != "Z"]
 
 
 def running(pid: int) -> bool:
