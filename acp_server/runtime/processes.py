@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 from collections.abc import Sequence
+from pathlib import Path
 
 import anyio
 from anyio.abc import Process
@@ -87,8 +88,22 @@ def _signal_group(pgid: int, sig: signal.Signals) -> None:
 
 
 def _group_alive(pgid: int) -> bool:
+    """Whether any member of the group still runs. A group of zombies only (orphans waiting for an init that does not
+    reap, as in some containers) is not alive: nothing of it can run again."""
     try:
         os.killpg(pgid, 0)
     except (ProcessLookupError, PermissionError):
         return False
-    return True
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return True  # no way to tell zombies apart here; err on the side of reporting the group
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            return True
+    return False
