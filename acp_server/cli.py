@@ -1,5 +1,7 @@
 """Command line: flags with environment fallbacks, logging to stderr, and the event loop.
 
+`acp-server [FLAGS]` serves ACP over stdio (what editors run); `acp-server SUBCOMMAND ...` runs one of the tools in
+`SUBCOMMANDS`, each in a module of its own, imported only when asked for, so serving never pays for them.
 stdout belongs to the protocol; everything a person should read goes to stderr.
 """
 
@@ -101,6 +103,12 @@ def parse_config(argv: Sequence[str] | None = None) -> Config:
         help="keep sessions in memory only: nothing is written, nothing can be loaded later (env ACP_SERVER_NO_STORE)",
     )
     parser.add_argument(
+        "--record",
+        default=env.get("ACP_SERVER_RECORD") or None,
+        metavar="FILE",
+        help="write every line in and out to FILE as a transcript, secrets removed (env ACP_SERVER_RECORD)",
+    )
+    parser.add_argument(
         "--test-mode",
         action="store_true",
         default=_truthy(env.get("ACP_SERVER_TEST_MODE")),
@@ -127,11 +135,21 @@ def parse_config(argv: Sequence[str] | None = None) -> Config:
         base_url=args.base_url,
         state_dir=args.state_dir,
         store=not args.no_store,
+        record=args.record,
     )
 
 
+# Subcommand -> the module whose `main(argv) -> int` runs it.
+SUBCOMMANDS: dict[str, str] = {}
+
+
 def main(argv: Sequence[str] | None = None) -> None:
-    config = parse_config(argv)
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args and args[0] in SUBCOMMANDS:
+        import importlib
+
+        sys.exit(importlib.import_module(SUBCOMMANDS[args[0]]).main(args[1:]))
+    config = parse_config(args)
     logging.basicConfig(
         stream=sys.stderr,
         level=config.log_level.upper(),

@@ -38,3 +38,5 @@ class Config:
     state_dir: str | None = None
     # False keeps sessions in memory only (`--no-store`).
     store: bool = True
+    # Where to write a transcript of every line in and out (`--record FILE`); None records nothing.
+    record: str | None = None
