@@ -10,6 +10,12 @@ running session".
 Admission happens when the reader reads the prompt's line, before any await (`admit`), so a cancel read after it,
 even from the same write, always finds it: a cancel binds to exactly the prompts admitted before it (the epoch rule
 of INTERRUPTS.md I10). Prompts admitted behind a running turn wait in the session's admission queue.
+
+A steering prompt (the `steer` policy) waits there too, marked `steers`: the running turn hands over to it at its
+next model-call boundary (`hand_over_due`). The hand-over ends the running prompt's turn with `end_turn` with
+everything it did in the history, tool results included, and the steering prompt's turn continues from exactly that
+conversation plus the new message, so the model's next call sees the whole task and the correction. Each prompt
+keeps its own run context, registry entry, fence and store record; the task simply changes hands between them.
 """
 
 from __future__ import annotations
@@ -62,7 +68,7 @@ class Session:
     turns_started: int = 0
     # What the client can do for this session's tools (its initialize capabilities).
     client: ClientCapabilities = field(default_factory=ClientCapabilities)
-    # What a prompt sent while a turn runs does: interrupt, queue or reject (the `prompt_policy` option).
+    # What a prompt sent while a turn runs does: interrupt, queue, reject or steer (the `prompt_policy` option).
     prompt_policy: str = "interrupt"
     # The permission mode (see editor.PERMISSION_MODES) and the "always" answers, "edit:write_file" -> allowed.
     mode: str = "default"
@@ -87,6 +93,8 @@ class RunContext:
     request_id: RequestId
     request: PromptRequest
     parent_session_id: str | None = None
+    # Admitted under `steer` behind a running turn: that turn hands over to this prompt at its next model call.
+    steers: bool = False
     run_id: int = field(default_factory=lambda: next(_run_ids))
     state: RunState = RunState.ADMITTED
     # A cancel claimed this turn before its outcome was decided: it answers `cancelled`, whatever surfaced.
@@ -147,8 +155,9 @@ class Agent:
 
         A prompt for a busy session follows the session's policy (INTERRUPTS.md 6.1): `interrupt` cancels the running
         turn (and everything admitted before it) as a `session/cancel` read here would, then waits for the cleanup
-        and runs; `queue` waits its turn, first in first out; `reject` is refused, unless the running turn is
-        already stopping, in which case it waits for the cleanup like every policy does.
+        and runs; `queue` waits its turn, first in first out; `steer` waits too, marked so the running turn hands
+        over to it at its next model-call boundary; `reject` is refused. A prompt for a turn that is already stopping
+        waits for the cleanup and runs, whatever the policy.
         """
         current = self._runs.get(session.session_id)
         run = RunContext(session, request_id, request)
@@ -156,13 +165,24 @@ class Agent:
             self._runs[session.session_id] = run
             run.may_start.set()
             return run
-        stopping = current.state is RunState.STOPPING or bool(session.waiting)
-        if session.prompt_policy == "reject" and not stopping:
+        stopping = current.state is RunState.STOPPING
+        # Prompts already waiting were admitted while the turn was stopping (under `reject` nothing else waits).
+        if session.prompt_policy == "reject" and not (stopping or session.waiting):
             raise RpcError(ErrorCode.INVALID_REQUEST, "a prompt is already running in this session")
         if session.prompt_policy == "interrupt":
             self.interrupt(session.session_id)
+        run.steers = session.prompt_policy == "steer" and not stopping
         session.waiting.append(run)
         return run
+
+    @staticmethod
+    def hand_over_due(session: Session) -> bool:
+        """Should the session's running turn stop at this model-call boundary and hand over? Yes when the next
+        prompt that will run is a steering one (a steering prompt claimed by a cancel will not run: skipped)."""
+        for waiting in session.waiting:
+            if waiting.state is RunState.ADMITTED and not waiting.cancelled:
+                return waiting.steers
+        return False
 
     def interrupt(self, session_id: str) -> None:
         """Cancel the session's running turn and every prompt admitted behind it. Returns at once; idempotent;

@@ -218,6 +218,7 @@ async def _work(services: TurnServices, run: RunContext) -> None:
                     probe=probe,
                     max_requests=services.config.max_turn_requests,
                     compactor=compactor,
+                    hand_over=lambda: services.agent.hand_over_due(session),
                 )
         if run.cancelled or stop is None:
             run.outcome = "cancelled"

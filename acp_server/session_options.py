@@ -31,6 +31,11 @@ PROMPT_POLICIES: tuple[dict[str, Any], ...] = (
     {"value": "interrupt", "name": "Interrupt", "description": "A new prompt stops the running turn and takes over"},
     {"value": "queue", "name": "Queue", "description": "A new prompt waits until the running turn ends"},
     {"value": "reject", "name": "Reject", "description": "A new prompt is refused while a turn runs"},
+    {
+        "value": "steer",
+        "name": "Steer",
+        "description": "A new prompt joins the running turn before its next model call, keeping its work",
+    },
 )
 
 AVAILABLE_COMMANDS: tuple[dict[str, Any], ...] = (

@@ -1,5 +1,5 @@
 """A seeded randomized stress run: many sessions streaming at once, with random cancels, replacement prompts, queued
-prompts, subagents, and permission requests answered late or never, checked for the promises that matter.
+and steering prompts, subagents, and permission requests answered late or never, checked for the promises that matter.
 
 It checks exactly one response per prompt, no turn update for a session while none of its prompts is unanswered,
 no update carrying another session's id, every message valid against the ACP schema (the test harness's wire
@@ -26,7 +26,7 @@ from tests.harness import RawClient, check_wire
 
 __all__ = ["StressResult", "main", "run"]
 
-POLICIES = ("interrupt", "queue", "reject")
+POLICIES = ("interrupt", "queue", "reject", "steer")
 
 
 @dataclass
@@ -36,12 +36,15 @@ class StressResult:
     seconds: float
     cancel_ms: list[float]
     problems: list[str] = field(default_factory=list)
+    # Running turns that handed over to a steering prompt at a model-call boundary.
+    hand_overs: int = 0
 
     def figures(self) -> list[Figure]:
         figures = [
             Figure("stress: prompts answered", float(self.prompts), "prompts"),
             Figure("stress: chunks/s over the run", self.chunks / self.seconds, "chunks/s"),
             Figure("stress: problems found", float(len(self.problems)), "problems", "<=", 0.0),
+            Figure("stress: steering hand-overs", float(self.hand_overs), "hand-overs"),
         ]
         if self.cancel_ms:
             figures += [
@@ -135,7 +138,7 @@ async def run(
                             cancel_ms.append((client.arrival_time(response) - t_cancel) * 1000)
 
                     outstanding.append(asyncio.create_task(timed()))
-                elif event < 0.45:  # a second prompt on the busy session: replaced, queued or rejected
+                elif event < 0.45:  # a second prompt on the busy session: replaced, queued, rejected or steering
                     outstanding.append(await client.prompt(session, _script(rng, f"r{round_index}b")))
             for item in outstanding:
                 if isinstance(item, asyncio.Task):
@@ -162,7 +165,10 @@ async def run(
         for m in client.received
         if m.get("method") == "session/update" and m["params"]["update"]["sessionUpdate"] == "agent_message_chunk"
     )
-    return StressResult(prompts, chunks, seconds, cancel_ms, problems)
+    hand_overs = sum(
+        1 for m in client.received if m.get("method") == "_scripted/probe" and m["params"]["event"] == "handed_over"
+    )
+    return StressResult(prompts, chunks, seconds, cancel_ms, problems, hand_overs)
 
 
 def main(argv: Sequence[str] | None = None) -> StressResult:

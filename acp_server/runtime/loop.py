@@ -47,14 +47,22 @@ async def run_turn(
     probe: Probe,
     max_requests: int,
     compactor: ContextCompactor | None = None,
+    hand_over: Callable[[], bool] = lambda: False,
 ) -> StopReason:
-    """Run one turn; `messages` (the turn's own copy of the conversation) grows as the turn goes."""
+    """Run one turn; `messages` (the turn's own copy of the conversation) grows as the turn goes.
+
+    `hand_over` is asked at every model-call boundary (before each model call, when every tool call so far has its
+    result): True ends the turn there with `end_turn`, so a steering prompt can carry on from this conversation.
+    """
     if compactor is not None:
         emit = compactor.watch
     for index in range(max_requests):
         # Yield before every model call and tool call: a cancel that arrived while work ran without awaiting (a
         # tool that ignored cancellation, a model reply that needed no I/O) must stop the turn here, not later.
         await anyio.lowlevel.checkpoint()
+        if hand_over():
+            probe("handed_over", modelCalls=index)
+            return "end_turn"
         await emit(ReplyStarted(index))
         if compactor is not None:
             await compactor.before_call(messages)
