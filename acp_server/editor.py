@@ -192,9 +192,12 @@ class EditorTerminalRunner:
 class PermissionGate:
     """Decides whether a tool may edit or execute: by the session's mode, its remembered answers, or by asking."""
 
-    def __init__(self, session: Session, request: ClientRequest) -> None:
+    def __init__(self, session: Session, request: ClientRequest, on_behalf_of: str | None = None) -> None:
+        """`on_behalf_of` is the `delegate` tool call a subagent's questions belong to (INTERRUPTS.md §6.7): the
+        question names the child's own tool call, and its `_meta` names the parent's call the client can see."""
         self._session = session
         self._request = request
+        self._meta = {"acpServer": {"parentToolCallId": on_behalf_of}} if on_behalf_of is not None else None
 
     async def decide(self, request: PermissionRequest) -> Decision:
         session = self._session
@@ -224,7 +227,9 @@ class PermissionGate:
             "content": [tool_content(c) for c in request.content],
             "locations": [{"path": p} for p in request.locations],
         }
-        params = {"sessionId": session.session_id, "toolCall": tool_call, "options": options}
+        params: dict[str, Any] = {"sessionId": session.session_id, "toolCall": tool_call, "options": options}
+        if self._meta is not None:  # on the tool call and on the request, so a client finds it where it looks
+            tool_call["_meta"] = params["_meta"] = self._meta
         try:
             answer = await self._request("session/request_permission", params)
         except ClientRequestError as exc:

@@ -45,12 +45,16 @@ SUBAGENT_NOTE = "You are a subagent: finish the task you were given, then reply 
 class ChildSessions:
     """The `Subagents` port of one parent turn."""
 
-    def __init__(self, services: TurnServices, top: RunContext, parent: RunContext) -> None:
+    def __init__(
+        self, services: TurnServices, top: RunContext, parent: RunContext, visible_call: str | None = None
+    ) -> None:
         """`top` is the client's turn (its session id and fence serve every descendant); `parent` is the run that
-        calls `delegate`: the top turn itself, or a child whose own children these are."""
+        calls `delegate`: the top turn itself, or a child whose own children these are. `visible_call` is the
+        top-level `delegate` tool call the client sees, for a grandchild's permission questions (None at the top)."""
         self._services = services
         self._top = top
         self._parent = parent
+        self._visible_call = visible_call
 
     async def run(self, task: str, meta: dict[str, Any], call_id: str, emit: Callable[..., Awaitable[None]]) -> str:
         services, top, parent = self._services, self._top, self._parent
@@ -95,8 +99,10 @@ class ChildSessions:
                         ),
                     )
                 )
-                ports = tool_ports(services, top)  # the editor knows the client's own session only
-                grandchildren = ChildSessions(services, top, child)
+                # The editor knows the client's own session only; questions name the delegate call it can see.
+                visible_call = self._visible_call or call_id
+                ports = tool_ports(services, top, on_behalf_of=visible_call)
+                grandchildren = ChildSessions(services, top, child, visible_call)
                 messages = [Message("user", task)]
                 await run_turn(
                     model_turn,

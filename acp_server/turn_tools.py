@@ -41,7 +41,8 @@ class Ports:
     request: Callable[[str, dict[str, Any]], Awaitable[Any]]
 
 
-def tool_ports(services: TurnServices, run: RunContext) -> Ports:
+def tool_ports(services: TurnServices, run: RunContext, on_behalf_of: str | None = None) -> Ports:
+    """`on_behalf_of`: for a subagent's tools, the parent's `delegate` tool call its permission questions name."""
     session = run.session
     grace = services.config.cleanup_deadline
 
@@ -62,7 +63,7 @@ def tool_ports(services: TurnServices, run: RunContext) -> Ports:
         if session.client.terminal
         else LocalCommandRunner(services.processes, deadline)
     )
-    return Ports(fs, commands, PermissionGate(session, request), request)
+    return Ports(fs, commands, PermissionGate(session, request, on_behalf_of), request)
 
 
 def tool_context(

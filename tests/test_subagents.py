@@ -4,6 +4,7 @@ cancelled with their parent (INTERRUPTS.md I16 and decisions 5 and 7), end to en
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from tests.harness import T_ACK, RawClient
@@ -111,3 +112,31 @@ async def test_a_child_session_id_accepts_only_cancel(server: RawClient) -> None
     assert refused["error"]["code"] == -32602
     await server.release(child_id, "g")
     assert (await server.response(prompt))["result"] == {"stopReason": "end_turn"}
+
+
+async def test_a_childs_permission_question_goes_out_under_the_parent_naming_its_own_tool_call(
+    server: RawClient, tmp_path: Path
+) -> None:
+    """INTERRUPTS.md §6.7: the question carries the parent's session id, the child's own tool call (id, title,
+    content), and `_meta.acpServer.parentToolCallId` naming the delegate call the client sees; a grandchild's
+    question names the same top-level call. The answer reaches the child, which goes on."""
+    a = await server.new_session(str(tmp_path))
+    write = {"tool": "write_file", "args": {"path": "from-child.txt", "content": "hello"}}
+    grandchild: list[dict[str, Any]] = [write, {"say": "grandchild done"}]
+    child = [{"say": "c1"}, delegate("deeper", grandchild), {"say": "child done"}]
+    prompt = await server.prompt(a, [delegate("work", child), {"say": "parent done"}])
+    question = await server.wait_for(lambda m: m.get("method") == "session/request_permission")
+    params = question["params"]
+    [delegate_call] = [u["toolCallId"] for u in server.updates(a, "tool_call")]
+    assert params["sessionId"] == a
+    assert params["_meta"] == {"acpServer": {"parentToolCallId": delegate_call}}
+    tool_call = params["toolCall"]
+    assert tool_call["_meta"] == {"acpServer": {"parentToolCallId": delegate_call}}
+    assert tool_call["toolCallId"] != delegate_call and "from-child.txt" in tool_call["title"]
+    assert tool_call["content"][0]["type"] == "diff" and tool_call["content"][0]["newText"] == "hello"
+    allow = {"outcome": {"outcome": "selected", "optionId": "allow_once"}}
+    await server.send({"id": question["id"], "result": allow})
+    assert (await server.response(prompt))["result"] == {"stopReason": "end_turn"}
+    assert server.texts(a) == ["parent done"]
+    assert (tmp_path / "from-child.txt").read_text() == "hello"
+    assert updates_not_for(server, {a}) == []
