@@ -140,3 +140,17 @@ async def test_a_childs_permission_question_goes_out_under_the_parent_naming_its
     assert server.texts(a) == ["parent done"]
     assert (tmp_path / "from-child.txt").read_text() == "hello"
     assert updates_not_for(server, {a}) == []
+
+
+async def test_closing_the_parent_session_cancels_its_children_before_either_answer(server: RawClient) -> None:
+    """I20 (c) with I16: the close cascades to the child; the prompt answers `cancelled`, then the close `{}`."""
+    a = await server.new_session()
+    prompt = await server.prompt(a, [delegate("work", [{"say": "c1"}, {"gate": "cg"}]), {"say": "never"}])
+    reached = await server.probe("gate_reached", gate="cg")
+    child = reached["params"]["sessionId"]
+    close = await server.request("session/close", {"sessionId": a})
+    closed, cancelled = await server.response(close), await server.response(prompt)
+    assert cancelled["result"] == {"stopReason": "cancelled"} and closed["result"] == {}
+    exited = await server.probe("step_exited", sessionId=child, reason="cancelled")
+    assert position(server, exited) < position(server, cancelled) < position(server, closed)
+    assert (await server.stats())["runningTurns"] == 0
