@@ -1,14 +1,32 @@
 """The server's frozen configuration: read once at start-up, shared by everything, changed by nothing.
 
 Per-turn state lives on the turn's run context and per-session state on the session (ARCHITECTURE.md, "State");
-this object holds only what a flag or an environment variable decided.
+this object holds only what a flag, an environment variable or the config file decided (cli.py merges them, in that
+order of precedence). The choices of the enumerated settings live here too, so the command line, the config file's
+checks and `doctor` agree on them without importing each other.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
-__all__ = ["DEFAULT_CLEANUP_DEADLINE", "DEFAULT_MAX_LINE_BYTES", "Config"]
+__all__ = [
+    "DEFAULT_CLEANUP_DEADLINE",
+    "DEFAULT_MAX_LINE_BYTES",
+    "DEFAULT_MAX_TURN_REQUESTS",
+    "LOG_LEVELS",
+    "PERMISSION_MODE_IDS",
+    "PROMPT_POLICY_IDS",
+    "Config",
+]
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
+# Kept here rather than imported from editor.py and session_options.py, so `--help` stays instant; tests check that
+# the lists agree.
+PERMISSION_MODE_IDS = ("default", "accept_edits", "bypass", "read_only")
+PROMPT_POLICY_IDS = ("interrupt", "queue", "reject", "steer")
+DEFAULT_MAX_TURN_REQUESTS = 50
 
 DEFAULT_CLEANUP_DEADLINE = 2.0
 # ACP puts no limit on a line; 64 MiB keeps a runaway client from exhausting memory while leaving room for the
@@ -18,7 +36,7 @@ DEFAULT_MAX_LINE_BYTES = 64 * 1024 * 1024
 
 @dataclass(frozen=True, slots=True)
 class Config:
-    """Everything the command line and the environment decided."""
+    """Everything the command line, the environment and the config file decided."""
 
     model: str = "echo"
     cleanup_deadline: float = DEFAULT_CLEANUP_DEADLINE
@@ -26,12 +44,12 @@ class Config:
     # Test mode swaps nothing in the cancellation logic: it only adds the test tools and the probe notifications.
     test_mode: bool = False
     max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
-    # What a prompt for a busy session does (agent.Agent.admit): interrupt, queue or reject.
+    # What a prompt for a busy session does (agent.Agent.admit): interrupt, queue, reject or steer.
     prompt_policy: str = "interrupt"
     # The permission mode new sessions start in (editor.PERMISSION_MODES).
     permission_mode: str = "default"
     # Model calls allowed in one turn before it ends with `max_turn_requests`.
-    max_turn_requests: int = 50
+    max_turn_requests: int = DEFAULT_MAX_TURN_REQUESTS
     # An OpenAI-compatible endpoint, for `--model openai:MODEL`.
     base_url: str | None = None
     # Where the session store lives; None means the user's state directory (platformdirs).
@@ -40,3 +58,10 @@ class Config:
     store: bool = True
     # Where to write a transcript of every line in and out (`--record FILE`); None records nothing.
     record: str | None = None
+    # Whether logs also go to a rotating file (editors hide or drop stderr); `log_file` None means the default place,
+    # the user's log directory (logfile.default_log_file), resolved only when the first record is written.
+    log_to_file: bool = True
+    log_file: str | None = None
+    # MCP servers from the config file, as ACP `McpServer` objects (stdio, http or sse), that every session gets in
+    # addition to the ones the editor sends with `session/new`.
+    mcp_servers: tuple[dict[str, Any], ...] = ()

@@ -1,9 +1,10 @@
-"""Settings that live outside the command line: the user's `config.toml` and the providers' credentials.
+"""Settings that live outside the command line: where `config.toml` is, and the providers' credentials.
 
-Precedence is flags > environment > file > defaults. The file sits in the user's config directory
-(`platformdirs`, e.g. `~/.config/acp-server/config.toml`), or wherever `ACP_SERVER_CONFIG` points. It is read at
-start-up and again by `authenticate`, so a user who adds a key need not restart the editor. A broken file is
-reported, never rewritten.
+Precedence is flags > environment > file > defaults (cli.py merges them; config_checks.py checks the file). The file
+sits in the user's config directory (`platformdirs`, e.g. `~/.config/acp-server/config.toml`), or wherever
+`ACP_SERVER_CONFIG` points. It is read at start-up (a missing file costs one failed `open`) and the provider tables
+again by `authenticate`, so a user who adds a key need not restart the editor. A broken file is reported, never
+rewritten.
 
     [providers.openai]
     api_key = "sk-..."              # or api_key_env = "MY_OPENAI_KEY"
@@ -19,6 +20,7 @@ reported, never rewritten.
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -26,17 +28,22 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "KEY_VARIABLES",
     "Credentials",
     "SettingsError",
     "available_models",
     "config_file",
     "provider_credentials",
     "read_config_file",
+    "secret_values",
 ]
 
 # Environment variables each provider's own SDK reads, in order of preference.
 KEY_VARIABLES = {"openai": ("OPENAI_API_KEY",), "anthropic": ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN")}
 BASE_URL_VARIABLES = {"openai": "OPENAI_BASE_URL", "anthropic": "ANTHROPIC_BASE_URL"}
+# Names of variables and headers whose values are secrets (for redaction).
+_SECRET_NAME = re.compile(r"key|token|secret|password|passwd|auth|cookie|credential", re.IGNORECASE)
+_MIN_SECRET_LENGTH = 8
 
 
 class SettingsError(ValueError):
@@ -48,13 +55,15 @@ class Credentials:
     api_key: str | None
     base_url: str | None
     context_window: int | None
+    # Where the key was found, in words for `doctor` ("environment variable OPENAI_API_KEY"); never the key itself.
+    key_source: str | None = None
 
 
 def config_file(env: Mapping[str, str] = os.environ) -> Path:
     explicit = env.get("ACP_SERVER_CONFIG")
     if explicit:
-        return Path(explicit)
-    import platformdirs  # only when a provider needs it: the echo and scripted models never read the file
+        return Path(explicit).expanduser()
+    import platformdirs  # only when no path is given: tests and embedders that set one never pay for it
 
     return Path(platformdirs.user_config_dir("acp-server", appauthor=False)) / "config.toml"
 
@@ -65,27 +74,40 @@ def read_config_file(path: Path) -> dict[str, Any]:
             return tomllib.load(file)
     except FileNotFoundError:
         return {}
-    except (OSError, tomllib.TOMLDecodeError) as exc:
+    except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise SettingsError(f"cannot read {path}: {exc}") from None
+
+
+# --- what the settings mean ---
 
 
 def provider_credentials(
     family: str, file_settings: Mapping[str, Any], env: Mapping[str, str], base_url_flag: str | None
 ) -> Credentials:
-    section = file_settings.get("providers", {}).get(family, {})
+    """A provider's key, endpoint and window: flag > environment > `[providers.FAMILY]` > the file's `base_url`."""
+    section = file_settings.get("providers", {})
+    section = section.get(family, {}) if isinstance(section, dict) else {}
     if not isinstance(section, dict):
         raise SettingsError(f"[providers.{family}] must be a table")
-    key = next((env[name] for name in KEY_VARIABLES.get(family, ()) if env.get(name)), None)
-    if key is None and isinstance(section.get("api_key_env"), str):
-        key = env.get(section["api_key_env"]) or None
-    if key is None and isinstance(section.get("api_key"), str):
-        key = section["api_key"] or None
+    key, source = None, None
+    for name in KEY_VARIABLES.get(family, ()):
+        if env.get(name):
+            key, source = env[name], f"environment variable {name}"
+            break
+    named = section.get("api_key_env")
+    if key is None and isinstance(named, str) and env.get(named):
+        key, source = env[named], f"environment variable {named} (named by api_key_env in the config file)"
+    if key is None and isinstance(section.get("api_key"), str) and section["api_key"]:
+        key, source = section["api_key"], "the config file (api_key)"
     base_url = base_url_flag or env.get(BASE_URL_VARIABLES.get(family, "")) or section.get("base_url")
+    if not (isinstance(base_url, str) and base_url):
+        base_url = file_settings.get("base_url")
     window = section.get("context_window")
     return Credentials(
         key,
         base_url if isinstance(base_url, str) and base_url else None,
         window if isinstance(window, int) and not isinstance(window, bool) and window > 0 else None,
+        source,
     )
 
 
@@ -94,3 +116,22 @@ def available_models(default: str, file_settings: Mapping[str, Any]) -> tuple[st
     listed = file_settings.get("models", [])
     extra = [m for m in listed if isinstance(m, str) and m] if isinstance(listed, list) else []
     return tuple(dict.fromkeys([default, *extra]))
+
+
+def secret_values(file_settings: Mapping[str, Any], env: Mapping[str, str]) -> list[str]:
+    """Every value that must never reach a log: the providers' keys (from the environment, the variables the file
+    names, and the file), MCP env values and headers whose names look secret, and secret-looking variables."""
+    found: list[Any] = [env.get(name, "") for names in KEY_VARIABLES.values() for name in names]
+    providers = file_settings.get("providers")
+    for section in providers.values() if isinstance(providers, dict) else ():
+        if isinstance(section, dict):
+            named = section.get("api_key_env")
+            found += [env.get(named, "") if isinstance(named, str) else "", section.get("api_key")]
+    servers = file_settings.get("mcp_servers")
+    for server in servers.values() if isinstance(servers, dict) else ():
+        for table in (server.get("env"), server.get("headers")) if isinstance(server, dict) else ():
+            if isinstance(table, dict):
+                found += [value for name, value in table.items() if _SECRET_NAME.search(str(name))]
+    # Other secret-looking variables too (GITHUB_TOKEN, ...): MCP servers and commands inherit them.
+    found += [value for name, value in env.items() if _SECRET_NAME.search(name)]
+    return sorted({v for v in found if isinstance(v, str) and len(v) >= _MIN_SECRET_LENGTH}, key=len, reverse=True)

@@ -44,11 +44,12 @@ STDERR_RED_FLAGS = (
 
 
 def isolated_env() -> dict[str, str]:
-    """No user's real config file or session store leaks into a test: a config path that does not exist and a fresh
-    state directory for every server started."""
+    """No user's real config file, session store or log file is touched by a test: a config path that does not
+    exist, and a fresh state directory and log file for every server started."""
     return {
         "ACP_SERVER_CONFIG": "/nonexistent/acp-server-test/config.toml",
         "ACP_SERVER_STATE_DIR": tempfile.mkdtemp(prefix="acp-server-test-state-"),
+        "ACP_SERVER_LOG_FILE": os.path.join(tempfile.mkdtemp(prefix="acp-server-test-log-"), "acp-server.log"),
     }
 
 

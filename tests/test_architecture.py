@@ -24,6 +24,8 @@ LAYERS: dict[str, int] = {
     "acp_server.runtime.compaction": 1,
     "acp_server.runtime.system_prompt": 1,
     "acp_server.settings": 0,
+    "acp_server.config_checks": 0,
+    "acp_server.logfile": 1,
     "acp_server.runtime.local_fs": 1,
     "acp_server.runtime.local_commands": 1,
     "acp_server.runtime.providers": 1,
@@ -42,6 +44,14 @@ LAYERS: dict[str, int] = {
     "acp_server.runtime.processes": 1,
     "acp_server.runtime.loop": 1,
     "acp_server.transport": 1,
+    "acp_server.mcp_bridge": 1,
+    "acp_server.mcp_bridge.specs": 1,
+    "acp_server.mcp_bridge.transports": 1,
+    "acp_server.mcp_bridge.link": 1,
+    "acp_server.mcp_bridge.tools": 1,
+    "acp_server.mcp_bridge.hub": 1,
+    "acp_server.mcp_bridge.registry": 1,
+    "acp_server.mcp_bridge.probe": 1,
     "acp_server.rpc": 1,
     "acp_server.connection": 2,
     "acp_server.agent": 2,
@@ -65,6 +75,27 @@ LAYERS: dict[str, int] = {
     "acp_server.handlers": 3,
     "acp_server.server": 4,
     "acp_server.cli": 4,
+    "acp_server.transcripts": 0,
+    "acp_server.transcripts.format": 0,
+    "acp_server.transcripts.ids": 0,
+    "acp_server.transcripts.normalise": 0,
+    "acp_server.transcripts.secrets": 0,
+    "acp_server.transcripts.record": 1,
+    "acp_server.transcripts.engine": 1,
+    "acp_server.transcripts.agent_process": 1,
+    "acp_server.transcripts.replay": 4,
+    "acp_server.transcripts.testing": 4,
+    "acp_server.doctor": 4,
+    "acp_server.chat": 4,
+    "acp_server.chat.app": 4,
+    "acp_server.chat.options": 4,
+    "acp_server.chat.agent_process": 4,
+    "acp_server.chat.rpc_client": 4,
+    "acp_server.chat.terminal": 4,
+    "acp_server.chat.style": 4,
+    "acp_server.chat.render": 4,
+    "acp_server.chat.permissions": 4,
+    "acp_server.chat.session": 4,
     "acp_server.__main__": 4,
 }
 
@@ -136,8 +167,22 @@ def test_nothing_writes_to_stdout_outside_the_transport() -> None:
                 and isinstance(node.value, ast.Name)
                 and node.value.id == "sys"
             )
-            if touches_sys_stdout and name != "acp_server.transport":
+            # The chat client is another program: its stdout is a person's terminal, and the protocol runs over
+            # its agent's pipes. Its terminal module is the one place it writes there.
+            if touches_sys_stdout and name not in ("acp_server.transport", "acp_server.chat.terminal"):
                 pytest.fail(f"{name} touches sys.stdout")
+
+
+def test_the_chat_client_talks_to_the_agent_only_over_the_protocol() -> None:
+    allowed = ("acp_server", "acp_server.schema")  # the package's version and the wire's own models
+    for name, tree in modules():
+        if name.startswith("acp_server.chat"):
+            foreign = {
+                t
+                for t in imported(tree)
+                if t.startswith("acp_server") and not t.startswith("acp_server.chat") and t not in allowed
+            }
+            assert not foreign, f"{name} imports {foreign}"
 
 
 def test_every_module_says_why_it_exists() -> None:
