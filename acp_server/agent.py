@@ -36,6 +36,7 @@ from acp_server.runtime.providers.scripted import GateBoard
 from acp_server.schema import ClientCapabilities, PromptRequest, RequestId
 
 if TYPE_CHECKING:  # the store (and sqlite3) load only when a session needs them, never at start-up
+    from acp_server.mcp_bridge import McpHub
     from acp_server.store import TurnLog
 
 __all__ = ["Agent", "RunContext", "RunState", "Session"]
@@ -83,6 +84,8 @@ class Session:
     closed: bool = False
     # Scopes of work the session does outside its turns (title generation); cancelled when the session closes.
     background: set[anyio.CancelScope] = field(default_factory=set)
+    # The session's MCP servers (editor's and config file's), connecting in the background; None without any.
+    mcp: McpHub | None = None
 
 
 @dataclass(eq=False)

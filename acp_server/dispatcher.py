@@ -19,6 +19,7 @@ from pydantic import BaseModel, ValidationError
 from acp_server.agent import Agent, RunContext, Session
 from acp_server.config import Config
 from acp_server.connection import Connection
+from acp_server.mcp_bridge import McpRegistry
 from acp_server.prompt_turn import TurnServices, prompt_text
 from acp_server.rpc import (
     ErrorCode,
@@ -81,6 +82,8 @@ class AcpServer:
         self.processes = processes
         self.agent = Agent()
         self.connection = Connection(self, config.cleanup_deadline)
+        # Every session's MCP servers, owned by the connection's task group (see mcp_bridge/registry.py).
+        self.mcp = McpRegistry(self.connection.spawn)
         self.sessions: dict[str, Session] = {}
         self.client_capabilities: ClientCapabilities | None = None
         # Prompt request id -> its run, so `$/cancel_request` can name a prompt.
@@ -255,13 +258,16 @@ class AcpServer:
 
     def closing(self) -> None:
         self.agent.interrupt_all()
+        self.mcp.stop_all()  # their shutdowns run alongside the turns' cleanup
 
     async def drain(self) -> None:
         if self.store is not None:
             await self.store.aclose()  # the last commit; this process's unfinished turns become `interrupted`
+        await self.mcp.wait_stopped()
 
     def exiting(self) -> None:
         self.processes.kill_all()
+        self.mcp.kill_all()  # stdio MCP servers that ignored their closed stdin, with their process groups
         self._on_exit()
 
     # --- shared lookups ---

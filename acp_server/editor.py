@@ -21,6 +21,7 @@ import anyio
 
 from acp_server.agent import Session
 from acp_server.connection import ClientRequestError
+from acp_server.mcp_bridge import MCP_TOOL_PREFIX
 from acp_server.runtime.model import DiffOutput, TextOutput, ToolContent
 from acp_server.runtime.ports import CommandResult, Decision, PermissionRequest, ToolError
 
@@ -206,12 +207,15 @@ class PermissionGate:
             return Decision(True)
         if mode == "read_only":
             return Decision(False, f"the session is in read-only mode: {request.tool_name} is not allowed")
-        key = f"{request.kind}:{request.rule}"
+        # An MCP tool asks as `execute` but is remembered per tool under its own key: a command line that happens to
+        # read like a tool's name must never share its "always" answer.
+        is_mcp = request.tool_name.startswith(MCP_TOOL_PREFIX)
+        key = f"mcp:{request.tool_name}" if is_mcp else f"{request.kind}:{request.rule}"
         remembered = session.permission_rules.get(key)
         if remembered is not None:
             return Decision(True) if remembered else Decision(False, f"the user always rejects {request.rule!r}")
-        # Remembered per tool for edits and per command prefix for commands; the label says which.
-        subject = f"{request.tool_name}" if request.kind == "edit" else f"`{request.rule}`"
+        # Remembered per tool for edits and MCP tools, and per command prefix for commands; the label says which.
+        subject = request.tool_name if request.kind == "edit" or is_mcp else f"`{request.rule}`"
         options = [
             {"optionId": "allow_once", "name": "Allow", "kind": "allow_once"},
             {"optionId": "allow_always", "name": f"Always allow {subject}", "kind": "allow_always"},

@@ -66,7 +66,7 @@ async def initialize(context: RequestContext, params: InitializeRequest) -> dict
         "agentCapabilities": {
             "loadSession": stored,
             "promptCapabilities": {"image": False, "audio": False, "embeddedContext": True},
-            "mcpCapabilities": {"http": False, "sse": False},
+            "mcpCapabilities": {"http": True, "sse": True},  # stdio always (ACP); see acp_server/mcp_bridge
             "sessionCapabilities": {
                 "additionalDirectories": {},
                 "close": {},

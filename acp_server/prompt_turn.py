@@ -161,10 +161,14 @@ async def _work(services: TurnServices, run: RunContext) -> None:
     try:
         stop: StopReason | None = None
         with run.scope:
+            tools = services.tools
+            if session.mcp is not None:  # its MCP servers' tools join the built-ins (see mcp_bridge/hub.py)
+                tools = await session.mcp.toolbox(tools, reporter)
+                run.replies_started = 0  # its notice about the servers, if any, is no model reply
             system_prompt = build_system_prompt(
                 cwd=session.cwd,
                 roots=(session.cwd, *session.additional_directories),
-                tools=services.tools.specs,
+                tools=tools.specs,
                 instructions=await read_instructions(session.cwd),
                 today=date.today(),
             )
@@ -210,7 +214,7 @@ async def _work(services: TurnServices, run: RunContext) -> None:
                 stop = await run_turn(
                     model_turn,
                     run.messages,
-                    services.tools,
+                    tools,
                     reporter,
                     tool_context=lambda call: tool_context(
                         services, run, ports, call, emit=reporter, subagents=children

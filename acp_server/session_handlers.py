@@ -14,6 +14,7 @@ import anyio
 from acp_server.agent import Session
 from acp_server.dispatcher import AcpServer, RequestContext
 from acp_server.editor import PERMISSION_MODES
+from acp_server.mcp_bridge import merge_servers
 from acp_server.rpc import ErrorCode, RpcError
 from acp_server.schema import (
     ClientCapabilities,
@@ -84,7 +85,12 @@ def _opened(context: RequestContext, session: Session) -> dict[str, Any]:
     """Register a session and answer with its modes and options; its commands follow the response (the client
     learns the session id from the response)."""
     server = context.server
+    replaced = server.sessions.get(session.session_id)
+    if replaced is not None and replaced.mcp is not None:
+        replaced.mcp.stop()  # a load or resume of an open session: its servers start again with the new one
     server.sessions[session.session_id] = session
+    # Connected in the background: the response does not wait (a turn waits for them, bounded; see mcp_bridge).
+    session.mcp = server.mcp.open(merge_servers(server.config.mcp_servers, session.mcp_servers), session.cwd)
     context.after.append(lambda: _announce_commands(server, session))
     return {"modes": modes(session), "configOptions": config_options(session, server.models)}
 
@@ -294,4 +300,6 @@ async def _close(server: AcpServer, session: Session) -> None:
     with anyio.move_on_after(server.config.cleanup_deadline + 1):
         for run in runs:
             await run.ended.wait()
+    if session.mcp is not None:
+        await session.mcp.aclose(server.config.cleanup_deadline)
     server.sessions.pop(session.session_id, None)

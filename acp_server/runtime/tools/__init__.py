@@ -80,9 +80,13 @@ class Tool(Generic[ArgsT]):
     locations: Callable[[ArgsT, Path], tuple[str, ...]] = field(default=lambda args, cwd: ())
     # A tool that may ask the user first stays `pending` until allowed (ACP: pending = awaiting approval).
     asks_permission: bool = False
+    # The JSON schema the model is shown, for a tool defined elsewhere (an MCP server's, which validates its own
+    # arguments); None: the schema of `args_model`.
+    parameters: dict[str, Any] | None = None
 
     def spec(self) -> ToolSpec:
-        return ToolSpec(self.name, self.description, self.args_model.model_json_schema())
+        schema = self.parameters if self.parameters is not None else self.args_model.model_json_schema()
+        return ToolSpec(self.name, self.description, schema)
 
 
 class ToolBox:
@@ -94,6 +98,16 @@ class ToolBox:
 
     def get(self, name: str) -> Tool[Any] | None:
         return self._tools.get(name)
+
+    def extended(self, tools: Iterable[Tool[Any]]) -> ToolBox:
+        """These tools plus a session's own (its MCP servers'); a built-in keeps its name."""
+        extra = {tool.name: tool for tool in tools if tool.name not in self._tools}
+        if not extra:
+            return self
+        combined = ToolBox(())
+        combined._tools = {**self._tools, **extra}
+        combined._specs = (*self._specs, *(tool.spec() for tool in extra.values()))  # built-ins' specs reused
+        return combined
 
     @property
     def specs(self) -> tuple[ToolSpec, ...]:

@@ -1,0 +1,32 @@
+"""MCP servers for sessions: the editor's (`mcpServers` of `session/new`, `load`, `resume`, `fork`) and the config
+file's, connected with the official `mcp` SDK in the background, their tools offered to the model as
+`mcp__<server>__<tool>`.
+
+Named `mcp_bridge` so it never shadows the SDK's `mcp` package. Importing this package is cheap: the SDK is imported
+(in a worker thread) only when a session actually has MCP servers, or when `probe_mcp_server` runs.
+
+    specs.py       ACP McpServer objects -> ServerSpec; tool names
+    transports.py  ServerSpec -> connected SDK client (stdio / streamable HTTP / SSE), with a lost-connection signal
+    link.py        one server's connection task, state, tools and calls
+    tools.py       a server's tools as runtime Tools (permissions, results)
+    hub.py         one session's servers; the tools of a turn and what the user must be told
+    registry.py    every session's servers on a connection: shutdown at EOF, kill at exit
+    probe.py       start a server, list its tools, stop it (for `acp-server doctor`)
+"""
+
+from __future__ import annotations
+
+from acp_server.mcp_bridge.hub import READY_WAIT, McpHub
+from acp_server.mcp_bridge.probe import probe_mcp_server
+from acp_server.mcp_bridge.registry import McpRegistry
+from acp_server.mcp_bridge.specs import MCP_TOOL_PREFIX, McpServerError, merge_servers
+
+__all__ = [
+    "MCP_TOOL_PREFIX",
+    "READY_WAIT",
+    "McpHub",
+    "McpRegistry",
+    "McpServerError",
+    "merge_servers",
+    "probe_mcp_server",
+]

@@ -1,0 +1,50 @@
+"""Every session's MCP servers on one ACP connection, so stdin EOF can shut them all down and exit can kill what is
+left: a session closed or replaced mid-shutdown is still found here until its servers are gone.
+
+The connection calls `stop_all` when stdin ends (the servers' shutdowns start alongside the turns' cleanup),
+`wait_stopped` while it drains, and `kill_all` on the way out; a stdio server that ignored its closed stdin is then
+killed with its whole process group, so no process outlives the agent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from acp_server.mcp_bridge.hub import McpHub, Spawn
+
+__all__ = ["McpRegistry"]
+
+
+class McpRegistry:
+    def __init__(self, spawn: Spawn) -> None:
+        self._spawn = spawn
+        self._hubs: list[McpHub] = []
+
+    def open(self, servers: Iterable[Mapping[str, Any]], cwd: Path) -> McpHub | None:
+        """Start a session's servers in the background; None when it has none (the SDK is then never imported)."""
+        servers = tuple(servers)
+        if not servers:
+            return None
+        self._hubs = [hub for hub in self._hubs if not hub.finished]
+        hub = McpHub(servers, cwd)
+        hub.start(self._spawn)
+        self._hubs.append(hub)
+        return hub
+
+    def stop_all(self) -> None:
+        for hub in self._hubs:
+            hub.stop()
+
+    async def wait_stopped(self) -> None:
+        for hub in self._hubs:
+            await hub.wait_finished()
+
+    def kill_all(self) -> None:
+        for hub in self._hubs:
+            hub.kill()
+
+    def __len__(self) -> int:
+        """Sessions whose servers are not all shut down yet."""
+        return sum(1 for hub in self._hubs if not hub.finished)

@@ -1,0 +1,152 @@
+"""How each ACP transport becomes a connected MCP SDK client: stdio, streamable HTTP, SSE.
+
+The `mcp` SDK costs about 0.6 s of imports, so it is imported only here, only when a session has MCP servers, and in
+a worker thread, so the event loop keeps answering the editor meanwhile.
+
+Two things the SDK does not give us, added around it:
+- A signal that the connection is gone. Every transport's incoming stream is relayed through `_watched`, which sets
+  an event when the stream ends (a stdio server exited, an HTTP stream broke), so a server that dies between calls
+  is noticed at once, not at the next call.
+- The stdio server's pid. The server is started through `/bin/sh -c 'echo $$ > PIDFILE; exec SERVER...'`: `exec`
+  keeps the pid, and the SDK starts it in a new session, so that pid is the server's process group, which the agent
+  kills at exit when a server ignores the polite shutdown (the SDK's own escalation takes seconds longer than the
+  process may stay).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from acp_server import __version__
+from acp_server.mcp_bridge.specs import McpServerError, ServerSpec
+
+if TYPE_CHECKING:
+    from mcp import Client
+
+__all__ = ["connect", "load_sdk", "new_pidfile", "read_pid"]
+
+_RECORD_PID_AND_EXEC = 'echo $$ > "$0"; exec "$@"'
+
+
+def _import_sdk() -> None:
+    import mcp.client.sse
+    import mcp.client.stdio
+    import mcp.client.streamable_http  # noqa: F401
+
+
+async def load_sdk() -> None:
+    """Import the MCP SDK without stalling the event loop (a no-op once imported)."""
+    if "mcp.client.sse" not in sys.modules:
+        await anyio.to_thread.run_sync(_import_sdk, abandon_on_cancel=True)
+
+
+@asynccontextmanager
+async def connect(
+    spec: ServerSpec, cwd: Path, pidfile: Path | None = None
+) -> AsyncIterator[tuple[Client, anyio.Event]]:
+    """A connected client (the MCP handshake done) and an event set if the connection is lost. Leaving the block
+    shuts the server down (the SDK's shutdown: close stdin, wait, terminate the process group). A stdio server
+    writes its pid to `pidfile`, when given, as it starts (see `new_pidfile`, `read_pid`)."""
+    await load_sdk()
+    from mcp import Client
+    from mcp.types import Implementation
+
+    lost = anyio.Event()
+    async with AsyncExitStack() as stack:
+        transport = await _transport(spec, cwd, stack, pidfile)
+        info = Implementation(name="acp-server", version=__version__)
+        client = await stack.enter_async_context(Client(_watched(transport, lost), client_info=info))
+        yield client, lost
+
+
+def new_pidfile() -> Path:
+    """An empty file for a stdio server's pid; the caller removes it."""
+    handle, name = tempfile.mkstemp(prefix="acp-server-mcp-", suffix=".pid")
+    os.close(handle)
+    return Path(name)
+
+
+def read_pid(pidfile: Path) -> int | None:
+    """The pid a stdio server wrote, once it has started; None before that. Synchronous: used on the way out."""
+    try:
+        return int(pidfile.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+async def _transport(
+    spec: ServerSpec, cwd: Path, stack: AsyncExitStack, pidfile: Path | None
+) -> AbstractAsyncContextManager[Any]:
+    if spec.transport == "stdio":
+        from mcp.client.stdio import StdioServerParameters, get_default_environment, stdio_client
+
+        env = dict(spec.env)
+        cwd = Path(spec.cwd) if spec.cwd is not None else cwd
+        executable = _find_executable(spec, env.get("PATH") or get_default_environment().get("PATH", ""), cwd)
+        command, args = executable, list(spec.args)
+        if pidfile is not None:
+            command, args = "/bin/sh", ["-c", _RECORD_PID_AND_EXEC, str(pidfile), executable, *spec.args]
+        return stdio_client(StdioServerParameters(command=command, args=args, env=env, cwd=str(cwd)))
+    if spec.transport == "sse":
+        from mcp.client.sse import sse_client
+
+        return sse_client(spec.url, headers=dict(spec.headers) or None)
+    from mcp.client.streamable_http import streamable_http_client
+
+    if not spec.headers:
+        return streamable_http_client(spec.url)
+    import httpx2
+
+    # The SDK takes headers only through a client of our own; these are its default timeouts.
+    http = await stack.enter_async_context(
+        httpx2.AsyncClient(headers=dict(spec.headers), timeout=httpx2.Timeout(30.0, read=300.0))
+    )
+    return streamable_http_client(spec.url, http_client=http)
+
+
+def _find_executable(spec: ServerSpec, path: str, cwd: Path) -> str:
+    """The command as a path, so a missing one is reported in words, not as a shell's exit status 127."""
+    command = spec.command
+    if "/" in command:
+        candidate = cwd / command
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return str(candidate)
+    else:
+        found = shutil.which(command, path=path)
+        if found is not None:
+            return found
+    raise McpServerError(f"cannot start the MCP server {spec.name!r}: command not found: {command}")
+
+
+@asynccontextmanager
+async def _watched(transport: AbstractAsyncContextManager[Any], lost: anyio.Event) -> AsyncIterator[Any]:
+    """The transport's streams, with the incoming one relayed so that its end sets `lost`."""
+    async with transport as (incoming, outgoing):
+        send, receive = anyio.create_memory_object_stream[Any](0)
+
+        async def relay() -> None:
+            try:
+                async with send:
+                    async for item in incoming:
+                        await send.send(item)
+            except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+                pass  # the client side closed first: we are shutting down
+            finally:
+                lost.set()
+
+        async with anyio.create_task_group() as relays:
+            relays.start_soon(relay)
+            try:
+                yield receive, outgoing
+            finally:
+                relays.cancel_scope.cancel()
+                receive.close()
