@@ -9,6 +9,7 @@ import logging
 import os
 import threading
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from acp_server.config import Config
 from acp_server.dispatcher import AcpServer
@@ -24,6 +25,9 @@ from acp_server.runtime.tools.plan import PLAN_TOOLS
 from acp_server.runtime.tools.testing import TEST_TOOLS
 from acp_server.settings import SettingsError, available_models, config_file, read_config_file
 from acp_server.transport import LineSink, LineSource, open_stdio
+
+if TYPE_CHECKING:
+    from acp_server.transcripts.record import Recorder
 
 __all__ = ["build_server", "serve", "serve_stdio"]
 
@@ -69,9 +73,10 @@ async def serve(source: LineSource, sink: LineSink, config: Config) -> None:
     await build_server(config).connection.serve(source, sink)
 
 
-def _arm_exit_watchdog() -> None:
+def _arm_exit_watchdog(before_exit: Callable[[], None] = lambda: None) -> None:
     def leave() -> None:
         log.warning("abandoned work still running at exit; leaving without it")
+        before_exit()
         logging.shutdown()
         os._exit(0)
 
@@ -80,7 +85,26 @@ def _arm_exit_watchdog() -> None:
     timer.start()
 
 
+def _open_recorder(path: str) -> Recorder:
+    from acp_server.transcripts.record import Recorder  # only when recording: serving alone never imports it
+
+    try:
+        return Recorder.open(path)
+    except OSError as exc:
+        log.error("cannot record to %s: %s", path, exc)
+        raise SystemExit(2) from None
+
+
 async def serve_stdio(config: Config) -> None:
-    server = build_server(config, on_exit=_arm_exit_watchdog)
-    async with open_stdio(config.max_line_bytes) as (source, sink):
-        await server.connection.serve(source, sink)
+    recorder = _open_recorder(config.record) if config.record is not None else None
+    before_exit = recorder.flush if recorder is not None else lambda: None
+    try:
+        server = build_server(config, on_exit=lambda: _arm_exit_watchdog(before_exit))
+        async with open_stdio(config.max_line_bytes) as (stdin_lines, stdout_sink):
+            if recorder is None:
+                await server.connection.serve(stdin_lines, stdout_sink)
+            else:
+                await server.connection.serve(recorder.source(stdin_lines), recorder.sink(stdout_sink))
+    finally:
+        if recorder is not None:
+            recorder.close()

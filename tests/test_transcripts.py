@@ -14,21 +14,23 @@ from typing import Any
 import orjson
 import pytest
 
-from tests.harness import Entry
-from tests.transcripts import (
-    TRANSCRIPT_DIR,
+from acp_server.transcripts.format import (
     Line,
-    ReplayResult,
-    StartServer,
     Transcript,
     TranscriptError,
-    canonicalise,
-    compare,
     dump_transcript,
     load_transcript,
     parse_transcript,
+)
+from acp_server.transcripts.normalise import canonicalise, compare
+from tests.harness import DEFAULT_ARGS, Entry
+from tests.transcripts import (
+    TRANSCRIPT_DIR,
+    ReplayResult,
+    StartServer,
     record,
     replay,
+    server_args,
     transcript_from_log,
 )
 
@@ -207,6 +209,39 @@ def test_normalisation_lets_other_sessions_interleave() -> None:
     expected = two_sessions("$A", "$B", [0, 2, 1, 3])
     assert compare(expected, two_sessions("sess_a", "sess_b", [1, 3, 0, 2])).matches
     assert compare(expected, two_sessions("sess_a", "sess_b", [1, 0, 3, 2])).matches
+
+
+def test_normalisation_makes_the_client_directories_irrelevant() -> None:
+    def conversation(root: str, mentioned: str) -> list[Line]:
+        read = {
+            "sessionUpdate": "tool_call",
+            "toolCallId": "c1",
+            "title": f"Read {mentioned}/a.txt",
+            "status": "pending",
+        }
+        return [
+            _in({"id": 1, "method": "session/new", "params": {"cwd": root, "mcpServers": []}}),
+            _out({"id": 1, "result": {"sessionId": "sess_1"}}),
+            _prompt(10, "sess_1"),
+            _update("sess_1", {**read, "locations": [{"path": f"{mentioned}/a.txt"}]}),
+            _response(10, "end_turn"),
+        ]
+
+    assert compare(conversation("/home/me/proj", "/home/me/proj"), conversation("/ci/build", "/ci/build")).matches
+    assert "$cwd1/a.txt" in "\n".join(canonicalise(conversation("/ci/build", "/ci/build")).lines())
+    _mismatch(conversation("/home/me/proj", "/home/me/proj"), conversation("/ci/build", "/home/me/proj"))
+    _mismatch(conversation("/tmp/a", "/tmp/a"), conversation("/tmp/b", "/tmp/bb"))  # a sibling is not inside a root
+
+
+def test_normalisation_drops_timestamp_fields() -> None:
+    def listing(updated: str) -> list[Line]:
+        entry = {"sessionId": "sess_1", "cwd": "/tmp", "title": "t", "updatedAt": updated}
+        return [
+            _in({"id": 5, "method": "session/list", "params": {}}),
+            _out({"id": 5, "result": {"sessions": [entry]}}),
+        ]
+
+    assert compare(listing("2026-01-01T00:00:00.000001Z"), listing("2027-02-02T12:34:56.789012Z")).matches
 
 
 def test_normalisation_keeps_responses_to_other_requests_free_within_their_input_window() -> None:
@@ -483,4 +518,5 @@ def test_parser_reads_meta_and_defaults() -> None:
     assert [line.dir for line in transcript.lines] == ["in", "meta"]
     assert transcript.events()[-1] == Line("in", eof=True), "stdin EOF is implicit at the end"
     default = parse_transcript('{"dir":"in","msg":{"id":1}}')
-    assert default.args == ("--model", "scripted", "--test-mode", "--cleanup-deadline", "0.5")
+    assert default.args is None, "no meta line: the file names no arguments"
+    assert server_args(default) == DEFAULT_ARGS == ("--model", "scripted", "--test-mode", "--cleanup-deadline", "0.5")
