@@ -1,0 +1,14 @@
+"""`acp-server chat`: a terminal ACP client, so a person can talk to acp-server (or any ACP agent) without an editor.
+
+It is a separate program that happens to ship in this package: it talks to the agent only over the protocol, through
+the agent's stdin/stdout, never by importing the server. `acp_server.chat.app.main` is its entry point (see
+`acp_server.cli.SUBCOMMANDS`); the modules beside this one each do one job:
+
+- `options`: the command line.
+- `agent_process`: start the agent in its own process group, keep its stderr, stop it politely.
+- `rpc_client`: JSON-RPC 2.0 over the agent's stdio (our requests, its requests and notifications).
+- `terminal`: the person's terminal (writing, a line reader thread, whether colours are wanted).
+- `render`: session updates as lines of text; `style`: colours, diffs and plans.
+- `permissions`: permission requests answered at the keyboard, withdrawn by a cancel.
+- `session`: the conversation: handshake, turns, Ctrl-C.
+"""
