@@ -33,6 +33,7 @@ __all__ = [
     "SettingsError",
     "available_models",
     "config_file",
+    "looks_secret",
     "provider_credentials",
     "read_config_file",
     "secret_values",
@@ -42,8 +43,16 @@ __all__ = [
 KEY_VARIABLES = {"openai": ("OPENAI_API_KEY",), "anthropic": ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN")}
 BASE_URL_VARIABLES = {"openai": "OPENAI_BASE_URL", "anthropic": "ANTHROPIC_BASE_URL"}
 # Names of variables and headers whose values are secrets (for redaction).
-_SECRET_NAME = re.compile(r"key|token|secret|password|passwd|auth|cookie|credential", re.IGNORECASE)
-_MIN_SECRET_LENGTH = 8
+_SECRET_NAME = re.compile(r"key|token|secret|passw|pwd|credential|auth|cookie|signature", re.IGNORECASE)
+# A provider key shorter than this is not searched for: it would match ordinary text, and no real key is that short.
+MIN_SECRET_CHARS = 4
+# Other values are secret by their names only, which match more loosely (`MAX_TOKENS=4096`): they must be longer.
+MIN_NAMED_SECRET_CHARS = 8
+
+
+def looks_secret(name: str) -> bool:
+    """Whether a variable, header or setting with this name holds a secret (`OPENAI_API_KEY`, `Authorization`)."""
+    return bool(_SECRET_NAME.search(name))
 
 
 class SettingsError(ValueError):
@@ -119,19 +128,26 @@ def available_models(default: str, file_settings: Mapping[str, Any]) -> tuple[st
 
 
 def secret_values(file_settings: Mapping[str, Any], env: Mapping[str, str]) -> list[str]:
-    """Every value that must never reach a log: the providers' keys (from the environment, the variables the file
-    names, and the file), MCP env values and headers whose names look secret, and secret-looking variables."""
-    found: list[Any] = [env.get(name, "") for names in KEY_VARIABLES.values() for name in names]
+    """Every value that must never reach a log or a transcript, longest first: the providers' keys (from the
+    environment, the variables the file names, and the file), the values of the file's MCP `env` and `headers`
+    entries whose names look secret, and the other secret-looking environment variables (GITHUB_TOKEN, ...), which
+    MCP servers and commands inherit. A path is never one: `PWD`, `SSH_AUTH_SOCK` or `XAUTHORITY` name directories
+    and files a log or a transcript must keep."""
+    keys: list[Any] = [env.get(name, "") for names in KEY_VARIABLES.values() for name in names]
     providers = file_settings.get("providers")
     for section in providers.values() if isinstance(providers, dict) else ():
         if isinstance(section, dict):
             named = section.get("api_key_env")
-            found += [env.get(named, "") if isinstance(named, str) else "", section.get("api_key")]
+            keys += [env.get(named, "") if isinstance(named, str) else "", section.get("api_key")]
+    named_values: list[Any] = []
     servers = file_settings.get("mcp_servers")
     for server in servers.values() if isinstance(servers, dict) else ():
         for table in (server.get("env"), server.get("headers")) if isinstance(server, dict) else ():
             if isinstance(table, dict):
-                found += [value for name, value in table.items() if _SECRET_NAME.search(str(name))]
-    # Other secret-looking variables too (GITHUB_TOKEN, ...): MCP servers and commands inherit them.
-    found += [value for name, value in env.items() if _SECRET_NAME.search(name)]
-    return sorted({v for v in found if isinstance(v, str) and len(v) >= _MIN_SECRET_LENGTH}, key=len, reverse=True)
+                named_values += [value for name, value in table.items() if looks_secret(str(name))]
+    named_values += [value for name, value in env.items() if looks_secret(name)]
+    found = {v for v in keys if isinstance(v, str) and len(v) >= MIN_SECRET_CHARS}
+    found |= {
+        v for v in named_values if isinstance(v, str) and len(v) >= MIN_NAMED_SECRET_CHARS and not v.startswith("/")
+    }
+    return sorted(found, key=len, reverse=True)

@@ -27,11 +27,13 @@ from typing import Any
 import orjson
 
 from acp_server.settings import (
-    KEY_VARIABLES,
+    MIN_NAMED_SECRET_CHARS,
+    MIN_SECRET_CHARS,
     SettingsError,
     config_file,
-    provider_credentials,
+    looks_secret,
     read_config_file,
+    secret_values,
 )
 
 __all__ = ["MIN_SECRET_CHARS", "REDACTED", "Redactor", "looks_secret", "provider_secrets"]
@@ -39,11 +41,7 @@ __all__ = ["MIN_SECRET_CHARS", "REDACTED", "Redactor", "looks_secret", "provider
 log = logging.getLogger(__name__)
 
 REDACTED = "[redacted]"
-MIN_SECRET_CHARS = 4
-# Other secret-looking environment variables must be longer: their names match more loosely (`MAX_TOKENS=4096`).
-MIN_ENV_SECRET_CHARS = 8
 
-_SECRET_NAME = re.compile(r"key|token|secret|passw|pwd|credential|auth|cookie|signature", re.I)
 _NAMED_LISTS = ("env", "headers")
 _NAMED_LIST_NEEDLES = tuple(b'"' + name.encode() + b'"' for name in _NAMED_LISTS)
 # A `{"name": ..., "value": ...}` pair in text that is not JSON (a malformed line), in either order.
@@ -53,37 +51,15 @@ _RAW_PAIRS = (
 )
 
 
-def looks_secret(name: str) -> bool:
-    return bool(_SECRET_NAME.search(name))
-
-
 def provider_secrets(env: Mapping[str, str]) -> list[str]:
-    """The keys the server could send to a provider: from the environment and from the config file (through the
-    same `provider_credentials` the providers use), plus the other secret-looking environment variables."""
-    found = [env[name] for names in KEY_VARIABLES.values() for name in names if env.get(name)]
+    """The secrets the server knows of (settings.secret_values: the same list the log redacts), reading the config
+    file `env` points at."""
     try:
         settings = read_config_file(config_file(env))
     except SettingsError as exc:
         log.warning("%s", exc)
         settings = {}
-    providers = settings.get("providers")
-    families = {*KEY_VARIABLES, *(providers if isinstance(providers, dict) else {})}
-    without_standard_keys = {k: v for k, v in env.items() if not any(k in names for names in KEY_VARIABLES.values())}
-    for family in sorted(families):
-        for view in (env, without_standard_keys, {}):  # the key in use, then the file's api_key_env, then api_key
-            try:
-                key = provider_credentials(family, settings, view, None).api_key
-            except SettingsError:
-                continue
-            if key:
-                found.append(key)
-    # Not a path: `PWD`, `SSH_AUTH_SOCK` and `XAUTHORITY` hold directories a transcript must keep.
-    found += [
-        value
-        for name, value in env.items()
-        if looks_secret(name) and len(value) >= MIN_ENV_SECRET_CHARS and not value.startswith("/")
-    ]
-    return list(dict.fromkeys(found))
+    return secret_values(settings, env)
 
 
 class Redactor:
@@ -105,7 +81,7 @@ class Redactor:
         words = secret.split()
         if len(words) > 1:
             for word in words:
-                if len(word) >= MIN_ENV_SECRET_CHARS:
+                if len(word) >= MIN_NAMED_SECRET_CHARS:
                     self.add(word)
         self._secrets.append(secret)
         self._secrets.sort(key=len, reverse=True)  # a secret inside a longer one: the longer goes first
