@@ -204,7 +204,7 @@ async def _work(services: TurnServices, run: RunContext) -> None:
                 run.messages.append(Message("user", text))
                 run.turn_start = len(run.messages)
                 ports = tool_ports(services, run)
-                children = ChildSessions(services, run, run)
+                children = ChildSessions(services, run, run, tools)
                 compactor = ContextCompactor(
                     lambda: open_model(""),
                     reporter,

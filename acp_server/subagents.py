@@ -31,6 +31,7 @@ from acp_server.runtime.model import (
 )
 from acp_server.runtime.ports import ToolError
 from acp_server.runtime.system_prompt import build_system_prompt
+from acp_server.runtime.tools import ToolBox
 from acp_server.schema import PromptRequest
 from acp_server.turn_tools import tool_context, tool_ports
 
@@ -46,14 +47,21 @@ class ChildSessions:
     """The `Subagents` port of one parent turn."""
 
     def __init__(
-        self, services: TurnServices, top: RunContext, parent: RunContext, visible_call: str | None = None
+        self,
+        services: TurnServices,
+        top: RunContext,
+        parent: RunContext,
+        tools: ToolBox,
+        visible_call: str | None = None,
     ) -> None:
         """`top` is the client's turn (its session id and fence serve every descendant); `parent` is the run that
-        calls `delegate`: the top turn itself, or a child whose own children these are. `visible_call` is the
-        top-level `delegate` tool call the client sees, for a grandchild's permission questions (None at the top)."""
+        calls `delegate`: the top turn itself, or a child whose own children these are. `tools` are the top turn's
+        (the built-ins and the session's MCP tools). `visible_call` is the top-level `delegate` tool call the client
+        sees, for a grandchild's permission questions (None at the top)."""
         self._services = services
         self._top = top
         self._parent = parent
+        self._tools = tools
         self._visible_call = visible_call
 
     async def run(self, task: str, meta: dict[str, Any], call_id: str, emit: Callable[..., Awaitable[None]]) -> str:
@@ -93,7 +101,7 @@ class ChildSessions:
                         system_prompt=build_system_prompt(
                             cwd=home.cwd,
                             roots=(home.cwd, *home.additional_directories),
-                            tools=services.tools.specs,
+                            tools=self._tools.specs,
                             instructions=[(Path("(subagent)"), SUBAGENT_NOTE)],
                             today=date.today(),
                         ),
@@ -102,12 +110,12 @@ class ChildSessions:
                 # The editor knows the client's own session only; questions name the delegate call it can see.
                 visible_call = self._visible_call or call_id
                 ports = tool_ports(services, top, on_behalf_of=visible_call)
-                grandchildren = ChildSessions(services, top, child, visible_call)
+                grandchildren = ChildSessions(services, top, child, self._tools, visible_call)
                 messages = [Message("user", task)]
                 await run_turn(
                     model_turn,
                     messages,
-                    services.tools,
+                    self._tools,
                     progress,
                     tool_context=lambda tool_call: tool_context(
                         services, top, ports, tool_call, emit=progress, subagents=grandchildren

@@ -169,6 +169,24 @@ async def test_a_read_only_mcp_tool_runs_as_an_acp_tool_call_without_asking(serv
     assert server.texts(session_id) == ["done"]
 
 
+async def test_a_subagent_can_call_the_sessions_mcp_tools(server: RawClient, tmp_path: Path) -> None:
+    """A child session gets the parent turn's tools, MCP ones included; its call shows in the delegate call."""
+    session_id, _ = await open_session(server, tmp_path, [stdio_server()])
+    child = [call("mcp__srv__echo", text="from the child"), {"say": "child saw it"}]
+    delegate = {"tool": "delegate", "args": {"task": "echo something", "script": child}}
+    assert await prompt(server, session_id, [delegate, {"say": "done"}]) == "end_turn"
+    announced, update = last_call(server, session_id)
+    assert announced["title"].startswith("Delegate") and update["status"] == "completed"
+    assert texts_of(update) == ["child saw it"]
+    progress = [
+        "\n".join(texts_of(u))
+        for u in server.updates(session_id, "tool_call_update")
+        if u["toolCallId"] == announced["toolCallId"]
+    ]
+    assert any("→ mcp: srv/echo\n  done" in shown for shown in progress), progress
+    assert server.texts(session_id) == ["done"]
+
+
 async def test_mcp_results_map_to_acp_content_and_an_error_result_fails_the_call(
     server: RawClient, tmp_path: Path
 ) -> None:
