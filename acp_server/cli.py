@@ -274,6 +274,7 @@ def load(
         log_to_file=log_to_file,
         log_file=log_file,
         mcp_servers=file.mcp_servers,
+        models=tuple(file.values.get("models", ())),
     )
     return Loaded(config, file, args)
 

@@ -65,3 +65,5 @@ class Config:
     # MCP servers from the config file, as ACP `McpServer` objects (stdio, http or sse), that every session gets in
     # addition to the ones the editor sends with `session/new`.
     mcp_servers: tuple[dict[str, Any], ...] = ()
+    # The choices of the `model` config option besides `model` itself (the file's `models = [...]`).
+    models: tuple[str, ...] = ()

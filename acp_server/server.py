@@ -23,7 +23,6 @@ from acp_server.runtime.tools.delegate import DELEGATE_TOOLS
 from acp_server.runtime.tools.files import FILE_TOOLS
 from acp_server.runtime.tools.plan import PLAN_TOOLS
 from acp_server.runtime.tools.testing import TEST_TOOLS
-from acp_server.settings import SettingsError, available_models, config_file, read_config_file
 from acp_server.transport import LineSink, LineSource, open_stdio
 
 if TYPE_CHECKING:
@@ -54,19 +53,9 @@ def build_server(config: Config, on_exit: Callable[[], None] = lambda: None) -> 
         ProcessTable(),
         methods=methods,
         notifications=NOTIFICATIONS,
-        models=_models(config),
+        models=tuple(dict.fromkeys([config.model, *config.models])),
         on_exit=on_exit,
     )
-
-
-def _models(config: Config) -> tuple[str, ...]:
-    """The choices of the `model` option; a broken config file costs only the extra choices (it is reported
-    where it matters, when a provider needs a key from it)."""
-    try:
-        return available_models(config.model, read_config_file(config_file()))
-    except SettingsError as exc:
-        log.warning("%s", exc)
-        return (config.model,)
 
 
 async def serve(source: LineSource, sink: LineSink, config: Config) -> None:

@@ -31,7 +31,6 @@ __all__ = [
     "KEY_VARIABLES",
     "Credentials",
     "SettingsError",
-    "available_models",
     "config_file",
     "looks_secret",
     "provider_credentials",
@@ -118,13 +117,6 @@ def provider_credentials(
         window if isinstance(window, int) and not isinstance(window, bool) and window > 0 else None,
         source,
     )
-
-
-def available_models(default: str, file_settings: Mapping[str, Any]) -> tuple[str, ...]:
-    """The `model` config option's choices: the configured default first, then `models = [...]` from the file."""
-    listed = file_settings.get("models", [])
-    extra = [m for m in listed if isinstance(m, str) and m] if isinstance(listed, list) else []
-    return tuple(dict.fromkeys([default, *extra]))
 
 
 def secret_values(file_settings: Mapping[str, Any], env: Mapping[str, str]) -> list[str]:
