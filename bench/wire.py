@@ -15,9 +15,7 @@ import itertools
 import math
 import os
 import selectors
-import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from collections import deque
@@ -28,6 +26,8 @@ from types import TracebackType
 from typing import IO, Any
 
 import orjson
+
+from tests.harness import isolated_env, server_command
 
 __all__ = [
     "CLOCK_TICKS",
@@ -52,13 +52,6 @@ Message = dict[str, Any]
 
 class WireError(RuntimeError):
     """The server did something the benchmark cannot continue from (exit, timeout, unexpected answer)."""
-
-
-def server_command(*args: str) -> list[str]:
-    """The venv's console script when present (what an editor spawns), else `python -m acp_server`."""
-    script = shutil.which("acp-server", path=str(Path(sys.executable).parent))
-    base = [script] if script else [sys.executable, "-m", "acp_server"]
-    return [*base, *args]
 
 
 def percentile(samples: Sequence[float], p: float) -> float:
@@ -99,8 +92,11 @@ class Server:
         # Server owns the file and closes it in close().
         stderr_file = tempfile.TemporaryFile()  # noqa: SIM115
         t_spawn_ns = time.perf_counter_ns()
-        # A scratch state directory: a benchmark's sessions never land in the user's own store.
-        env = {**os.environ, "ACP_SERVER_STATE_DIR": state_dir or tempfile.mkdtemp(prefix="acp-server-bench-")}
+        # The tests' isolation: no user config file is read, and a benchmark's sessions and log lines never land in
+        # the user's own store or log file (a scratch state directory unless the benchmark names one).
+        env = {**os.environ, **isolated_env()}
+        if state_dir is not None:
+            env["ACP_SERVER_STATE_DIR"] = state_dir
         process = subprocess.Popen(
             server_command(*args),
             env=env,
