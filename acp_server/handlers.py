@@ -126,6 +126,8 @@ async def stats(context: RequestContext, params: NoParams) -> dict[str, Any]:
         "requestsInFlight": server.connection.requests_in_flight,
         "tasks": len(anyio.get_running_tasks()),
         "childProcesses": len(server.processes),
+        # Sessions whose MCP servers are not all shut down yet (closed sessions' servers included until they are).
+        "mcpSessions": len(server.mcp),
     }
 
 

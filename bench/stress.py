@@ -149,7 +149,8 @@ async def run(
                     if "result" not in response and response.get("error", {}).get("code") != -32600:
                         problems.append(f"prompt {item}: {response}")
         stats = await client.stats()
-        leaked = {k: stats[k] for k in ("runningTurns", "queuedPrompts", "pendingClientRequests", "childProcesses")}
+        kinds = ("runningTurns", "queuedPrompts", "pendingClientRequests", "childProcesses", "mcpSessions")
+        leaked = {k: stats[k] for k in kinds}
         if any(leaked.values()):
             problems.append(f"left behind: {leaked}")
     finally:

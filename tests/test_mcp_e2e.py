@@ -379,9 +379,11 @@ async def test_closing_a_session_stops_its_mcp_servers_and_leaves_no_task_behind
     before = await server.stats()
     session_id, _ = await open_session(server, tmp_path, [stdio_server()])
     pid = await server_pid(server, session_id)
+    assert (await server.stats())["mcpSessions"] == 1
     response = await server.call("session/close", {"sessionId": session_id}, timeout=GRACE + 5)
     assert response["result"] == {}
     await wait_gone(pid, 2)
+    assert (await server.stats())["mcpSessions"] == 0
     deadline = time.monotonic() + 5
     while (after := await server.stats())["tasks"] != before["tasks"]:  # the title task may still be finishing
         assert time.monotonic() < deadline, (before, after)
