@@ -187,6 +187,19 @@ async def test_a_subagent_can_call_the_sessions_mcp_tools(server: RawClient, tmp
     assert server.texts(session_id) == ["done"]
 
 
+async def test_a_tool_the_server_adds_is_offered_from_the_next_turn(server: RawClient, tmp_path: Path) -> None:
+    """`notifications/tools/list_changed`: the list is read again before the next turn, never mid-turn."""
+    session_id, _ = await open_session(server, tmp_path, [stdio_server()], mode="bypass")
+    same_turn = [call("mcp__srv__grow", name="fresh"), call("mcp__srv__fresh", text="too early")]
+    assert await prompt(server, session_id, same_turn) == "end_turn"
+    _, update = last_call(server, session_id)
+    assert update["status"] == "failed" and "no tool named" in texts_of(update)[0]
+    assert await prompt(server, session_id, [call("mcp__srv__fresh", text="hi")]) == "end_turn"
+    announced, update = last_call(server, session_id)
+    assert announced["kind"] == "read" and update["status"] == "completed"
+    assert texts_of(update) == ["grown: hi"]
+
+
 async def test_mcp_results_map_to_acp_content_and_an_error_result_fails_the_call(
     server: RawClient, tmp_path: Path
 ) -> None:

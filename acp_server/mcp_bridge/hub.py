@@ -7,6 +7,9 @@ still starting and goes on without it; its tools join a later turn once it is re
 
 Problems (a server that failed to start, stopped, or is still starting) are told to the user at the start of the
 next turn, as one short agent message, each once; never outside a turn, where the editor has nowhere to show it.
+
+A server's tool list is read when it connects, and again at the start of the next turn after the server says it
+changed (`notifications/tools/list_changed`), so a turn's tool list never changes under the model mid-turn.
 """
 
 from __future__ import annotations
@@ -73,6 +76,9 @@ class McpHub:
             await emit(TextDelta(notice))
         tools: list[Tool[Any]] = []
         for link in self.links:
+            if link.state == "ready" and link.tools_changed:
+                await link.refresh_tools()
+                self._tools.pop(link, None)
             if link.state == "ready":
                 if link not in self._tools:
                     self._tools[link] = link_tools(link)

@@ -96,6 +96,8 @@ class ServerLink:
         # Something the user has not been told yet (a failure, a stop, a slow start).
         self.untold = False
         self.told_slow = False
+        # The server said its tool list changed (`notifications/tools/list_changed`): re-read it before the next turn.
+        self.tools_changed = False
         # Where a stdio server writes its pid, which is its process group: killed at exit if it outlives the
         # shutdown. Removed once the server is shut down.
         self._pidfile: Path | None = None
@@ -127,7 +129,7 @@ class ServerLink:
         # One scope around the whole connection (a deadline while connecting, none once ready): the SDK's task
         # groups live inside `connect`, so no scope may end between entering it and leaving it.
         with anyio.CancelScope(deadline=anyio.current_time() + CONNECT_TIMEOUT) as connecting:
-            async with connect(spec, self.cwd, self._pidfile) as (client, lost):
+            async with connect(spec, self.cwd, self._pidfile, self._on_tools_changed) as (client, lost):
                 tools = await list_remote_tools(client)
                 connecting.deadline = math.inf
                 self.tools = tools
@@ -135,12 +137,33 @@ class ServerLink:
                 self.state = "ready"
                 self.settled.set()
                 log.info("MCP server %r ready with %d tools", self.name, len(tools))
-                await lost.wait()
+                async with anyio.create_task_group() as watchers:
+                    watchers.start_soon(self._watch_tool_list, client)
+                    await lost.wait()
+                    watchers.cancel_scope.cancel()
                 self._client = None
                 if not self._stopping:
                     self._mark_stopped(f"the MCP server {self.name!r} stopped")
         if connecting.cancelled_caught:
             raise McpServerError(f"the MCP server {self.name!r} did not answer within {CONNECT_TIMEOUT:g} s")
+
+    def _on_tools_changed(self) -> None:
+        self.tools_changed = True
+
+    async def _watch_tool_list(self, client: Client) -> None:
+        """Learn that the server's tool list changed. A server of protocol 2026-07-28 or later says so on a
+        `subscriptions/listen` stream; an older one sends `notifications/tools/list_changed`, which reaches
+        `_on_tools_changed` through the client's message handler (see transports.connect)."""
+        from mcp.client.subscriptions import ListenNotSupportedError
+
+        try:
+            async with client.listen(tools_list_changed=True) as subscription:
+                async for _event in subscription:
+                    self._on_tools_changed()
+        except ListenNotSupportedError:
+            return
+        except Exception as exc:  # a server that cannot stream changes still serves its tools
+            log.info("MCP server %r: no tool-list updates: %s", self.name, describe_failure(exc))
 
     def _end(self, exc: Exception) -> None:
         if self._stopping or self.state in ("failed", "stopped"):
@@ -166,6 +189,18 @@ class ServerLink:
         log.warning("%s", problem)
 
     # --- from turns ---
+
+    async def refresh_tools(self) -> None:
+        """Re-read the tool list after the server said it changed; cancellable. A failure keeps the old list (the
+        calls themselves then say what is wrong)."""
+        client = self._client
+        if client is None or self.state != "ready":
+            return
+        self.tools_changed = False
+        try:
+            self.tools = await list_remote_tools(client)
+        except Exception as exc:  # the server's problem, never the turn's
+            log.warning("MCP server %r: cannot re-read its tools: %s", self.name, describe_failure(exc))
 
     async def call(self, tool: str, arguments: dict[str, Any]) -> CallToolResult:
         """Call a tool; cancellable (the server is told). Raises ToolError, in words for the model."""

@@ -19,7 +19,7 @@ import os
 import shutil
 import sys
 import tempfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -51,20 +51,28 @@ async def load_sdk() -> None:
 
 @asynccontextmanager
 async def connect(
-    spec: ServerSpec, cwd: Path, pidfile: Path | None = None
+    spec: ServerSpec, cwd: Path, pidfile: Path | None = None, on_tools_changed: Callable[[], None] = lambda: None
 ) -> AsyncIterator[tuple[Client, anyio.Event]]:
     """A connected client (the MCP handshake done) and an event set if the connection is lost. Leaving the block
     shuts the server down (the SDK's shutdown: close stdin, wait, terminate the process group). A stdio server
-    writes its pid to `pidfile`, when given, as it starts (see `new_pidfile`, `read_pid`)."""
+    writes its pid to `pidfile`, when given, as it starts (see `new_pidfile`, `read_pid`). `on_tools_changed` is
+    called when the server says its tool list changed (`notifications/tools/list_changed`)."""
     await load_sdk()
     from mcp import Client
-    from mcp.types import Implementation
+    from mcp.types import Implementation, ToolListChangedNotification
+
+    async def on_message(message: Any) -> None:
+        if isinstance(getattr(message, "root", message), ToolListChangedNotification):
+            on_tools_changed()
+        await anyio.lowlevel.checkpoint()
 
     lost = anyio.Event()
     async with AsyncExitStack() as stack:
         transport = await _transport(spec, cwd, stack, pidfile)
         info = Implementation(name="acp-server", version=__version__)
-        client = await stack.enter_async_context(Client(_watched(transport, lost), client_info=info))
+        client = await stack.enter_async_context(
+            Client(_watched(transport, lost), client_info=info, message_handler=on_message)
+        )
         yield client, lost
 
 

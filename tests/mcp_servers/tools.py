@@ -1,5 +1,6 @@
 """The tools every test MCP server offers: one read-only, one that writes, one slow (it records being cancelled),
-one that fails, one that returns mixed content, and two that make the server die (now, or a moment later).
+one that fails, one that returns mixed content, one that adds a tool (and says the list changed), and two that make
+the server die (now, or a moment later).
 
 Kept in one place so the stdio and HTTP servers behave the same; `MCPServer` is the MCP SDK's own server class, so
 the bridge is tested against a real implementation of the protocol, not a fake.
@@ -14,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import ImageContent, ResourceLink, TextContent, ToolAnnotations
 
 READ_ONLY = ToolAnnotations(read_only_hint=True)
@@ -79,6 +80,17 @@ def build_server(name: str) -> MCPServer:
     def weather(city: str) -> dict[str, Any]:
         """Structured content."""
         return {"city": city, "celsius": 21}
+
+    @server.tool()
+    async def grow(name: str, ctx: Context) -> str:
+        """Add a read-only tool called `name`, then tell the client the tool list changed."""
+
+        def grown(text: str) -> str:
+            return f"grown: {text}"
+
+        server.add_tool(grown, name=name, description="Answer with the text.", annotations=READ_ONLY)
+        await ctx.notify_tools_changed()
+        return f"added {name}"
 
     @server.tool()
     def die() -> str:
