@@ -90,7 +90,8 @@ def _opened(context: RequestContext, session: Session) -> dict[str, Any]:
         replaced.mcp.stop()  # a load or resume of an open session: its servers start again with the new one
     server.sessions[session.session_id] = session
     # Connected in the background: the response does not wait (a turn waits for them, bounded; see mcp_bridge).
-    session.mcp = server.mcp.open(merge_servers(server.config.mcp_servers, session.mcp_servers), session.cwd)
+    servers = merge_servers(server.config.mcp_servers, session.mcp_servers)
+    session.mcp = server.mcp.open(servers, session.cwd, (session.cwd, *session.additional_directories))
     context.after.append(lambda: _announce_commands(server, session))
     return {"modes": modes(session), "configOptions": config_options(session, server.models)}
 

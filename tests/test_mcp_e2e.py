@@ -37,6 +37,11 @@ def stdio_server(name: str = "srv", *extra: str, env: dict[str, str] | None = No
     }
 
 
+def legacy_server(name: str = "old") -> dict[str, Any]:
+    """A hand-written server of the 2025 protocol (see mcp_servers/legacy_server.py)."""
+    return {"name": name, "command": sys.executable, "args": [str(SERVERS / "legacy_server.py")], "env": []}
+
+
 def call(tool: str, **args: Any) -> dict[str, Any]:
     return {"tool": tool, "args": args}
 
@@ -195,6 +200,31 @@ async def test_a_tool_the_server_adds_is_offered_from_the_next_turn(server: RawC
     _, update = last_call(server, session_id)
     assert update["status"] == "failed" and "no tool named" in texts_of(update)[0]
     assert await prompt(server, session_id, [call("mcp__srv__fresh", text="hi")]) == "end_turn"
+    announced, update = last_call(server, session_id)
+    assert announced["kind"] == "read" and update["status"] == "completed"
+    assert texts_of(update) == ["grown: hi"]
+
+
+async def test_a_2025_server_asking_for_roots_gets_the_sessions_directories(server: RawClient, tmp_path: Path) -> None:
+    """`roots/list` is a request of the 2025 protocol (the handshake era most servers in use still speak)."""
+    extra = tmp_path / "extra"
+    extra.mkdir()
+    params = {"cwd": str(tmp_path), "additionalDirectories": [str(extra)], "mcpServers": [legacy_server()]}
+    response = await server.call("session/new", params)
+    session_id = response["result"]["sessionId"]
+    assert await prompt(server, session_id, [call("mcp__old__roots")]) == "end_turn"
+    _, update = last_call(server, session_id)
+    assert update["status"] == "completed", update
+    assert texts_of(update) == [f"{tmp_path.as_uri()} {extra.as_uri()}"]
+
+
+async def test_a_2025_server_adding_a_tool_is_read_again_before_the_next_turn(
+    server: RawClient, tmp_path: Path
+) -> None:
+    """`notifications/tools/list_changed`, the 2025 protocol's way of saying it."""
+    session_id, _ = await open_session(server, tmp_path, [legacy_server()], mode="bypass")
+    assert await prompt(server, session_id, [call("mcp__old__grow", name="fresh")]) == "end_turn"
+    assert await prompt(server, session_id, [call("mcp__old__fresh", text="hi")]) == "end_turn"
     announced, update = last_call(server, session_id)
     assert announced["kind"] == "read" and update["status"] == "completed"
     assert texts_of(update) == ["grown: hi"]

@@ -39,7 +39,7 @@ KILL_WAIT = 1.0
 class McpHub:
     """The MCP servers of one session, one `ServerLink` (and one task) each."""
 
-    def __init__(self, servers: Iterable[Mapping[str, Any]], cwd: Path) -> None:
+    def __init__(self, servers: Iterable[Mapping[str, Any]], cwd: Path, roots: tuple[Path, ...] = ()) -> None:
         self.links: list[ServerLink] = []
         used: set[str] = set()
         for raw in servers:
@@ -55,7 +55,7 @@ class McpHub:
             while server_id in used:  # two names that read alike once made safe ("a b", "a_b")
                 server_id, suffix = f"{base}_{suffix}", suffix + 1
             used.add(server_id)
-            self.links.append(ServerLink(label, server_id, spec, cwd, problem))
+            self.links.append(ServerLink(label, server_id, spec, cwd, problem=problem, roots=roots))
         self._tools: dict[ServerLink, tuple[Tool[Any], ...]] = {}
 
     def start(self, spawn: Spawn) -> None:

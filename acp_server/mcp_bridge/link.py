@@ -79,12 +79,23 @@ async def list_remote_tools(client: Client) -> tuple[RemoteTool, ...]:
 class ServerLink:
     """One MCP server of a session. `run` is its connection's whole life; `stop` ends it."""
 
-    def __init__(self, name: str, server_id: str, spec: ServerSpec | None, cwd: Path, problem: str = "") -> None:
+    def __init__(
+        self,
+        name: str,
+        server_id: str,
+        spec: ServerSpec | None,
+        cwd: Path,
+        *,
+        problem: str = "",
+        roots: tuple[Path, ...] = (),
+    ) -> None:
         self.name = name
         # The server's part of its tools' names (`mcp__<server_id>__<tool>`), unique within the session.
         self.server_id = server_id
         self.spec = spec
         self.cwd = cwd
+        # The session's directories, for a server that asks where it may work (`roots/list`).
+        self.roots = roots or (cwd,)
         self.state: LinkState = "connecting"
         # Why the server is not usable, in words for the user and the model (set with `failed` / `stopped`).
         self.problem = problem
@@ -129,7 +140,7 @@ class ServerLink:
         # One scope around the whole connection (a deadline while connecting, none once ready): the SDK's task
         # groups live inside `connect`, so no scope may end between entering it and leaving it.
         with anyio.CancelScope(deadline=anyio.current_time() + CONNECT_TIMEOUT) as connecting:
-            async with connect(spec, self.cwd, self._pidfile, self._on_tools_changed) as (client, lost):
+            async with connect(spec, self.cwd, self._pidfile, self._on_tools_changed, self.roots) as (client, lost):
                 tools = await list_remote_tools(client)
                 connecting.deadline = math.inf
                 self.tools = tools

@@ -22,13 +22,14 @@ class McpRegistry:
         self._spawn = spawn
         self._hubs: list[McpHub] = []
 
-    def open(self, servers: Iterable[Mapping[str, Any]], cwd: Path) -> McpHub | None:
-        """Start a session's servers in the background; None when it has none (the SDK is then never imported)."""
+    def open(self, servers: Iterable[Mapping[str, Any]], cwd: Path, roots: tuple[Path, ...] = ()) -> McpHub | None:
+        """Start a session's servers in the background; None when it has none (the SDK is then never imported).
+        `roots`: the session's directories (cwd first), for servers that ask."""
         servers = tuple(servers)
         if not servers:
             return None
         self._hubs = [hub for hub in self._hubs if not hub.finished]
-        hub = McpHub(servers, cwd)
+        hub = McpHub(servers, cwd, roots)
         hub.start(self._spawn)
         self._hubs.append(hub)
         return hub

@@ -19,7 +19,7 @@ import os
 import shutil
 import sys
 import tempfile
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -51,15 +51,27 @@ async def load_sdk() -> None:
 
 @asynccontextmanager
 async def connect(
-    spec: ServerSpec, cwd: Path, pidfile: Path | None = None, on_tools_changed: Callable[[], None] = lambda: None
+    spec: ServerSpec,
+    cwd: Path,
+    pidfile: Path | None = None,
+    on_tools_changed: Callable[[], None] = lambda: None,
+    roots: Sequence[Path] = (),
 ) -> AsyncIterator[tuple[Client, anyio.Event]]:
     """A connected client (the MCP handshake done) and an event set if the connection is lost. Leaving the block
     shuts the server down (the SDK's shutdown: close stdin, wait, terminate the process group). A stdio server
     writes its pid to `pidfile`, when given, as it starts (see `new_pidfile`, `read_pid`). `on_tools_changed` is
-    called when the server says its tool list changed (`notifications/tools/list_changed`)."""
+    called when the server says its tool list changed (`notifications/tools/list_changed`). `roots` (the session's
+    directories; its cwd when empty) answer a server that asks `roots/list`, as file-system servers of the 2025
+    protocol do to learn where they may work."""
     await load_sdk()
     from mcp import Client
-    from mcp.types import Implementation, ToolListChangedNotification
+    from mcp.types import Implementation, ListRootsResult, Root, ToolListChangedNotification
+
+    listed = ListRootsResult(roots=[Root(uri=root.as_uri(), name=root.name or str(root)) for root in roots or (cwd,)])
+
+    async def list_roots(context: Any) -> ListRootsResult:
+        await anyio.lowlevel.checkpoint()
+        return listed
 
     async def on_message(message: Any) -> None:
         if isinstance(getattr(message, "root", message), ToolListChangedNotification):
@@ -71,7 +83,9 @@ async def connect(
         transport = await _transport(spec, cwd, stack, pidfile)
         info = Implementation(name="acp-server", version=__version__)
         client = await stack.enter_async_context(
-            Client(_watched(transport, lost), client_info=info, message_handler=on_message)
+            Client(
+                _watched(transport, lost), client_info=info, message_handler=on_message, list_roots_callback=list_roots
+            )
         )
         yield client, lost
 
