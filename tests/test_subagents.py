@@ -10,6 +10,8 @@ from typing import Any
 from tests.harness import T_ACK, RawClient
 from tests.test_interrupts import after, position
 
+FINAL = ("completed", "failed")
+
 
 def delegate(task: str, script: list[dict[str, Any]]) -> dict[str, Any]:
     return {"tool": "delegate", "args": {"task": task, "script": script}}
@@ -154,3 +156,24 @@ async def test_closing_the_parent_session_cancels_its_children_before_either_ans
     exited = await server.probe("step_exited", sessionId=child, reason="cancelled")
     assert position(server, exited) < position(server, cancelled) < position(server, closed)
     assert (await server.stats())["runningTurns"] == 0
+
+
+async def test_cancelling_one_child_leaves_its_siblings_and_other_sessions_children_running(server: RawClient) -> None:
+    """Isolation: the next child of the same parent runs to its end, and another session's child is untouched."""
+    a, b = await server.new_session(), await server.new_session()
+    prompt_a = await server.prompt(
+        a, [delegate("first", [{"gate": "ga"}]), delegate("second", [{"say": "second done"}]), {"say": "a done"}]
+    )
+    prompt_b = await server.prompt(b, [delegate("other", [{"gate": "gb"}, {"say": "b child done"}]), {"say": "b done"}])
+    first = (await server.probe("gate_reached", gate="ga"))["params"]["sessionId"]
+    other = (await server.probe("gate_reached", gate="gb"))["params"]["sessionId"]
+    await server.cancel(first)
+    assert (await server.response(prompt_a))["result"] == {"stopReason": "end_turn"}
+    statuses = [u["status"] for u in server.updates(a, "tool_call_update") if u.get("status") in FINAL]
+    assert statuses == ["failed", "completed"]  # the cancelled child, then its sibling
+    assert server.texts(a) == ["a done"]
+    assert not [m for m in server.received if m.get("id") == prompt_b]  # b's child still waits at its gate
+    await server.release(other, "gb")
+    assert (await server.response(prompt_b))["result"] == {"stopReason": "end_turn"}
+    final_b = [u for u in server.updates(b, "tool_call_update") if u.get("status") == "completed"]
+    assert "b child done" in final_b[-1]["content"][0]["content"]["text"]
