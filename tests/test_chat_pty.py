@@ -377,6 +377,14 @@ def test_an_agent_that_exits_at_start_is_reported_with_its_own_words(chat: Any) 
     session.expect("unknown model 'no-such-model'")
 
 
+def test_an_agent_that_never_answers_is_given_up_on_at_the_startup_timeout(chat: Any) -> None:
+    started = time.monotonic()
+    session = chat("--agent", "sh -c 'cat >/dev/null'", "--startup-timeout", "0.5", "hi")  # reads, never answers
+    assert session.wait() == 2
+    session.expect("the agent did not open a session within 0.5 s")
+    assert time.monotonic() - started < 5
+
+
 def test_an_agent_that_dies_mid_turn_is_reported(chat: Any, tmp_path: Path) -> None:
     agent = scripted_agent(tmp_path, [{"say": "about to go"}, {"sleep": 30}])
     session = chat("--agent", agent, "go")

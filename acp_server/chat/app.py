@@ -64,7 +64,7 @@ async def _chat(options: ChatOptions, terminal: Terminal) -> int:
             await tasks.start(conversation.watch_interrupts)
             tasks.start_soon(agent.drain_stderr)
             tasks.start_soon(conversation.rpc.run)
-            await conversation.open()
+            await conversation.open(options.startup_timeout)
             code = await (conversation.one_shot(question) if question is not None else conversation.repl())
             conversation.rpc.closing()
             tasks.cancel_scope.cancel()

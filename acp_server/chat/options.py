@@ -15,6 +15,8 @@ __all__ = ["ChatOptions", "parse_options"]
 class ChatOptions:
     agent: tuple[str, ...]  # the agent's command line
     question: str | None  # one-shot: ask this, print the answer, exit
+    # How long the agent may take to answer `initialize` and `session/new` before the chat gives up on it.
+    startup_timeout: float = 30.0
 
 
 def parse_options(argv: Sequence[str]) -> ChatOptions:
@@ -31,6 +33,13 @@ def parse_options(argv: Sequence[str]) -> ChatOptions:
         help="the agent to run, as a shell-like command line (default: this acp-server)",
     )
     parser.add_argument("--model", metavar="SPEC", help="the model of the built-in agent (acp-server --model SPEC)")
+    parser.add_argument(
+        "--startup-timeout",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="give up on an agent that has not opened a session after this long (default 30)",
+    )
     args = parser.parse_args(list(argv))
     if args.agent is not None and args.model is not None:
         parser.error("--model sets the built-in agent's model; with --agent, put the agent's flags in CMD")
@@ -44,4 +53,6 @@ def parse_options(argv: Sequence[str]) -> ChatOptions:
     else:
         agent = (sys.executable, "-m", "acp_server", *(("--model", args.model) if args.model else ()))
     question = " ".join(args.question) if args.question else None
-    return ChatOptions(agent=agent, question=question)
+    if not args.startup_timeout > 0:
+        parser.error("--startup-timeout must be more than 0 seconds")
+    return ChatOptions(agent=agent, question=question, startup_timeout=args.startup_timeout)

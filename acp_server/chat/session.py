@@ -106,8 +106,15 @@ class Conversation:
 
     # --- the conversation ---
 
-    async def open(self) -> None:
-        """`initialize`, then `session/new` in the current directory."""
+    async def open(self, timeout: float = 30.0) -> None:
+        """`initialize`, then `session/new` in the current directory, within `timeout` seconds: an agent that never
+        answers is reported, not waited for until Ctrl-C."""
+        with anyio.move_on_after(timeout) as waiting:
+            await self._open()
+        if waiting.cancelled_caught:
+            raise ChatError(f"the agent did not open a session within {timeout:g} s (is it an ACP agent on stdio?)")
+
+    async def _open(self) -> None:
         try:
             init = await self.rpc.request(
                 "initialize",
