@@ -161,8 +161,12 @@ async def _work(services: TurnServices, run: RunContext) -> None:
     try:
         stop: StopReason | None = None
         with run.scope:
+            text = prompt_text(run.request)
+            command = parse_command(text) if len(run.request.prompt) == 1 else None
             tools = services.tools
-            if session.mcp is not None:  # its MCP servers' tools join the built-ins (see mcp_bridge/hub.py)
+            if session.mcp is not None and command is None:
+                # Its MCP servers' tools join the built-ins (see mcp_bridge/hub.py); a slash command uses no tools,
+                # so it never waits for a server that is still starting.
                 tools = await session.mcp.toolbox(tools, reporter)
                 run.replies_started = 0  # its notice about the servers, if any, is no model reply
             system_prompt = build_system_prompt(
@@ -186,8 +190,6 @@ async def _work(services: TurnServices, run: RunContext) -> None:
                     )
                 )
 
-            text = prompt_text(run.request)
-            command = parse_command(text) if len(run.request.prompt) == 1 else None
             run.messages = list(session.history)
             run.turn_start = len(run.messages)
             if command is not None:

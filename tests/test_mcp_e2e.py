@@ -157,6 +157,22 @@ async def test_session_new_answers_while_its_mcp_server_is_still_starting(server
     assert server.texts(session_id) == ["done"]  # nothing to tell: the server was ready within the wait
 
 
+async def test_a_slash_command_never_waits_for_a_server_still_starting(server: RawClient, tmp_path: Path) -> None:
+    slow = {
+        "name": "srv",
+        "command": "/bin/sh",
+        "args": ["-c", 'sleep 3; exec "$0" "$@"', sys.executable, str(SERVERS / "stdio_server.py")],
+        "env": [],
+    }
+    session_id, _ = await open_session(server, tmp_path, [slow])
+    started = time.monotonic()
+    titled = await server.call(
+        "session/prompt", {"sessionId": session_id, "prompt": [{"type": "text", "text": "/title Slow"}]}
+    )
+    assert titled["result"] == {"stopReason": "end_turn"}
+    assert time.monotonic() - started < T_ACK
+
+
 # --- tool calls ---
 
 
