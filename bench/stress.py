@@ -24,7 +24,7 @@ from bench.report import Figure, format_table
 from bench.wire import percentile
 from tests.harness import RawClient, check_wire
 
-__all__ = ["StressResult", "main", "run"]
+__all__ = ["StressResult", "crossed_sessions", "main", "run"]
 
 POLICIES = ("interrupt", "queue", "reject", "steer")
 
@@ -72,6 +72,22 @@ def _script(rng: random.Random, tag: str) -> list[dict[str, Any]]:
         else:
             steps.append({"gate": f"{tag}.{index}", "timeout": rng.choice((0.05, 0.2))})
     return steps
+
+
+def crossed_sessions(client: RawClient, ids: list[str]) -> list[str]:
+    """Every script's text carries its session's tag (`s<number>r...`): a reply or thought shown under another
+    session's id is a crossed wire."""
+    tags = {session: f"s{number}r" for number, session in enumerate(ids)}
+    crossed = []
+    for message in client.received:
+        if message.get("method") != "session/update":
+            continue
+        update = message["params"]["update"]
+        if update["sessionUpdate"] in ("agent_message_chunk", "agent_thought_chunk"):
+            text = update["content"].get("text", "")
+            if not text.startswith(tags.get(message["params"]["sessionId"], "?")):
+                crossed.append(f"{message['params']['sessionId']} was sent {text[:40]!r}")
+    return crossed[:20]
 
 
 async def _answer_permissions(client: RawClient, rng: random.Random, stop: asyncio.Event) -> None:
@@ -124,8 +140,8 @@ async def run(
             )
         for round_index in range(rounds):
             outstanding: list[Any] = []
-            for session in ids:
-                outstanding.append(await client.prompt(session, _script(rng, f"r{round_index}")))
+            for number, session in enumerate(ids):
+                outstanding.append(await client.prompt(session, _script(rng, f"s{number}r{round_index}")))
                 event = rng.random()
                 if event < 0.25:
                     await asyncio.sleep(rng.choice((0.0, 0.005, 0.03)))
@@ -139,7 +155,7 @@ async def run(
 
                     outstanding.append(asyncio.create_task(timed()))
                 elif event < 0.45:  # a second prompt on the busy session: replaced, queued, rejected or steering
-                    outstanding.append(await client.prompt(session, _script(rng, f"r{round_index}b")))
+                    outstanding.append(await client.prompt(session, _script(rng, f"s{number}r{round_index}b")))
             for item in outstanding:
                 if isinstance(item, asyncio.Task):
                     await item
@@ -161,6 +177,7 @@ async def run(
         if code != 0:
             problems.append(f"exit status {code}")
         problems += check_wire(client)
+        problems += crossed_sessions(client, ids)
     chunks = sum(
         1
         for m in client.received
