@@ -287,40 +287,27 @@ def check_log_file(config: Config) -> Check:
 def check_mcp_servers(config: Config, timeout: float) -> list[Check]:
     if not config.mcp_servers:
         return []
-    try:
-        bridge = importlib.import_module("acp_server.mcp_bridge")
-        probe = bridge.probe_mcp_server
-    except (ImportError, AttributeError):
-        return [_warn("MCP servers", "cannot be checked: this build of acp-server has no MCP support")]
-    failure: type[BaseException] = getattr(bridge, "McpServerError", Exception)
+    import functools
+
+    import anyio
+
+    from acp_server.mcp_bridge.probe import probe_mcp_server
+    from acp_server.mcp_bridge.specs import McpServerError
+
     checks = []
     for spec in config.mcp_servers:
         subject = f"MCP server {spec['name']}"
         try:
-            tools = _run_probe(probe, spec, timeout)
-        except failure as exc:
+            names = anyio.run(functools.partial(probe_mcp_server, spec, timeout=timeout), backend="asyncio")
+        except McpServerError as exc:
             checks.append(_fail(subject, str(exc)))
             continue
         except Exception as exc:  # a probe that breaks is a failed check, not a crashed doctor; not async code
             checks.append(_fail(subject, f"{type(exc).__name__}: {exc}"))
             continue
-        names = list(tools)
         shown = ", ".join(names[:MAX_LISTED]) + (", ..." if len(names) > MAX_LISTED else "")
         checks.append(_ok(subject, f"started; {len(names)} tool(s){f': {shown}' if shown else ''}"))
     return checks
-
-
-def _run_probe(probe: Any, spec: dict[str, Any], timeout: float) -> Sequence[str]:
-    import functools
-    import inspect
-
-    if inspect.iscoroutinefunction(probe):
-        import anyio
-
-        result: Sequence[str] = anyio.run(functools.partial(probe, spec, timeout=timeout), backend="asyncio")
-        return result
-    outcome: Sequence[str] = probe(spec, timeout=timeout)
-    return outcome
 
 
 # --- the report ---
