@@ -36,7 +36,7 @@ from acp_server.runtime.providers.scripted import GateBoard
 from acp_server.schema import ClientCapabilities, PromptRequest, RequestId
 
 if TYPE_CHECKING:  # the store (and sqlite3) load only when a session needs them, never at start-up
-    from acp_server.mcp_bridge import McpHub
+    from acp_server.mcp_bridge.hub import McpHub
     from acp_server.store import TurnLog
 
 __all__ = ["Agent", "RunContext", "RunState", "Session"]

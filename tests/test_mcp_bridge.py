@@ -12,8 +12,10 @@ import anyio
 import pytest
 from mcp.types import CallToolResult, EmbeddedResource, ImageContent, TextContent, TextResourceContents
 
-from acp_server.mcp_bridge import McpHub, McpServerError, merge_servers, probe_mcp_server
+from acp_server.mcp_bridge import McpServerError, merge_servers
 from acp_server.mcp_bridge import hub as hub_module
+from acp_server.mcp_bridge.hub import McpHub
+from acp_server.mcp_bridge.probe import probe_mcp_server
 from acp_server.mcp_bridge.specs import ServerSpec, parse_server, tool_name
 from acp_server.mcp_bridge.tools import tool_result
 from acp_server.runtime.model import ReplyStarted, TextDelta, TextOutput, TurnEvent

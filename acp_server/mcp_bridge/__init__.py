@@ -16,17 +16,9 @@ Named `mcp_bridge` so it never shadows the SDK's `mcp` package. Importing this p
 
 from __future__ import annotations
 
-from acp_server.mcp_bridge.hub import READY_WAIT, McpHub
-from acp_server.mcp_bridge.probe import probe_mcp_server
 from acp_server.mcp_bridge.registry import McpRegistry
 from acp_server.mcp_bridge.specs import MCP_TOOL_PREFIX, McpServerError, merge_servers
 
-__all__ = [
-    "MCP_TOOL_PREFIX",
-    "READY_WAIT",
-    "McpHub",
-    "McpRegistry",
-    "McpServerError",
-    "merge_servers",
-    "probe_mcp_server",
-]
+# Only what the server needs at start-up is imported here; `hub` (a session's servers) and `probe` (for doctor) are
+# imported from their modules when they are needed.
+__all__ = ["MCP_TOOL_PREFIX", "McpRegistry", "McpServerError", "merge_servers"]

@@ -8,11 +8,14 @@ killed with its whole process group, so no process outlives the agent.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from acp_server.mcp_bridge.hub import McpHub, Spawn
+if TYPE_CHECKING:  # the hub (and what it imports) loads when a session first has servers, not at start-up
+    from acp_server.mcp_bridge.hub import McpHub
+
+Spawn = Callable[[Callable[..., Coroutine[Any, Any, Any]]], None]
 
 __all__ = ["McpRegistry"]
 
@@ -28,6 +31,8 @@ class McpRegistry:
         servers = tuple(servers)
         if not servers:
             return None
+        from acp_server.mcp_bridge.hub import McpHub
+
         self._hubs = [hub for hub in self._hubs if not hub.finished]
         hub = McpHub(servers, cwd, roots)
         hub.start(self._spawn)
