@@ -168,7 +168,6 @@ async def _work(services: TurnServices, run: RunContext) -> None:
                 # Its MCP servers' tools join the built-ins (see mcp_bridge/hub.py); a slash command uses no tools,
                 # so it never waits for a server that is still starting.
                 tools = await session.mcp.toolbox(tools, reporter)
-                run.replies_started = 0  # its notice about the servers, if any, is no model reply
             system_prompt = build_system_prompt(
                 cwd=session.cwd,
                 roots=(session.cwd, *session.additional_directories),

@@ -13,6 +13,7 @@ from acp_server.agent import RunContext
 from acp_server.connection import Connection
 from acp_server.editor import tool_content
 from acp_server.runtime.model import (
+    Notice,
     PlanUpdated,
     ReplyStarted,
     TextDelta,
@@ -51,6 +52,12 @@ class Reporter:
                 "sessionUpdate": "agent_message_chunk",
                 "content": {"type": "text", "text": event.text},
                 "messageId": self._message_id,
+            }
+        elif type(event) is Notice:
+            update = {
+                "sessionUpdate": "agent_message_chunk",
+                "content": {"type": "text", "text": event.text},
+                "messageId": f"msg_{uuid.uuid4().hex}",
             }
         elif type(event) is ThoughtDelta:
             update = {

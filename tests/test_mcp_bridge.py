@@ -18,7 +18,7 @@ from acp_server.mcp_bridge.hub import McpHub
 from acp_server.mcp_bridge.probe import probe_mcp_server
 from acp_server.mcp_bridge.specs import ServerSpec, parse_server, tool_name
 from acp_server.mcp_bridge.tools import tool_result
-from acp_server.runtime.model import ReplyStarted, TextDelta, TextOutput, TurnEvent
+from acp_server.runtime.model import Notice, TextOutput, TurnEvent
 from acp_server.runtime.tools import ToolBox
 
 SERVER = Path(__file__).resolve().parent / "mcp_servers" / "stdio_server.py"
@@ -123,8 +123,7 @@ def test_a_turn_waits_for_a_starting_server_only_so_long_and_says_so_once(monkey
     waited, first, second = anyio.run(turns)
     assert 0.15 < waited < 1.0
     assert first.specs == () and second.specs == ()
-    assert isinstance(said[0], ReplyStarted)
-    assert said[1:] == [TextDelta("The MCP server 'slow' is still starting; its tools are not available yet.")]
+    assert said == [Notice("The MCP server 'slow' is still starting; its tools are not available yet.")]
 
 
 async def test_the_probe_lists_a_servers_tools() -> None:

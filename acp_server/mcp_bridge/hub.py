@@ -24,7 +24,7 @@ from acp_server.mcp_bridge.link import ServerLink
 from acp_server.mcp_bridge.registry import Spawn
 from acp_server.mcp_bridge.specs import McpServerError, ServerSpec, parse_server, safe_name
 from acp_server.mcp_bridge.tools import link_tools
-from acp_server.runtime.model import Emit, ReplyStarted, TextDelta
+from acp_server.runtime.model import Emit, Notice
 from acp_server.runtime.tools import Tool, ToolBox
 
 __all__ = ["READY_WAIT", "McpHub", "Spawn"]
@@ -72,8 +72,7 @@ class McpHub:
                 await link.settled.wait()
         notice = self._notice()
         if notice:
-            await emit(ReplyStarted(0))
-            await emit(TextDelta(notice))
+            await emit(Notice(notice))
         tools: list[Tool[Any]] = []
         for link in self.links:
             if link.state == "ready" and link.tools_changed:

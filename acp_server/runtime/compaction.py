@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from acp_server.runtime.model import Emit, Message, ModelTurn, TextDelta, TurnEvent, UsageReported
+from acp_server.runtime.model import Emit, Message, ModelTurn, Notice, TurnEvent, UsageReported
 
 __all__ = ["SUMMARY_REQUEST", "ContextCompactor", "compact_history", "is_context_overflow"]
 
@@ -84,7 +84,7 @@ class ContextCompactor:
         messages[:] = [*summary, *current]
         self._keep_from = len(summary)
         self._usage = None
-        await self._emit(TextDelta(f"[Context compacted: {why}; {len(earlier)} earlier messages were summarised.]\n\n"))
+        await self._emit(Notice(f"[Context compacted: {why}; {len(earlier)} earlier messages were summarised.]\n\n"))
         return True
 
 

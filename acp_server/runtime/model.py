@@ -18,6 +18,7 @@ __all__ = [
     "Message",
     "ModelError",
     "ModelTurn",
+    "Notice",
     "PlanEntry",
     "PlanUpdated",
     "Probe",
@@ -93,6 +94,14 @@ class ReplyStarted:
 
 @dataclass(frozen=True, slots=True)
 class TextDelta:
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Notice:
+    """Something the agent itself tells the user during a turn (a context compaction, an MCP server that stopped):
+    shown as a message of its own, never part of a model reply or of the model's history."""
+
     text: str
 
 
@@ -183,6 +192,7 @@ class UsageReported:
 TurnEvent = (
     ReplyStarted
     | TextDelta
+    | Notice
     | ThoughtDelta
     | ToolCallStarted
     | ToolCallUpdated
