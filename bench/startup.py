@@ -2,15 +2,19 @@
 
 Each sample spawns a fresh `acp-server`, writes `initialize` at once (the pipe holds it until the server reads) and
 stops the clock when the response line is read, so interpreter start-up and every import are included, as an editor
-sees them. Run alone: `python -m bench.startup [--spawns N]`.
+sees them. It also times, in this process, reading the settings when there is no config file (every start-up does
+it). Run alone: `python -m bench.startup [--spawns N]`.
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
+import tempfile
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from bench.report import Figure, format_table
 from bench.wire import Server, WireError, percentile
@@ -18,12 +22,14 @@ from bench.wire import Server, WireError, percentile
 __all__ = ["StartupResult", "main", "run"]
 
 TARGET_MEDIAN_MS = 250.0
+TARGET_NO_CONFIG_MS = 5.0  # finding no config file must cost a start-up almost nothing
 
 
 @dataclass(frozen=True, slots=True)
 class StartupResult:
     samples_ms: list[float]
     exit_codes: list[int]
+    no_config_ms: float | None = None  # settings read with no config file, per start-up
 
     @property
     def median_ms(self) -> float:
@@ -42,7 +48,25 @@ class StartupResult:
             Figure("startup: spawn -> initialize, median", self.median_ms, "ms", "<=", TARGET_MEDIAN_MS),
             Figure("startup: min", self.min_ms, "ms"),
             Figure("startup: p90", self.p90_ms, "ms"),
+            *(
+                [Figure("startup: settings with no config file", self.no_config_ms, "ms", "<=", TARGET_NO_CONFIG_MS)]
+                if self.no_config_ms is not None
+                else []
+            ),
         ]
+
+
+def time_no_config_file(loads: int = 100) -> float:
+    """Milliseconds per settings load when the config file does not exist (what most start-ups do)."""
+    from acp_server.cli import load
+
+    with tempfile.TemporaryDirectory() as directory:
+        env = {"ACP_SERVER_CONFIG": str(Path(directory) / "missing" / "config.toml")}
+        load([], env=env)
+        started = time.perf_counter()
+        for _ in range(loads):
+            load([], env=env)
+        return (time.perf_counter() - started) * 1000 / loads
 
 
 def run(spawns: int = 20, args: Sequence[str] = ("--model", "scripted")) -> StartupResult:
@@ -57,7 +81,7 @@ def run(spawns: int = 20, args: Sequence[str] = ("--model", "scripted")) -> Star
         if response.get("result", {}).get("protocolVersion") != 1:
             raise WireError(f"unexpected initialize answer: {response}")
         samples.append((t_read - server.t_spawn_ns) / 1e6)
-    return StartupResult(samples, codes)
+    return StartupResult(samples, codes, time_no_config_file())
 
 
 def main(argv: Sequence[str] | None = None) -> StartupResult:

@@ -6,9 +6,25 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 
-from tests.harness import T_EXIT, RawClient, check_wire
+from tests.harness import T_EXIT, TIME_SCALE, RawClient, check_wire
 
 StartServer = Callable[..., Awaitable[RawClient]]
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_configure(config: pytest.Config) -> None:
+    """pytest-timeout's per-test timeout (the `timeout` ini) is a bound like any other: scaled by
+    ACP_TEST_TIME_SCALE. trylast: pytest-timeout has read the ini by then."""
+    if getattr(config, "_env_timeout", None):
+        config._env_timeout *= TIME_SCALE  # type: ignore[attr-defined]
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test's own `@pytest.mark.timeout(N)` scales too: a scaled copy goes first, where pytest-timeout looks."""
+    for item in items:
+        marker = item.get_closest_marker("timeout")
+        if marker is not None and marker.args:
+            item.add_marker(pytest.mark.timeout(marker.args[0] * TIME_SCALE, **marker.kwargs), append=False)
 
 
 @pytest.fixture

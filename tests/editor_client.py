@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from tests.harness import RawClient
+from tests.harness import T_WAIT, RawClient
 
 __all__ = ["NEVER", "Editor", "always", "answer_with"]
 
@@ -89,7 +89,7 @@ class Editor:
                 methods.append(method)
         return methods
 
-    async def wait_request(self, method: str, count: int = 1, timeout: float = 5.0) -> dict[str, Any]:
+    async def wait_request(self, method: str, count: int = 1, timeout: float = T_WAIT) -> dict[str, Any]:
         """The `count`-th request with this method, once it has arrived (read off the wire, not off `requests`,
         which the answering loop fills a moment later)."""
         seen = 0

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import math
 import os
 import shutil
 import sys
@@ -27,12 +28,40 @@ import orjson
 
 from tests.wire_schema import WireValidator
 
-# Durations scaled for CI as INTERRUPTS.md "Timing in tests" allows; bounds are the targets times a safety factor.
+
+def _time_scale() -> float:
+    """ACP_TEST_TIME_SCALE: how much slower than a quiet machine this one may be (1 by default; `.ci/run` sets a
+    fixed value). An empty value counts as unset, as for every variable of the project."""
+    raw = os.environ.get("ACP_TEST_TIME_SCALE", "").strip() or "1"
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise SystemExit(f"ACP_TEST_TIME_SCALE must be a positive number (a factor like 3), found {raw!r}")
+    return value
+
+
+TIME_SCALE = _time_scale()
+
+
+def scaled(seconds: float) -> float:
+    """A bound a test waits for, scaled by the one factor ACP_TEST_TIME_SCALE: a safety bound, never a speed claim."""
+    return seconds * TIME_SCALE
+
+
+# INTERRUPTS.md "Timing in tests": durations the server is given (GRACE) define behaviour and stay as they are;
+# every bound a test waits for is the target times a safety factor, times TIME_SCALE for a loaded machine.
 GRACE = 0.5  # the cleanup deadline the tests start the server with
-T_ACK = 1.0  # target 250 ms p95 / 1 s max; a loaded 2-core CI machine gets the max
-T_ESC = GRACE + 0.5 + 1.0  # target T_grace + 0.5 s, plus slack for CI
-T_START = 1.25  # target 250 ms, 5x
-T_EXIT = GRACE + 1.0 + 1.0  # target T_grace + 1 s, plus slack for process teardown on a loaded machine
+# For tests whose point is "at once, not at the deadline": a deadline far above T_ACK, scaled with it, so the two
+# never blur however big the scale factor.
+LONG_GRACE = scaled(10.0)
+T_ACK = scaled(1.0)  # target 250 ms p95 / 1 s max; a loaded 2-core CI machine gets the max
+T_ESC = GRACE + scaled(0.5 + 1.0)  # target T_grace + 0.5 s, plus slack for CI
+T_START = scaled(1.25)  # target 250 ms, 5x
+T_EXIT = GRACE + scaled(1.0 + 1.0)  # target T_grace + 1 s, plus slack for process teardown on a loaded machine
+T_WAIT = scaled(5.0)  # the default wait for something that must happen (a response, a probe, a request)
+W_QUIET = scaled(0.5)  # observation window for "nothing more happens"
 
 TURN_SCOPED = {"agent_message_chunk", "agent_thought_chunk", "tool_call", "tool_call_update", "plan"}
 STDERR_RED_FLAGS = (
@@ -61,6 +90,8 @@ def server_command(*args: str) -> list[str]:
 
 
 DEFAULT_ARGS = ("--model", "scripted", "--test-mode", "--cleanup-deadline", str(GRACE))
+# The same server with a deadline far above T_ACK (see LONG_GRACE).
+LONG_GRACE_ARGS = ("--model", "scripted", "--test-mode", "--cleanup-deadline", f"{LONG_GRACE:g}")
 
 
 @dataclass
@@ -156,13 +187,13 @@ class RawClient:
             message["params"] = params
         return await self.send(message)
 
-    async def call(self, method: str, params: Any = None, timeout: float = 5.0) -> dict[str, Any]:
+    async def call(self, method: str, params: Any = None, timeout: float = T_WAIT) -> dict[str, Any]:
         """Send a request and wait for its response message."""
         return await self.response(await self.request(method, params), timeout)
 
     # --- reading ---
 
-    async def wait_for(self, predicate: Callable[[dict[str, Any]], bool], timeout: float = 5.0) -> dict[str, Any]:
+    async def wait_for(self, predicate: Callable[[dict[str, Any]], bool], timeout: float = T_WAIT) -> dict[str, Any]:
         """The first message (from the start of the connection) that matches."""
         deadline = time.monotonic() + timeout
         checked = 0
@@ -180,7 +211,7 @@ class RawClient:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._arrived.wait(), remaining)
 
-    async def response(self, request_id: Any, timeout: float = 5.0) -> dict[str, Any]:
+    async def response(self, request_id: Any, timeout: float = T_WAIT) -> dict[str, Any]:
         """The (first) response to `request_id`, looked up by id rather than by scanning everything received."""
         key = request_key(request_id)
         deadline = time.monotonic() + timeout
@@ -195,7 +226,7 @@ class RawClient:
                 await asyncio.wait_for(self._arrived.wait(), remaining)
         return self._responses[key]
 
-    async def probe(self, event: str, timeout: float = 5.0, **match: Any) -> dict[str, Any]:
+    async def probe(self, event: str, timeout: float = T_WAIT, **match: Any) -> dict[str, Any]:
         def matches(message: dict[str, Any]) -> bool:
             if message.get("method") != "_scripted/probe":
                 return False
@@ -281,9 +312,9 @@ class RawClient:
             raise AssertionError(f"the server did not exit within {timeout} s of stdin EOF") from None
         took = time.monotonic() - started
         if self._reader is not None:
-            await asyncio.wait_for(self._reader, 5)
+            await asyncio.wait_for(self._reader, T_WAIT)
         if self._stderr_reader is not None:
-            self.stderr_text = (await asyncio.wait_for(self._stderr_reader, 5)).decode(errors="replace")
+            self.stderr_text = (await asyncio.wait_for(self._stderr_reader, T_WAIT)).decode(errors="replace")
         return code, took
 
     def kill(self) -> None:

@@ -71,7 +71,7 @@ from acp.schema import (
     WriteTextFileResponse,
 )
 
-from tests.harness import STDERR_RED_FLAGS, Entry, RawClient, check_wire, isolated_env, server_command
+from tests.harness import STDERR_RED_FLAGS, T_WAIT, Entry, RawClient, check_wire, isolated_env, scaled, server_command
 from tests.wire_schema import WireValidator
 
 __all__ = [
@@ -94,7 +94,7 @@ __all__ = [
 _T = TypeVar("_T")
 
 # stdin EOF -> process exit, as the brief for these tests sets it (the harness's T_EXIT is 2.5 s with GRACE 0.5).
-EXIT_TIMEOUT = 3.0
+EXIT_TIMEOUT = scaled(3.0)
 # Lines up to 64 MiB are protocol (README); the readers get room for more so an oversized line is seen, not fatal.
 LINE_LIMIT = 256 * 1024 * 1024
 RED_FLAGS = tuple(
@@ -311,11 +311,11 @@ class RecordingClient:
         """A position in the record: pass it as `since` to look only at what arrives afterwards."""
         return self._next_seq()
 
-    async def wait_for_probe(self, event: str, timeout: float = 5.0, since: int = 0, **match: Any) -> dict[str, Any]:
+    async def wait_for_probe(self, event: str, timeout: float = T_WAIT, since: int = 0, **match: Any) -> dict[str, Any]:
         """The first `_scripted/probe` (at or after `since`) with this event whose params contain `match`."""
         return await self._wait(lambda: next(iter(self.probes(event, since=since, **match)), None), timeout)
 
-    async def wait_for_call(self, method: str, timeout: float = 5.0, since: int = 0) -> ClientCall:
+    async def wait_for_call(self, method: str, timeout: float = T_WAIT, since: int = 0) -> ClientCall:
         return await self._wait(
             lambda: next((c for c in self.calls if c.method == method and c.seq >= since), None), timeout
         )
@@ -641,14 +641,14 @@ class SdkAgent:
             problems.append(f"exit took {took:.2f} s > {EXIT_TIMEOUT} s")
         for pump in self._pumps:
             try:
-                await asyncio.wait_for(pump, 5)
+                await asyncio.wait_for(pump, T_WAIT)
             except Exception as exc:
                 problems.append(f"pump {pump.get_name()} failed: {exc!r}")
         # The SDK re-raises a failed write of its own answers to the pipe it already closed (see
         # _is_answer_after_own_close); nothing of the server's.
         with contextlib.suppress(ConnectionError):
             await self.conn.close()
-        wire.stderr_text = (await asyncio.wait_for(self._stderr_reader, 5)).decode(errors="replace")
+        wire.stderr_text = (await asyncio.wait_for(self._stderr_reader, T_WAIT)).decode(errors="replace")
         logging.getLogger().removeHandler(self._log_recorder)
 
         problems += wire.problems

@@ -16,13 +16,13 @@ from typing import Any
 import orjson
 import pytest
 
-from tests.harness import DEFAULT_ARGS, GRACE, RawClient, is_response
+from tests.harness import DEFAULT_ARGS, GRACE, T_WAIT, W_QUIET, RawClient, is_response, scaled
 
 StartServer = Callable[..., Awaitable[RawClient]]
 Message = dict[str, Any]
 
 NEW_SESSION: dict[str, Any] = {"cwd": "/tmp", "mcpServers": []}
-QUIET = 0.5  # how long "never a reply" waits
+QUIET = W_QUIET  # how long "never a reply" waits
 MAX_LINE_BYTES = 64 * 1024 * 1024  # the README's line limit
 INT64_MAX = 2**63 - 1
 INT64_MIN = -(2**63)
@@ -47,7 +47,7 @@ def error_of(message: Message) -> dict[str, Any]:
 
 
 async def next_after(
-    client: RawClient, start: int, predicate: Callable[[Message], bool], timeout: float = 5.0
+    client: RawClient, start: int, predicate: Callable[[Message], bool], timeout: float = T_WAIT
 ) -> Message:
     """The first message the server wrote after `client.received[start]` that matches."""
     deadline = time.monotonic() + timeout
@@ -60,7 +60,7 @@ async def next_after(
         await asyncio.sleep(0.01)
 
 
-async def assert_still_serving(client: RawClient, timeout: float = 5.0) -> Message:
+async def assert_still_serving(client: RawClient, timeout: float = T_WAIT) -> Message:
     """A valid request on the same connection still gets a real result (a new session, then its commands)."""
     response = await client.response(await client.request("session/new", NEW_SESSION), timeout)
     assert "result" in response, response
@@ -81,7 +81,7 @@ def significant(client: RawClient, start: int) -> list[Message]:
     return [m for m in client.received[start:] if not announces_commands(m)]
 
 
-async def null_id_error_then_still_serving(client: RawClient, data: bytes, timeout: float = 5.0) -> dict[str, Any]:
+async def null_id_error_then_still_serving(client: RawClient, data: bytes, timeout: float = T_WAIT) -> dict[str, Any]:
     """Write `data`; it must be answered by exactly one error with id null, and the connection must keep working."""
     start = len(client.received)
     await client.write_raw(data)
@@ -420,7 +420,7 @@ async def test_prompt_of_20_mib_is_accepted_and_echoed(start_server: StartServer
     request_id = client.next_id()
     params = {"sessionId": session, "prompt": [{"type": "text", "text": text}]}
     await client.write_raw(line(request_message(request_id, "session/prompt", params)))
-    response = await client.response(request_id, timeout=40)
+    response = await client.response(request_id, timeout=scaled(40))
     assert response.get("result") == {"stopReason": "end_turn"}, response
     assert "".join(client.texts(session)) == text[:10_000]
     await assert_still_serving(client)
@@ -549,9 +549,9 @@ async def test_line_over_64_mib_is_invalid_request_and_the_connection_keeps_work
     for offset in range(0, len(oversized), piece):
         await server.write_raw(oversized[offset : offset + piece])
     await server.write_raw(b"\n")
-    answer = await next_after(server, start, is_null_id_error, timeout=30)
+    answer = await next_after(server, start, is_null_id_error, timeout=scaled(30))
     assert error_of(answer)["code"] == -32600, answer
-    follow_up = await assert_still_serving(server, timeout=30)
+    follow_up = await assert_still_serving(server, timeout=scaled(30))
     assert significant(server, start) == [answer, follow_up]
     assert not any(is_response(m, 777_777) for m in server.received)
 

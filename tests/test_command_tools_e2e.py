@@ -19,9 +19,8 @@ import pytest
 from acp_server.runtime.tools.commands import command_prefix
 from tests.conftest import StartServer
 from tests.editor_client import NEVER, Editor, always, answer_with
-from tests.harness import GRACE, T_ACK, T_ESC, T_EXIT, RawClient, processes
+from tests.harness import GRACE, T_ACK, T_ESC, T_EXIT, T_WAIT, TURN_SCOPED, W_QUIET, RawClient, processes, scaled
 
-W_QUIET = 0.5
 FINAL = ("completed", "failed")
 OPTION_KINDS = {"allow_once", "allow_always", "reject_once", "reject_always"}
 
@@ -51,6 +50,26 @@ def run(command: str, **args: Any) -> dict[str, Any]:
 
 def position(client: RawClient, message: dict[str, Any]) -> int:
     return next(i for i, m in enumerate(client.received) if m is message)
+
+
+async def nothing_after(client: RawClient, session_id: str, response: dict[str, Any]) -> None:
+    """For W_quiet after a prompt's response, nothing of its turn follows: no request to the editor (a terminal
+    call among them, I9) and no turn-scoped update of the session (C3, C4, said here as the test's own claim)."""
+    earlier = {id(m) for m in client.received[: position(client, response) + 1]}
+
+    def of_the_turn(message: dict[str, Any]) -> bool:
+        if id(message) in earlier:
+            return False
+        if "id" in message and "method" in message:
+            return True
+        params = message.get("params") or {}
+        return (
+            message.get("method") == "session/update"
+            and params.get("sessionId") == session_id
+            and params.get("update", {}).get("sessionUpdate") in TURN_SCOPED
+        )
+
+    await client.quiet(W_QUIET, of_the_turn)
 
 
 def tool_calls(client: RawClient, session_id: str) -> list[dict[str, Any]]:
@@ -89,7 +108,7 @@ def running(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
-async def wait_gone(pgid: int, pids: tuple[int, ...] = (), timeout: float = 2.0) -> None:
+async def wait_gone(pgid: int, pids: tuple[int, ...] = (), timeout: float = scaled(2.0)) -> None:
     deadline = time.monotonic() + timeout
     while live_members(pgid) or any(running(pid) for pid in pids):
         assert time.monotonic() < deadline, f"process group {pgid} still has {live_members(pgid)}"
@@ -105,7 +124,7 @@ def real(path: Path) -> str:
     return os.path.realpath(path)
 
 
-async def read_pid(path: Path, timeout: float = 5.0) -> int:
+async def read_pid(path: Path, timeout: float = T_WAIT) -> int:
     deadline = time.monotonic() + timeout
     while (pid := written_pid(path)) is None:
         assert time.monotonic() < deadline, f"{path} was never written"
@@ -191,10 +210,10 @@ async def test_local_timeout_kills_the_whole_process_group(server: RawClient, tm
     session = await open_session(server, tmp_path)
     started = time.monotonic()
     prompt = server.prompt_message(session, [run(GROUP_COMMAND, timeout_s=1), {"say": "after"}])
-    response = await server.call("session/prompt", prompt["params"], timeout=10)
+    response = await server.call("session/prompt", prompt["params"], timeout=scaled(10))
     took = time.monotonic() - started
     assert response["result"] == {"stopReason": "end_turn"}
-    assert 1 <= took <= 1 + GRACE + 2  # the timeout, then SIGTERM; never the sleep's 600 s
+    assert 1 <= took <= 1 + GRACE + scaled(2)  # the timeout, then SIGTERM; never the sleep's 600 s
     (final,) = finals_in_order(server, session)
     assert final["status"] == "failed"
     assert final["rawOutput"]["timedOut"] is True
@@ -236,8 +255,9 @@ async def test_stdin_eof_with_a_local_command_running_exits_in_time_and_kills_it
     assert code == 0
     assert took <= T_EXIT
     await wait_gone(pgid, (child,))
+    # I17: EOF cancels the turn, which is answered `cancelled` (once) before the process exits.
     answer = [m for m in server.received if m.get("id") == prompt and "method" not in m]
-    assert [m.get("result") for m in answer] in ([], [{"stopReason": "cancelled"}])
+    assert [m.get("result") for m in answer] == [{"stopReason": "cancelled"}]
 
 
 # --- editor terminals (the client advertised `terminal: true`) ---
@@ -341,7 +361,7 @@ async def test_cancel_during_wait_for_exit_kills_then_releases_before_the_respon
         t0 = await server.cancel(session)
         response = await server.response(prompt)
         kill = await editor.wait_request("terminal/kill")
-        await server.quiet(W_QUIET, lambda m: False)
+        await nothing_after(server, session, response)
     assert response["result"] == {"stopReason": "cancelled"}
     assert server.arrival_time(kill) - t0 <= T_ACK
     assert server.arrival_time(response) - t0 <= T_ACK  # the client answers kill and release at once
@@ -371,7 +391,7 @@ async def test_cancel_with_a_client_that_never_answers_kill_or_release_still_ans
         wait = await editor.wait_request("terminal/wait_for_exit")
         t0 = await server.cancel(session)
         response = await server.response(prompt, timeout=T_ESC + 1)
-        await server.quiet(W_QUIET, lambda m: False)
+        await nothing_after(server, session, response)
     assert response["result"] == {"stopReason": "cancelled"}
     assert server.arrival_time(response) - t0 <= T_ESC
     terminal_id = wait["params"]["terminalId"]
@@ -399,7 +419,7 @@ async def test_repeated_cancels_with_a_terminal_kill_and_release_once(
         await asyncio.sleep(0.2)
         await server.send(cancel)
         response = await server.response(prompt, timeout=T_ESC + 1)
-        await server.quiet(W_QUIET, lambda m: False)
+        await nothing_after(server, session, response)
     assert response["result"] == {"stopReason": "cancelled"}
     assert server.arrival_time(response) - t0 <= T_ESC
     terminal_id = wait["params"]["terminalId"]
@@ -584,10 +604,10 @@ async def test_a_command_that_leaves_a_background_child_returns_when_the_shell_e
     await server.initialize()
     session = await server.new_session(str(tmp_path))
     started = time.monotonic()
-    script = [{"tool": "run_command", "args": {"command": "sleep 600 & echo started", "timeout_s": 20}}]
-    response = await server.response(await server.prompt(session, script), timeout=10)
+    script = [{"tool": "run_command", "args": {"command": "sleep 600 & echo started", "timeout_s": scaled(20)}}]
+    response = await server.response(await server.prompt(session, script), timeout=scaled(10))
     assert response["result"] == {"stopReason": "end_turn"}
-    assert time.monotonic() - started < 5
+    assert time.monotonic() - started < scaled(5)  # not the command's timeout
     final = server.updates(session, "tool_call_update")[-1]
     assert final["status"] == "completed", final
     assert (await server.stats())["childProcesses"] == 1  # the background sleep, still tracked

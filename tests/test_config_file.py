@@ -7,7 +7,6 @@ the end-to-end ones start the real server over stdio and read what it answers.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -329,14 +328,16 @@ def test_an_unreadable_file_is_ignored_whole_and_fails_closed(tmp_path: Path) ->
     assert load(["--log-file", str(tmp_path / "x.log")], env=env).config.store is True
 
 
-def test_a_missing_config_file_costs_almost_nothing(tmp_path: Path) -> None:
-    env = {"ACP_SERVER_CONFIG": str(tmp_path / "missing" / "config.toml")}
-    load([], env=env)
-    started = time.perf_counter()
-    for _ in range(100):
-        load([], env=env)
-    each_ms = (time.perf_counter() - started) * 10
-    assert each_ms < 5, f"{each_ms:.2f} ms per start-up to find no config file"
+def test_a_missing_config_file_is_no_problem_and_creates_nothing(tmp_path: Path) -> None:
+    """What it costs a start-up is measured by `bench/startup.py`; here: it is not an error and touches nothing."""
+    missing = tmp_path / "missing" / "config.toml"
+    for _ in range(2):  # a second start-up finds it as missing as the first
+        loaded = load([], env={"ACP_SERVER_CONFIG": str(missing)})
+        assert loaded.file.problems == ()
+        assert loaded.file == load_settings(missing)
+        assert not loaded.file.found and loaded.file.readable and not loaded.file.values
+    assert not missing.parent.exists()
+    assert list(tmp_path.iterdir()) == []
 
 
 # --- end to end: the server reads the file ---

@@ -15,7 +15,7 @@ import orjson
 import pytest
 
 from tests.fake_openai import FakeOpenAI, Received, ServerReply, _Handler, error
-from tests.harness import isolated_env, server_command
+from tests.harness import isolated_env, scaled, server_command
 
 KEY = "sk-doctor-Qm3Zt8kLp4RwN7yH"
 NO_KEYS = {"OPENAI_API_KEY": "", "OPENAI_BASE_URL": "", "ANTHROPIC_API_KEY": "", "ANTHROPIC_AUTH_TOKEN": ""}
@@ -62,16 +62,19 @@ class Report:
         return found[0]
 
 
-def doctor(*args: str, env: dict[str, str] | None = None, config: Path | None = None) -> Report:
+def doctor(
+    *args: str, env: dict[str, str] | None = None, config: Path | None = None, timeout: float = scaled(3)
+) -> Report:
+    """`acp-server doctor` with `--timeout` (its wait for each endpoint and MCP server) a scaled safety bound."""
     full_env = {**os.environ, **isolated_env(), **NO_KEYS, **(env or {})}
     if config is not None:
         full_env["ACP_SERVER_CONFIG"] = str(config)
     result = subprocess.run(
-        server_command("doctor", "--timeout", "3", *args),
+        server_command("doctor", "--timeout", f"{timeout:g}", *args),
         env=full_env,
         capture_output=True,
         text=True,
-        timeout=30,
+        timeout=scaled(60),
         check=False,
     )
     assert result.stdout == "", "stdout belongs to the protocol, even in a subcommand"
@@ -189,7 +192,9 @@ def test_mcp_servers_from_the_config_file_are_started_and_asked_for_their_tools(
         f"args = [{orjson.dumps(str(MCP_SERVER)).decode()}, 'doctor-test']\n"
         '[mcp_servers.missing]\ncommand = "/nonexistent/mcp-server"\n'
     )
-    report = doctor(config=config)
+    # Starting a Python MCP server (it imports the SDK) takes seconds on a loaded machine: the doctor is given the
+    # MCP tests' own bound, so only a server that cannot start fails.
+    report = doctor(config=config, timeout=scaled(20))
     assert report.code == 1, report.text
     assert "started;" in report.line("OK   MCP server tools") and "echo" in report.line("OK   MCP server tools")
     assert "/nonexistent/mcp-server" in report.line("FAIL MCP server missing")

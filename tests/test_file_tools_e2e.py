@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.harness import T_ACK, RawClient
+from tests.harness import T_ACK, T_WAIT, RawClient
 
 StartServer = Callable[..., Awaitable[RawClient]]
 
@@ -42,7 +42,7 @@ class Editor:
     def outside(self) -> Path:
         return self.root / "outside"
 
-    async def next_request(self, method: str, timeout: float = 5.0) -> dict[str, Any]:
+    async def next_request(self, method: str, timeout: float = T_WAIT) -> dict[str, Any]:
         """The first request with `method` not answered yet (from the start of the connection)."""
         request = await self.client.wait_for(
             lambda m: m.get("method") == method and "id" in m and m["id"] not in self.answered, timeout
@@ -65,7 +65,7 @@ class Editor:
     async def run(self, script: list[dict[str, Any]]) -> Any:
         return await self.client.prompt(self.session_id, script)
 
-    async def finish(self, prompt: Any, timeout: float = 5.0) -> dict[str, Any]:
+    async def finish(self, prompt: Any, timeout: float = T_WAIT) -> dict[str, Any]:
         response = await self.client.response(prompt, timeout)
         assert "result" in response, response
         result: dict[str, Any] = response["result"]

@@ -15,9 +15,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import StartServer
-from tests.harness import GRACE, T_ACK, T_ESC, T_EXIT, T_START, RawClient
-
-W_QUIET = 0.5
+from tests.harness import GRACE, T_ACK, T_ESC, T_EXIT, T_START, W_QUIET, RawClient, scaled
 
 
 def position(client: RawClient, message: dict[str, Any]) -> int:
@@ -126,7 +124,7 @@ async def test_cancel_never_blocks_other_requests_while_the_turn_cleans_up(serve
     t0 = await server.cancel(a)
     await asyncio.sleep(0.01)
     new_session = await server.call("session/new", {"cwd": "/tmp", "mcpServers": []})
-    assert server.arrival_time(new_session) - t0 <= 0.5  # target 100 ms, 5x for CI
+    assert server.arrival_time(new_session) - t0 <= scaled(0.5)  # target 100 ms, 5x for CI
     t_open = await server.release(b, "gB")
     done_b = await server.response(prompt_b)
     assert done_b["result"] == {"stopReason": "end_turn"}
@@ -449,7 +447,7 @@ async def test_stdin_eof_cancels_every_turn_and_exits_in_time_leaving_no_process
     code, took = await server.close()
     assert code == 0
     assert took <= T_EXIT
-    deadline = time.monotonic() + 2
+    deadline = time.monotonic() + scaled(2)
     while True:
         try:
             os.killpg(pid, 0)
@@ -625,5 +623,5 @@ async def test_many_sessions_streaming_at_once_all_finish_under_backpressure(ser
     sessions = [await server.new_session() for _ in range(12)]
     prompts = [await server.prompt(s, [{"say": "x", "repeat": 500}]) for s in sessions]
     for prompt in prompts:
-        assert (await server.response(prompt, timeout=30))["result"] == {"stopReason": "end_turn"}
+        assert (await server.response(prompt, timeout=scaled(30)))["result"] == {"stopReason": "end_turn"}
     assert all(len(server.texts(s)) == 500 for s in sessions)

@@ -20,6 +20,7 @@ from acp_server.mcp_bridge.specs import ServerSpec, parse_server, tool_name
 from acp_server.mcp_bridge.tools import tool_result
 from acp_server.runtime.model import Notice, TextOutput, TurnEvent
 from acp_server.runtime.tools import ToolBox
+from tests.harness import scaled
 
 SERVER = Path(__file__).resolve().parent / "mcp_servers" / "stdio_server.py"
 
@@ -121,18 +122,18 @@ def test_a_turn_waits_for_a_starting_server_only_so_long_and_says_so_once(monkey
         return waited, first, second
 
     waited, first, second = anyio.run(turns)
-    assert 0.15 < waited < 1.0
+    assert 0.15 < waited < scaled(1.0)  # the ready wait, then no more
     assert first.specs == () and second.specs == ()
     assert said == [Notice("The MCP server 'slow' is still starting; its tools are not available yet.")]
 
 
 async def test_the_probe_lists_a_servers_tools() -> None:
     spec = {"name": "srv", "command": sys.executable, "args": [str(SERVER)], "env": []}
-    names = await probe_mcp_server(spec, timeout=20)
+    names = await probe_mcp_server(spec, timeout=scaled(20))
     assert {"echo", "write_note", "slow", "die"} <= set(names)
 
 
 async def test_the_probe_says_why_a_server_cannot_start() -> None:
     spec = {"name": "srv", "command": "acp-test-no-such-command", "args": [], "env": []}
     with pytest.raises(McpServerError, match="command not found: acp-test-no-such-command"):
-        await probe_mcp_server(spec, timeout=5)
+        await probe_mcp_server(spec, timeout=scaled(5))

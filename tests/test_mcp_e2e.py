@@ -20,11 +20,11 @@ import pytest
 
 from tests.conftest import StartServer
 from tests.editor_client import Editor, always
-from tests.harness import GRACE, T_ACK, T_ESC, RawClient, processes
+from tests.harness import GRACE, T_ACK, T_ESC, T_WAIT, RawClient, processes, scaled
 
 SERVERS = Path(__file__).resolve().parent / "mcp_servers"
 # Starting an MCP server costs its interpreter and the SDK's imports, on both sides, on a loaded 2-core machine.
-T_MCP = 20.0
+T_MCP = scaled(20.0)
 FINAL = ("completed", "failed")
 
 
@@ -347,7 +347,7 @@ async def test_a_cancel_reaches_the_mcp_server_and_the_session_stays_usable(serv
     response = await server.response(message["id"], T_ESC)
     assert response["result"] == {"stopReason": "cancelled"}
     assert server.arrival_time(response) - sent < T_ESC
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + T_WAIT
     while marker.read_text() != "cancelled":  # the server saw the call cancelled (notifications/cancelled)
         assert time.monotonic() < deadline, f"the server never saw the cancel: {marker.read_text()!r}"
         await asyncio.sleep(0.02)
@@ -443,7 +443,7 @@ async def test_closing_a_session_stops_its_mcp_servers_and_leaves_no_task_behind
     assert response["result"] == {}
     await wait_gone(pid, 2)
     assert (await server.stats())["mcpSessions"] == 0
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + T_WAIT
     while (after := await server.stats())["tasks"] != before["tasks"]:  # the title task may still be finishing
         assert time.monotonic() < deadline, (before, after)
         await asyncio.sleep(0.05)

@@ -13,7 +13,7 @@ import pytest
 
 from tests.conftest import StartServer
 from tests.fake_openai import FakeOpenAI, text_reply, tool_call_reply
-from tests.harness import T_ACK, T_ESC, T_START, RawClient
+from tests.harness import T_ACK, T_ESC, T_START, RawClient, scaled
 from tests.test_interrupts import after, chunk, position
 
 
@@ -69,7 +69,7 @@ async def test_interrupting_a_stubborn_turn_answers_at_the_deadline_and_its_late
     assert first["result"] == {"stopReason": "cancelled"}
     assert server.arrival_time(first) - t0 <= T_ESC
     assert (await server.response(second["id"]))["result"] == {"stopReason": "end_turn"}
-    await server.probe("tool_exited", sessionId=a, toolCallId=call_id, reason="completed", timeout=4)
+    await server.probe("tool_exited", sessionId=a, toolCallId=call_id, reason="completed", timeout=scaled(4))
     await server.quiet(
         0.3,
         lambda m: (
@@ -225,9 +225,9 @@ async def test_steer_the_model_sees_the_whole_task_so_far_and_the_new_message(
         p2 = await server.request("session/prompt", text_prompt(a, "keep the public API"))
         p3 = await server.request("session/prompt", text_prompt(a, "and add a test"))
         await answer(server, held)
-        assert (await server.response(p1, timeout=10))["result"] == {"stopReason": "end_turn"}
-        assert (await server.response(p2, timeout=10))["result"] == {"stopReason": "end_turn"}
-        assert (await server.response(p3, timeout=10))["result"] == {"stopReason": "end_turn"}
+        assert (await server.response(p1, timeout=scaled(10)))["result"] == {"stopReason": "end_turn"}
+        assert (await server.response(p2, timeout=scaled(10)))["result"] == {"stopReason": "end_turn"}
+        assert (await server.response(p3, timeout=scaled(10)))["result"] == {"stopReason": "end_turn"}
         second = model.requests[1].body["messages"]
         roles = [(m["role"], m.get("content")) for m in second if m["role"] != "system"]
         assert roles[0] == ("user", "refactor the parser")

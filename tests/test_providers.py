@@ -46,7 +46,7 @@ from tests.fake_openai import (
     text_reply,
     tool_call_reply,
 )
-from tests.harness import RawClient
+from tests.harness import T_ACK, RawClient, scaled
 
 SECRET = "sk-test-SECRET0123456789"
 SYSTEM = "You are a careful coding agent."
@@ -446,8 +446,8 @@ async def _cancel_mid_stream(
             scope.cancel()
     assert scope.cancelled_caught
     assert outcome == ["cancelled"]
-    assert await server.wait_disconnect_async(1.0), "the server never saw the connection close"
-    assert server.disconnects[0] - cancelled_at[0] < 1.0
+    assert await server.wait_disconnect_async(T_ACK), "the server never saw the connection close"
+    assert server.disconnects[0] - cancelled_at[0] < T_ACK
 
 
 async def test_openai_cancel_mid_stream_closes_the_connection_and_raises_cancellation(
@@ -484,7 +484,7 @@ async def test_openai_cancel_while_the_sdk_waits_to_retry_is_a_cancellation_not_
     with anyio.CancelScope() as scope:
         async with anyio.create_task_group() as group:
             group.start_soon(turn)
-            assert await fake_openai.wait_requests(1, timeout=10)
+            assert await fake_openai.wait_requests(1, timeout=scaled(10))
             scope.cancel()
     assert outcome == ["cancelled"]
     assert len(fake_openai.requests) == 1
@@ -701,7 +701,7 @@ async def test_acp_server_streams_an_openai_model_reply_to_the_editor(
 ) -> None:
     fake_openai.script(text_reply("Hello ", "from ", "the model."))
     client, session = await _openai_server(start_server, fake_openai, tmp_path)
-    response = await client.call("session/prompt", _prompt(session, "hi there"), timeout=30)
+    response = await client.call("session/prompt", _prompt(session, "hi there"), timeout=scaled(30))
     assert response["result"] == {"stopReason": "end_turn"}
     assert client.texts(session) == ["Hello ", "from ", "the model."]
     request = fake_openai.requests[0]  # (a title request may follow)
@@ -716,13 +716,13 @@ async def test_acp_server_cancel_closes_the_model_connection_and_answers_cancell
     fake_openai.script(text_reply("one", "two", ending="hang"))
     client, session = await _openai_server(start_server, fake_openai, tmp_path)
     prompt = await client.request("session/prompt", _prompt(session, "go"))
-    await client.wait_for(lambda _: client.texts(session) == ["one", "two"], timeout=30)
+    await client.wait_for(lambda _: client.texts(session) == ["one", "two"], timeout=scaled(30))
     cancelled_at = time.monotonic()
     await client.cancel(session)
     response = await client.response(prompt)
     assert response["result"] == {"stopReason": "cancelled"}
-    assert await fake_openai.wait_disconnect_async(1.0), "the model endpoint never saw the connection close"
-    assert fake_openai.disconnects[0] - cancelled_at < 1.0
+    assert await fake_openai.wait_disconnect_async(T_ACK), "the model endpoint never saw the connection close"
+    assert fake_openai.disconnects[0] - cancelled_at < T_ACK
 
 
 async def test_acp_server_answers_a_model_failure_with_one_line_and_no_key(
@@ -730,7 +730,7 @@ async def test_acp_server_answers_a_model_failure_with_one_line_and_no_key(
 ) -> None:
     fake_openai.script(error(401, f"Incorrect API key provided: {SECRET}."))
     client, session = await _openai_server(start_server, fake_openai, tmp_path)
-    response = await client.call("session/prompt", _prompt(session, "hi"), timeout=30)
+    response = await client.call("session/prompt", _prompt(session, "hi"), timeout=scaled(30))
     assert response["error"]["code"] == -32603
     message = response["error"]["message"]
     assert message == "The model failed: the model endpoint answered 401: Incorrect API key provided: [redacted]."

@@ -26,7 +26,7 @@ from acp_server.transcripts.record import Recorder
 from acp_server.transcripts.secrets import REDACTED, Redactor, provider_secrets
 from acp_server.transport import Oversized
 from tests.conftest import StartServer
-from tests.harness import DEFAULT_ARGS, RawClient, is_response, isolated_env, server_command
+from tests.harness import DEFAULT_ARGS, RawClient, is_response, isolated_env, scaled, server_command
 from tests.transcripts import run_replay_command
 
 
@@ -189,7 +189,7 @@ def test_record_to_an_unwritable_path_fails_at_start(tmp_path: Path) -> None:
         stdin=subprocess.DEVNULL,
         capture_output=True,
         env={**os.environ, **isolated_env()},
-        timeout=20,
+        timeout=scaled(20),
         check=False,
     )
     assert result.returncode == 2
@@ -220,7 +220,7 @@ async def _record_a_session(start_server: StartServer, workdir: Path, path: Path
     }
     asked: list[str] = []
     seen = 0
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + scaled(10)
     while not any(is_response(m, prompt) for m in client.received[seen:]):  # answer the editor's side as it comes
         assert time.monotonic() < deadline, f"the turn did not end; asked so far: {asked}"
         arrived = client.received[seen:]
@@ -264,7 +264,7 @@ def test_python_module_entry_point_runs_the_replay_subcommand() -> None:
         [sys.executable, "-m", "acp_server", "replay", "--help"],
         capture_output=True,
         text=True,
-        timeout=20,
+        timeout=scaled(20),
         check=False,
     )
     assert result.returncode == 0

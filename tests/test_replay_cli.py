@@ -15,7 +15,7 @@ import pytest
 
 from acp_server.transcripts.format import Line, Transcript, dump_transcript, load_transcript
 from acp_server.transcripts.testing import assert_replays
-from tests.harness import isolated_env, server_command
+from tests.harness import isolated_env, scaled, server_command
 from tests.transcripts import TRANSCRIPT_DIR, server_args
 from tests.transcripts import run_replay_command as replay
 
@@ -37,10 +37,15 @@ def edited(path: Path, tmp_path: Path, edit: Any) -> Path:
     return copy
 
 
+def scaled_wait(path: Path) -> tuple[str, str]:
+    """The transcript's own wait, scaled for a loaded machine (a replay that must match waits for its output)."""
+    return ("--timeout", f"{scaled(load_transcript(path).timeout):g}")
+
+
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("path", TRANSCRIPTS, ids=[path.stem for path in TRANSCRIPTS])
 def test_every_project_transcript_replays_through_the_command(path: Path) -> None:
-    result = replay(str(path), "--", *agent_command(load_transcript(path)))
+    result = replay(str(path), *scaled_wait(path), "--", *agent_command(load_transcript(path)))
     assert result.returncode == 0, result.stderr
     assert f"{path.name}: match" in result.stderr
     assert result.stdout == ""
@@ -83,7 +88,7 @@ def test_answers_go_to_the_agents_requests_by_method_and_order_whatever_ids_were
     assert '"id":"$req1"' in original.read_text()
     renumbered = edited(original, tmp_path, lambda text: text.replace('"$req1"', "100").replace('"$req2"', "101"))
     assert '"id":100,"method":"fs/read_text_file"' in renumbered.read_text().replace('"jsonrpc":"2.0",', "")
-    result = replay(str(renumbered), "--", *agent_command(load_transcript(original)))
+    result = replay(str(renumbered), *scaled_wait(original), "--", *agent_command(load_transcript(original)))
     assert result.returncode == 0, result.stderr
 
 
@@ -126,7 +131,7 @@ def test_assert_replays_passes_on_a_project_transcript(monkeypatch: pytest.Monke
     for name, value in isolated_env().items():
         monkeypatch.setenv(name, value)
     path = TRANSCRIPT_DIR / "echo_conversation.jsonl"
-    outcome = assert_replays(path, server_command("--model", "echo"))
+    outcome = assert_replays(path, server_command("--model", "echo"), timeout=scaled(load_transcript(path).timeout))
     assert outcome.ok and outcome.actual == outcome.expected
 
 
@@ -136,6 +141,6 @@ def test_assert_replays_fails_with_the_diff(monkeypatch: pytest.MonkeyPatch) -> 
     path = TRANSCRIPT_DIR / "echo_conversation.jsonl"
     # The same transcript against the wrong agent: the scripted model answers differently from echo.
     with pytest.raises(AssertionError) as failure:
-        assert_replays(path, server_command("--model", "scripted"), strict=True, timeout=1)
+        assert_replays(path, server_command("--model", "scripted"), strict=True, timeout=scaled(1))
     assert "echo_conversation.jsonl does not replay against" in str(failure.value)
     assert '"currentValue":"echo"' in str(failure.value)

@@ -15,7 +15,7 @@ import pytest
 
 from tests.conftest import StartServer
 from tests.fake_openai import FakeOpenAI, text_reply, tool_call_reply
-from tests.harness import RawClient
+from tests.harness import RawClient, scaled
 
 
 @pytest.fixture
@@ -54,7 +54,7 @@ async def test_system_prompt_names_the_directory_the_tools_and_the_project_instr
     (workdir / "AGENTS.md").write_text("Always run the linter before you finish.\n")
     model.script(text_reply("ok"))
     client, session = await agent(start_server, model, workdir)
-    assert (await client.call("session/prompt", prompt(session, "hi"), timeout=30))["result"][
+    assert (await client.call("session/prompt", prompt(session, "hi"), timeout=scaled(30)))["result"][
         "stopReason"
     ] == "end_turn"
     request = model.requests[0]  # (a title request may follow)
@@ -76,7 +76,7 @@ async def test_a_tool_call_runs_and_its_result_goes_back_to_the_model(
         text_reply("The word is ", "plinth."),
     )
     client, session = await agent(start_server, model, workdir)
-    response = await client.call("session/prompt", prompt(session, "what is the word?"), timeout=30)
+    response = await client.call("session/prompt", prompt(session, "what is the word?"), timeout=scaled(30))
     assert response["result"] == {"stopReason": "end_turn"}
     started = client.updates(session, "tool_call")
     assert [(u["toolCallId"], u["kind"]) for u in started] == [("call_1", "read")]
@@ -98,7 +98,7 @@ async def test_invalid_tool_arguments_are_reported_to_the_model_not_run(
         text_reply("sorry"),
     )
     client, session = await agent(start_server, model, workdir, "--permission-mode", "bypass")
-    response = await client.call("session/prompt", prompt(session, "write"), timeout=30)
+    response = await client.call("session/prompt", prompt(session, "write"), timeout=scaled(30))
     assert response["result"] == {"stopReason": "end_turn"}
     assert not (workdir / "x.txt").exists()
     assert client.updates(session, "tool_call_update")[-1]["status"] == "failed"
@@ -111,7 +111,7 @@ async def test_a_turn_stops_at_the_model_call_limit_with_max_turn_requests(
 ) -> None:
     model.set_default(tool_call_reply(("call_loop", "list_files", ["{}"])))
     client, session = await agent(start_server, model, workdir, "--max-turn-requests", "3")
-    response = await client.call("session/prompt", prompt(session, "loop"), timeout=30)
+    response = await client.call("session/prompt", prompt(session, "loop"), timeout=scaled(30))
     assert response["result"] == {"stopReason": "max_turn_requests"}
     assert len(model.requests) == 3
 
@@ -121,8 +121,8 @@ async def test_provider_stop_reasons_reach_the_client(
 ) -> None:
     model.script(text_reply("cut", finish="length"), text_reply("no", finish="content_filter"))
     client, session = await agent(start_server, model, workdir)
-    first = await client.call("session/prompt", prompt(session, "a"), timeout=30)
-    second = await client.call("session/prompt", prompt(session, "b"), timeout=30)
+    first = await client.call("session/prompt", prompt(session, "a"), timeout=scaled(30))
+    second = await client.call("session/prompt", prompt(session, "b"), timeout=scaled(30))
     assert (first["result"]["stopReason"], second["result"]["stopReason"]) == ("max_tokens", "refusal")
 
 
@@ -131,7 +131,7 @@ async def test_usage_is_reported_when_the_context_window_is_configured(
 ) -> None:
     model.script(text_reply("hi", usage=(1200, 34)))
     client, session = await agent(start_server, model, workdir, config="[providers.openai]\ncontext_window = 128000\n")
-    assert (await client.call("session/prompt", prompt(session, "hi"), timeout=30))["result"][
+    assert (await client.call("session/prompt", prompt(session, "hi"), timeout=scaled(30)))["result"][
         "stopReason"
     ] == "end_turn"
     assert client.updates(session, "usage_update") == [{"sessionUpdate": "usage_update", "used": 1234, "size": 128000}]
@@ -143,12 +143,11 @@ async def test_the_model_sees_a_cancelled_turn_with_what_was_streamed_and_a_note
     model.script(text_reply("half an ", "answer", ending="hang"), text_reply("ok"))
     client, session = await agent(start_server, model, workdir)
     first = await client.request("session/prompt", prompt(session, "first"))
-    await client.wait_for(lambda _: "".join(client.texts(session)) == "half an answer", timeout=30)
+    await client.wait_for(lambda _: "".join(client.texts(session)) == "half an answer", timeout=scaled(30))
     await client.cancel(session)
     assert (await client.response(first))["result"] == {"stopReason": "cancelled"}
-    assert (await client.call("session/prompt", prompt(session, "second"), timeout=30))["result"]["stopReason"] == (
-        "end_turn"
-    )
+    second = await client.call("session/prompt", prompt(session, "second"), timeout=scaled(30))
+    assert second["result"]["stopReason"] == "end_turn"
     history = model.requests[1].body["messages"]
     contents = [(m["role"], m.get("content")) for m in history[1:]]
     assert contents == [

@@ -36,7 +36,7 @@ from acp.schema import (
 )
 
 from tests import sdk_client
-from tests.harness import DEFAULT_ARGS, T_ACK, T_ESC
+from tests.harness import DEFAULT_ARGS, T_ACK, T_ESC, T_WAIT, W_QUIET
 from tests.sdk_client import RecordingClient, SdkAgent, spawn_sdk_agent
 
 # Updates that belong to a session rather than to a turn (the commands announced after session/new, titles after
@@ -56,7 +56,7 @@ StartAgent = Callable[..., Awaitable[SdkAgent]]
 
 ECHO_ARGS = ("--model", "echo")
 # W_quiet of INTERRUPTS.md, scaled down: long enough for a late line to show up on an idle loopback pipe.
-QUIET = 0.5
+QUIET = W_QUIET
 
 
 @pytest.fixture
@@ -232,7 +232,7 @@ async def test_cancel_during_a_gate_answers_cancelled_quickly_and_the_next_promp
     await client.wait_for_probe("gate_reached", sessionId=session, gate="g1")
     started = time.monotonic()
     await scripted.conn.cancel(session_id=session)
-    response = await asyncio.wait_for(turn, 5)
+    response = await asyncio.wait_for(turn, T_WAIT)
     took = time.monotonic() - started
     assert response.stop_reason == "cancelled"
     assert took < T_ACK, f"cancel -> cancelled took {took:.3f} s"
@@ -263,14 +263,14 @@ async def test_cancel_of_one_gated_session_leaves_the_other_running_to_end_turn(
 
     started = time.monotonic()
     await scripted.conn.cancel(session_id=a)
-    response_a = await asyncio.wait_for(turns[a], 5)
+    response_a = await asyncio.wait_for(turns[a], T_WAIT)
     assert response_a.stop_reason == "cancelled"
     assert time.monotonic() - started < T_ACK
     await asyncio.sleep(0.1)
     assert not turns[b].done(), "B must still be waiting on its gate"
 
     await release(scripted, b, "g")
-    response_b = await asyncio.wait_for(turns[b], 5)
+    response_b = await asyncio.wait_for(turns[b], T_WAIT)
     assert response_b.stop_reason == "end_turn"
     assert client.texts(a) == ["A1"]
     assert client.texts(b) == ["B1", "B2"]
@@ -435,7 +435,7 @@ async def test_cancel_while_a_client_request_hangs_answers_cancelled_without_wai
     assert hold.entered.is_set()
     started = time.monotonic()
     await scripted.conn.cancel(session_id=session)
-    response = await asyncio.wait_for(turn, 5)
+    response = await asyncio.wait_for(turn, T_WAIT)
     took = time.monotonic() - started
     assert response.stop_reason == "cancelled"
     assert took < T_ACK, f"cancel -> cancelled took {took:.3f} s"
@@ -492,9 +492,9 @@ async def test_stats_return_to_zero_running_queued_and_pending_after_every_kind_
     await client.wait_for_probe("gate_reached", sessionId=a, gate="g")
     await client.wait_for_probe("gate_reached", sessionId=b, gate="g")
     await scripted.conn.cancel(session_id=a)
-    assert (await asyncio.wait_for(turn_a, 5)).stop_reason == "cancelled"
+    assert (await asyncio.wait_for(turn_a, T_WAIT)).stop_reason == "cancelled"
     await release(scripted, b, "g")
-    assert (await asyncio.wait_for(turn_b, 5)).stop_reason == "end_turn"
+    assert (await asyncio.wait_for(turn_b, T_WAIT)).stop_reason == "end_turn"
     # a cancel while the client holds a request, answered late
     hold = client.hold("fs/read_text_file")
     client.files["/x"] = "x"
@@ -503,9 +503,9 @@ async def test_stats_return_to_zero_running_queued_and_pending_after_every_kind_
         b,
         [{"tool": "test_client_request", "args": {"method": "fs/read_text_file", "params": {"path": "/x"}}}],
     )
-    await asyncio.wait_for(hold.entered.wait(), 5)
+    await asyncio.wait_for(hold.entered.wait(), T_WAIT)
     await scripted.conn.cancel(session_id=b)
-    assert (await asyncio.wait_for(turn, 5)).stop_reason == "cancelled"
+    assert (await asyncio.wait_for(turn, T_WAIT)).stop_reason == "cancelled"
     hold.release()
     # a cancel on an idle session, and a cancel of an already cancelled one
     await scripted.conn.cancel(session_id=a)
@@ -544,8 +544,8 @@ async def test_a_prompt_sent_right_after_cancel_waits_for_the_cleanup_then_runs(
     started = time.monotonic()
     await scripted.conn.cancel(session_id=session)
     second = start_prompt(scripted, session, [{"say": "next"}])
-    first_response = await asyncio.wait_for(first, 5)
-    second_response = await asyncio.wait_for(second, 5)
+    first_response = await asyncio.wait_for(first, T_WAIT)
+    second_response = await asyncio.wait_for(second, T_WAIT)
     assert first_response.stop_reason == "cancelled"
     assert time.monotonic() - started < T_ESC
     assert second_response.stop_reason == "end_turn"
@@ -582,7 +582,7 @@ async def test_closing_stdin_mid_turn_answers_every_prompt_cancelled_and_exits_c
             [{"tool": "test_client_request", "args": {"method": "fs/read_text_file", "params": {"path": "/x"}}}],
         )
         await client.wait_for_probe("gate_reached", sessionId=a)
-        await asyncio.wait_for(hold.entered.wait(), 5)
+        await asyncio.wait_for(hold.entered.wait(), T_WAIT)
         problems = await agent.close()
         assert problems == []
         assert gated.done() and waiting.done(), "the responses were on the wire before stdout closed"

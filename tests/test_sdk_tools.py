@@ -45,7 +45,7 @@ from acp.schema import (
     ToolCallUpdate,
 )
 
-from tests.harness import DEFAULT_ARGS, GRACE, T_ACK, T_ESC, T_EXIT, TURN_SCOPED, Entry
+from tests.harness import DEFAULT_ARGS, GRACE, T_ACK, T_ESC, T_EXIT, T_WAIT, TURN_SCOPED, W_QUIET, Entry
 from tests.sdk_client import (
     NEVER,
     FakeTerminal,
@@ -59,7 +59,7 @@ from tests.sdk_client import (
 StartAgent = Callable[..., Awaitable[SdkAgent]]
 
 # W_quiet of INTERRUPTS.md, scaled down: long enough for a late line to show up on an idle loopback pipe.
-QUIET = 0.5
+QUIET = W_QUIET
 FINAL = ("completed", "failed")
 OPTION_KINDS = {"allow_once", "allow_always", "reject_once", "reject_always"}
 TERMINAL_CLEANUP = ["terminal/create", "terminal/wait_for_exit", "terminal/kill", "terminal/release"]
@@ -544,9 +544,9 @@ async def test_a_permission_answered_allow_only_after_the_cancel_writes_nothing(
     hold = client.hold("session/request_permission")
     session = await open_session(editor, project)
     turn = start_prompt(editor, session, [write("late.txt", "late\n"), {"say": "never"}])
-    await asyncio.wait_for(hold.entered.wait(), 5)
+    await asyncio.wait_for(hold.entered.wait(), T_WAIT)
     await editor.conn.cancel(session_id=session)
-    response = await asyncio.wait_for(turn, 5)
+    response = await asyncio.wait_for(turn, T_WAIT)
     assert response.stop_reason == "cancelled"
     answered = editor.wire.response_entry("session/prompt", session)
     assert answered.t - cancel_entry(editor, session).t <= T_ACK
@@ -581,9 +581,9 @@ async def test_a_permission_never_answered_then_cancel_answers_cancelled_and_the
     hold = client.hold("session/request_permission")
     session = await open_session(editor, project)
     turn = start_prompt(editor, session, [write("n.txt", "n\n")])
-    await asyncio.wait_for(hold.entered.wait(), 5)
+    await asyncio.wait_for(hold.entered.wait(), T_WAIT)
     await editor.conn.cancel(session_id=session)
-    assert (await asyncio.wait_for(turn, 5)).stop_reason == "cancelled"
+    assert (await asyncio.wait_for(turn, T_WAIT)).stop_reason == "cancelled"
     answered = editor.wire.response_entry("session/prompt", session)
     assert answered.t - cancel_entry(editor, session).t <= T_ACK
     [asked] = out_entries(editor, "session/request_permission")
@@ -617,7 +617,7 @@ async def test_cancel_while_wait_for_exit_never_returns_kills_then_releases_once
     turn = start_prompt(editor, session, [run("sleep infinity"), {"say": "never"}])
     await client.wait_for_call("terminal/wait_for_exit")
     await editor.conn.cancel(session_id=session)
-    assert (await asyncio.wait_for(turn, 5)).stop_reason == "cancelled"
+    assert (await asyncio.wait_for(turn, T_WAIT)).stop_reason == "cancelled"
     await asyncio.sleep(QUIET)
 
     cancelled_at = cancel_entry(editor, session).t
@@ -698,7 +698,7 @@ async def test_a_terminal_created_while_the_cancel_is_in_flight_is_killed_and_re
     turn = start_prompt(editor, session, [run("sleep infinity"), {"say": "never"}])
     await client.wait_for_call("terminal/create")
     await editor.conn.cancel(session_id=session)
-    assert (await asyncio.wait_for(turn, 5)).stop_reason == "cancelled"
+    assert (await asyncio.wait_for(turn, T_WAIT)).stop_reason == "cancelled"
     await asyncio.sleep(QUIET)
 
     answered = editor.wire.response_entry("session/prompt", session)
@@ -726,7 +726,7 @@ async def test_a_cancel_while_the_release_is_being_answered_sends_no_second_kill
     turn = start_prompt(editor, session, [run("echo done"), {"say": "never"}])
     await client.wait_for_call("terminal/release")
     await editor.conn.cancel(session_id=session)
-    assert (await asyncio.wait_for(turn, 5)).stop_reason == "cancelled"
+    assert (await asyncio.wait_for(turn, T_WAIT)).stop_reason == "cancelled"
     await asyncio.sleep(QUIET)
 
     answered = editor.wire.response_entry("session/prompt", session)
@@ -749,9 +749,9 @@ async def test_cancel_while_the_editor_never_answers_a_file_read_answers_cancell
     hold = client.hold("fs/read_text_file")
     session = await open_session(editor, project)
     turn = start_prompt(editor, session, [{"tool": "read_file", "args": {"path": "big.txt"}}, {"say": "never"}])
-    await asyncio.wait_for(hold.entered.wait(), 5)
+    await asyncio.wait_for(hold.entered.wait(), T_WAIT)
     await editor.conn.cancel(session_id=session)
-    assert (await asyncio.wait_for(turn, 5)).stop_reason == "cancelled"
+    assert (await asyncio.wait_for(turn, T_WAIT)).stop_reason == "cancelled"
     answered = editor.wire.response_entry("session/prompt", session)
     assert answered.t - cancel_entry(editor, session).t <= T_ACK
     [read] = out_entries(editor, "fs/read_text_file")
@@ -812,7 +812,7 @@ async def test_a_cancel_while_a_local_command_is_being_spawned_leaves_no_process
                 assert not turn.done(), turn
                 await asyncio.sleep(0)
             await agent.conn.cancel(session_id=session)
-            assert (await asyncio.wait_for(turn, 5)).stop_reason == "cancelled"
+            assert (await asyncio.wait_for(turn, T_WAIT)).stop_reason == "cancelled"
             [call] = starts(agent, session, mark)
             assert final(agent, session, call.tool_call_id).status == "failed"
         await asyncio.sleep(0.2)

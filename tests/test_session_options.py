@@ -14,7 +14,7 @@ import pytest
 
 from tests.conftest import StartServer
 from tests.fake_openai import FakeOpenAI, error, text_reply
-from tests.harness import RawClient
+from tests.harness import RawClient, scaled
 
 
 def updates_of(client: RawClient, session: str, kind: str) -> list[dict[str, Any]]:
@@ -138,8 +138,8 @@ def ask(session: str, text: str) -> dict[str, Any]:
 async def test_a_real_model_writes_the_title(start_server: StartServer, model: FakeOpenAI, tmp_path: Path) -> None:
     model.script(text_reply("Sure, done."), text_reply('"Parser Refactoring Plan"'))
     client, session = await openai_session(start_server, model, tmp_path)
-    assert (await client.call("session/prompt", ask(session, "plan the parser refactor"), timeout=30))["result"]
-    await client.wait_for(lambda m: bool(updates_of(client, session, "session_info_update")), timeout=10)
+    assert (await client.call("session/prompt", ask(session, "plan the parser refactor"), timeout=scaled(30)))["result"]
+    await client.wait_for(lambda m: bool(updates_of(client, session, "session_info_update")), timeout=scaled(10))
     assert updates_of(client, session, "session_info_update")[0]["title"] == "Parser Refactoring Plan"
     title_request = model.requests[1].body["messages"]
     assert "title" in title_request[0]["content"].lower()
@@ -149,12 +149,12 @@ async def test_a_real_model_writes_the_title(start_server: StartServer, model: F
 async def test_clear_forgets_the_conversation(start_server: StartServer, model: FakeOpenAI, tmp_path: Path) -> None:
     model.script(text_reply("first answer"), text_reply("title"), text_reply("fresh answer"))
     client, session = await openai_session(start_server, model, tmp_path)
-    await client.call("session/prompt", ask(session, "remember the number 42"), timeout=30)
-    assert await model.wait_requests(2, timeout=10)  # the title request
-    assert (await client.call("session/prompt", ask(session, "/clear"), timeout=30))["result"][
+    await client.call("session/prompt", ask(session, "remember the number 42"), timeout=scaled(30))
+    assert await model.wait_requests(2, timeout=scaled(10))  # the title request
+    assert (await client.call("session/prompt", ask(session, "/clear"), timeout=scaled(30)))["result"][
         "stopReason"
     ] == "end_turn"
-    await client.call("session/prompt", ask(session, "what was the number?"), timeout=30)
+    await client.call("session/prompt", ask(session, "what was the number?"), timeout=scaled(30))
     history = model.requests[2].body["messages"]
     assert [m["role"] for m in history] == ["system", "user"]
     assert history[-1]["content"] == "what was the number?"
@@ -170,16 +170,16 @@ async def test_compact_has_the_model_summarise_and_continues_from_the_summary(
         text_reply("continuing"),
     )
     client, session = await openai_session(start_server, model, tmp_path)
-    await client.call("session/prompt", ask(session, "rename Foo to Bar everywhere in src/"), timeout=30)
-    assert await model.wait_requests(2, timeout=10)
-    response = await client.call("session/prompt", ask(session, "/compact"), timeout=30)
+    await client.call("session/prompt", ask(session, "rename Foo to Bar everywhere in src/"), timeout=scaled(30))
+    assert await model.wait_requests(2, timeout=scaled(10))
+    response = await client.call("session/prompt", ask(session, "/compact"), timeout=scaled(30))
     assert response["result"] == {"stopReason": "end_turn"}
     summary_request = model.requests[2].body["messages"]
     assert "summarise" in summary_request[-1]["content"].lower()
     assert "rename Foo to Bar everywhere in src/" in [m.get("content") for m in summary_request]
     shown = "".join(client.texts(session))
     assert "rename Foo to Bar in src/; nothing done yet." in shown and "Compacted 2 messages" in shown
-    await client.call("session/prompt", ask(session, "go on"), timeout=30)
+    await client.call("session/prompt", ask(session, "go on"), timeout=scaled(30))
     history = model.requests[3].body["messages"]
     assert [m["role"] for m in history] == ["system", "user", "assistant", "user"]
     assert "rename Foo to Bar in src/; nothing done yet." in history[1]["content"]
@@ -190,10 +190,10 @@ async def test_closing_a_session_cancels_its_title_request(
 ) -> None:
     model.script(text_reply("done"), text_reply("A title that never", ending="hang"))
     client, session = await openai_session(start_server, model, tmp_path)
-    await client.call("session/prompt", ask(session, "do the thing"), timeout=30)
-    assert await model.wait_requests(2, timeout=10)  # the title request is open
+    await client.call("session/prompt", ask(session, "do the thing"), timeout=scaled(30))
+    assert await model.wait_requests(2, timeout=scaled(10))  # the title request is open
     assert (await client.call("session/close", {"sessionId": session}))["result"] == {}
-    assert await model.wait_disconnect_async(2.0), "the title request was not cancelled with its session"
+    assert await model.wait_disconnect_async(scaled(2.0)), "the title request was not cancelled with its session"
     assert updates_of(client, session, "session_info_update") == []
 
 
@@ -212,9 +212,9 @@ async def test_a_nearly_full_context_is_compacted_before_the_next_call_and_the_u
     client = await start_server("--model", "openai:fake", "--base-url", model.base_url, env=env)
     await client.initialize()
     session = await client.new_session(str(tmp_path))
-    await client.call("session/prompt", ask(session, "tell me everything"), timeout=30)
-    assert await model.wait_requests(2, timeout=10)
-    response = await client.call("session/prompt", ask(session, "and now?"), timeout=30)
+    await client.call("session/prompt", ask(session, "tell me everything"), timeout=scaled(30))
+    assert await model.wait_requests(2, timeout=scaled(10))
+    response = await client.call("session/prompt", ask(session, "and now?"), timeout=scaled(30))
     assert response["result"] == {"stopReason": "end_turn"}
     summary_request = model.requests[2].body["messages"]
     assert "summarise" in summary_request[-1]["content"].lower()
@@ -236,9 +236,9 @@ async def test_a_context_overflow_error_compacts_and_retries_once(
         text_reply("answered after compaction"),
     )
     client, session = await openai_session(start_server, model, tmp_path)
-    await client.call("session/prompt", ask(session, "one"), timeout=30)
-    assert await model.wait_requests(2, timeout=10)
-    response = await client.call("session/prompt", ask(session, "two"), timeout=30)
+    await client.call("session/prompt", ask(session, "one"), timeout=scaled(30))
+    assert await model.wait_requests(2, timeout=scaled(10))
+    response = await client.call("session/prompt", ask(session, "two"), timeout=scaled(30))
     assert response["result"] == {"stopReason": "end_turn"}
     assert "answered after compaction" in "".join(client.texts(session))
     assert "Summary of it all." in model.requests[4].body["messages"][1]["content"]

@@ -9,7 +9,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from tests.harness import server_command
+from tests.harness import scaled, server_command
 
 
 @pytest.mark.timeout(30)
@@ -24,7 +24,7 @@ def test_server_reads_a_file_on_stdin_and_writes_a_file_on_stdout(tmp_path: Path
     stdout = tmp_path / "out.jsonl"
     with stdin.open("rb") as source, stdout.open("wb") as sink:
         done = subprocess.run(
-            server_command(), check=False, stdin=source, stdout=sink, stderr=subprocess.PIPE, timeout=20
+            server_command(), check=False, stdin=source, stdout=sink, stderr=subprocess.PIPE, timeout=scaled(20)
         )
     assert done.returncode == 0
     answers = {m["id"]: m for m in map(orjson.loads, stdout.read_bytes().splitlines()) if "method" not in m}

@@ -34,6 +34,7 @@ from acp_server.store import (
     message_to_json,
     replay_updates,
 )
+from tests.harness import scaled
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -437,8 +438,8 @@ async def test_two_processes_writing_twenty_sessions_at_once_lose_nothing(db: Pa
         child("sessions", str(db), "a", "10", "400") as a,
         child("sessions", str(db), "b", "10", "400") as b,
     ):
-        assert a.wait(timeout=50) == 0
-        assert b.wait(timeout=50) == 0
+        assert a.wait(timeout=scaled(50)) == 0
+        assert b.wait(timeout=scaled(50)) == 0
     store = SessionStore.open(db)
     try:
         for prefix in ("a", "b"):
@@ -454,7 +455,7 @@ async def test_two_processes_writing_twenty_sessions_at_once_lose_nothing(db: Pa
 def test_processes_racing_to_create_a_new_store_all_open_it(db: Path) -> None:
     with contextlib.ExitStack() as stack:
         children = [stack.enter_context(child("open", str(db))) for _ in range(8)]
-        assert [c.wait(timeout=50) for c in children] == [0] * 8
+        assert [c.wait(timeout=scaled(50)) for c in children] == [0] * 8
 
 
 def test_opening_waits_for_another_process_that_holds_a_new_store_locked(db: Path) -> None:

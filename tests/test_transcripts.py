@@ -23,7 +23,7 @@ from acp_server.transcripts.format import (
     parse_transcript,
 )
 from acp_server.transcripts.normalise import canonicalise, compare
-from tests.harness import DEFAULT_ARGS, Entry
+from tests.harness import DEFAULT_ARGS, Entry, scaled
 from tests.transcripts import (
     TRANSCRIPT_DIR,
     ReplayResult,
@@ -367,7 +367,7 @@ def _find(lines: list[Line], needle: str) -> int:
 
 
 async def _replay_expecting_mismatch(transcript: Transcript, start_server: StartServer) -> ReplayResult:
-    result = await replay(transcript, start_server, timeout=1.5)
+    result = await replay(transcript, start_server, timeout=scaled(1.5))
     assert not result.matches, "the replay should have reported a mismatch"
     assert not result.ok
     return result

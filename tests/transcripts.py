@@ -27,7 +27,7 @@ from acp_server.transcripts.engine import Driver, Outcome, PeerGoneError, play, 
 from acp_server.transcripts.format import Line, Transcript, dump_transcript, line_from_bytes, load_transcript
 from acp_server.transcripts.ids import Namer, key, map_ids
 from acp_server.transcripts.normalise import canonicalise
-from tests.harness import DEFAULT_ARGS, T_EXIT, Entry, RawClient, check_wire, isolated_env, server_command
+from tests.harness import DEFAULT_ARGS, T_EXIT, Entry, RawClient, check_wire, isolated_env, scaled, server_command
 
 __all__ = [
     "TRANSCRIPT_DIR",
@@ -53,7 +53,7 @@ def server_args(transcript: Transcript) -> tuple[str, ...]:
     return DEFAULT_ARGS if transcript.args is None else transcript.args
 
 
-def run_replay_command(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+def run_replay_command(*args: str, timeout: float = scaled(60)) -> subprocess.CompletedProcess[str]:
     """`acp-server replay ARGS...` as a user runs it, with an isolated state directory and config."""
     return subprocess.run(
         [*server_command("replay"), *args],
@@ -134,7 +134,9 @@ async def replay(
     again at teardown)."""
     client = await (start or RawClient.start)(*server_args(transcript))
     try:
-        outcome = await play(transcript, RawPeer(client), timeout=timeout, strict=True)
+        # A transcript's own wait is a bound like any other: scaled for a loaded machine.
+        wait = scaled(transcript.timeout) if timeout is None else timeout
+        outcome = await play(transcript, RawPeer(client), timeout=wait, strict=True)
     finally:
         client.kill()  # only if it is still running: an exception above, or a hung exit
     problems = outcome.problems + check_wire(client)
@@ -145,7 +147,7 @@ async def record(
     script: Transcript,
     start: StartServer | None = None,
     settle: float = 0.3,
-    timeout: float = 10.0,
+    timeout: float = scaled(10.0),
     times: bool = False,
 ) -> Transcript:
     """Run a script (a transcript whose "out" lines are ignored) and return the transcript of what happened.

@@ -10,7 +10,7 @@ import anyio
 
 from acp_server.mcp_bridge.link import describe_failure, list_remote_tools
 from acp_server.mcp_bridge.specs import McpServerError, parse_server
-from acp_server.mcp_bridge.transports import connect
+from acp_server.mcp_bridge.transports import connect, load_sdk
 
 __all__ = ["probe_mcp_server"]
 
@@ -19,6 +19,8 @@ async def probe_mcp_server(spec: dict[str, Any], *, timeout: float) -> list[str]
     """The server's tool names (as the server names them); raises McpServerError saying, in plain words, why the
     server cannot be used. A stdio server runs in the current directory."""
     server = parse_server(spec)
+    # Our own import of the SDK is not the server's answer time: a cold import takes seconds on a busy machine.
+    await load_sdk()
     try:
         with anyio.fail_after(timeout):
             async with connect(server, Path.cwd()) as (client, _lost):
