@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 
-from tests.harness import T_EXIT, TIME_SCALE, RawClient, check_wire
+from tests.harness import LONG_GRACE_ARGS, T_EXIT, TIME_SCALE, RawClient, check_wire
 
 StartServer = Callable[..., Awaitable[RawClient]]
 
@@ -15,6 +15,10 @@ StartServer = Callable[..., Awaitable[RawClient]]
 def pytest_configure(config: pytest.Config) -> None:
     """pytest-timeout's per-test timeout (the `timeout` ini) is a bound like any other: scaled by
     ACP_TEST_TIME_SCALE. trylast: pytest-timeout has read the ini by then."""
+    config.addinivalue_line(
+        "markers",
+        "at_once: the test tells 'at once' from 'at the cleanup deadline': its server gets LONG_GRACE, far above T_ACK",
+    )
     if getattr(config, "_env_timeout", None):
         config._env_timeout *= TIME_SCALE  # type: ignore[attr-defined]
 
@@ -54,9 +58,15 @@ async def start_server() -> AsyncIterator[StartServer]:
     assert not problems, "\n".join(problems)
 
 
+def server_args(request: pytest.FixtureRequest) -> tuple[str, ...]:
+    """The default server, or with `@pytest.mark.at_once` one whose cleanup deadline is LONG_GRACE: then an answer
+    within T_ACK can only be "at once", never the deadline, however big ACP_TEST_TIME_SCALE is."""
+    return LONG_GRACE_ARGS if request.node.get_closest_marker("at_once") else ()
+
+
 @pytest.fixture
-async def server(start_server: StartServer) -> RawClient:
+async def server(start_server: StartServer, request: pytest.FixtureRequest) -> RawClient:
     """A scripted, test-mode server that has been initialized."""
-    client = await start_server()
+    client = await start_server(*server_args(request))
     await client.initialize()
     return client

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from acp_server.runtime.tools.commands import command_prefix
-from tests.conftest import StartServer
+from tests.conftest import StartServer, server_args
 from tests.editor_client import NEVER, Editor, always, answer_with
 from tests.harness import GRACE, T_ACK, T_ESC, T_EXIT, T_WAIT, TURN_SCOPED, W_QUIET, RawClient, processes, scaled
 
@@ -29,9 +29,9 @@ OPTION_KINDS = {"allow_once", "allow_always", "reject_once", "reject_always"}
 
 
 @pytest.fixture
-async def terminal_server(start_server: StartServer) -> RawClient:
+async def terminal_server(start_server: StartServer, request: pytest.FixtureRequest) -> RawClient:
     """A server whose client advertised `terminal: true`: commands go to editor terminals."""
-    client = await start_server()
+    client = await start_server(*server_args(request))
     await client.initialize({"terminal": True})
     return client
 
@@ -348,6 +348,7 @@ async def test_editor_terminal_timeout_kills_reads_and_releases(terminal_server:
     assert server.texts(session) == ["after"]
 
 
+@pytest.mark.at_once
 async def test_cancel_during_wait_for_exit_kills_then_releases_before_the_response(
     terminal_server: RawClient, tmp_path: Path
 ) -> None:
@@ -566,6 +567,7 @@ async def test_read_only_mode_refuses_commands_without_asking(terminal_server: R
     assert "read-only" in text_of(final)
 
 
+@pytest.mark.at_once
 async def test_cancel_while_asking_retracts_the_request_and_a_late_allow_runs_nothing(
     terminal_server: RawClient, tmp_path: Path
 ) -> None:

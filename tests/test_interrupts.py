@@ -40,6 +40,7 @@ def mentions_session(message: dict[str, Any], session_id: str) -> bool:
     return message.get("method") != "_scripted/probe" and session_id.encode() in repr(message).encode()
 
 
+@pytest.mark.at_once
 async def test_cancel_during_model_stream_answers_cancelled_and_stops_the_stream(server: RawClient) -> None:
     """I1"""
     a = await server.new_session()
@@ -56,6 +57,7 @@ async def test_cancel_during_model_stream_answers_cancelled_and_stops_the_stream
     assert server.texts(a) == ["a"]
 
 
+@pytest.mark.at_once
 async def test_abort_surfacing_as_an_error_still_answers_cancelled(server: RawClient) -> None:
     """I2 (A): an HTTP-client-style error raised by the abort is still `cancelled`, a result."""
     a = await server.new_session()
@@ -80,6 +82,7 @@ async def test_model_failure_without_cancel_answers_an_error_not_end_turn(server
 
 
 @pytest.mark.parametrize("cancelled_first_started", [True, False], ids=["first-started", "last-started"])
+@pytest.mark.at_once
 async def test_cancel_is_routed_by_session_id_and_leaves_other_sessions_running(
     server: RawClient, cancelled_first_started: bool
 ) -> None:
@@ -136,6 +139,7 @@ async def test_cancel_never_blocks_other_requests_while_the_turn_cleans_up(serve
     assert position(server, done_b) < position(server, done_a)
 
 
+@pytest.mark.at_once
 async def test_cancel_during_a_cooperative_tool_fails_its_tool_call_and_stops_the_turn(server: RawClient) -> None:
     """I5 with a test tool"""
     a = await server.new_session()
@@ -217,6 +221,7 @@ async def test_hanging_finalizer_delays_neither_the_response_nor_the_next_prompt
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.at_once
 async def test_cancel_written_with_its_prompt_is_never_lost(server: RawClient) -> None:
     """I10a: 200 iterations, the prompt and its cancel in a single write; the gate never opens."""
     a = await server.new_session()
@@ -580,6 +585,7 @@ async def test_randomized_cancels_keep_ordering_answers_and_tool_calls_terminal(
                 running = None
 
 
+@pytest.mark.at_once
 async def test_close_answers_the_running_turn_cancelled_before_its_own_result_and_refuses_the_id(
     server: RawClient,
 ) -> None:

@@ -7,6 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.harness import T_ACK, RawClient
 from tests.test_interrupts import after, position
 
@@ -51,6 +53,7 @@ async def test_a_delegated_task_runs_as_a_child_whose_answer_comes_back_as_the_t
     assert (await server.stats())["runningTurns"] == 0
 
 
+@pytest.mark.at_once
 async def test_cancelling_the_parent_cancels_child_and_grandchild_before_the_parent_answers(
     server: RawClient,
 ) -> None:
