@@ -5,7 +5,8 @@ prompt's `_meta.scripted`) and get text, thoughts, tool calls, delays, gates tha
 failures and chosen stop reasons, the same way every time. The README documents the format.
 
 A gate blocks like a network read: cancellably. `gate_raise` models an HTTP client that throws its own error
-when the stream is aborted, which the server must still report as `cancelled`.
+when the stream is aborted, which the server must still report as `cancelled`; `abort_gate` one whose teardown is
+slow, so a test can hold a cancelled turn's cleanup open for as long as it needs.
 """
 
 from __future__ import annotations
@@ -36,13 +37,14 @@ from acp_server.runtime.model import (
 
 __all__ = ["GateBoard", "ScriptError", "ScriptedProvider", "Step", "parse_script"]
 
-ACTIONS = ("say", "think", "sleep", "tool", "gate", "gate_raise", "fail", "stop", "after_turn_gate")
+ACTIONS = ("say", "think", "sleep", "tool", "gate", "gate_raise", "abort_gate", "fail", "stop", "after_turn_gate")
 MODIFIERS = {
     "say": {"repeat"},
     "think": {"repeat"},
     "tool": {"args"},
     "gate": {"timeout"},
     "gate_raise": {"timeout"},
+    "abort_gate": {"timeout"},
 }
 STOP_REASONS = ("end_turn", "max_tokens", "refusal")
 
@@ -242,6 +244,14 @@ class _ScriptedTurn:
             except anyio.get_cancelled_exc_class():
                 # Deliberately turns the abort into a library error: the server must still answer `cancelled`.
                 raise StreamAbortedError("stream aborted while reading the response") from None
+        elif action == "abort_gate":
+            try:
+                await anyio.sleep_forever()  # a stream that only an abort ends
+            finally:
+                # The abort's teardown (closing the connection), shielded from the cancel, held until the gate opens.
+                with anyio.CancelScope(shield=True):
+                    self._probe("gate_reached", gate=step.value)
+                    await self._gates.wait(step.value, step.timeout)
         elif action == "fail":
             raise ProviderError(step.value)
         elif action == "stop":
