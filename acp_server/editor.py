@@ -12,18 +12,21 @@ per tool for edits and per command prefix (the executable and its first argument
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.to_thread
 
 from acp_server.agent import Session
 from acp_server.connection import ClientRequestError
 from acp_server.mcp_bridge import MCP_TOOL_PREFIX
+from acp_server.runtime import beneath
 from acp_server.runtime.model import DiffOutput, TextOutput, ToolContent
-from acp_server.runtime.ports import CommandResult, Decision, PermissionRequest, ToolError
+from acp_server.runtime.paths import wire
+from acp_server.runtime.ports import CommandResult, Decision, FileSystem, PermissionRequest, ToolError
 
 __all__ = [
     "DEFAULT_MODE",
@@ -69,13 +72,31 @@ def tool_content(content: ToolContent) -> dict[str, Any]:
 
 
 class EditorFileSystem:
-    """`fs/read_text_file` and `fs/write_text_file`: the editor's view, unsaved buffers included."""
+    """`fs/read_text_file` and `fs/write_text_file`: the editor's view, unsaved buffers included.
 
-    def __init__(self, request: ClientRequest, session_id: str) -> None:
+    The editor opens the path itself, so we cannot hand it a descriptor: each path is walked beneath the roots at
+    the moment of sending (`beneath.checked_path`), links resolved, and the editor is sent the checked path, which
+    holds no symbolic link. A link swapped in between our check and the editor's open is out of our hands (the
+    README says so). A name that is not UTF-8 cannot be named to the editor in JSON, and the editor can hold no
+    buffer for it, so that file is read and written on the local disk, with the same confinement.
+    """
+
+    def __init__(self, request: ClientRequest, session_id: str, roots: Sequence[Path], local: FileSystem) -> None:
         self._request = request
         self._session_id = session_id
+        self._roots = tuple(roots)
+        self._local = local
+
+    async def _checked(self, path: Path) -> Path | None:
+        """The path to send, or None when it cannot be named on the wire (the local disk is used instead)."""
+        checked = await anyio.to_thread.run_sync(beneath.checked_path, path, self._roots)
+        return None if wire(str(checked)) != str(checked) else checked
 
     async def read_text(self, path: Path, line: int | None = None, limit: int | None = None) -> str:
+        checked = await self._checked(path)
+        if checked is None:
+            return await self._local.read_text(path, line, limit)
+        path = checked
         params: dict[str, Any] = {"sessionId": self._session_id, "path": str(path)}
         if line is not None:
             params["line"] = line
@@ -91,6 +112,11 @@ class EditorFileSystem:
         return content
 
     async def write_text(self, path: Path, content: str) -> None:
+        checked = await self._checked(path)
+        if checked is None:
+            await self._local.write_text(path, content)
+            return
+        path = checked
         params = {"sessionId": self._session_id, "path": str(path), "content": content}
         try:
             await self._request("fs/write_text_file", params)

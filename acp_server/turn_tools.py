@@ -52,8 +52,9 @@ def tool_ports(services: TurnServices, run: RunContext, on_behalf_of: str | None
     def deadline() -> float:
         return run.cleanup_deadline(grace)
 
-    editor_fs = EditorFileSystem(request, session.session_id)
-    local_fs = LocalFileSystem()
+    roots = (session.cwd, *session.additional_directories)
+    local_fs = LocalFileSystem(roots)
+    editor_fs = EditorFileSystem(request, session.session_id, roots, local_fs)
     fs = SplitFileSystem(
         editor_fs if session.client.fs.read_text_file else local_fs,
         editor_fs if session.client.fs.write_text_file else local_fs,

@@ -21,6 +21,7 @@ LAYERS: dict[str, int] = {
     "acp_server.runtime.model": 0,
     "acp_server.runtime.ports": 0,
     "acp_server.runtime.paths": 1,
+    "acp_server.runtime.beneath": 1,
     "acp_server.runtime.compaction": 1,
     "acp_server.runtime.system_prompt": 1,
     "acp_server.settings": 0,

@@ -64,6 +64,8 @@ class BufferFileSystem(LocalFileSystem):
     """The editor's view: unsaved buffers win over the disk, writes land in buffers; every call is recorded."""
 
     def __init__(self, buffers: dict[Path, str]) -> None:
+        # Like the editor, it reads whatever path it is sent; the tools' own confinement is what is under test.
+        super().__init__((Path("/"),))
         self.buffers = buffers
         self.calls: list[tuple[str, Path]] = []
 
@@ -82,8 +84,12 @@ class BufferFileSystem(LocalFileSystem):
 class Env:
     root: Path
     permissions: Permissions = field(default_factory=FakePermissions)
-    fs: Any = field(default_factory=LocalFileSystem)
+    fs: Any = None
     events: list[TurnEvent] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.fs is None:
+            self.fs = LocalFileSystem((self.cwd, self.extra))
 
     @property
     def cwd(self) -> Path:

@@ -10,14 +10,17 @@ checks the whole wire log at teardown.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+import contextlib
+import os
+import threading
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.harness import T_ACK, T_WAIT, RawClient
+from tests.harness import DEFAULT_ARGS, T_ACK, T_WAIT, RawClient
 
 StartServer = Callable[..., Awaitable[RawClient]]
 
@@ -86,8 +89,10 @@ class Editor:
         return [m for m in self.client.received if m.get("method") == method]
 
 
-async def open_editor(start_server: StartServer, tmp_path: Path, capabilities: dict[str, Any] | None = None) -> Editor:
-    client = await start_server()
+async def open_editor(
+    start_server: StartServer, tmp_path: Path, capabilities: dict[str, Any] | None = None, *server_args: str
+) -> Editor:
+    client = await start_server(*server_args)
     await client.initialize(capabilities)
     editor = Editor(client, tmp_path)
     for directory in (editor.cwd, editor.outside):
@@ -204,9 +209,7 @@ async def test_with_client_fs_the_tools_use_the_editors_buffers_and_never_the_di
     write = await editor.next_request("fs/write_text_file")
     assert write["params"] == {"sessionId": editor.session_id, "path": str(a), "content": "edited text\n"}
     await editor.reply(write, {})
-    missing = await editor.next_request("fs/read_text_file")
-    assert missing["params"]["path"] == str(b)
-    await editor.client.send({"id": missing["id"], "error": {"code": -32002, "message": "Resource not found"}})
+    # b.txt is not on the disk: a new file, so its current text is not asked for.
     write_b = await editor.next_request("fs/write_text_file")
     assert write_b["params"] == {"sessionId": editor.session_id, "path": str(b), "content": "new\n"}
     await editor.reply(write_b, {})
@@ -217,6 +220,7 @@ async def test_with_client_fs_the_tools_use_the_editors_buffers_and_never_the_di
     assert write_final["content"] == [{"type": "diff", "path": str(b), "oldText": None, "newText": "new\n"}]
     assert a.read_text() == "disk text\n"
     assert not b.exists()
+    assert [r["params"]["path"] for r in editor.requests("fs/read_text_file")] == [str(a), str(a)]
 
 
 async def test_an_editor_read_error_is_a_failed_tool_call_and_the_turn_goes_on(
@@ -411,8 +415,6 @@ async def test_a_cancel_during_the_permission_request_retracts_it_and_a_late_all
     editor = await open_editor(start_server, tmp_path, FS)
     target = editor.cwd / "out.txt"
     prompt = await editor.run([{"tool": "write_file", "args": {"path": "out.txt", "content": "x"}}, {"say": "no"}])
-    missing = await editor.next_request("fs/read_text_file")  # the current text, for the diff: a new file
-    await editor.client.send({"id": missing["id"], "error": {"code": -32002, "message": "Resource not found"}})
     held = await editor.next_request("session/request_permission")
     await assert_cancelled_and_retracted(editor, prompt, held)
     count = len(editor.client.received)
@@ -444,3 +446,134 @@ async def test_a_cancel_during_an_editor_file_read_retracts_it_and_a_late_answer
     # The session is ready for the next prompt.
     again = await editor.run([{"say": "ok"}])
     assert await editor.finish(again) == {"stopReason": "end_turn"}
+
+
+# --- confinement under a race: a symbolic link swapped in between check and use ---
+
+RACE_CALLS = 300
+# One model call per tool call, and the turn must not stop short of them.
+RACE_SERVER_ARGS = (*DEFAULT_ARGS, "--max-turn-requests", str(RACE_CALLS + 10))
+
+
+@contextlib.contextmanager
+def swapping(target: Path, inside_text: str, outside: Path) -> Iterator[None]:
+    """While open, `target` flips between a regular file and a symbolic link to `outside`, each swap an atomic
+    rename, in a tight loop in a thread of its own: the attack of a process that shares the workspace."""
+    stop = threading.Event()
+    spare_file, spare_link = target.with_name(".swap-file"), target.with_name(".swap-link")
+
+    def swap() -> None:
+        while not stop.is_set():
+            spare_file.write_text(inside_text)
+            os.replace(spare_file, target)
+            spare_link.unlink(missing_ok=True)
+            spare_link.symlink_to(os.path.relpath(outside, target.parent))
+            os.replace(spare_link, target)
+
+    spare_file.write_text(inside_text)
+    os.replace(spare_file, target)
+    thread = threading.Thread(target=swap, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
+async def test_a_symlink_swapped_in_during_reads_never_shows_the_outside_file(
+    start_server: StartServer, tmp_path: Path
+) -> None:
+    editor = await open_editor(start_server, tmp_path, None, *RACE_SERVER_ARGS)
+    secret = editor.outside / "secret.txt"
+    with swapping(editor.cwd / "x", "inside\n", secret):
+        prompt = await editor.run([{"tool": "read_file", "args": {"path": "x"}}] * RACE_CALLS + [{"say": "done"}])
+        assert await editor.finish(prompt, timeout=RACE_CALLS * T_ACK) == {"stopReason": "end_turn"}
+    finals = editor.finals()
+    assert len(finals) == RACE_CALLS
+    for final in finals:
+        text = text_of(final)
+        assert "TOP SECRET" not in text
+        # Each read saw the file, or refused the link: nothing else.
+        assert text == "inside\n" or "outside the session's directories" in text, text
+    assert any(text_of(final) == "inside\n" for final in finals)
+    assert editor.client.texts(editor.session_id) == ["done"]
+
+
+async def test_a_symlink_swapped_in_during_writes_never_changes_the_outside_file(
+    start_server: StartServer, tmp_path: Path
+) -> None:
+    editor = await open_editor(start_server, tmp_path, None, *RACE_SERVER_ARGS)
+    await editor.set_mode("bypass")
+    secret = editor.outside / "secret.txt"
+    script = [{"tool": "write_file", "args": {"path": "x", "content": f"write {n}\n"}} for n in range(RACE_CALLS)]
+    with swapping(editor.cwd / "x", "inside\n", secret):
+        prompt = await editor.run([*script, {"say": "done"}])
+        assert await editor.finish(prompt, timeout=RACE_CALLS * T_ACK) == {"stopReason": "end_turn"}
+    assert len(editor.finals()) == RACE_CALLS
+    assert any(final["status"] == "completed" for final in editor.finals())
+    assert secret.read_text() == "TOP SECRET\n"
+    assert sorted(p.name for p in editor.outside.iterdir()) == ["secret.txt"]
+
+
+# --- the editor's file system: what it is sent ---
+
+
+async def test_writing_a_new_file_with_client_fs_sends_no_read_first(start_server: StartServer, tmp_path: Path) -> None:
+    editor = await open_editor(start_server, tmp_path, FS)
+    await editor.set_mode("bypass")
+    target = editor.cwd / "docs" / "new.md"
+    prompt = await editor.run([{"tool": "write_file", "args": {"path": "docs/new.md", "content": "# new\n"}}])
+    write = await editor.next_request("fs/write_text_file")
+    assert write["params"] == {"sessionId": editor.session_id, "path": str(target), "content": "# new\n"}
+    await editor.reply(write, {})
+    assert await editor.finish(prompt) == {"stopReason": "end_turn"}
+    assert editor.requests("fs/read_text_file") == []
+    [final] = editor.finals()
+    assert final["status"] == "completed"
+    assert final["content"] == [{"type": "diff", "path": str(target), "oldText": None, "newText": "# new\n"}]
+    assert not target.exists()  # the editor writes it, not us
+
+
+async def test_with_client_fs_the_editor_is_sent_the_checked_path_not_the_link(
+    start_server: StartServer, tmp_path: Path
+) -> None:
+    editor = await open_editor(start_server, tmp_path, FS)
+    (editor.cwd / "real.txt").write_text("disk\n")
+    (editor.cwd / "alias.txt").symlink_to("real.txt")
+    prompt = await editor.run([{"tool": "read_file", "args": {"path": "alias.txt"}}])
+    read = await editor.next_request("fs/read_text_file")
+    # Every component was walked when it was sent, and none of it is a link the editor would follow blindly.
+    assert read["params"]["path"] == str(editor.cwd / "real.txt")
+    await editor.reply(read, {"content": "buffer\n"})
+    assert await editor.finish(prompt) == {"stopReason": "end_turn"}
+    [final] = editor.finals()
+    assert text_of(final) == "buffer\n"
+
+
+# --- file names that are not UTF-8 ---
+
+
+async def test_a_file_name_that_is_not_utf8_is_listed_read_and_grepped_by_its_escaped_name(
+    start_server: StartServer, tmp_path: Path
+) -> None:
+    editor = await open_editor(start_server, tmp_path)
+    (editor.cwd / os.fsdecode(b"caf\xe9.txt")).write_bytes(b"bonjour\n")
+    shown = "caf\\xe9.txt"  # the byte 0xE9 as the four characters \xe9: valid UTF-8 on the wire
+    prompt = await editor.run(
+        [
+            {"tool": "list_files", "args": {}},
+            {"tool": "read_file", "args": {"path": shown}},
+            {"tool": "grep", "args": {"pattern": "bonjour"}},
+            {"say": "done"},
+        ]
+    )
+    assert await editor.finish(prompt) == {"stopReason": "end_turn"}
+    listing, read, grep = editor.finals()
+    assert [f["status"] for f in (listing, read, grep)] == ["completed"] * 3
+    assert text_of(listing) == shown
+    assert text_of(read) == "bonjour\n"
+    assert text_of(grep) == f"{shown}:1: bonjour"
+    [_, read_call, _] = editor.calls()
+    assert read_call["locations"] == [{"path": f"{editor.cwd}/{shown}"}]
+    assert editor.client.texts(editor.session_id) == ["done"]

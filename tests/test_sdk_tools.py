@@ -238,11 +238,11 @@ async def test_write_file_allowed_once_asks_with_the_diff_then_writes_the_editor
     assert response.stop_reason == "end_turn"
 
     assert [(c.method, c.session_id) for c in client.calls] == [
-        ("fs/read_text_file", session),  # is there a buffer already? (no: the editor says not found)
+        # Not on the disk: a new file, so the editor is not asked for a buffer (some show an error for that).
         ("session/request_permission", session),
         ("fs/write_text_file", session),
     ]
-    asked, written = client.calls[1], client.calls[2]
+    asked, written = client.calls[0], client.calls[1]
     assert (written.params["path"], written.params["content"]) == (target, "hello\n")
     assert client.files == {target: "hello\n"}
     assert not (project / "notes.txt").exists(), "with fs.writeTextFile the editor writes, never the server"
@@ -263,7 +263,9 @@ async def test_write_file_allowed_once_asks_with_the_diff_then_writes_the_editor
     assert (shown.path, shown.old_text, shown.new_text) == (target, None, "hello\n")
     assert client.texts(session) == ["done"]
 
-    # Once is once: the next write asks again, and the diff now starts from the buffer's text.
+    # Once is once: the next write asks again, and the diff now starts from the buffer's text. (A real editor saves
+    # what it was sent; the file on the disk, with other text, is what makes the buffer worth asking for.)
+    (project / "notes.txt").write_text("saved earlier\n")
     mark = client.mark()
     assert (await prompt(editor, session, [write("notes.txt", "hello again\n")])).stop_reason == "end_turn"
     [again] = [c for c in client.calls if c.seq >= mark and c.method == "session/request_permission"]
@@ -286,9 +288,7 @@ async def test_allow_always_is_remembered_for_write_file_across_prompts_but_not_
     script = [write("a.txt", "two\n"), write("b.txt", "bee\n")]
     assert (await prompt(editor, session, script)).stop_reason == "end_turn"
     assert [c.method for c in client.calls if c.seq >= mark] == [
-        "fs/read_text_file",
-        "fs/write_text_file",
-        "fs/read_text_file",
+        "fs/write_text_file",  # neither file is on the disk: no read first
         "fs/write_text_file",
     ], "write_file is always allowed now: no question, in a later prompt too"
     assert client.files == {str(project / "a.txt"): "two\n", str(project / "b.txt"): "bee\n"}
@@ -320,7 +320,7 @@ async def test_reject_once_writes_nothing_fails_the_call_and_the_turn_goes_on(ed
     session = await open_session(editor, project)
     response = await prompt(editor, session, [write("x.txt", "x\n"), {"say": "after"}])
     assert response.stop_reason == "end_turn"
-    assert [c.method for c in client.calls] == ["fs/read_text_file", "session/request_permission"]
+    assert [c.method for c in client.calls] == ["session/request_permission"]
     assert client.files == {}
     [start] = starts(editor, session)
     updates = progress(editor, session, start.tool_call_id)
@@ -563,7 +563,7 @@ async def test_a_permission_answered_allow_only_after_the_cancel_writes_nothing(
     late = answer_entry(editor, asked)
     assert late is not None and late.msg["result"]["outcome"] == {"outcome": "selected", "optionId": "allow_once"}
     assert editor.wire.server_messages()[lines:] == [], "a late Allow triggers nothing at all"
-    assert [c.method for c in client.calls] == ["fs/read_text_file", "session/request_permission"]
+    assert [c.method for c in client.calls] == ["session/request_permission"]
     assert client.files == {}
     assert "never" not in client.texts(session)
 
@@ -598,7 +598,6 @@ async def test_a_permission_never_answered_then_cancel_answers_cancelled_and_the
     mark = client.mark()
     assert (await prompt(editor, session, [write("n.txt", "n\n")])).stop_reason == "end_turn"
     assert [c.method for c in client.calls if c.seq >= mark] == [
-        "fs/read_text_file",
         "session/request_permission",
         "fs/write_text_file",
     ]

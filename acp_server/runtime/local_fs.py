@@ -1,30 +1,31 @@
 """Files on the local disk, for clients that do not offer `fs/read_text_file` / `fs/write_text_file`.
 
-Blocking file I/O runs in a worker thread so a large file never stalls the event loop (and with it, cancels).
+Every open goes through `runtime.beneath`, so the file read or written is the one that was checked: a symbolic link
+swapped in by another process cannot lead outside the session's directories. Blocking file I/O runs in a worker
+thread so a large file never stalls the event loop (and with it, cancels).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
-import anyio
+import anyio.to_thread
 
-from acp_server.runtime.ports import ToolError
+from acp_server.runtime import beneath
 
 __all__ = ["LocalFileSystem"]
 
 
 class LocalFileSystem:
+    def __init__(self, roots: Sequence[Path]) -> None:
+        """`roots`: the session's directories, beneath which every file opened must lie."""
+        self._roots = tuple(roots)
+
     async def read_text(self, path: Path, line: int | None = None, limit: int | None = None) -> str:
-        try:
-            # Bytes, decoded without newline translation: an edit must not rewrite a file's CRLF line endings.
-            text = (await anyio.Path(path).read_bytes()).decode("utf-8", errors="replace")
-        except FileNotFoundError:
-            raise ToolError(f"{path}: no such file") from None
-        except IsADirectoryError:
-            raise ToolError(f"{path}: is a directory") from None
-        except OSError as exc:
-            raise ToolError(f"{path}: cannot read: {exc.strerror or exc}") from None
+        data = await anyio.to_thread.run_sync(beneath.read_bytes, path, self._roots)
+        # Bytes, decoded without newline translation: an edit must not rewrite a file's CRLF line endings.
+        text = data.decode("utf-8", errors="replace")
         if line is None and limit is None:
             return text
         lines = text.splitlines(keepends=True)
@@ -33,10 +34,6 @@ class LocalFileSystem:
         return "".join(lines[start:end])
 
     async def write_text(self, path: Path, content: str) -> None:
-        try:
-            await anyio.Path(path.parent).mkdir(parents=True, exist_ok=True)
-            await anyio.Path(path).write_text(content, encoding="utf-8", newline="")
-        except IsADirectoryError:
-            raise ToolError(f"{path}: is a directory") from None
-        except OSError as exc:
-            raise ToolError(f"{path}: cannot write: {exc.strerror or exc}") from None
+        # Encoded as is, without newline translation, as it was read.
+        data = content.encode("utf-8", errors="replace")
+        await anyio.to_thread.run_sync(beneath.write_bytes, path, self._roots, data)

@@ -1,16 +1,20 @@
 """The built-in file tools: read, write and edit text files; list and search the session's directories.
 
 Every path argument is untrusted model output, so each goes through `resolve_path` (confinement to the session's
-directories, `..` and symbolic links included) before anything is read or written. Reads and writes go through the
-session's `FileSystem` port: when the editor offers `fs/*`, the model reads the user's unsaved buffers and its
-writes land in them. Edits ask the user through `Permissions` with the diff they would apply. Listing and search
-have no ACP method, so they walk the local disk in a worker thread that checks for cancellation between entries.
+directories, `..` and symbolic links included) before anything is read or written, and every open on the local
+disk goes through `runtime.beneath`, so what is read or written is what was checked, whatever another process swaps
+in meanwhile. Reads and writes go through the session's `FileSystem` port: when the editor offers `fs/*`, the model
+reads the user's unsaved buffers and its writes land in them. Edits ask the user through `Permissions` with the diff
+they would apply. Listing and search have no ACP method, so they walk the local disk (directory descriptors, never
+following a link) in a worker thread that checks for cancellation between entries. Names that are not UTF-8 are
+shown in `paths.wire` form, which the tools accept back.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import stat
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,8 +26,9 @@ import anyio.lowlevel
 import anyio.to_thread
 from pydantic import BaseModel, ConfigDict, Field
 
+from acp_server.runtime import beneath
 from acp_server.runtime.model import DiffOutput, ToolCallUpdated
-from acp_server.runtime.paths import display, resolve_path
+from acp_server.runtime.paths import display, resolve_path, wire
 from acp_server.runtime.ports import PermissionRequest, ToolError
 from acp_server.runtime.tools import Tool, ToolContext, ToolResult
 from acp_server.runtime.tools.gitignore import glob_matcher, walk_files
@@ -43,6 +48,8 @@ MAX_GREP_LINE_CHARS = 500
 MAX_GREP_FILE_BYTES = 10 * 1024 * 1024
 # A file whose first block holds a NUL byte is binary, as git and ripgrep decide it.
 BINARY_SNIFF_BYTES = 8192
+# A directory to list, opened for reading (scandir) and never through a link.
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
 
 
 class _Args(BaseModel):
@@ -90,14 +97,14 @@ def _location(raw: str, cwd: Path) -> tuple[str, ...]:
     """The absolute path for the client before the call runs. Only the working directory is known here, so a
     path elsewhere (an additional directory) is announced by the tool itself once confinement has passed."""
     try:
-        return (str(resolve_path(raw, cwd, (cwd,))),)
+        return (wire(str(resolve_path(raw, cwd, (cwd,)))),)
     except (ToolError, OSError, ValueError):
         return ()
 
 
 async def _announce(ctx: ToolContext, raw: str, path: Path) -> None:
     if not _location(raw, ctx.cwd):
-        await ctx.emit(ToolCallUpdated(ctx.tool_call_id, locations=(str(path),)))
+        await ctx.emit(ToolCallUpdated(ctx.tool_call_id, locations=(wire(str(path)),)))
 
 
 # --- read_file ---
@@ -142,17 +149,23 @@ async def _read_file(ctx: ToolContext, args: ReadFileArgs) -> ToolResult:
 
 
 async def _current_text(ctx: ToolContext, path: Path) -> str | None:
-    """The file's text through the session's file system, or None when there is no such file yet."""
+    """The file's text through the session's file system, or None when there is no such file yet.
+
+    A file that is not on the local disk is not asked for: an editor answers a read of a missing file with an
+    error, and some show the user that error every time the model creates a file."""
+    if not await anyio.to_thread.run_sync(beneath.exists, path, ctx.roots):
+        return None
     try:
         return await ctx.fs.read_text(path)
     except ToolError:
-        if await anyio.to_thread.run_sync(os.path.lexists, path):
+        if await anyio.to_thread.run_sync(beneath.exists, path, ctx.roots):
             raise
         return None
 
 
-async def _ask_and_write(ctx: ToolContext, raw: str, raw_input: Any, title: str, diff: DiffOutput) -> None:
-    path = Path(diff.path)
+async def _ask_and_write(
+    ctx: ToolContext, raw: str, path: Path, *, raw_input: Any, title: str, diff: DiffOutput
+) -> None:
     request = PermissionRequest(
         tool_call_id=ctx.tool_call_id,
         tool_name=ctx.tool_name,
@@ -161,7 +174,7 @@ async def _ask_and_write(ctx: ToolContext, raw: str, raw_input: Any, title: str,
         title=title,
         raw_input=raw_input,
         content=(diff,),
-        locations=(diff.path,),
+        locations=(wire(str(path)),),
     )
     decision = await ctx.permissions.decide(request)
     if not decision.allowed:
@@ -183,10 +196,10 @@ async def _write_file(ctx: ToolContext, args: WriteFileArgs) -> ToolResult:
     await _announce(ctx, args.path, path)
     shown = display(path, ctx.cwd)
     old = await _current_text(ctx, path)
-    diff = DiffOutput(str(path), old, args.content)
+    diff = DiffOutput(wire(str(path)), old, args.content)
     if old == args.content:
         return ToolResult(f"{shown} already has this content; nothing written", content=(diff,))
-    await _ask_and_write(ctx, args.path, args.model_dump(), f"Write {shown}", diff)
+    await _ask_and_write(ctx, args.path, path, raw_input=args.model_dump(), title=f"Write {shown}", diff=diff)
     verb = "created" if old is None else "replaced"
     return ToolResult(f"{verb} {shown} ({_lines(args.content)})", content=(diff,))
 
@@ -209,8 +222,8 @@ async def _edit_file(ctx: ToolContext, args: EditFileArgs) -> ToolResult:
     if old_text == new_text:
         raise ToolError("old_text and new_text are the same; nothing to change")
     new = old.replace(old_text, new_text, 1)
-    diff = DiffOutput(str(path), old, new)
-    await _ask_and_write(ctx, args.path, args.model_dump(), f"Edit {shown}", diff)
+    diff = DiffOutput(wire(str(path)), old, new)
+    await _ask_and_write(ctx, args.path, path, raw_input=args.model_dump(), title=f"Edit {shown}", diff=diff)
     line = old[: old.index(old_text)].count("\n") + 1
     replaced = f"{_lines(old_text)} with {_lines(new_text)}"
     return ToolResult(f"edited {shown} at line {line}: replaced {replaced}", content=(diff,))
@@ -226,6 +239,7 @@ class _Search:
     top: Path
     # The session directory `top` lies in: `.gitignore` files from there down apply.
     root: Path
+    roots: tuple[Path, ...]
     real_roots: tuple[str, ...]
     glob: Callable[[str], bool] | None
     cwd: Path
@@ -240,16 +254,25 @@ class _Search:
                 raise ToolError(f"invalid glob pattern {glob!r}")
         root = next((r for r in ctx.roots if top == r or top.is_relative_to(r)), top)
         real_roots = tuple(os.path.realpath(r) for r in ctx.roots)
-        return cls(top, root, real_roots, matcher, ctx.cwd)
+        return cls(top, root, ctx.roots, real_roots, matcher, ctx.cwd)
 
     def files(self) -> Iterator[str]:
         """The files searched (blocking: runs in a worker thread, where cancellation is checked per entry)."""
         top = self.top
-        if not os.path.exists(top):
-            raise ToolError(f"{display(top, self.cwd)}: no such file or directory")
-        if not os.path.isdir(top):
-            return iter([str(top)])  # a file named explicitly is searched as is, as ripgrep does
-        files = walk_files(top, self.root, self.real_roots, anyio.from_thread.check_cancelled)
+        missing = ToolError(f"{display(top, self.cwd)}: no such file or directory")
+        with beneath.locate(top, self.roots, missing_ok=True) as spot:
+            if not spot.complete:
+                raise missing
+            try:
+                if not stat.S_ISDIR(os.stat(spot.name, dir_fd=spot.dir_fd, follow_symlinks=False).st_mode):
+                    # A file named explicitly is searched as is, as ripgrep does (opened beneath the roots).
+                    return iter([str(top)])
+                top_fd = os.open(spot.name, _DIR_FLAGS, dir_fd=spot.dir_fd)
+            except FileNotFoundError:
+                raise missing from None
+            except OSError as exc:
+                raise ToolError(f"{display(top, self.cwd)}: cannot list: {exc.strerror or exc}") from None
+        files = walk_files(top_fd, top, self.root, self.real_roots, anyio.from_thread.check_cancelled)
         glob = self.glob
         if glob is None:
             return files
@@ -282,9 +305,37 @@ async def _list_files(ctx: ToolContext, args: ListFilesArgs) -> ToolResult:
     return ToolResult(text)
 
 
-def _is_binary(path: str) -> bool:
-    with open(path, "rb") as handle:
-        return b"\0" in handle.read(BINARY_SNIFF_BYTES)
+def _grep_file(regex: re.Pattern[str], file: str, search: _Search, found: list[str]) -> bool | None:
+    """Append the matching lines of one file; True when the cap is reached, None when the file was too large.
+
+    Opened beneath the session's roots like any read: the walk saw this name, but it may be a link by now."""
+    try:
+        fd = beneath.open_file(Path(file), search.roots, os.O_RDONLY | os.O_NONBLOCK)
+    except ToolError:
+        return False
+    with open(fd, "rb") as raw:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            return False
+        if info.st_size > MAX_GREP_FILE_BYTES:
+            return None
+        if b"\0" in raw.read(BINARY_SNIFF_BYTES):
+            return False  # binary
+        raw.seek(0)
+        shown = display(Path(file), search.cwd)
+        for number, line_bytes in enumerate(raw, 1):
+            if number % 10_000 == 0:
+                anyio.from_thread.check_cancelled()
+            line = line_bytes.decode("utf-8", errors="replace")
+            if regex.search(line) is None:
+                continue
+            text = line.rstrip("\r\n")
+            if len(text) > MAX_GREP_LINE_CHARS:
+                text = text[:MAX_GREP_LINE_CHARS] + "…"
+            found.append(f"{shown}:{number}: {text}")
+            if len(found) >= MAX_GREP_MATCHES:
+                return True
+    return False
 
 
 def _grep_sync(regex: re.Pattern[str], search: _Search) -> tuple[list[str], bool, int]:
@@ -293,26 +344,13 @@ def _grep_sync(regex: re.Pattern[str], search: _Search) -> tuple[list[str], bool
     skipped = 0
     for file in search.files():
         try:
-            if os.path.getsize(file) > MAX_GREP_FILE_BYTES:
-                skipped += 1
-                continue
-            if _is_binary(file):
-                continue
-            with open(file, encoding="utf-8", errors="replace") as handle:
-                shown = display(Path(file), search.cwd)
-                for number, line in enumerate(handle, 1):
-                    if number % 10_000 == 0:
-                        anyio.from_thread.check_cancelled()
-                    if regex.search(line) is None:
-                        continue
-                    text = line.rstrip("\r\n")
-                    if len(text) > MAX_GREP_LINE_CHARS:
-                        text = text[:MAX_GREP_LINE_CHARS] + "…"
-                    found.append(f"{shown}:{number}: {text}")
-                    if len(found) >= MAX_GREP_MATCHES:
-                        return found, True, skipped
+            outcome = _grep_file(regex, file, search, found)
         except OSError:
             continue
+        if outcome is None:
+            skipped += 1
+        elif outcome:
+            return found, True, skipped
     return found, False, skipped
 
 

@@ -149,15 +149,38 @@ def _expand_braces(pattern: str) -> list[str]:
     return [x for option in match.group(1).split(",") for x in _expand_braces(head + option + tail)]
 
 
-def _load(directory: str, has_git_dir: bool) -> list[GitIgnore]:
-    """The ignore files a directory contributes: `.git/info/exclude` first (weaker), then `.gitignore`."""
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | _CLOEXEC
+
+
+def _read_beneath(dir_fd: int, parts: Sequence[str]) -> str:
+    """The text of `parts` under the directory `dir_fd`, no symbolic link followed on the way (OSError if any)."""
+    fd = os.dup(dir_fd)
+    try:
+        for part in parts[:-1]:
+            child = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = child
+        file = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | _CLOEXEC, dir_fd=fd)
+    finally:
+        os.close(fd)
+    with open(file, encoding="utf-8", errors="replace") as handle:
+        return handle.read(1 << 20)
+
+
+def _load(directory: str, has_git_dir: bool, dir_fd: int | None = None) -> list[GitIgnore]:
+    """The ignore files a directory contributes: `.git/info/exclude` first (weaker), then `.gitignore`. With
+    `dir_fd` (the directory, open) they are read beneath it without following links."""
     found: list[GitIgnore] = []
-    candidates = [os.path.join(directory, ".git", "info", "exclude")] if has_git_dir else []
-    candidates.append(os.path.join(directory, ".gitignore"))
+    candidates: list[tuple[str, ...]] = [(".git", "info", "exclude")] if has_git_dir else []
+    candidates.append((".gitignore",))
     for candidate in candidates:
         try:
-            with open(candidate, encoding="utf-8", errors="replace") as handle:
-                text = handle.read(1 << 20)
+            if dir_fd is None:
+                with open(os.path.join(directory, *candidate), encoding="utf-8", errors="replace") as handle:
+                    text = handle.read(1 << 20)
+            else:
+                text = _read_beneath(dir_fd, candidate)
         except OSError:
             continue
         ignore = parse_gitignore(text, directory)
@@ -189,48 +212,58 @@ def _ancestor_rules(top: str, root: str) -> list[GitIgnore]:
 
 
 def walk_files(
+    top_fd: int,
     top: Path,
     root: Path,
     real_roots: Sequence[str],
     check: Callable[[], None],
 ) -> Iterator[str]:
-    """Absolute paths of the regular files under `top`, in sorted order, skipping `.git` and what `.gitignore`
-    files (from `root` down) ignore. Symbolic links to directories are not followed; a symbolic link to a file is
-    kept only when its target lies inside `real_roots`. `check()` runs before every entry (cancellation)."""
+    """Absolute paths of the regular files under `top` (open as `top_fd`, which the walk owns and closes), in sorted
+    order, skipping `.git` and what `.gitignore` files (from `root` down) ignore. Each directory is opened relative
+    to its parent's descriptor with `O_NOFOLLOW`, so a directory swapped for a link while we walk is skipped, never
+    entered. A symbolic link to a file is kept only when its target lies inside `real_roots` (whoever opens it must
+    check again: it may change). `check()` runs before every entry (cancellation)."""
     start = str(top)
-    stack: list[tuple[Iterator[os.DirEntry[str]], list[GitIgnore]]] = []
+    stack: list[tuple[Iterator[os.DirEntry[str]], list[GitIgnore], str, int]] = []
 
-    def enter(directory: str, inherited: list[GitIgnore]) -> None:
+    def enter(fd: int, directory: str, inherited: list[GitIgnore]) -> None:
         try:
-            with os.scandir(directory) as scan:
+            with os.scandir(fd) as scan:
                 entries = sorted(scan, key=lambda e: e.name)
         except OSError:
+            os.close(fd)
             return  # unreadable directories are skipped, as git does
         has_git = any(e.name == ".git" and e.is_dir(follow_symlinks=False) for e in entries)
-        rules = inherited + _load(directory, has_git)
-        stack.append((iter(entries), rules))
+        rules = inherited + _load(directory, has_git, fd)
+        stack.append((iter(entries), rules, directory, fd))
 
-    enter(start, _ancestor_rules(start, str(root)))
-    while stack:
-        check()
-        entries, rules = stack[-1]
-        entry = next(entries, None)
-        if entry is None:
-            stack.pop()
-            continue
-        if entry.name == ".git":
-            continue
-        try:
-            is_dir = entry.is_dir(follow_symlinks=False)
-            if _ignored(rules, entry.path, is_dir):
+    try:
+        enter(top_fd, start, _ancestor_rules(start, str(root)))
+        while stack:
+            check()
+            entries, rules, directory, fd = stack[-1]
+            entry = next(entries, None)
+            if entry is None:
+                stack.pop()
+                os.close(fd)
                 continue
-            if is_dir:
-                enter(entry.path, rules)
-            elif entry.is_symlink():
-                real = os.path.realpath(entry.path)
-                if os.path.isfile(real) and any(real == r or real.startswith(r + os.sep) for r in real_roots):
-                    yield entry.path
-            elif entry.is_file(follow_symlinks=False):
-                yield entry.path
-        except OSError:
-            continue  # vanished or unreadable while we walked
+            if entry.name == ".git":
+                continue
+            path = os.path.join(directory, entry.name)
+            try:
+                is_dir = entry.is_dir(follow_symlinks=False)
+                if _ignored(rules, path, is_dir):
+                    continue
+                if is_dir:
+                    enter(os.open(entry.name, _DIR_FLAGS, dir_fd=fd), path, rules)
+                elif entry.is_symlink():
+                    real = os.path.realpath(path)
+                    if os.path.isfile(real) and any(real == r or real.startswith(r + os.sep) for r in real_roots):
+                        yield path
+                elif entry.is_file(follow_symlinks=False):
+                    yield path
+            except OSError:
+                continue  # vanished, unreadable, or swapped for a link while we walked
+    finally:
+        for _, _, _, fd in stack:
+            os.close(fd)
