@@ -207,6 +207,10 @@ class Connection:
 
     async def send_fenced(self, message: dict[str, Any], fence: Fence) -> bool:
         """Queue turn output unless its turn is over; waits while the client is far behind."""
+        if self._broken:
+            # Nothing is queued any more, so the wait below never comes: yield here, or a turn that emits without
+            # I/O (a long scripted reply) would hold the loop and its cancel would never land.
+            await anyio.lowlevel.checkpoint()
         while len(self._outbox) >= HIGH_WATER and not self._broken:
             # Every waiting turn shares one event: replacing it while others wait on it would strand them.
             if self._has_space.is_set():
