@@ -250,7 +250,9 @@ class Connection:
                 self._has_space.set()
             try:
                 await sink.write(b"".join(batch))
-            except OSError as exc:  # the client stopped reading (EPIPE): keep serving, write nothing more
+            except OSError as exc:
+                # The client is gone (EPIPE): write nothing more. Never a crash: the transport has ended the input,
+                # so the EOF shutdown follows and still cancels turns and kills children.
                 log.warning("stdout closed by the client: %s", exc)
                 self._broken = True
                 outbox.clear()
