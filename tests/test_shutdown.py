@@ -237,3 +237,34 @@ async def test_stdin_eof_ends_every_wait_for_the_client_at_once(start_server: St
         response = await server.response(prompt_id)
         assert response.get("result") == {"stopReason": "cancelled"}, response
         assert server.arrival_time(response) - eof <= T_ACK
+
+
+def state_of(pid: int) -> tuple[int, str] | None:
+    """(parent pid, state) of a process, or None once it is gone (reaped)."""
+    for found, ppid, _, state, _ in processes():
+        if found == pid:
+            return ppid, state
+    return None
+
+
+@pytest.mark.timeout(60)
+async def test_an_orphan_of_a_command_is_adopted_and_reaped_once_it_dies(
+    start_server: StartServer, tmp_path: Path
+) -> None:
+    """The subreaper's other half: a background child outliving its shell is re-parented to the server (not init), and
+    once it has died it is reaped when a command ends, not left a zombie of a long-lived server."""
+    server = await start_server("--model", "scripted", "--test-mode", "--permission-mode", "bypass")
+    await server.initialize()
+    session = await server.new_session(str(tmp_path))
+    response = await server.response(await server.prompt(session, [run("sleep 1 & echo $! > orphan")]), timeout=10)
+    assert response["result"] == {"stopReason": "end_turn"}, response
+    orphan = int(await wait_file(tmp_path / "orphan"))
+    adopted = state_of(orphan)
+    assert adopted is not None and adopted[0] == server.process.pid, adopted  # its shell has exited: not init's
+    deadline = time.monotonic() + 10
+    while state_of(orphan) != (server.process.pid, "Z"):
+        assert time.monotonic() < deadline, state_of(orphan)
+        await asyncio.sleep(0.05)
+    response = await server.response(await server.prompt(session, [run("true")]), timeout=10)
+    assert response["result"] == {"stopReason": "end_turn"}, response
+    assert state_of(orphan) is None
