@@ -104,8 +104,9 @@ class ProcessTable:
         self._groups.clear()
         self._lingering.clear()
         for _ in range(KILL_ROUNDS if self._adopt_orphans else 0):
-            _reap_orphans()
-            tree = [entry for entry in _descendants() if entry[3] != "Z"]
+            snapshot = _all_processes()
+            _reap_orphans(snapshot)
+            tree = [entry for entry in _descendants(snapshot) if entry[3] != "Z"]
             if not tree:
                 break
             _kill_pids(tree)
@@ -153,10 +154,10 @@ def _all_processes() -> list[_Stat]:
     return found
 
 
-def _descendants() -> list[_Stat]:
+def _descendants(snapshot: Sequence[_Stat] | None = None) -> list[_Stat]:
     """Every process below this one (children, their children, ...), zombies included."""
     children: dict[int, list[_Stat]] = {}
-    for entry in _all_processes():
+    for entry in _all_processes() if snapshot is None else snapshot:
         children.setdefault(entry[1], []).append(entry)
     found: list[_Stat] = []
     parents = [os.getpid()]
@@ -176,12 +177,12 @@ def _kill_pids(entries: Sequence[_Stat]) -> None:
             os.kill(pid, signal.SIGKILL)
 
 
-def _reap_orphans() -> None:
+def _reap_orphans(snapshot: Sequence[_Stat] | None = None) -> None:
     """Collect the exit status of orphans re-parented to us that have died. Only processes that do not lead their
     own session: every child we start ourselves (commands, stdio MCP servers) does, and asyncio waits for those; a
     `setsid` orphan that died stays a zombie until we exit (init then reaps it)."""
     me = os.getpid()
-    for pid, ppid, _, state in _all_processes():
+    for pid, ppid, _, state in _all_processes() if snapshot is None else snapshot:
         if ppid != me or state != "Z" or _leads_session(pid):
             continue
         with contextlib.suppress(ChildProcessError):
