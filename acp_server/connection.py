@@ -207,6 +207,10 @@ class Connection:
 
     async def send_fenced(self, message: dict[str, Any], fence: Fence) -> bool:
         """Queue turn output unless its turn is over; waits while the client is far behind."""
+        if self._broken:
+            # Nothing is queued any more, so the wait below never comes: yield here, or a turn that emits without
+            # I/O (a long scripted reply) would hold the loop and its cancel would never land.
+            await anyio.lowlevel.checkpoint()
         while len(self._outbox) >= HIGH_WATER and not self._broken:
             # Every waiting turn shares one event: replacing it while others wait on it would strand them.
             if self._has_space.is_set():
@@ -246,7 +250,9 @@ class Connection:
                 self._has_space.set()
             try:
                 await sink.write(b"".join(batch))
-            except OSError as exc:  # the client stopped reading (EPIPE): keep serving, write nothing more
+            except OSError as exc:
+                # The client is gone (EPIPE): write nothing more. Never a crash: the transport has ended the input,
+                # so the EOF shutdown follows and still cancels turns and kills children.
                 log.warning("stdout closed by the client: %s", exc)
                 self._broken = True
                 outbox.clear()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -35,9 +36,14 @@ log = logging.getLogger(__name__)
 # After the protocol has shut down, how long the process may take to unwind before it exits regardless. Work that
 # ignores cancellation sits in shielded scopes that no task group can end; leaving the process is the only way.
 EXIT_UNWIND_SECONDS = 0.4
+# What an editor (or a terminal, or a supervisor) sends to stop the agent: each is a clean shutdown, as at stdin EOF.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
 
 
-def build_server(config: Config, on_exit: Callable[[], None] = lambda: None) -> AcpServer:
+def build_server(
+    config: Config, on_exit: Callable[[], None] = lambda: None, *, owns_process: bool = False
+) -> AcpServer:
+    """`owns_process`: the server is the whole process (the CLI), so at exit it may kill every descendant."""
     tools = ToolBox(
         (*FILE_TOOLS, *COMMAND_TOOLS, *PLAN_TOOLS, *DELEGATE_TOOLS, *(TEST_TOOLS if config.test_mode else ()))
     )
@@ -50,7 +56,7 @@ def build_server(config: Config, on_exit: Callable[[], None] = lambda: None) -> 
         config,
         open_model,
         tools,
-        ProcessTable(),
+        ProcessTable(adopt_orphans=owns_process),
         methods=methods,
         notifications=NOTIFICATIONS,
         models=tuple(dict.fromkeys([config.model, *config.models])),
@@ -88,8 +94,8 @@ async def serve_stdio(config: Config) -> None:
     recorder = _open_recorder(config.record) if config.record is not None else None
     before_exit = recorder.flush if recorder is not None else lambda: None
     try:
-        server = build_server(config, on_exit=lambda: _arm_exit_watchdog(before_exit))
-        async with open_stdio(config.max_line_bytes) as (stdin_lines, stdout_sink):
+        server = build_server(config, on_exit=lambda: _arm_exit_watchdog(before_exit), owns_process=True)
+        async with open_stdio(config.max_line_bytes, STOP_SIGNALS) as (stdin_lines, stdout_sink):
             if recorder is None:
                 await server.connection.serve(stdin_lines, stdout_sink)
             else:

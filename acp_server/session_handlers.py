@@ -91,6 +91,8 @@ def _opened(context: RequestContext, session: Session) -> dict[str, Any]:
     server.sessions[session.session_id] = session
     # Connected in the background: the response does not wait (a turn waits for them, bounded; see mcp_bridge).
     servers = merge_servers(server.config.mcp_servers, session.mcp_servers)
+    if servers:
+        server.processes.adopt_orphans()  # stdio MCP servers are children too: their orphans must come to us
     session.mcp = server.mcp.open(servers, session.cwd, (session.cwd, *session.additional_directories))
     context.after.append(lambda: _announce_commands(server, session))
     return {"modes": modes(session), "configOptions": config_options(session, server.models)}

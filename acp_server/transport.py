@@ -5,6 +5,11 @@ more than the server's whole per-chunk budget). At start-up the protocol stream 
 stdout and file descriptor 1 is pointed at stderr, so a stray `print` or a C library writing to stdout can never
 corrupt the protocol: stdout carries only what `StdioSink.write` writes.
 
+The input also ends, exactly as at stdin EOF, when the client closes our stdout (it is gone: nobody reads what we
+would answer) and when the process is asked to stop with one of `stop_signals` (an editor closing its window sends
+SIGTERM): everything after that is the one EOF shutdown path, so a signal cancels turns, kills children and
+flushes like a closed stdin, and the exit status is 0.
+
 Lines may be up to `max_line_bytes` long; a longer one is skipped without being held in memory and reported as
 `Oversized`, so the server can answer it with an error and keep going. Regular files (a redirected transcript) are
 read and written through a worker thread, since asyncio's pipe transports refuse them.
@@ -14,10 +19,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
+import signal
 import stat
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import BinaryIO, Protocol
 
@@ -25,6 +32,8 @@ import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 __all__ = ["LineSink", "LineSource", "Oversized", "open_stdio"]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +103,8 @@ class _LineSplitter(asyncio.Protocol):
 class _PipeSink(asyncio.Protocol):
     """Writes to a pipe, waiting for the kernel only when the transport's buffer is over its high-water mark."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_lost: Callable[[str], None]) -> None:
+        self._on_lost = on_lost
         self._transport: asyncio.WriteTransport | None = None
         self._writable = asyncio.Event()
         self._writable.set()
@@ -113,6 +123,9 @@ class _PipeSink(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._lost = True
         self._writable.set()
+        # Also when nothing is being written: asyncio watches a pipe's read end closing (a client gone while a turn
+        # waits in silence is still gone).
+        self._on_lost("the client closed stdout")
 
     async def write(self, data: bytes) -> None:
         if self._lost or self._transport is None or self._transport.is_closing():
@@ -133,8 +146,10 @@ class _FileSink:
         self._file.flush()
 
 
-async def _file_lines(file: BinaryIO, max_line_bytes: int) -> AsyncIterator[bytes | Oversized]:
-    while True:
+async def _file_lines(
+    file: BinaryIO, max_line_bytes: int, ended: Callable[[], bool]
+) -> AsyncIterator[bytes | Oversized]:
+    while not ended():
         line = await anyio.to_thread.run_sync(file.readline, max_line_bytes + 2)
         if not line:
             return
@@ -161,8 +176,11 @@ def _is_regular_file(fd: int) -> bool:
 
 
 @contextlib.asynccontextmanager
-async def open_stdio(max_line_bytes: int) -> AsyncIterator[tuple[LineSource, LineSink]]:
-    """Take over stdin and stdout for the protocol. Everything else printed to stdout goes to stderr."""
+async def open_stdio(
+    max_line_bytes: int, stop_signals: Sequence[signal.Signals] = ()
+) -> AsyncIterator[tuple[LineSource, LineSink]]:
+    """Take over stdin and stdout for the protocol. Everything else printed to stdout goes to stderr. The lines end
+    at stdin EOF, when the client closes stdout, or at one of `stop_signals` (handled only while the block runs)."""
     protocol_fd = os.dup(1)
     os.dup2(2, 1)
     sys.stdout = sys.stderr
@@ -170,10 +188,27 @@ async def open_stdio(max_line_bytes: int) -> AsyncIterator[tuple[LineSource, Lin
     stdin = os.fdopen(os.dup(0), "rb", buffering=0)
     stdout = os.fdopen(protocol_fd, "wb", buffering=0)
     transports: list[asyncio.BaseTransport] = []
+    read_transports: list[asyncio.BaseTransport] = []
+    ended = False
+
+    def end_input(why: str) -> None:
+        """From here on the input is over, as at EOF: lines already read are still handled, no more are read."""
+        nonlocal ended
+        if ended:
+            return
+        ended = True
+        log.info("%s: shutting down as at stdin EOF", why)
+        for transport in read_transports:
+            transport.close()  # its protocol's connection_lost closes the line stream
+
+    handled: list[signal.Signals] = []
     try:
+        for number in stop_signals:
+            loop.add_signal_handler(number, end_input, f"received {number.name}")
+            handled.append(number)
         source: LineSource
         if _is_regular_file(stdin.fileno()):
-            source = _file_lines(stdin, max_line_bytes)
+            source = _file_lines(stdin, max_line_bytes, lambda: ended)
         else:
             send, receive = anyio.create_memory_object_stream[bytes | Oversized](float("inf"))
             read_transport, _ = await loop.connect_read_pipe(
@@ -181,15 +216,19 @@ async def open_stdio(max_line_bytes: int) -> AsyncIterator[tuple[LineSource, Lin
                 stdin,
             )
             transports.append(read_transport)
+            read_transports.append(read_transport)
             source = _receive_all(receive)
         sink: LineSink
         if _is_regular_file(stdout.fileno()):
             sink = _FileSink(stdout)
         else:
-            write_transport, sink = await loop.connect_write_pipe(_PipeSink, stdout)
+            write_transport, sink = await loop.connect_write_pipe(lambda: _PipeSink(end_input), stdout)
             transports.append(write_transport)
         yield source, sink
     finally:
+        ended = True  # our own closing below is no shutdown request
+        for number in handled:
+            loop.remove_signal_handler(number)
         for transport in transports:
             transport.close()
         for file in (stdin, stdout):

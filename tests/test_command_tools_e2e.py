@@ -606,12 +606,18 @@ async def test_a_command_that_leaves_a_background_child_returns_when_the_shell_e
     await server.initialize()
     session = await server.new_session(str(tmp_path))
     started = time.monotonic()
-    script = [{"tool": "run_command", "args": {"command": "sleep 600 & echo started", "timeout_s": scaled(20)}}]
+    script = [{"tool": "run_command", "args": {"command": "sleep 600 & echo started $!", "timeout_s": scaled(20)}}]
     response = await server.response(await server.prompt(session, script), timeout=scaled(10))
     assert response["result"] == {"stopReason": "end_turn"}
     assert time.monotonic() - started < scaled(5)  # not the command's timeout
     final = server.updates(session, "tool_call_update")[-1]
     assert final["status"] == "completed", final
+    child = int(text_of(final).split("started ", 1)[1].split()[0])
+    assert running(child)
     assert (await server.stats())["childProcesses"] == 1  # the background sleep, still tracked
     code, _ = await server.close()
     assert code == 0
+    deadline = time.monotonic() + 2  # a SIGKILLed process leaves the table a moment after the server has exited
+    while running(child):
+        assert time.monotonic() < deadline, f"the background child {child} outlived the server"
+        await asyncio.sleep(0.05)

@@ -3,14 +3,23 @@
 The one module that knows about process groups and signals (POSIX). Every local command the agent starts goes
 through `ProcessTable.open`, so a cancel can kill the whole group and the process can kill every group it started
 before it exits, never its own group (an editor may share it).
+
+A process that leaves its group (`setsid`, a double-forked daemon) is out of reach of `killpg`. When the server owns
+its process (`acp-server` itself, not an embedder calling `serve`), the table adopts orphans: on Linux the process
+becomes a child subreaper before its first child starts, so such orphans are re-parented to it instead of to init; at
+exit `kill_all` finds them as descendants in /proc and kills them too, and orphans that already died are reaped
+rather than left as zombies of a long-lived server.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import logging
 import os
 import signal
 import subprocess
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -23,12 +32,19 @@ log = logging.getLogger(__name__)
 
 # How long a group gets to leave after SIGTERM before SIGKILL.
 TERM_GRACE = 0.2
+# <linux/prctl.h>: orphaned descendants are re-parented to the nearest subreaper ancestor instead of to init.
+PR_SET_CHILD_SUBREAPER = 36
+# At exit, how many times the descendants are killed and looked for again (one may fork while we kill its parent).
+KILL_ROUNDS = 5
 
 
 class ProcessTable:
     """The process groups this server started and that may still be alive. One per server process."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, adopt_orphans: bool = False) -> None:
+        """`adopt_orphans`: this server owns its process, so every descendant is its to kill at exit (never for an
+        embedder, whose other children are not ours)."""
+        self._adopt_orphans = adopt_orphans
         self._groups: dict[int, Process] = {}
         # Groups whose leader has exited but whose members (background children) may live on.
         self._lingering: set[int] = set()
@@ -42,6 +58,7 @@ class ProcessTable:
         """Start a process group and track it. Shielded: a cancel that lands while the process is being spawned
         must not leave an untracked group running; the caller's next await delivers the cancel, and its cleanup
         kills the group."""
+        self.adopt_orphans()
         with anyio.CancelScope(shield=True):
             process = await anyio.open_process(
                 list(argv),
@@ -58,6 +75,14 @@ class ProcessTable:
         self._groups.pop(process.pid, None)
         if keep_group_if_alive and _group_alive(process.pid):
             self._lingering.add(process.pid)
+        if self._adopt_orphans:
+            _reap_orphans()
+
+    def adopt_orphans(self) -> None:
+        """Call before starting a child: from then on its orphans are re-parented to us (Linux). Not at start-up:
+        ctypes costs milliseconds there, and there are no orphans before there are children."""
+        if self._adopt_orphans:
+            become_subreaper()
 
     async def terminate(self, process: Process) -> None:
         """Stop a group politely, then by force; the caller shields this and bounds it with its deadline."""
@@ -69,11 +94,106 @@ class ProcessTable:
         self.forget(process)
 
     def kill_all(self) -> None:
-        """SIGKILL every group still tracked. Synchronous: it runs on the way out of the process."""
+        """SIGKILL every group still tracked and, when adopting orphans, every descendant process wherever its group
+        (stdio MCP servers, `setsid` escapees re-parented to us). Synchronous: it runs on the way out of the process."""
+        # The tree first, while it is whole: without a subreaper, a `setsid` child is found only under its shell.
+        if self._adopt_orphans:
+            _kill_pids(_descendants())
         for pgid in [*self._groups, *self._lingering]:
             _signal_group(pgid, signal.SIGKILL)
         self._groups.clear()
         self._lingering.clear()
+        for _ in range(KILL_ROUNDS if self._adopt_orphans else 0):
+            snapshot = _all_processes()
+            _reap_orphans(snapshot)
+            tree = [entry for entry in _descendants(snapshot) if entry[3] != "Z"]
+            if not tree:
+                break
+            _kill_pids(tree)
+
+
+@functools.cache
+def become_subreaper() -> bool:
+    """Linux: adopt our descendants' orphans (PR_SET_CHILD_SUBREAPER), so a child that left its process group is
+    still ours to kill at exit. Once per process; False where the kernel does not offer it."""
+    if sys.platform != "linux":
+        return False
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(
+            PR_SET_CHILD_SUBREAPER, ctypes.c_ulong(1), ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0)
+        ):
+            raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
+    except (OSError, AttributeError) as exc:
+        log.info("cannot become a child subreaper (orphans of commands go to init): %s", exc)
+        return False
+    return True
+
+
+# (pid, ppid, pgid, state) of one process, from /proc/PID/stat.
+_Stat = tuple[int, int, int, str]
+
+
+def _all_processes() -> list[_Stat]:
+    found: list[_Stat] = []
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return found  # no /proc: only the process groups can be reached
+    for name in entries:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as file:
+                fields = file.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        found.append((int(name), int(fields[1]), int(fields[2]), fields[0].decode()))
+    return found
+
+
+def _descendants(snapshot: Sequence[_Stat] | None = None) -> list[_Stat]:
+    """Every process below this one (children, their children, ...), zombies included."""
+    children: dict[int, list[_Stat]] = {}
+    for entry in _all_processes() if snapshot is None else snapshot:
+        children.setdefault(entry[1], []).append(entry)
+    found: list[_Stat] = []
+    parents = [os.getpid()]
+    while parents:
+        for entry in children.get(parents.pop(), ()):
+            found.append(entry)
+            parents.append(entry[0])
+    return found
+
+
+def _kill_pids(entries: Sequence[_Stat]) -> None:
+    own_group = os.getpgrp()
+    for pid, _, pgid, state in entries:
+        if state == "Z" or pgid == own_group:  # never anything in our own group (an editor may share it)
+            continue
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _reap_orphans(snapshot: Sequence[_Stat] | None = None) -> None:
+    """Collect the exit status of orphans re-parented to us that have died. Only processes that do not lead their
+    own session: every child we start ourselves (commands, stdio MCP servers) does, and asyncio waits for those; a
+    `setsid` orphan that died stays a zombie until we exit (init then reaps it)."""
+    me = os.getpid()
+    for pid, ppid, _, state in _all_processes() if snapshot is None else snapshot:
+        if ppid != me or state != "Z" or _leads_session(pid):
+            continue
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)
+
+
+def _leads_session(pid: int) -> bool:
+    try:
+        return os.getsid(pid) == pid
+    except OSError:
+        return True  # unknown: leave it to whoever started it
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:
