@@ -23,8 +23,19 @@ import pytest
 
 from tests.conftest import StartServer
 from tests.fake_openai import FakeOpenAI, text_reply, tool_call_reply
-from tests.harness import DEFAULT_ARGS, GRACE, T_ACK, T_ESC, T_EXIT, T_START, RawClient, isolated_env, server_command
-from tests.test_interrupts import W_QUIET, chunk, position
+from tests.harness import (
+    DEFAULT_ARGS,
+    GRACE,
+    T_ACK,
+    T_ESC,
+    T_EXIT,
+    T_START,
+    W_QUIET,
+    RawClient,
+    isolated_env,
+    server_command,
+)
+from tests.test_interrupts import chunk, position
 from tests.wire_schema import WireValidator
 
 # The cleanup deadline of the tests that must tell "at once" from "at the deadline": ten times T_ACK.
