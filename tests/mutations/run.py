@@ -6,11 +6,13 @@ tree, runs the named tests with this interpreter, expects them to fail, and reve
 
     python -m tests.mutations.run          # every patch
     python -m tests.mutations.run 03 07    # only these
+    python -m tests.mutations.run --baseline   # first check each patch's tests pass without the bug
 
 One line per patch: CAUGHT (the tests failed), MISSED (they passed with the bug in: the proof is gone), DOES NOT
-APPLY (the code moved; refresh the patch). Exit status 1 if any was missed or did not apply. Not part of CI: it runs
-the named tests once per patch, and refuses to start if acp_server/ has uncommitted changes, since reverting a
-patch must give back exactly the committed code.
+APPLY (the code moved; refresh the patch), and with `--baseline` RED WITHOUT THE BUG (the tests fail anyway, e.g. on
+a machine too loaded for their safety bounds, so a failure would prove nothing). Exit status 1 unless every patch
+was caught. Not part of CI: it runs the named tests once per patch (twice with `--baseline`), and refuses to go on
+while acp_server/ has uncommitted changes, since reverting a patch must give back exactly the committed code.
 """
 
 from __future__ import annotations
@@ -44,25 +46,34 @@ def code_is_clean() -> bool:
     return status.returncode == 0 and not status.stdout.strip()
 
 
-def check(patch: Path) -> str:
+def run_tests(tests: list[str]) -> bool:
+    """True if the tests pass."""
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0", *tests]
+    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False).returncode == 0
+
+
+def check(patch: Path, baseline: bool) -> str:
     tests = tests_of(patch)
     if not tests:
         return "DOES NOT APPLY (no Tests: line)"
+    if baseline and not run_tests(tests):
+        return "RED WITHOUT THE BUG"
     if git("apply", "--check", str(patch)).returncode != 0:
         return "DOES NOT APPLY"
     if git("apply", str(patch)).returncode != 0:
         return "DOES NOT APPLY"
     try:
-        command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0", *tests]
-        result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False)
+        passed = run_tests(tests)
     finally:
         reverted = git("apply", "-R", str(patch))
         if reverted.returncode != 0:
             raise SystemExit(f"{patch.name}: could not revert the patch: {reverted.stderr.strip()}")
-    return "CAUGHT" if result.returncode != 0 else "MISSED"
+    return "MISSED" if passed else "CAUGHT"
 
 
 def main(argv: list[str]) -> int:
+    baseline = "--baseline" in argv
+    argv = [arg for arg in argv if arg != "--baseline"]
     patches = sorted(HERE.glob("[0-9][0-9]-*.patch"))
     if argv:
         wanted = set(argv)
@@ -71,12 +82,12 @@ def main(argv: list[str]) -> int:
         if unknown:
             print(f"no patch numbered {', '.join(sorted(unknown))}", file=sys.stderr)
             return 2
-    if not code_is_clean():
-        print(f"{CODE}/ has uncommitted changes: commit or stash them first", file=sys.stderr)
-        return 2
     failed = False
     for patch in patches:
-        outcome = check(patch)
+        if not code_is_clean():  # checked before every patch: a revert must give back exactly the committed code
+            print(f"{CODE}/ has uncommitted changes: commit or stash them first", file=sys.stderr)
+            return 2
+        outcome = check(patch, baseline)
         failed |= outcome != "CAUGHT"
         print(f"{patch.name}: {outcome}", flush=True)
     return 1 if failed else 0
