@@ -157,6 +157,13 @@ async def test_a_stop_signal_shuts_down_as_at_stdin_eof(
     await again.initialize()
     listed = await again.call("session/list", {})
     assert len(listed["result"]["sessions"]) == 4, listed
+    for entry in listed["result"]["sessions"]:
+        params = {"sessionId": entry["sessionId"], "cwd": entry["cwd"], "mcpServers": []}
+        assert "result" in await again.call("session/load", params)
+    replayed = [
+        m for m in again.received if m.get("params", {}).get("update", {}).get("sessionUpdate") == "user_message_chunk"
+    ]
+    assert len(replayed) == 4, replayed  # the prompts of the turns the signal cancelled too
 
 
 @pytest.mark.timeout(60)
