@@ -152,11 +152,19 @@ async def test_a_stop_signal_shuts_down_as_at_stdin_eof(
     transcript = record.read_text()
     assert transcript.count('"stopReason":"cancelled"') == len(running), transcript[-2000:]
     assert f"received {stop.name}: shutting down as at stdin EOF" in log_file.read_text()
-    # The store's last commit: a new server finds every session, and the running turns' prompts in their history.
+    # The store survives the shutdown intact: a new server finds every session with its prompt. (Its commits are too
+    # quick for this to catch a missing last commit; the drain is the EOF path's, shared.)
     again = await start_server(env=env)
     await again.initialize()
     listed = await again.call("session/list", {})
     assert len(listed["result"]["sessions"]) == 4, listed
+    for entry in listed["result"]["sessions"]:
+        params = {"sessionId": entry["sessionId"], "cwd": entry["cwd"], "mcpServers": []}
+        assert "result" in await again.call("session/load", params)
+    replayed = [
+        m for m in again.received if m.get("params", {}).get("update", {}).get("sessionUpdate") == "user_message_chunk"
+    ]
+    assert len(replayed) == 4, replayed  # the prompts of the turns the signal cancelled too
 
 
 @pytest.mark.timeout(60)
@@ -268,3 +276,41 @@ async def test_an_orphan_of_a_command_is_adopted_and_reaped_once_it_dies(
     response = await server.response(await server.prompt(session, [run("true")]), timeout=10)
     assert response["result"] == {"stopReason": "end_turn"}, response
     assert state_of(orphan) is None
+
+
+def mcp_servers_of(root: int) -> set[int]:
+    """The stdio MCP servers (tests/mcp_servers/stdio_server.py) running below `root`."""
+    found = set()
+    for pid in descendants(root):
+        try:
+            command = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"stdio_server.py" in command and not command.startswith(b"/bin/sh"):
+            found.add(pid)
+    return found
+
+
+@pytest.mark.timeout(90)
+async def test_sigterm_shuts_every_mcp_server_down_even_one_that_ignores_it(
+    start_server: StartServer, tmp_path: Path
+) -> None:
+    """Issue 10 item 3: SIGTERM stops stdio MCP servers as EOF does (tests/test_mcp_e2e.py), one that ignores its
+    closed stdin included: none of them, nor anything they started, outlives the server. Their processes are found
+    in /proc, so the test does not depend on their tools being listed yet."""
+    from tests.test_mcp_e2e import T_MCP, open_session, stdio_server
+
+    server = await start_server()
+    await server.initialize()
+    await open_session(server, tmp_path, [stdio_server("calm"), stdio_server("stubborn", "--stubborn")])
+    deadline = time.monotonic() + T_MCP
+    while len(mcp_servers_of(server.process.pid)) < 2:
+        assert time.monotonic() < deadline, "the MCP servers never started"
+        await asyncio.sleep(0.05)
+    started = descendants(server.process.pid)
+    sent = time.monotonic()
+    server.process.send_signal(signal.SIGTERM)
+    code, took = await exit_status(server, sent, timeout=GRACE + 5)  # what the EOF test allows MCP shutdowns
+    assert code == 0, server.stderr_text
+    assert took < GRACE + 5
+    await wait_all_dead(started)

@@ -181,12 +181,25 @@ def _reap_orphans(snapshot: Sequence[_Stat] | None = None) -> None:
     """Collect the exit status of orphans re-parented to us that have died. Only processes that do not lead their
     own session: every child we start ourselves (commands, stdio MCP servers) does, and asyncio waits for those; a
     `setsid` orphan that died stays a zombie until we exit (init then reaps it)."""
+    if snapshot is None and not _has_dead_child():
+        return  # the common case, told by one system call instead of a walk of /proc
     me = os.getpid()
     for pid, ppid, _, state in _all_processes() if snapshot is None else snapshot:
         if ppid != me or state != "Z" or _leads_session(pid):
             continue
         with contextlib.suppress(ChildProcessError):
             os.waitpid(pid, os.WNOHANG)
+
+
+def _has_dead_child() -> bool:
+    """Whether any child of ours has exited and waits to be reaped; reaps nothing (WNOWAIT). Linux only: elsewhere
+    no orphan is ever ours."""
+    if sys.platform != "linux":
+        return False
+    try:
+        return os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:
+        return False  # no children at all
 
 
 def _leads_session(pid: int) -> bool:
