@@ -36,7 +36,7 @@ from acp.schema import (
 )
 
 from tests import sdk_client
-from tests.harness import DEFAULT_ARGS, T_ACK, T_ESC, T_WAIT, W_QUIET
+from tests.harness import DEFAULT_ARGS, T_ACK, T_ESC, T_WAIT, W_QUIET, scaled
 from tests.sdk_client import RecordingClient, SdkAgent, spawn_sdk_agent
 
 # Updates that belong to a session rather than to a turn (the commands announced after session/new, titles after
@@ -266,7 +266,7 @@ async def test_cancel_of_one_gated_session_leaves_the_other_running_to_end_turn(
     response_a = await asyncio.wait_for(turns[a], T_WAIT)
     assert response_a.stop_reason == "cancelled"
     assert time.monotonic() - started < T_ACK
-    await asyncio.sleep(0.1)
+    await asyncio.sleep(scaled(0.1))
     assert not turns[b].done(), "B must still be waiting on its gate"
 
     await release(scripted, b, "g")
