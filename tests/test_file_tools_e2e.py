@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from tests.harness import DEFAULT_ARGS, T_ACK, T_WAIT, RawClient
+from tests.harness import DEFAULT_ARGS, T_ACK, T_WAIT, W_QUIET, RawClient
 
 StartServer = Callable[..., Awaitable[RawClient]]
 
@@ -419,7 +419,7 @@ async def test_a_cancel_during_the_permission_request_retracts_it_and_a_late_all
     await assert_cancelled_and_retracted(editor, prompt, held)
     count = len(editor.client.received)
     await editor.reply(held, {"outcome": {"outcome": "selected", "optionId": "allow_once"}})
-    await asyncio.sleep(0.5)  # W_quiet
+    await asyncio.sleep(W_QUIET)
     assert [m for m in editor.client.received[count:] if m.get("method") != "_scripted/probe"] == []
     assert editor.requests("fs/write_text_file") == []
     assert not target.exists()
@@ -439,7 +439,7 @@ async def test_a_cancel_during_an_editor_file_read_retracts_it_and_a_late_answer
     await assert_cancelled_and_retracted(editor, prompt, held)
     count = len(editor.client.received)
     await editor.reply(held, {"content": "alpha\n"})
-    await asyncio.sleep(0.5)  # W_quiet
+    await asyncio.sleep(W_QUIET)
     assert [m for m in editor.client.received[count:] if m.get("method") != "_scripted/probe"] == []
     assert editor.requests("fs/write_text_file") == []
     assert (editor.cwd / "e.txt").read_text() == "alpha\n"

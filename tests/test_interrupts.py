@@ -182,7 +182,7 @@ async def test_tool_ignoring_cancel_is_abandoned_at_the_deadline_and_fenced(serv
     assert (await server.response(next_prompt["id"]))["result"] == {"stopReason": "end_turn"}
     # The zombie finishes later; it may report a probe, nothing else.
     await server.probe("tool_exited", sessionId=a, toolCallId=call_id, reason="completed", timeout=stubborn_seconds + 2)
-    await asyncio.sleep(0.2)
+    await asyncio.sleep(scaled(0.2))
     # The zombie must not go on to the next model step after its tool returns (INTERRUPTS.md I5/I6).
     assert not [
         m

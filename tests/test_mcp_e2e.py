@@ -20,7 +20,7 @@ import pytest
 
 from tests.conftest import StartServer
 from tests.editor_client import Editor, always
-from tests.harness import GRACE, T_ACK, T_ESC, T_WAIT, RawClient, processes, scaled
+from tests.harness import GRACE, T_ACK, T_ESC, T_WAIT, W_QUIET, RawClient, processes, scaled
 
 SERVERS = Path(__file__).resolve().parent / "mcp_servers"
 # Starting an MCP server costs its interpreter and the SDK's imports, on both sides, on a loaded 2-core machine.
@@ -366,7 +366,7 @@ async def test_a_server_that_cannot_start_is_told_at_the_start_of_the_next_turn(
 ) -> None:
     broken = {"name": "gone", "command": "acp-test-no-such-command", "args": [], "env": []}
     session_id, _ = await open_session(server, tmp_path, [broken, stdio_server()])
-    await asyncio.sleep(0.5)  # whatever happens meanwhile must stay off the wire (conftest's C3)
+    await asyncio.sleep(W_QUIET)  # whatever happens meanwhile must stay off the wire (conftest's C3)
     assert await prompt(server, session_id, [call("mcp__gone__anything"), {"say": "done"}]) == "end_turn"
     notice, said = server.texts(session_id)
     assert "'gone'" in notice
@@ -402,7 +402,7 @@ async def test_a_server_dying_between_turns_is_told_inside_the_next_turn_only(
     pid = await server_pid(server, session_id)
     assert await prompt(server, session_id, [call("mcp__srv__die_soon", seconds=0.2)]) == "end_turn"
     await wait_gone(pid, 5)
-    await asyncio.sleep(0.3)  # the agent has noticed by now; it must say nothing until a turn starts
+    await asyncio.sleep(W_QUIET)  # the agent has noticed by now; it must say nothing until a turn starts
     assert await prompt(server, session_id, [{"say": "hello"}]) == "end_turn"
     assert server.texts(session_id)[-2:] == ["The MCP server 'srv' stopped; its tools are not available.", "hello"]
 

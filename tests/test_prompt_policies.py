@@ -13,12 +13,13 @@ import pytest
 
 from tests.conftest import StartServer
 from tests.fake_openai import FakeOpenAI, text_reply, tool_call_reply
-from tests.harness import T_ACK, T_ESC, T_START, RawClient, scaled
+from tests.harness import GRACE, LONG_GRACE, T_ACK, T_ESC, T_START, RawClient, scaled
 from tests.test_interrupts import after, chunk, position
 
 
-async def policy_server(start_server: StartServer, policy: str | None) -> RawClient:
-    args = ["--model", "scripted", "--test-mode", "--cleanup-deadline", "0.5"]
+async def policy_server(start_server: StartServer, policy: str | None, grace: float = GRACE) -> RawClient:
+    """`grace=LONG_GRACE` for a test that tells an answer "at once" (T_ACK) from one at the cleanup deadline."""
+    args = ["--model", "scripted", "--test-mode", "--cleanup-deadline", f"{grace:g}"]
     if policy is not None:
         args += ["--prompt-policy", policy]
     server = await start_server(*args)
@@ -38,7 +39,7 @@ async def test_interrupt_is_the_default_and_the_new_prompt_takes_over_after_the_
     start_server: StartServer,
 ) -> None:
     """I14: P1 answers `cancelled` after its cleanup; P2's first update follows that response; nothing of P1 after."""
-    server = await policy_server(start_server, None)
+    server = await policy_server(start_server, None, LONG_GRACE)
     a = await server.new_session()
     p1 = await server.prompt(a, [{"say": "p1"}, {"gate": "g1"}, {"say": "p1-late"}])
     await server.probe("gate_reached", sessionId=a, gate="g1")
@@ -116,7 +117,7 @@ async def test_queue_cancel_claims_the_running_and_the_queued_prompt_but_not_a_l
     start_server: StartServer,
 ) -> None:
     """I15: the cancel answers P1 and queued P2 `cancelled` (P2 never starts); P3, sent after the cancel, runs."""
-    server = await policy_server(start_server, "queue")
+    server = await policy_server(start_server, "queue", LONG_GRACE)
     a = await server.new_session()
     p1 = await server.prompt(a, [{"say": "p1"}, {"gate": "g1"}])
     await server.probe("gate_reached", sessionId=a, gate="g1")
@@ -240,7 +241,7 @@ async def test_steer_the_model_sees_the_whole_task_so_far_and_the_new_message(
 
 
 async def test_steer_cancel_before_the_hand_over_answers_both_prompts_cancelled(start_server: StartServer) -> None:
-    server = await policy_server(start_server, "steer")
+    server = await policy_server(start_server, "steer", LONG_GRACE)
     a = await server.new_session()
     p1 = await server.prompt(a, [{"say": "p1"}, HOLD, {"say": "p1-never"}])
     await held_request(server)
@@ -256,7 +257,7 @@ async def test_steer_cancel_before_the_hand_over_answers_both_prompts_cancelled(
 
 
 async def test_steer_cancel_after_the_hand_over_answers_only_the_new_prompt(start_server: StartServer) -> None:
-    server = await policy_server(start_server, "steer")
+    server = await policy_server(start_server, "steer", LONG_GRACE)
     a = await server.new_session()
     p1 = await server.prompt(a, [{"say": "p1"}, HOLD])
     held = await held_request(server)

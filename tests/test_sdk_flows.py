@@ -36,7 +36,8 @@ from acp.schema import (
 )
 
 from tests import sdk_client
-from tests.harness import DEFAULT_ARGS, T_ACK, T_ESC, T_WAIT, W_QUIET
+from tests.conftest import server_args
+from tests.harness import DEFAULT_ARGS, T_ACK, T_ESC, T_WAIT, W_QUIET, scaled
 from tests.sdk_client import RecordingClient, SdkAgent, spawn_sdk_agent
 
 # Updates that belong to a session rather than to a turn (the commands announced after session/new, titles after
@@ -84,9 +85,10 @@ async def initialized(start: StartAgent, *args: str, client: RecordingClient | N
 
 
 @pytest.fixture
-async def scripted(start_agent: StartAgent) -> SdkAgent:
-    """`--model scripted --test-mode --cleanup-deadline 0.5`, initialized through the SDK."""
-    return await initialized(start_agent, *DEFAULT_ARGS)
+async def scripted(start_agent: StartAgent, request: pytest.FixtureRequest) -> SdkAgent:
+    """`--model scripted --test-mode --cleanup-deadline 0.5` (LONG_GRACE with `@pytest.mark.at_once`), initialized
+    through the SDK."""
+    return await initialized(start_agent, *(server_args(request) or DEFAULT_ARGS))
 
 
 async def new_session(agent: SdkAgent, cwd: str = "/tmp") -> str:
@@ -223,6 +225,7 @@ async def test_scripted_say_and_think_arrive_as_message_and_thought_chunks_in_or
 
 
 @pytest.mark.timeout(20)
+@pytest.mark.at_once
 async def test_cancel_during_a_gate_answers_cancelled_quickly_and_the_next_prompt_ends_end_turn(
     scripted: SdkAgent,
 ) -> None:
@@ -249,6 +252,7 @@ async def test_cancel_during_a_gate_answers_cancelled_quickly_and_the_next_promp
 
 @pytest.mark.timeout(20)
 @pytest.mark.parametrize("cancelled_first", [True, False], ids=["cancel-first-started", "cancel-last-started"])
+@pytest.mark.at_once
 async def test_cancel_of_one_gated_session_leaves_the_other_running_to_end_turn(
     scripted: SdkAgent, cancelled_first: bool
 ) -> None:
@@ -266,7 +270,7 @@ async def test_cancel_of_one_gated_session_leaves_the_other_running_to_end_turn(
     response_a = await asyncio.wait_for(turns[a], T_WAIT)
     assert response_a.stop_reason == "cancelled"
     assert time.monotonic() - started < T_ACK
-    await asyncio.sleep(0.1)
+    await asyncio.sleep(scaled(0.1))
     assert not turns[b].done(), "B must still be waiting on its gate"
 
     await release(scripted, b, "g")
@@ -418,6 +422,7 @@ async def test_a_client_error_fails_the_tool_call_and_the_turn_goes_on(scripted:
 
 
 @pytest.mark.timeout(20)
+@pytest.mark.at_once
 async def test_cancel_while_a_client_request_hangs_answers_cancelled_without_waiting_for_the_client(
     scripted: SdkAgent,
 ) -> None:
