@@ -305,9 +305,11 @@ class Connection:
 
     def _on_response(self, response: IncomingResponse) -> None:
         request_id = response.id
-        if not isinstance(request_id, int) or request_id not in self._pending:
+        # Our ids are JSON integers, and a JSON id matches by type and value: `true`, `1.0` and `"1"` are not 1,
+        # though Python's `True == 1 == 1.0` finds request 1 by them (so `type(...) is int`: a bool is an int).
+        if type(request_id) is not int or request_id not in self._pending:
             # A late answer to a request we retracted, or a stray: ignoring it is the whole point of retracting.
-            log.debug("ignored a response to unknown or retracted request %r", request_id)
+            log.warning("ignored a response to no pending request (id %s)", _shown_id(request_id))
             return
         self._resolve(request_id, result=response.result, error=response.error)
 
@@ -318,3 +320,12 @@ class Connection:
     @property
     def requests_in_flight(self) -> int:
         return self._in_flight
+
+
+def _shown_id(request_id: Any) -> str:
+    """The id as JSON, cut short: it came from the client and goes into a one-line log message."""
+    try:
+        shown = orjson.dumps(request_id).decode()
+    except TypeError:  # nested too deep for orjson
+        shown = type(request_id).__name__
+    return shown if len(shown) <= 80 else shown[:77] + "..."
