@@ -89,7 +89,7 @@ async def serve_stdio(config: Config) -> None:
     before_exit = recorder.flush if recorder is not None else lambda: None
     try:
         server = build_server(config, on_exit=lambda: _arm_exit_watchdog(before_exit))
-        async with open_stdio(config.max_line_bytes) as (stdin_lines, stdout_sink):
+        async with open_stdio(config.max_line_bytes, server.connection.input_closed) as (stdin_lines, stdout_sink):
             if recorder is None:
                 await server.connection.serve(stdin_lines, stdout_sink)
             else:
