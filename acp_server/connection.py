@@ -8,6 +8,10 @@ waiting caller through the pending table.
 All output goes through one FIFO outbox drained by one writer task, so lines never interleave and a response is
 written after everything queued before it. Turn output is *fenced*: `send_fenced` drops a message whose turn has
 already been answered (or abandoned), which is what keeps a dying or replaced run from reaching the client.
+
+Messages are serialised as they are queued, so the outbox is measured in bytes: over OUTBOX_HIGH_BYTES the reader
+takes no more lines until the client has read it down to OUTBOX_LOW_BYTES, or has closed stdin (which the transport
+reports even while it is paused).
 """
 
 from __future__ import annotations
