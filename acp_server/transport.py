@@ -65,7 +65,7 @@ class _InputLines:
 
     While paused, stdin is polled every HANGUP_POLL_S for a hang-up. Once the client has closed its end nothing more
     can be written, so what is left is bounded by the pipe's capacity: reading resumes for good (to EOF) and
-    `on_hangup` tells the connection to take lines again whatever it has queued.
+    `on_hangup` tells the connection to take lines again whatever it has queued. EOF tells it the same.
     """
 
     def __init__(self, fd: int, on_hangup: Callable[[], None]) -> None:
@@ -100,11 +100,18 @@ class _InputLines:
             self._poll = asyncio.get_running_loop().call_later(HANGUP_POLL_S, self._check_hangup)
 
     def close(self) -> None:
+        """EOF (or the pipe is gone): the input is complete. The connection may have stopped taking lines with fewer
+        than the bound buffered, so the pipe was never paused: it is told too, or it would wait for a reader."""
+        if self._closed:
+            return
         self._closed = True
         self._ready.set()
         if self._poll is not None:
             self._poll.cancel()
             self._poll = None
+        if not self._hung_up:
+            self._hung_up = True
+            self._on_hangup()
 
     def _resume(self) -> None:
         if self._poll is not None:
@@ -268,7 +275,8 @@ async def open_stdio(
 ) -> AsyncIterator[tuple[LineSource, LineSink]]:
     """Take over stdin and stdout for the protocol. Everything else printed to stdout goes to stderr.
 
-    `on_hangup` is called when the client closes stdin while the reading is paused (see `_InputLines`)."""
+    `on_hangup` is called once the input is known to be finite: the client closed stdin (seen even while reading is
+    paused, see `_InputLines`), or EOF was read, or stdin is a regular file."""
     protocol_fd = os.dup(1)
     os.dup2(2, 1)
     sys.stdout = sys.stderr

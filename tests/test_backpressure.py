@@ -134,3 +134,36 @@ async def test_a_client_that_floods_never_reads_and_closes_stdin_gets_the_bounde
     assert process.returncode == 0
     assert took <= T_EXIT
     assert peak - base < MEMORY_BOUND, f"the server grew by {(peak - base) >> 20} MiB"
+
+
+@pytest.mark.timeout(60)
+async def test_a_reader_paused_by_turn_output_still_ends_at_eof_with_little_input_left() -> None:
+    """I17 again, the other way in: the turn's output fills the queue, one more small request pauses the reader,
+    and stdin's EOF is read normally (the pipe itself was never paused); the server must still exit in time."""
+    process = await start()
+    assert process.stdin is not None and process.stdout is not None
+    process.stdin.write(b'{"jsonrpc":"2.0","id":1,"method":"session/new","params":{"cwd":"/tmp","mcpServers":[]}}\n')
+    await process.stdin.drain()
+    session = orjson.loads(await asyncio.wait_for(process.stdout.readline(), 10))["result"]["sessionId"]
+    flood = {
+        "sessionId": session,
+        "prompt": [{"type": "text", "text": "x"}],
+        "_meta": {"scripted": [{"say": "y" * 100_000, "repeat": 10_000}]},  # far more than the queue's bound
+    }
+    process.stdin.write(orjson.dumps({"jsonrpc": "2.0", "id": 2, "method": "session/prompt", "params": flood}) + b"\n")
+    await process.stdin.drain()
+    await asyncio.sleep(1.0)  # the turn fills the pipe to us and then the server's queue; nobody reads
+    process.stdin.write(b'{"jsonrpc":"2.0","id":3,"method":"_flood/unknown"}\n')
+    await process.stdin.drain()
+    await asyncio.sleep(0.5)  # read and answered into the full queue: the reader pauses
+    started = time.monotonic()
+    process.stdin.close()
+    while process.returncode is None and time.monotonic() - started < T_EXIT + 1:  # noqa: ASYNC110 - no event exists
+        await asyncio.sleep(0.02)
+    took = time.monotonic() - started
+    if process.returncode is None:
+        process.kill()
+    with contextlib.suppress(OSError):
+        await process.stdout.read()
+    assert process.returncode == 0
+    assert took <= T_EXIT
