@@ -8,6 +8,10 @@ waiting caller through the pending table.
 All output goes through one FIFO outbox drained by one writer task, so lines never interleave and a response is
 written after everything queued before it. Turn output is *fenced*: `send_fenced` drops a message whose turn has
 already been answered (or abandoned), which is what keeps a dying or replaced run from reaching the client.
+
+Messages are serialised as they are queued, so the outbox is measured in bytes: over OUTBOX_HIGH_BYTES the reader
+takes no more lines until the client has read it down to OUTBOX_LOW_BYTES, or has closed stdin (which the transport
+reports even while it is paused).
 """
 
 from __future__ import annotations
@@ -43,6 +47,11 @@ log = logging.getLogger(__name__)
 HIGH_WATER = 256
 # One write system call carries at most about this much.
 BATCH_BYTES = 1 << 20
+# Backpressure on the input: above this many bytes of serialised lines waiting for the client (it is not reading
+# stdout, or slower than its own requests), stdin is no longer read, so memory stays bounded and nothing is dropped;
+# the pipe fills and the client's writes wait. Reading resumes below the low-water mark, so it does not flap per line.
+OUTBOX_HIGH_BYTES = 4 << 20
+OUTBOX_LOW_BYTES = 1 << 20
 # At EOF the writer gets this long to flush what is queued before the process leaves; it must stay below the
 # exit watchdog in server.py, so a client that stopped reading cannot hold the process.
 FLUSH_TIMEOUT = 0.25
@@ -114,9 +123,12 @@ class Connection:
     def __init__(self, dispatcher: Dispatcher, cleanup_deadline: float) -> None:
         self._dispatcher = dispatcher
         self._cleanup_deadline = cleanup_deadline
-        self._outbox: deque[dict[str, Any]] = deque()
+        self._outbox: deque[bytes] = deque()  # serialised lines, so the backpressure bound is in bytes
+        self._outbox_bytes = 0
         self._has_output = anyio.Event()
         self._has_space = anyio.Event()
+        self._has_room = anyio.Event()  # the outbox fell below OUTBOX_LOW_BYTES (or waiting is pointless)
+        self._input_closed = False  # the client closed stdin: what is left to read is finite, read it regardless
         self._drained = anyio.Event()
         self._pending: dict[int, _Outgoing] = {}
         self._ids = itertools.count(1)
@@ -135,8 +147,23 @@ class Connection:
             task_group.start_soon(self._write_loop, sink)
             async for line in source:
                 self._on_line(line)
+                if self._outbox_bytes > OUTBOX_HIGH_BYTES and not self._input_closed:
+                    await self._wait_for_room()
             await self._shut_down()
             task_group.cancel_scope.cancel()
+
+    async def _wait_for_room(self) -> None:
+        """Read no more input until the client has taken most of what is queued for it, or closed stdin."""
+        log.info("%d bytes queued for the client: reading paused until it reads", self._outbox_bytes)
+        while self._outbox_bytes > OUTBOX_LOW_BYTES and not self._input_closed and not self._broken:
+            self._has_room = anyio.Event()
+            await self._has_room.wait()
+
+    def input_closed(self) -> None:
+        """The transport saw the client close stdin while reading was paused: stop waiting for the client to read.
+        Nothing more can be written to the pipe, so the rest of the input is bounded by the pipe's capacity."""
+        self._input_closed = True
+        self._has_room.set()
 
     def spawn(self, function: Callable[..., Coroutine[Any, Any, Any]], *args: Any) -> None:
         """Start a task owned by the connection (it outlives the request that started it)."""
@@ -202,7 +229,16 @@ class Connection:
         """Queue a message for the writer. Synchronous, so it can never be interleaved or reordered."""
         if self._broken:
             return
-        self._outbox.append(message)
+        dumps, newline = orjson.dumps, orjson.OPT_APPEND_NEWLINE
+        try:
+            data = dumps(message, option=newline)
+        except TypeError:
+            log.exception("cannot serialize an outgoing %s", message.get("method", "response"))
+            if "id" not in message or "method" in message:
+                return
+            data = dumps(error_message(message["id"], ErrorCode.INTERNAL_ERROR, "Internal error"), option=newline)
+        self._outbox.append(data)
+        self._outbox_bytes += len(data)
         self._has_output.set()
 
     async def send_fenced(self, message: dict[str, Any], fence: Fence) -> bool:
@@ -211,7 +247,7 @@ class Connection:
             # Nothing is queued any more, so the wait below never comes: yield here, or a turn that emits without
             # I/O (a long scripted reply) would hold the loop and its cancel would never land.
             await anyio.lowlevel.checkpoint()
-        while len(self._outbox) >= HIGH_WATER and not self._broken:
+        while self._outbox_full() and not self._broken:
             # Every waiting turn shares one event: replacing it while others wait on it would strand them.
             if self._has_space.is_set():
                 self._has_space = anyio.Event()
@@ -221,12 +257,14 @@ class Connection:
         self.send(message)
         return True
 
+    def _outbox_full(self) -> bool:
+        return len(self._outbox) >= HIGH_WATER or self._outbox_bytes >= OUTBOX_HIGH_BYTES
+
     def notify(self, method: str, params: dict[str, Any]) -> None:
         self.send({"jsonrpc": "2.0", "method": method, "params": params})
 
     async def _write_loop(self, sink: LineSink) -> None:
         outbox = self._outbox
-        dumps, newline = orjson.dumps, orjson.OPT_APPEND_NEWLINE
         while True:
             if not outbox:
                 self._drained.set()
@@ -235,19 +273,14 @@ class Connection:
             batch: list[bytes] = []
             size = 0
             while outbox and size < BATCH_BYTES:
-                message = outbox.popleft()
-                try:
-                    data = dumps(message, option=newline)
-                except TypeError:
-                    log.exception("cannot serialize an outgoing %s", message.get("method", "response"))
-                    if "id" not in message or "method" in message:
-                        continue
-                    failure = error_message(message["id"], ErrorCode.INTERNAL_ERROR, "Internal error")
-                    data = dumps(failure, option=newline)
+                data = outbox.popleft()
                 batch.append(data)
                 size += len(data)
-            if len(outbox) < HIGH_WATER:
+            self._outbox_bytes -= size
+            if not self._outbox_full():
                 self._has_space.set()
+            if self._outbox_bytes <= OUTBOX_LOW_BYTES:
+                self._has_room.set()
             try:
                 await sink.write(b"".join(batch))
             except OSError as exc:
@@ -256,7 +289,9 @@ class Connection:
                 log.warning("stdout closed by the client: %s", exc)
                 self._broken = True
                 outbox.clear()
+                self._outbox_bytes = 0
                 self._has_space.set()
+                self._has_room.set()
 
     # --- our requests to the client ---
 
@@ -311,9 +346,11 @@ class Connection:
 
     def _on_response(self, response: IncomingResponse) -> None:
         request_id = response.id
-        if not isinstance(request_id, int) or request_id not in self._pending:
+        # Our ids are JSON integers, and a JSON id matches by type and value: `true`, `1.0` and `"1"` are not 1,
+        # though Python's `True == 1 == 1.0` finds request 1 by them (so `type(...) is int`: a bool is an int).
+        if type(request_id) is not int or request_id not in self._pending:
             # A late answer to a request we retracted, or a stray: ignoring it is the whole point of retracting.
-            log.debug("ignored a response to unknown or retracted request %r", request_id)
+            log.warning("ignored a response to no pending request (id %s)", _shown_id(request_id))
             return
         self._resolve(request_id, result=response.result, error=response.error)
 
@@ -324,3 +361,12 @@ class Connection:
     @property
     def requests_in_flight(self) -> int:
         return self._in_flight
+
+
+def _shown_id(request_id: Any) -> str:
+    """The id as JSON, cut short: it came from the client and goes into a one-line log message."""
+    try:
+        shown = orjson.dumps(request_id).decode()
+    except TypeError:  # nested too deep for orjson
+        shown = type(request_id).__name__
+    return shown if len(shown) <= 80 else shown[:77] + "..."

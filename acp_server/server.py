@@ -95,7 +95,10 @@ async def serve_stdio(config: Config) -> None:
     before_exit = recorder.flush if recorder is not None else lambda: None
     try:
         server = build_server(config, on_exit=lambda: _arm_exit_watchdog(before_exit), owns_process=True)
-        async with open_stdio(config.max_line_bytes, STOP_SIGNALS) as (stdin_lines, stdout_sink):
+        async with open_stdio(config.max_line_bytes, server.connection.input_closed, STOP_SIGNALS) as (
+            stdin_lines,
+            stdout_sink,
+        ):
             if recorder is None:
                 await server.connection.serve(stdin_lines, stdout_sink)
             else:

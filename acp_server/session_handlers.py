@@ -78,6 +78,7 @@ async def session_new(context: RequestContext, params: NewSessionRequest) -> dic
             mode=session.mode,
             config={MODEL_OPTION: session.model, PROMPT_POLICY_OPTION: session.prompt_policy},
         )
+        await store.flush()  # committed before the client learns the id: a kill -9 after the answer keeps it
     return {"sessionId": session_id, **_opened(context, session)}
 
 
@@ -221,6 +222,14 @@ async def session_delete(context: RequestContext, params: DeleteSessionRequest) 
     return {}
 
 
+async def _commit(server: AcpServer) -> None:
+    """What a request changed is committed before its response (the store batches only streamed updates), so a
+    kill -9 right after the answer cannot undo it. A failed commit is logged by the store and retried with the next
+    flush; the change already holds in this process, so the request still succeeds."""
+    if server.store is not None:
+        await server.store.flush()
+
+
 def _announce_commands(server: AcpServer, session: Session) -> None:
     update = {"sessionUpdate": "available_commands_update", "availableCommands": list(AVAILABLE_COMMANDS)}
     server.connection.notify("session/update", {"sessionId": session.session_id, "update": update})
@@ -269,6 +278,7 @@ async def session_set_config_option(context: RequestContext, params: SetSessionC
         _save_options(server, session)
     else:
         raise RpcError(ErrorCode.INVALID_PARAMS, f"Invalid params: configId: unknown option {params.config_id!r}")
+    await _commit(server)
     return {"configOptions": config_options(session, server.models)}
 
 
@@ -282,6 +292,7 @@ async def session_set_mode(context: RequestContext, params: SetSessionModeReques
     """Permission modes (ACP session modes); they may change at any time, even mid-turn."""
     server = context.server
     _set_mode(server, server.session(params.session_id), params.mode_id)
+    await _commit(server)
     return {}
 
 
@@ -290,6 +301,7 @@ async def session_close(context: RequestContext, params: CloseSessionRequest) ->
     answered (`cancelled`) before this response; the id is refused from the moment the close is read."""
     server = context.server
     await _close(server, server.session(params.session_id))
+    await _commit(server)
     return {}
 
 

@@ -13,6 +13,11 @@ flushes like a closed stdin, and the exit status is 0.
 Lines may be up to `max_line_bytes` long; a longer one is skipped without being held in memory and reported as
 `Oversized`, so the server can answer it with an error and keep going. Regular files (a redirected transcript) are
 read and written through a worker thread, since asyncio's pipe transports refuse them.
+
+Input is bounded: lines read and not yet taken by the connection are held up to `INPUT_HIGH_BYTES`, beyond which the
+pipe is not read (the connection stops taking lines while its output queue is over its own bound). A pipe that is
+not read cannot show its EOF, so while paused stdin is polled for a hang-up instead, which the kernel reports without
+consuming anything; after a hang-up the rest of the input is finite and is read to EOF whatever the bounds say.
 """
 
 from __future__ import annotations
@@ -21,15 +26,17 @@ import asyncio
 import contextlib
 import logging
 import os
+import select
 import signal
 import stat
 import sys
+from collections import deque
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import BinaryIO, Protocol
 
 import anyio
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+import anyio.lowlevel
 
 __all__ = ["LineSink", "LineSource", "Oversized", "open_stdio"]
 
@@ -45,6 +52,16 @@ class Oversized:
 
 LineSource = AsyncIterator["bytes | Oversized"]
 
+# Lines read from stdin and not yet taken: above this many bytes the pipe is not read until they fall below a quarter.
+INPUT_HIGH_BYTES = 1 << 20
+INPUT_LOW_BYTES = INPUT_HIGH_BYTES // 4
+# While reading is paused, how often stdin is checked for a hang-up (the client closed its end).
+HANGUP_POLL_S = 0.05
+# What poll() says when the writing end is gone: POLLHUP for a pipe or a tty, POLLRDHUP for a socket whose peer shut
+# down its writing side (Linux). POLLHUP, POLLERR and POLLNVAL are reported even when not asked for.
+_POLLRDHUP = getattr(select, "POLLRDHUP", 0)
+_HANGUP = select.POLLHUP | select.POLLERR | select.POLLNVAL | _POLLRDHUP
+
 
 class LineSink(Protocol):
     async def write(self, data: bytes) -> None:
@@ -52,14 +69,113 @@ class LineSink(Protocol):
         ...
 
 
+class _InputLines:
+    """Lines read from the stdin pipe and not yet taken, bounded in bytes: the pipe's reading pauses while full.
+
+    While paused, stdin is polled every HANGUP_POLL_S for a hang-up. Once the client has closed its end nothing more
+    can be written, so what is left is bounded by the pipe's capacity: reading resumes for good (to EOF) and
+    `on_hangup` tells the connection to take lines again whatever it has queued. EOF tells it the same.
+    """
+
+    def __init__(self, fd: int, on_hangup: Callable[[], None]) -> None:
+        self._fd = fd
+        self._on_hangup = on_hangup
+        self._poller: select.poll | None = None
+        self._lines: deque[bytes | Oversized] = deque()
+        self._bytes = 0
+        self._ready = anyio.Event()
+        self._closed = False
+        self._transport: asyncio.ReadTransport | None = None
+        self._paused = False
+        self._hung_up = False
+        self._poll: asyncio.TimerHandle | None = None
+
+    def attach(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.ReadTransport)
+        self._transport = transport
+
+    def put(self, line: bytes | Oversized) -> None:
+        self._lines.append(line)
+        self._bytes += len(line) if isinstance(line, bytes) else 0
+        self._ready.set()
+
+    def chunk_done(self) -> None:
+        """After each read: pause the pipe if the lines not taken are over the bound."""
+        if self._bytes <= INPUT_HIGH_BYTES or self._paused or self._hung_up or self._closed:
+            return
+        if self._transport is not None and not self._transport.is_closing():
+            self._transport.pause_reading()
+            self._paused = True
+            self._poll = asyncio.get_running_loop().call_later(HANGUP_POLL_S, self._check_hangup)
+
+    def close(self) -> None:
+        """EOF (or the pipe is gone): the input is complete. The connection may have stopped taking lines with fewer
+        than the bound buffered, so the pipe was never paused: it is told too, or it would wait for a reader."""
+        if self._closed:
+            return
+        self._closed = True
+        self._ready.set()
+        if self._poll is not None:
+            self._poll.cancel()
+            self._poll = None
+        if not self._hung_up:
+            self._hung_up = True
+            self._on_hangup()
+
+    def _resume(self) -> None:
+        if self._poll is not None:
+            self._poll.cancel()
+            self._poll = None
+        if self._paused:
+            self._paused = False
+            if self._transport is not None and not self._transport.is_closing():
+                self._transport.resume_reading()
+
+    def _check_hangup(self) -> None:
+        self._poll = None
+        if not self._paused or self._closed:
+            return
+        if self._poller is None:
+            self._poller = select.poll()
+            self._poller.register(self._fd, _POLLRDHUP)  # only the hang-up conditions, never "readable"
+        try:
+            hung_up = any(events & _HANGUP for _, events in self._poller.poll(0))
+        except OSError:
+            hung_up = True
+        if not hung_up:
+            self._poll = asyncio.get_running_loop().call_later(HANGUP_POLL_S, self._check_hangup)
+            return
+        self._hung_up = True
+        self._resume()
+        self._on_hangup()
+
+    async def lines(self) -> AsyncIterator[bytes | Oversized]:
+        while True:
+            await anyio.lowlevel.checkpoint()  # one line at a time: the tasks it starts get to run
+            if self._lines:
+                line = self._lines.popleft()
+                self._bytes -= len(line) if isinstance(line, bytes) else 0
+                if self._paused and self._bytes <= INPUT_LOW_BYTES:
+                    self._resume()
+                yield line
+            elif self._closed:
+                return
+            else:
+                self._ready = anyio.Event()
+                await self._ready.wait()
+
+
 class _LineSplitter(asyncio.Protocol):
     """Cuts the incoming byte stream at newlines without rescanning what it has already searched."""
 
-    def __init__(self, lines: MemoryObjectSendStream[bytes | Oversized], max_line_bytes: int) -> None:
+    def __init__(self, lines: _InputLines, max_line_bytes: int) -> None:
         self._lines = lines
         self._max = max_line_bytes
         self._partial = bytearray()
         self._skipped = -1  # bytes of an oversized line skipped so far, or -1 when not skipping
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._lines.attach(transport)
 
     def data_received(self, data: bytes) -> None:
         start = 0
@@ -68,6 +184,7 @@ class _LineSplitter(asyncio.Protocol):
             start = newline + 1
         if start < len(data):
             self._extend(data[start:])
+        self._lines.chunk_done()
 
     def _extend(self, piece: bytes) -> None:
         if self._skipped >= 0:
@@ -80,16 +197,16 @@ class _LineSplitter(asyncio.Protocol):
 
     def _end_line(self, piece: bytes) -> None:
         if self._skipped >= 0:
-            self._lines.send_nowait(Oversized(self._skipped + len(piece)))
+            self._lines.put(Oversized(self._skipped + len(piece)))
             self._skipped = -1
             return
         if self._partial:
             self._partial += piece
             piece, self._partial = bytes(self._partial), bytearray()
         if len(piece) > self._max:
-            self._lines.send_nowait(Oversized(len(piece)))
+            self._lines.put(Oversized(len(piece)))
         elif piece.strip():
-            self._lines.send_nowait(piece)
+            self._lines.put(piece)
 
     def eof_received(self) -> bool:
         self._end_line(b"")  # a last line without its newline still counts
@@ -163,24 +280,21 @@ async def _file_lines(
             yield line
 
 
-async def _receive_all(
-    lines: MemoryObjectReceiveStream[bytes | Oversized],
-) -> AsyncIterator[bytes | Oversized]:
-    async with lines:
-        async for line in lines:
-            yield line
-
-
 def _is_regular_file(fd: int) -> bool:
     return stat.S_ISREG(os.fstat(fd).st_mode)
 
 
 @contextlib.asynccontextmanager
 async def open_stdio(
-    max_line_bytes: int, stop_signals: Sequence[signal.Signals] = ()
+    max_line_bytes: int,
+    on_hangup: Callable[[], None] = lambda: None,
+    stop_signals: Sequence[signal.Signals] = (),
 ) -> AsyncIterator[tuple[LineSource, LineSink]]:
     """Take over stdin and stdout for the protocol. Everything else printed to stdout goes to stderr. The lines end
-    at stdin EOF, when the client closes stdout, or at one of `stop_signals` (handled only while the block runs)."""
+    at stdin EOF, when the client closes stdout, or at one of `stop_signals` (handled only while the block runs).
+
+    `on_hangup` is called once the input is known to be finite: the client closed stdin (seen even while reading is
+    paused, see `_InputLines`), or EOF was read, or stdin is a regular file, or the input was ended as above."""
     protocol_fd = os.dup(1)
     os.dup2(2, 1)
     sys.stdout = sys.stderr
@@ -208,16 +322,18 @@ async def open_stdio(
             handled.append(number)
         source: LineSource
         if _is_regular_file(stdin.fileno()):
+            # Read only as fast as it is taken, so bounded already; and a file is complete: nobody closes it later.
+            on_hangup()
             source = _file_lines(stdin, max_line_bytes, lambda: ended)
         else:
-            send, receive = anyio.create_memory_object_stream[bytes | Oversized](float("inf"))
+            lines = _InputLines(stdin.fileno(), on_hangup)
             read_transport, _ = await loop.connect_read_pipe(
-                lambda: _LineSplitter(send, max_line_bytes),
+                lambda: _LineSplitter(lines, max_line_bytes),
                 stdin,
             )
             transports.append(read_transport)
             read_transports.append(read_transport)
-            source = _receive_all(receive)
+            source = lines.lines()
         sink: LineSink
         if _is_regular_file(stdout.fileno()):
             sink = _FileSink(stdout)

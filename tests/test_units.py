@@ -8,7 +8,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import anyio
 import pytest
 
 from acp_server.agent import Agent, RunContext, RunState, Session
@@ -18,17 +17,16 @@ from acp_server.runtime.model import Message, ToolCall
 from acp_server.runtime.providers.echo import _chunks
 from acp_server.runtime.providers.scripted import ScriptError, parse_script
 from acp_server.schema import PromptRequest
-from acp_server.transport import Oversized, _LineSplitter
+from acp_server.transport import Oversized, _InputLines, _LineSplitter
 
 
 def split(chunks: list[bytes], limit: int = 10) -> list[bytes | Oversized]:
-    send, receive = anyio.create_memory_object_stream[bytes | Oversized](100)
-    splitter = _LineSplitter(send, limit)
+    lines = _InputLines(-1, lambda: None)
+    splitter = _LineSplitter(lines, limit)
     for chunk in chunks:
         splitter.data_received(chunk)
     splitter.eof_received()
-    with receive:
-        return list(receive._state.buffer)
+    return list(lines._lines)
 
 
 def test_lines_split_across_reads_are_joined() -> None:

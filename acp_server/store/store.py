@@ -3,9 +3,10 @@
 `SessionStore` is the store as the event loop sees it. Why it is shaped this way:
 
 - **The hot path is an append to a buffer** (turn_log.py). A flush (`SessionStore.flush`, run every 50 ms by
-  `run_flusher` and before every prompt response) takes the whole buffer and commits it in ONE transaction on a
-  worker thread (worker.py); the event loop never waits for SQLite. A kill -9 loses what was appended since the last
-  commit: at most the 50 ms interval plus the commit's duration.
+  `run_flusher`, before every prompt response and before the response of every request that changes a session's
+  settings) takes the whole buffer and commits it in ONE transaction on a worker thread (worker.py); the event loop
+  never waits for SQLite. A kill -9 loses what was appended since the last commit: at most the 50 ms interval plus
+  the commit's duration, and only streamed updates (what a request changed is committed before its response).
 - **Plain rows, no schema objects** (layer 2 of ARCHITECTURE.md): updates are the exact `update` objects the client
   was sent; the model-visible history is `runtime.model.Message` encoded by `message_to_json` (records.py).
 - **Several processes share one store** (one server per editor window). Each registers an owner row (a lease,
