@@ -19,8 +19,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import anyio
-
 from acp_server.runtime.model import (
     INVALID_ARGUMENTS,
     Emit,
@@ -37,6 +35,7 @@ from acp_server.runtime.model import (
     UsageReported,
 )
 from acp_server.runtime.providers.http_common import HttpProvider, parse_arguments
+from acp_server.settings import DEFAULT_TIMEOUTS, EndpointTimeouts
 
 __all__ = ["AnthropicProvider", "wire_messages"]
 
@@ -67,18 +66,10 @@ class AnthropicProvider(HttpProvider):
         api_key: str | None = None,
         base_url: str | None = None,
         context_window: int | None = None,
-        max_retries: int = 3,
         max_tokens: int = 8192,
-        timeout: float = 600,
+        timeouts: EndpointTimeouts = DEFAULT_TIMEOUTS,
     ) -> None:
-        super().__init__(
-            model,
-            api_key=api_key,
-            base_url=base_url,
-            context_window=context_window,
-            max_retries=max_retries,
-            timeout=timeout,
-        )
+        super().__init__(model, api_key=api_key, base_url=base_url, context_window=context_window, timeouts=timeouts)
         self.max_tokens = max_tokens
 
     def open_turn(self, turn: TurnInput) -> ModelTurn:
@@ -96,7 +87,6 @@ class _AnthropicTurn:
 
     async def respond(self, messages: Sequence[Message], tools: Sequence[ToolSpec], emit: Emit) -> Reply:
         provider = self._provider
-        client = await provider.client()
         body: dict[str, Any] = {
             "model": provider.model,
             "max_tokens": provider.max_tokens,
@@ -109,26 +99,8 @@ class _AnthropicTurn:
             body["tools"] = [
                 {"name": t.name, "description": t.description, "input_schema": t.parameters} for t in tools
             ]
-        try:
-            stream = await client.post(
-                "/v1/messages", body=body, cast_to=object, stream=True, stream_cls=provider.stream_cls
-            )
-        except Exception as exc:
-            await anyio.lowlevel.checkpoint_if_cancelled()  # an abort that surfaced as an error is a cancel
-            log.debug("the model request failed", exc_info=True)
-            raise ModelError(provider.describe(exc, streaming=False)) from exc
         reading = _Reading()
-        async with stream:  # a cancel while reading closes the connection on the way out
-            while True:
-                try:
-                    event = await stream.__anext__()
-                except StopAsyncIteration:
-                    break
-                except Exception as exc:
-                    await anyio.lowlevel.checkpoint_if_cancelled()
-                    log.debug("the model stream failed", exc_info=True)
-                    raise ModelError(provider.describe(exc, streaming=True)) from exc
-                await reading.feed(event, emit)
+        await provider.stream_reply("/v1/messages", body, reading.feed, emit)
         if not reading.stopped:
             raise ModelError("the model stream ended before the reply was complete")
         if provider.context_window and reading.input_tokens + reading.output_tokens:

@@ -29,7 +29,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import anyio
 import orjson
 
 from acp_server.runtime.model import (
@@ -82,7 +81,6 @@ class _OpenAITurn:
 
     async def respond(self, messages: Sequence[Message], tools: Sequence[ToolSpec], emit: Emit) -> Reply:
         provider = self._provider
-        client = await provider.client()
         body: dict[str, Any] = {
             "model": provider.model,
             "messages": wire_messages(self._system_prompt, messages),
@@ -98,26 +96,8 @@ class _OpenAITurn:
                 }
                 for t in tools
             ]
-        try:
-            stream = await client.post(
-                "/chat/completions", body=body, cast_to=object, stream=True, stream_cls=provider.stream_cls
-            )
-        except Exception as exc:
-            await anyio.lowlevel.checkpoint_if_cancelled()  # an abort that surfaced as an error is a cancel
-            log.debug("the model request failed", exc_info=True)
-            raise ModelError(provider.describe(exc, streaming=False)) from exc
         reading = _Reading()
-        async with stream:  # a cancel while reading closes the connection on the way out
-            while True:
-                try:
-                    chunk = await stream.__anext__()
-                except StopAsyncIteration:
-                    break
-                except Exception as exc:
-                    await anyio.lowlevel.checkpoint_if_cancelled()
-                    log.debug("the model stream failed", exc_info=True)
-                    raise ModelError(provider.describe(exc, streaming=True)) from exc
-                await reading.feed(chunk, emit)
+        await provider.stream_reply("/chat/completions", body, reading.feed, emit)
         if reading.finish is None:
             raise ModelError("the model stream ended before the reply was complete")
         if reading.usage is not None and provider.context_window:
