@@ -113,8 +113,8 @@ def timeout_value_problem(key: str, value: Any) -> str | None:
     """What is wrong with a timeout key's value, in words, or None. config_checks reports it; the provider ignores
     the value (its default applies)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
-        found = "true/false" if isinstance(value, bool) else type(value).__name__
-        return f"expected a number, found {found}"
+        kinds = {bool: "true/false", str: "text", list: "a list", dict: "a table"}
+        return f"expected a number, found {kinds.get(type(value), 'a date or time')}"
     if key == "max_attempts":
         if not isinstance(value, int) or not 1 <= value <= MAX_ATTEMPTS:
             return f"expected a whole number from 1 to {MAX_ATTEMPTS}, found {value}"

@@ -144,9 +144,18 @@ class HttpProvider:
                     retry = _retryable(failure)
                 delay = _retry_delay(failure, attempt)
                 left = whole_call.deadline - anyio.current_time()
-                if not retry or attempt >= limits.attempts or delay >= left:
+                if not retry or attempt >= limits.attempts:
                     tried = f" ({attempt} attempts)" if attempt > 1 else ""
                     raise ModelError(one_line(message + tried, self._api_key))
+                if delay >= left:
+                    tried = f"{attempt} attempts" if attempt > 1 else "1 attempt"
+                    raise ModelError(
+                        one_line(
+                            f"{message} ({tried}; no time left for another within {limits.total:g} s, "
+                            "total_timeout)",
+                            self._api_key,
+                        )
+                    )
                 log.info("model endpoint: %s; trying again in %.2f s", message, delay)
                 await anyio.sleep(delay)
             async with stream:  # a cancel or a timeout while reading closes the connection on the way out
