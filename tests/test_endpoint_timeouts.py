@@ -16,8 +16,11 @@ from typing import Any
 import pytest
 
 from acp_server.config_checks import load_settings
+from acp_server.runtime.model import Message, ModelError, TurnEvent, TurnInput
+from acp_server.runtime.providers.anthropic import AnthropicProvider
 from acp_server.settings import DEFAULT_TIMEOUTS, EndpointTimeouts, endpoint_timeouts, read_config_file
 from tests.conftest import StartServer
+from tests.fake_anthropic import FakeAnthropic
 from tests.fake_openai import FakeOpenAI, error, silent, text_reply
 from tests.harness import GRACE, T_ACK, RawClient
 
@@ -190,6 +193,25 @@ async def test_retry_after_longer_than_the_time_left_ends_the_call_at_once(
         within=bound(1, T_ACK),
     )
     assert len(fake_openai.requests) == 1
+
+
+async def test_anthropic_shares_the_bounds_a_silent_endpoint_names_first_byte_timeout() -> None:
+    with FakeAnthropic() as fake:
+        fake.script(silent())
+        timeouts = EndpointTimeouts(first_byte=0.3, attempts=1)
+        provider = AnthropicProvider("claude-fake", api_key=KEY, base_url=fake.base_url, timeouts=timeouts)
+        turn = provider.open_turn(TurnInput("sess_1", 1, 0, {}, lambda *args, **kwargs: None, system_prompt="x"))
+
+        async def ignore(event: TurnEvent) -> None:
+            return None
+
+        try:
+            with pytest.raises(ModelError) as caught:
+                await turn.respond([Message("user", "hello")], (), ignore)
+        finally:
+            await (await provider.client()).close()
+    expected = f"the model endpoint {fake.base_url} sent no response headers within 0.3 s (first_byte_timeout)"
+    assert str(caught.value) == expected
 
 
 # --- the config file's keys ---

@@ -1,7 +1,7 @@
 """The real model providers against loopback servers that speak the providers' own streaming wire formats.
 
 Each test drives `OpenAIProvider` or `AnthropicProvider` through the official SDK over real HTTP to
-`tests/fake_openai.py` / `tests/fake_anthropic.py`, so SSE framing, chunked bodies, the SDK's retries and the
+`tests/fake_openai.py` / `tests/fake_anthropic.py`, so SSE framing, chunked bodies, the retries and the
 closing of the connection on a cancel are the real code paths. The last tests run `acp-server` itself against the
 fake endpoint.
 """
@@ -356,7 +356,7 @@ async def test_openai_401_is_one_line_naming_the_status_without_the_key(
 @pytest.mark.parametrize(
     ("first", "min_seconds"),
     [(error(429, "Rate limit reached", kind="rate_limit_error", retry_after_ms=5), 0.0), (error(500, "boom"), 0.2)],
-    ids=["429-with-retry-after", "500-with-the-sdk-backoff"],
+    ids=["429-with-retry-after", "500-with-the-backoff"],
 )
 async def test_openai_rate_limits_and_server_errors_are_retried_then_succeed(
     openai_provider: OpenAIProvider, fake_openai: FakeOpenAI, first: Any, min_seconds: float

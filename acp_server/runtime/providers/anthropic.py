@@ -5,8 +5,9 @@ on first use, in a worker thread, and a missing SDK is a `ModelError` saying how
 at start-up. One `AsyncAnthropic` client per provider, made on first use.
 
 It follows the `openai` module's choices, for the same reasons (see its docstring): the request goes through the
-SDK's generic `post(..., cast_to=object, stream=True)`, which keeps the SDK's retries, error classes and
-`AsyncStream` but reads each event as a plain dict. That also steps around `messages.stream()`'s accumulator,
+SDK's generic `post(..., cast_to=object, stream=True)` (through `HttpProvider.stream_reply`, which makes the
+attempts and keeps the timeouts), which keeps the SDK's error classes and `AsyncStream` but reads each event as a
+plain dict. That also steps around `messages.stream()`'s accumulator,
 which parses `input_json_delta` fragments as they arrive and raises on arguments that are not valid JSON, where
 this server must hand the loop a marked tool call instead. The stream is held in `async with` inside the caller's
 cancel scope; failures become one line without the key.

@@ -151,8 +151,7 @@ class HttpProvider:
                     tried = f"{attempt} attempts" if attempt > 1 else "1 attempt"
                     raise ModelError(
                         one_line(
-                            f"{message} ({tried}; no time left for another within {limits.total:g} s, "
-                            "total_timeout)",
+                            f"{message} ({tried}; no time left for another within {limits.total:g} s, total_timeout)",
                             self._api_key,
                         )
                     )
@@ -169,8 +168,8 @@ class HttpProvider:
                             await anyio.lowlevel.checkpoint_if_cancelled()
                             log.debug("the model stream failed", exc_info=True)
                             raise ModelError(self.describe(exc, streaming=True)) from exc
-                    await anyio.lowlevel.checkpoint_if_cancelled()
                     if gap.cancelled_caught:
+                        await anyio.lowlevel.checkpoint_if_cancelled()  # a cancel from outside comes first
                         raise ModelError(
                             f"the model endpoint {self.endpoint()} sent nothing for {limits.between_chunks:g} s "
                             "in the middle of its reply (chunk_timeout)"
@@ -197,8 +196,6 @@ class HttpProvider:
 _RETRY_STATUSES = (408, 409, 429)
 _INITIAL_BACKOFF = 0.5
 _MAX_BACKOFF = 4.0
-# A server's Retry-After is honoured up to this; a longer one ends the call (the total bound would cut it anyway).
-_MAX_RETRY_AFTER = 60.0
 
 
 def _retryable(exc: BaseException) -> bool:
@@ -215,8 +212,9 @@ def _retryable(exc: BaseException) -> bool:
 
 
 def _retry_delay(exc: BaseException | None, attempt: int) -> float:
-    """The wait before the next attempt: the server's Retry-After when it gives a usable one, else a short
-    exponential backoff with jitter (0.5 s, 1 s, 2 s, ... at most 4 s, less up to a quarter)."""
+    """The wait before the next attempt: the server's Retry-After when it gives one (a wait longer than the time
+    left ends the call), else a short exponential backoff with jitter (0.5 s, 1 s, 2 s, at most 4 s, less up to a
+    quarter), short enough that the total bound leaves room for every attempt."""
     headers = getattr(getattr(exc, "response", None), "headers", None)
     if headers is not None and hasattr(headers, "get"):
         for name, divisor in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
@@ -224,7 +222,7 @@ def _retry_delay(exc: BaseException | None, attempt: int) -> float:
                 seconds = float(headers.get(name) or "") / divisor
             except ValueError:
                 continue
-            if 0 < seconds <= _MAX_RETRY_AFTER:
+            if seconds > 0:  # also refuses NaN
                 return seconds
     backoff: float = min(_INITIAL_BACKOFF * 2.0 ** (attempt - 1), _MAX_BACKOFF)
     return backoff * (1 - 0.25 * random.random())
