@@ -137,6 +137,28 @@ async def test_endpoint_refusing_connections_ends_the_turn_after_the_configured_
         await assert_session_works(client, session, fake)
 
 
+async def test_endpoint_that_never_accepts_the_connection_ends_the_turn_naming_connect_timeout(
+    start_server: StartServer, tmp_path: Path
+) -> None:
+    # A listener whose backlog (0) is taken by one connection that is never accepted: the kernel drops the SYNs of
+    # any other, so connecting hangs, as it does to a host that drops packets.
+    with socket.socket() as listener, socket.socket() as filler:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(0)
+        port = listener.getsockname()[1]
+        filler.connect(("127.0.0.1", port))
+        url = f"http://127.0.0.1:{port}/v1"
+        client, session = await openai_session(start_server, tmp_path, url, connect_timeout=0.5, max_attempts=2)
+        await assert_failed_with(
+            client,
+            session,
+            f"the model endpoint {url} did not accept a connection within 0.5 s (connect_timeout) (2 attempts)",
+            within=bound(2, 0.5),
+        )
+    with FakeOpenAI(port) as fake:  # the endpoint comes up: the same session carries on
+        await assert_session_works(client, session, fake)
+
+
 async def test_total_timeout_caps_the_attempts_of_one_model_call(
     start_server: StartServer, fake_openai: FakeOpenAI, tmp_path: Path
 ) -> None:
