@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import math
 import random
 import re
 import socket
@@ -157,24 +158,42 @@ class HttpProvider:
                     )
                 log.info("model endpoint: %s; trying again in %.2f s", message, delay)
                 await anyio.sleep(delay)
-            async with stream:  # a cancel or a timeout while reading closes the connection on the way out
-                while True:
-                    with anyio.move_on_after(limits.between_chunks) as gap:
+            raised: BaseException | None = None
+            reading = anyio.CancelScope()
+            silence = _Silence(limits.between_chunks, reading)
+            # Leaving `stream` closes the connection, whatever ends the reading (a cancel, a timeout, an error). Errors
+            # are kept for after the task group, which would wrap them in an ExceptionGroup.
+            async with stream, anyio.create_task_group() as watching:
+                watching.start_soon(silence.watch)
+                with reading:
+                    while True:
+                        silence.since = anyio.current_time()
                         try:
                             item = await stream.__anext__()
                         except StopAsyncIteration:
-                            return
+                            break
                         except Exception as exc:
                             await anyio.lowlevel.checkpoint_if_cancelled()
                             log.debug("the model stream failed", exc_info=True)
-                            raise ModelError(self.describe(exc, streaming=True)) from exc
-                    if gap.cancelled_caught:
-                        await anyio.lowlevel.checkpoint_if_cancelled()  # a cancel from outside comes first
-                        raise ModelError(
-                            f"the model endpoint {self.endpoint()} sent nothing for {limits.between_chunks:g} s "
-                            "in the middle of its reply (chunk_timeout)"
-                        )
-                    await feed(item, emit)
+                            raised = ModelError(self.describe(exc, streaming=True))
+                            raised.__cause__ = exc
+                            break
+                        silence.since = math.inf  # the time our side takes is not the endpoint's silence
+                        try:
+                            await feed(item, emit)
+                        except Exception as exc:
+                            raised = exc
+                            break
+                watching.cancel_scope.cancel()
+            if silence.fired:
+                await anyio.lowlevel.checkpoint_if_cancelled()  # a cancel from outside comes first
+                raise ModelError(
+                    f"the model endpoint {self.endpoint()} sent nothing for {limits.between_chunks:g} s "
+                    "in the middle of its reply (chunk_timeout)"
+                )
+            if raised is not None:
+                raise raised
+            return
         await anyio.lowlevel.checkpoint_if_cancelled()
         tried = f" after {attempt} attempts" if attempt > 1 else ""
         raise ModelError(
@@ -190,6 +209,30 @@ class HttpProvider:
                 f"{self.timeouts.connect:g} s (connect_timeout)"
             )
         return None
+
+
+class _Silence:
+    """The between-chunks bound for one streamed reply, at the cost of two clock reads a chunk: one watchdog task
+    that cancels the reading scope once the endpoint has been silent for `limit` while we wait for it. (A cancel
+    scope around each chunk's read would cost more than handling the chunk.)"""
+
+    __slots__ = ("fired", "limit", "scope", "since")
+
+    def __init__(self, limit: float, scope: anyio.CancelScope) -> None:
+        self.limit = limit
+        self.scope = scope
+        self.since = math.inf  # when we started waiting for the next chunk; inf while we handle one
+        self.fired = False
+
+    async def watch(self) -> None:
+        while True:
+            now = anyio.current_time()
+            due = self.since + self.limit
+            if now >= due:
+                self.fired = True
+                self.scope.cancel()
+                return
+            await anyio.sleep(min(due - now, self.limit))
 
 
 # The statuses worth sending a request again for, as the SDKs decide (timeout, conflict, rate limit, server error).
