@@ -1,5 +1,7 @@
 """What the HTTP model providers (`openai`, `anthropic`) share: importing an SDK without stalling the event loop,
-reading untrusted tool-call arguments, and turning any failure into one line a user can act on.
+making one model call within its timeouts and attempts (`EndpointTimeouts`, so a silent endpoint ends the turn
+instead of holding it), reading untrusted tool-call arguments, and turning any failure into one line a user can act
+on.
 
 The failure wording recognises SDK errors by shape (`status_code`, `body`, the exception chain) rather than by class,
 so it serves both SDKs without importing either, and it never shows a traceback or the API key.
@@ -73,9 +75,10 @@ class HttpProvider:
             sdk = await import_sdk(self.SDK, self.MISSING_SDK)
             if self._client is None:  # another session's first turn may have made it while this one waited
                 limits = self.timeouts
-                # The socket timeouts are only a backstop: the first-byte and between-chunks bounds are scopes in
-                # `stream_reply`, which can tell which one fired. The SDK retries nothing: the attempts are ours
-                # (`stream_reply`), so each one gets its own first-byte bound and all of them the total bound.
+                # The socket timeouts are only a backstop: the first-byte and between-chunks bounds are
+                # `stream_reply`'s own (a scope per attempt, a watchdog per reply), so it can tell which one fired.
+                # The SDK retries nothing: the attempts are ours, so each one gets its own first-byte bound and all
+                # of them the total bound.
                 patience = max(limits.first_byte, limits.between_chunks)
                 try:
                     self._client = getattr(sdk, self.CLIENT)(
