@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from acp_server.config import LOG_LEVELS, PERMISSION_MODE_IDS, PROMPT_POLICY_IDS
-from acp_server.settings import KEY_VARIABLES
+from acp_server.settings import DEFAULT_TIMEOUTS, KEY_VARIABLES, TIMEOUT_KEYS, timeout_value_problem
 
 __all__ = ["FILE_ONLY_FORBIDDEN", "MODEL_FAMILIES", "FileSettings", "Problem", "load_settings", "model_spec_problem"]
 
@@ -190,7 +190,7 @@ class _Paths:
 
 
 _TABLES = ("providers", "mcp_servers")
-_PROVIDER_KEYS = ("api_key", "api_key_env", "base_url", "context_window")
+_PROVIDER_KEYS = ("api_key", "api_key_env", "base_url", "context_window", *TIMEOUT_KEYS)
 _STDIO_KEYS = ("type", "command", "args", "env", "cwd")
 _REMOTE_KEYS = ("type", "url", "headers")
 
@@ -271,6 +271,12 @@ class _Checker:
                 self.problem(where, f"expected a table, found {_kind(section)}; the whole table is ignored")
                 continue
             for key, value in section.items():
+                if key in TIMEOUT_KEYS:
+                    problem = timeout_value_problem(key, value)
+                    if problem:
+                        default = getattr(DEFAULT_TIMEOUTS, TIMEOUT_KEYS[key])
+                        self.problem(f"{where}.{key}", f"{problem}; ignored (the default, {default:g}, applies)")
+                    continue
                 if key not in checks:
                     self.unknown(f"{where}.{key}", _PROVIDER_KEYS)
                     continue

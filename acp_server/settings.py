@@ -10,6 +10,11 @@ rewritten.
     api_key = "sk-..."              # or api_key_env = "MY_OPENAI_KEY"
     base_url = "http://localhost:11434/v1"
     context_window = 128000
+    connect_timeout = 10            # seconds; see EndpointTimeouts for these five
+    first_byte_timeout = 120
+    chunk_timeout = 120
+    total_timeout = 300
+    max_attempts = 3
 
     [providers.anthropic]
     api_key_env = "ANTHROPIC_API_KEY"
@@ -28,10 +33,14 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "DEFAULT_TIMEOUTS",
     "KEY_VARIABLES",
+    "TIMEOUT_KEYS",
     "Credentials",
+    "EndpointTimeouts",
     "SettingsError",
     "config_file",
+    "endpoint_timeouts",
     "looks_secret",
     "provider_credentials",
     "read_config_file",
@@ -65,6 +74,67 @@ class Credentials:
     context_window: int | None
     # Where the key was found, in words for `doctor` ("environment variable OPENAI_API_KEY"); never the key itself.
     key_source: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class EndpointTimeouts:
+    """How long one model call may wait on its endpoint, so a silent or dead endpoint ends the turn with an error
+    instead of leaving the prompt unanswered. Seconds, per attempt unless said otherwise:
+
+    - `connect`: to open the TCP (and TLS) connection;
+    - `first_byte`: from sending the request to having the response headers (a server that accepts and then says
+      nothing);
+    - `between_chunks`: the longest silence between two pieces of a streamed reply;
+    - `total`: the whole model call, every attempt and the waits between them included;
+    - `attempts`: requests made for one call when the endpoint cannot be reached, times out before its headers, or
+      answers 408, 409, 429 or 5xx (a reply that has started streaming is never sent again).
+    """
+
+    connect: float = 10.0
+    first_byte: float = 120.0
+    between_chunks: float = 120.0
+    total: float = 300.0
+    attempts: int = 3
+
+
+DEFAULT_TIMEOUTS = EndpointTimeouts()
+# The `[providers.FAMILY]` keys of the config file, each with its EndpointTimeouts field.
+TIMEOUT_KEYS = {
+    "connect_timeout": "connect",
+    "first_byte_timeout": "first_byte",
+    "chunk_timeout": "between_chunks",
+    "total_timeout": "total",
+    "max_attempts": "attempts",
+}
+MAX_ATTEMPTS = 10
+
+
+def timeout_value_problem(key: str, value: Any) -> str | None:
+    """What is wrong with a timeout key's value, in words, or None. config_checks reports it; the provider ignores
+    the value (its default applies)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        kinds = {bool: "true/false", str: "text", list: "a list", dict: "a table"}
+        return f"expected a number, found {kinds.get(type(value), 'a date or time')}"
+    if key == "max_attempts":
+        if not isinstance(value, int) or not 1 <= value <= MAX_ATTEMPTS:
+            return f"expected a whole number from 1 to {MAX_ATTEMPTS}, found {value}"
+    elif not (value > 0 and value < float("inf")):  # also refuses NaN
+        return f"expected a number of seconds above zero, found {value}"
+    return None
+
+
+def endpoint_timeouts(family: str, file_settings: Mapping[str, Any]) -> EndpointTimeouts:
+    """The timeouts of `[providers.FAMILY]`; a value that is missing or unusable keeps its default."""
+    section = file_settings.get("providers", {})
+    section = section.get(family, {}) if isinstance(section, dict) else {}
+    if not isinstance(section, dict):
+        return EndpointTimeouts()
+    values: dict[str, Any] = {}
+    for key, name in TIMEOUT_KEYS.items():
+        value = section.get(key)
+        if value is not None and timeout_value_problem(key, value) is None:
+            values[name] = value if name == "attempts" else float(value)
+    return EndpointTimeouts(**values)
 
 
 def config_file(env: Mapping[str, str] = os.environ) -> Path:

@@ -40,6 +40,7 @@ __all__ = [
     "raw_reply",
     "reasoning_reply",
     "refusal_reply",
+    "silent",
     "text_reply",
     "tool_call_reply",
     "usage_chunk",
@@ -64,6 +65,8 @@ class ServerReply:
     done_marker: bool = True
     body: Any = None  # the JSON body of an error answer
     headers: tuple[tuple[str, str], ...] = ()
+    # True: read the request, then send nothing at all (not even headers) until the client goes away.
+    silent: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,7 +130,9 @@ class _Handler(BaseHTTPRequestHandler):
         if reply is None:
             # Answered 400 (never retried) so a test that scripted too few replies fails at once and says why.
             reply = error(400, "fake server: no scripted reply left for this request")
-        if reply.status != 200:
+        if reply.silent:
+            self._hold_until_client_leaves()
+        elif reply.status != 200:
             self._send_error(reply)
         else:
             self._send_stream(reply)
@@ -213,8 +218,8 @@ class FakeModelServer:
 
     api_prefix = ""
 
-    def __init__(self) -> None:
-        self._server = _Server(("127.0.0.1", 0), _Handler)
+    def __init__(self, port: int = 0) -> None:
+        self._server = _Server(("127.0.0.1", port), _Handler)
         self._server.state = _State()
         self._thread: threading.Thread | None = None
 
@@ -394,6 +399,11 @@ def refusal_reply(*pieces: str) -> ServerReply:
     """A refusal as newer OpenAI models stream it: `delta.refusal` text instead of content."""
     chunks: list[Any] = [_opening(), *(chunk({"refusal": p}) for p in pieces), chunk({}, "stop")]
     return raw_reply(chunks)
+
+
+def silent() -> ServerReply:
+    """An endpoint that accepts the request and never answers: no status line, no headers."""
+    return ServerReply(silent=True)
 
 
 def error(

@@ -1,7 +1,7 @@
 """The real model providers against loopback servers that speak the providers' own streaming wire formats.
 
 Each test drives `OpenAIProvider` or `AnthropicProvider` through the official SDK over real HTTP to
-`tests/fake_openai.py` / `tests/fake_anthropic.py`, so SSE framing, chunked bodies, the SDK's retries and the
+`tests/fake_openai.py` / `tests/fake_anthropic.py`, so SSE framing, chunked bodies, the retries and the
 closing of the connection on a cancel are the real code paths. The last tests run `acp-server` itself against the
 fake endpoint.
 """
@@ -34,6 +34,7 @@ from acp_server.runtime.model import (
 )
 from acp_server.runtime.providers.anthropic import AnthropicProvider
 from acp_server.runtime.providers.openai import OpenAIProvider
+from acp_server.settings import EndpointTimeouts
 from tests import fake_anthropic as anth
 from tests.conftest import StartServer
 from tests.fake_openai import (
@@ -69,14 +70,18 @@ def fake_anthropic() -> Iterator[anth.FakeAnthropic]:
 
 @pytest.fixture
 async def openai_provider(fake_openai: FakeOpenAI) -> AsyncIterator[OpenAIProvider]:
-    provider = OpenAIProvider("fake-model", api_key=SECRET, base_url=fake_openai.base_url, max_retries=2)
+    provider = OpenAIProvider(
+        "fake-model", api_key=SECRET, base_url=fake_openai.base_url, timeouts=EndpointTimeouts(attempts=3)
+    )
     yield provider
     await _close_client(provider)
 
 
 @pytest.fixture
 async def anthropic_provider(fake_anthropic: anth.FakeAnthropic) -> AsyncIterator[AnthropicProvider]:
-    provider = AnthropicProvider("claude-fake", api_key=SECRET, base_url=fake_anthropic.base_url, max_retries=2)
+    provider = AnthropicProvider(
+        "claude-fake", api_key=SECRET, base_url=fake_anthropic.base_url, timeouts=EndpointTimeouts(attempts=3)
+    )
     yield provider
     await _close_client(provider)
 
@@ -351,9 +356,9 @@ async def test_openai_401_is_one_line_naming_the_status_without_the_key(
 @pytest.mark.parametrize(
     ("first", "min_seconds"),
     [(error(429, "Rate limit reached", kind="rate_limit_error", retry_after_ms=5), 0.0), (error(500, "boom"), 0.2)],
-    ids=["429-with-retry-after", "500-with-the-sdk-backoff"],
+    ids=["429-with-retry-after", "500-with-the-backoff"],
 )
-async def test_openai_rate_limits_and_server_errors_are_retried_by_the_sdk_then_succeed(
+async def test_openai_rate_limits_and_server_errors_are_retried_then_succeed(
     openai_provider: OpenAIProvider, fake_openai: FakeOpenAI, first: Any, min_seconds: float
 ) -> None:
     fake_openai.script(first, text_reply("recovered"))
@@ -361,20 +366,22 @@ async def test_openai_rate_limits_and_server_errors_are_retried_by_the_sdk_then_
     reply = await respond(openai_provider)
     assert reply.text == "recovered"
     assert [r.headers.get("x-stainless-retry-count") for r in fake_openai.requests] == ["0", "1"]
-    assert time.monotonic() - started >= min_seconds  # the 500 waited for the SDK's own backoff
+    assert time.monotonic() - started >= min_seconds  # the 500 waited for the backoff
 
 
 async def test_openai_gives_up_after_its_retries_with_the_last_status(fake_openai: FakeOpenAI) -> None:
-    provider = OpenAIProvider("fake-model", api_key=SECRET, base_url=fake_openai.base_url, max_retries=1)
+    provider = OpenAIProvider(
+        "fake-model", api_key=SECRET, base_url=fake_openai.base_url, timeouts=EndpointTimeouts(attempts=2)
+    )
     fake_openai.script(*[error(503, "overloaded", kind="server_error", retry_after_ms=1)] * 2)
-    assert await failure(provider) == "the model endpoint answered 503: overloaded"
+    assert await failure(provider) == "the model endpoint answered 503: overloaded (2 attempts)"
     assert len(fake_openai.requests) == 2
     await _close_client(provider)
 
 
 async def test_openai_unreachable_endpoint_names_the_endpoint_and_the_cause() -> None:
     url = f"http://127.0.0.1:{closed_port()}/v1"
-    provider = OpenAIProvider("fake-model", api_key=SECRET, base_url=url, max_retries=0)
+    provider = OpenAIProvider("fake-model", api_key=SECRET, base_url=url, timeouts=EndpointTimeouts(attempts=1))
     assert await failure(provider) == f"cannot reach the model endpoint {url}: connection refused"
     await _close_client(provider)
 
@@ -465,10 +472,10 @@ async def test_openai_provider_serves_the_next_turn_after_a_cancel(
     assert (await respond(openai_provider)).text == "again"
 
 
-async def test_openai_cancel_while_the_sdk_waits_to_retry_is_a_cancellation_not_an_error(
+async def test_openai_cancel_while_waiting_to_retry_is_a_cancellation_not_an_error(
     openai_provider: OpenAIProvider, fake_openai: FakeOpenAI
 ) -> None:
-    fake_openai.script(error(500, "boom"))  # the SDK then sleeps about half a second before retrying
+    fake_openai.script(error(500, "boom"))  # the provider then waits about half a second before retrying
     outcome: list[str] = []
 
     async def turn() -> None:
@@ -651,7 +658,7 @@ async def test_anthropic_stream_that_fails_midway_is_a_model_error(
 
 async def test_anthropic_unreachable_endpoint_names_the_endpoint_and_the_cause() -> None:
     url = f"http://127.0.0.1:{closed_port()}"
-    provider = AnthropicProvider("claude-fake", api_key=SECRET, base_url=url, max_retries=0)
+    provider = AnthropicProvider("claude-fake", api_key=SECRET, base_url=url, timeouts=EndpointTimeouts(attempts=1))
     assert await failure(provider) == f"cannot reach the model endpoint {url}: connection refused"
     await _close_client(provider)
 

@@ -16,6 +16,7 @@ from acp_server.settings import (
     KEY_VARIABLES,
     SettingsError,
     config_file,
+    endpoint_timeouts,
     provider_credentials,
     read_config_file,
 )
@@ -52,7 +53,8 @@ def open_provider(spec: str, *, base_url: str | None = None, env: Mapping[str, s
         )
     path = config_file(env)
     try:
-        credentials = provider_credentials(family, read_config_file(path), env, base_url)
+        file_settings = read_config_file(path)
+        credentials = provider_credentials(family, file_settings, env, base_url)
     except SettingsError as exc:
         raise MissingCredentialsError(f"{exc}; fix the file, then authenticate again") from None
     # A local OpenAI-compatible server (Ollama, llama.cpp, vLLM, LM Studio) needs no key; the official APIs do.
@@ -70,9 +72,14 @@ def open_provider(spec: str, *, base_url: str | None = None, env: Mapping[str, s
             api_key=credentials.api_key or "not-needed",
             base_url=credentials.base_url,
             context_window=credentials.context_window,
+            timeouts=endpoint_timeouts(family, file_settings),
         )
     from acp_server.runtime.providers.anthropic import AnthropicProvider
 
     return AnthropicProvider(
-        rest, api_key=credentials.api_key, base_url=credentials.base_url, context_window=credentials.context_window
+        rest,
+        api_key=credentials.api_key,
+        base_url=credentials.base_url,
+        context_window=credentials.context_window,
+        timeouts=endpoint_timeouts(family, file_settings),
     )

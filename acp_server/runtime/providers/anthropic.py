@@ -5,8 +5,9 @@ on first use, in a worker thread, and a missing SDK is a `ModelError` saying how
 at start-up. One `AsyncAnthropic` client per provider, made on first use.
 
 It follows the `openai` module's choices, for the same reasons (see its docstring): the request goes through the
-SDK's generic `post(..., cast_to=object, stream=True)`, which keeps the SDK's retries, error classes and
-`AsyncStream` but reads each event as a plain dict. That also steps around `messages.stream()`'s accumulator,
+SDK's generic `post(..., cast_to=object, stream=True)` (through `HttpProvider.stream_reply`, which makes the
+attempts and keeps the timeouts), which keeps the SDK's error classes and `AsyncStream` but reads each event as a
+plain dict. That also steps around `messages.stream()`'s accumulator,
 which parses `input_json_delta` fragments as they arrive and raises on arguments that are not valid JSON, where
 this server must hand the loop a marked tool call instead. The stream is held in `async with` inside the caller's
 cancel scope; failures become one line without the key.
@@ -18,8 +19,6 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
-
-import anyio
 
 from acp_server.runtime.model import (
     INVALID_ARGUMENTS,
@@ -37,6 +36,7 @@ from acp_server.runtime.model import (
     UsageReported,
 )
 from acp_server.runtime.providers.http_common import HttpProvider, parse_arguments
+from acp_server.settings import DEFAULT_TIMEOUTS, EndpointTimeouts
 
 __all__ = ["AnthropicProvider", "wire_messages"]
 
@@ -67,18 +67,10 @@ class AnthropicProvider(HttpProvider):
         api_key: str | None = None,
         base_url: str | None = None,
         context_window: int | None = None,
-        max_retries: int = 3,
         max_tokens: int = 8192,
-        timeout: float = 600,
+        timeouts: EndpointTimeouts = DEFAULT_TIMEOUTS,
     ) -> None:
-        super().__init__(
-            model,
-            api_key=api_key,
-            base_url=base_url,
-            context_window=context_window,
-            max_retries=max_retries,
-            timeout=timeout,
-        )
+        super().__init__(model, api_key=api_key, base_url=base_url, context_window=context_window, timeouts=timeouts)
         self.max_tokens = max_tokens
 
     def open_turn(self, turn: TurnInput) -> ModelTurn:
@@ -96,7 +88,6 @@ class _AnthropicTurn:
 
     async def respond(self, messages: Sequence[Message], tools: Sequence[ToolSpec], emit: Emit) -> Reply:
         provider = self._provider
-        client = await provider.client()
         body: dict[str, Any] = {
             "model": provider.model,
             "max_tokens": provider.max_tokens,
@@ -109,26 +100,8 @@ class _AnthropicTurn:
             body["tools"] = [
                 {"name": t.name, "description": t.description, "input_schema": t.parameters} for t in tools
             ]
-        try:
-            stream = await client.post(
-                "/v1/messages", body=body, cast_to=object, stream=True, stream_cls=provider.stream_cls
-            )
-        except Exception as exc:
-            await anyio.lowlevel.checkpoint_if_cancelled()  # an abort that surfaced as an error is a cancel
-            log.debug("the model request failed", exc_info=True)
-            raise ModelError(provider.describe(exc, streaming=False)) from exc
         reading = _Reading()
-        async with stream:  # a cancel while reading closes the connection on the way out
-            while True:
-                try:
-                    event = await stream.__anext__()
-                except StopAsyncIteration:
-                    break
-                except Exception as exc:
-                    await anyio.lowlevel.checkpoint_if_cancelled()
-                    log.debug("the model stream failed", exc_info=True)
-                    raise ModelError(provider.describe(exc, streaming=True)) from exc
-                await reading.feed(event, emit)
+        await provider.stream_reply("/v1/messages", body, reading.feed, emit)
         if not reading.stopped:
             raise ModelError("the model stream ended before the reply was complete")
         if provider.context_window and reading.input_tokens + reading.output_tokens:

@@ -1,5 +1,7 @@
 """What the HTTP model providers (`openai`, `anthropic`) share: importing an SDK without stalling the event loop,
-reading untrusted tool-call arguments, and turning any failure into one line a user can act on.
+making one model call within its timeouts and attempts (`EndpointTimeouts`, so a silent endpoint ends the turn
+instead of holding it), reading untrusted tool-call arguments, and turning any failure into one line a user can act
+on.
 
 The failure wording recognises SDK errors by shape (`status_code`, `body`, the exception chain) rather than by class,
 so it serves both SDKs without importing either, and it never shows a traceback or the API key.
@@ -8,9 +10,13 @@ so it serves both SDKs without importing either, and it never shows a traceback 
 from __future__ import annotations
 
 import importlib
+import logging
+import math
+import random
 import re
 import socket
 import ssl
+from collections.abc import Awaitable, Callable
 from types import ModuleType
 from typing import Any, ClassVar
 from urllib.parse import urlsplit, urlunsplit
@@ -18,12 +24,13 @@ from urllib.parse import urlsplit, urlunsplit
 import anyio
 import orjson
 
-from acp_server.runtime.model import INVALID_ARGUMENTS, ModelError
+from acp_server.runtime.model import INVALID_ARGUMENTS, Emit, ModelError
+from acp_server.settings import DEFAULT_TIMEOUTS, EndpointTimeouts
 
-__all__ = ["CONNECT_TIMEOUT", "HttpProvider", "describe_failure", "import_sdk", "one_line", "parse_arguments"]
+__all__ = ["HttpProvider", "describe_failure", "import_sdk", "one_line", "parse_arguments"]
 
-# A host that does not answer should fail in seconds, whatever the (long) read timeout allows a slow model.
-CONNECT_TIMEOUT = 5.0
+log = logging.getLogger(__name__)
+
 MAX_DETAIL_CHARS = 300
 # Things that look like credentials, for error texts that quote them back ("Incorrect API key provided: sk-...").
 _SECRET_PATTERN = re.compile(r"\b(?:sk|rk|pk)-[\w*.\-]{4,}|\bBearer\s+\S+", re.IGNORECASE)
@@ -45,15 +52,13 @@ class HttpProvider:
         api_key: str | None,
         base_url: str | None,
         context_window: int | None = None,
-        max_retries: int = 3,
-        timeout: float = 600,
+        timeouts: EndpointTimeouts = DEFAULT_TIMEOUTS,
     ) -> None:
         self.model = model
         self.base_url = base_url
         self.context_window = context_window
+        self.timeouts = timeouts
         self._api_key = api_key
-        self._max_retries = max_retries
-        self._timeout = timeout
         # The SDK's objects, made on first use; typed Any so the SDK stays out of this module's imports.
         self._client: Any = None
         self.stream_cls: Any = None  # the SDK's AsyncStream[object]: chunks stay plain dicts
@@ -69,21 +74,204 @@ class HttpProvider:
         if self._client is None:
             sdk = await import_sdk(self.SDK, self.MISSING_SDK)
             if self._client is None:  # another session's first turn may have made it while this one waited
+                limits = self.timeouts
+                # The socket timeouts are only a backstop: the first-byte and between-chunks bounds are
+                # `stream_reply`'s own (a scope per attempt, a watchdog per reply), so it can tell which one fired.
+                # The SDK retries nothing: the attempts are ours, so each one gets its own first-byte bound and all
+                # of them the total bound.
+                patience = max(limits.first_byte, limits.between_chunks)
                 try:
                     self._client = getattr(sdk, self.CLIENT)(
                         api_key=self._api_key,
                         base_url=self.base_url,
-                        max_retries=self._max_retries,
-                        timeout=sdk.Timeout(self._timeout, connect=min(self._timeout, CONNECT_TIMEOUT)),
+                        max_retries=0,
+                        timeout=sdk.Timeout(patience, connect=limits.connect, pool=limits.connect),
                     )
                 except Exception as exc:  # e.g. no API key: the SDK refuses to build a client
                     raise ModelError(one_line(f"cannot set up the {self.SDK} client: {exc}", self._api_key)) from exc
                 self.stream_cls = sdk.AsyncStream[object]
         return self._client
 
-    def describe(self, exc: BaseException, *, streaming: bool) -> str:
+    def endpoint(self) -> str:
+        """The endpoint as the user configured it, minus any credentials in it."""
         url = str(self._client.base_url) if self._client is not None else self.base_url or self.DEFAULT_BASE_URL
-        return describe_failure(exc, endpoint=url, streaming=streaming, secret=self._api_key)
+        return _display_url(url)
+
+    def describe(self, exc: BaseException, *, streaming: bool) -> str:
+        return describe_failure(exc, endpoint=self.endpoint(), streaming=streaming, secret=self._api_key)
+
+    async def stream_reply(
+        self, path: str, body: dict[str, Any], feed: Callable[[Any, Emit], Awaitable[None]], emit: Emit
+    ) -> None:
+        """One model call: POST `body` to `path`, then hand each streamed item to `feed` (with `emit`), within the
+        timeouts.
+
+        Failures before the reply starts (no connection, no headers in time, 408/409/429/5xx) are retried up to
+        `attempts` in all, with a short backoff; a reply that has started is never sent again, since its text has
+        reached the user. Every bound that fires ends the call with a `ModelError` naming the endpoint and the
+        setting; a cancel from outside stays a cancellation (each scope's own `cancelled_caught` says which fired,
+        and `checkpoint_if_cancelled` lets an outer cancel through first).
+        """
+        client = await self.client()
+        limits = self.timeouts
+        attempt = 0
+        with anyio.move_on_after(limits.total) as whole_call:
+            while True:
+                attempt += 1
+                failure: Exception | None = None
+                with anyio.move_on_after(limits.first_byte) as waiting:
+                    try:
+                        stream = await client.post(
+                            path,
+                            body=body,
+                            cast_to=object,
+                            stream=True,
+                            stream_cls=self.stream_cls,
+                            # The header the SDK's own retries would send, so the endpoint can tell a retry.
+                            options={"headers": {"x-stainless-retry-count": str(attempt - 1)}},
+                        )
+                    except Exception as exc:
+                        failure = exc
+                await anyio.lowlevel.checkpoint_if_cancelled()  # an abort that surfaced as an error is a cancel
+                if failure is None and not waiting.cancelled_caught:
+                    break
+                if waiting.cancelled_caught:
+                    message = (
+                        f"the model endpoint {self.endpoint()} sent no response headers within "
+                        f"{limits.first_byte:g} s (first_byte_timeout)"
+                    )
+                    retry = True
+                else:
+                    assert failure is not None
+                    log.debug("the model request failed", exc_info=failure)
+                    message = self._timeout_message(failure) or self.describe(failure, streaming=False)
+                    retry = _retryable(failure)
+                delay = _retry_delay(failure, attempt)
+                left = whole_call.deadline - anyio.current_time()
+                if not retry or attempt >= limits.attempts:
+                    tried = f" ({attempt} attempts)" if attempt > 1 else ""
+                    raise ModelError(one_line(message + tried, self._api_key))
+                if delay >= left:
+                    tried = f"{attempt} attempts" if attempt > 1 else "1 attempt"
+                    raise ModelError(
+                        one_line(
+                            f"{message} ({tried}; no time left for another within {limits.total:g} s, total_timeout)",
+                            self._api_key,
+                        )
+                    )
+                log.info("model endpoint: %s; trying again in %.2f s", message, delay)
+                await anyio.sleep(delay)
+            raised: BaseException | None = None
+            reading = anyio.CancelScope()
+            silence = _Silence(limits.between_chunks, reading)
+            # Leaving `stream` closes the connection, whatever ends the reading (a cancel, a timeout, an error). Errors
+            # are kept for after the task group, which would wrap them in an ExceptionGroup.
+            async with stream, anyio.create_task_group() as watching:
+                watching.start_soon(silence.watch)
+                with reading:
+                    while True:
+                        silence.since = anyio.current_time()
+                        try:
+                            item = await stream.__anext__()
+                        except StopAsyncIteration:
+                            break
+                        except Exception as exc:
+                            await anyio.lowlevel.checkpoint_if_cancelled()
+                            log.debug("the model stream failed", exc_info=True)
+                            raised = ModelError(self.describe(exc, streaming=True))
+                            raised.__cause__ = exc
+                            break
+                        silence.since = math.inf  # the time our side takes is not the endpoint's silence
+                        try:
+                            await feed(item, emit)
+                        except Exception as exc:
+                            raised = exc
+                            break
+                watching.cancel_scope.cancel()
+            if silence.fired:
+                await anyio.lowlevel.checkpoint_if_cancelled()  # a cancel from outside comes first
+                raise ModelError(
+                    f"the model endpoint {self.endpoint()} sent nothing for {limits.between_chunks:g} s "
+                    "in the middle of its reply (chunk_timeout)"
+                )
+            if raised is not None:
+                raise raised
+            return
+        await anyio.lowlevel.checkpoint_if_cancelled()
+        tried = f" after {attempt} attempts" if attempt > 1 else ""
+        raise ModelError(
+            f"the model endpoint {self.endpoint()} did not finish its reply within {limits.total:g} s "
+            f"(total_timeout){tried}"
+        )
+
+    def _timeout_message(self, exc: BaseException) -> str | None:
+        """The words for the SDK's connect timeout, which names no endpoint and no setting."""
+        if any(type(error).__name__ == "ConnectTimeout" for error in _chain(exc)):
+            return (
+                f"the model endpoint {self.endpoint()} did not accept a connection within "
+                f"{self.timeouts.connect:g} s (connect_timeout)"
+            )
+        return None
+
+
+class _Silence:
+    """The between-chunks bound for one streamed reply, at the cost of two clock reads a chunk: one watchdog task
+    that cancels the reading scope once the endpoint has been silent for `limit` while we wait for it. (A cancel
+    scope around each chunk's read would cost more than handling the chunk.)"""
+
+    __slots__ = ("fired", "limit", "scope", "since")
+
+    def __init__(self, limit: float, scope: anyio.CancelScope) -> None:
+        self.limit = limit
+        self.scope = scope
+        self.since = math.inf  # when we started waiting for the next chunk; inf while we handle one
+        self.fired = False
+
+    async def watch(self) -> None:
+        while True:
+            now = anyio.current_time()
+            due = self.since + self.limit
+            if now >= due:
+                self.fired = True
+                self.scope.cancel()
+                return
+            await anyio.sleep(min(due - now, self.limit))
+
+
+# The statuses worth sending a request again for, as the SDKs decide (timeout, conflict, rate limit, server error).
+_RETRY_STATUSES = (408, 409, 429)
+_INITIAL_BACKOFF = 0.5
+_MAX_BACKOFF = 4.0
+
+
+def _retryable(exc: BaseException) -> bool:
+    """Whether a failed request may be sent again: the endpoint could not be reached or timed out, or answered a
+    status the SDKs retry (or told us to with `x-should-retry`). By shape, like `describe_failure`."""
+    status = getattr(exc, "status_code", None)
+    if isinstance(status, int):
+        headers = getattr(getattr(exc, "response", None), "headers", None) or {}
+        told = headers.get("x-should-retry") if hasattr(headers, "get") else None
+        if told in ("true", "false"):
+            return bool(told == "true")
+        return status in _RETRY_STATUSES or status >= 500
+    return type(exc).__name__ in ("APIConnectionError", "APITimeoutError")
+
+
+def _retry_delay(exc: BaseException | None, attempt: int) -> float:
+    """The wait before the next attempt: the server's Retry-After when it gives one (a wait longer than the time
+    left ends the call), else a short exponential backoff with jitter (0.5 s, 1 s, 2 s, at most 4 s, less up to a
+    quarter), short enough that the total bound leaves room for every attempt."""
+    headers = getattr(getattr(exc, "response", None), "headers", None)
+    if headers is not None and hasattr(headers, "get"):
+        for name, divisor in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
+            try:
+                seconds = float(headers.get(name) or "") / divisor
+            except ValueError:
+                continue
+            if seconds > 0:  # also refuses NaN
+                return seconds
+    backoff: float = min(_INITIAL_BACKOFF * 2.0 ** (attempt - 1), _MAX_BACKOFF)
+    return backoff * (1 - 0.25 * random.random())
 
 
 def parse_arguments(raw: str) -> dict[str, Any]:

@@ -8,8 +8,8 @@ Why it looks the way it does:
 - The SDK costs about half a second to import, so it is imported on first use, in a worker thread, keeping the
   event loop (and every other session's Stop) responsive meanwhile. One `AsyncOpenAI` client per provider, made on
   first use: it is configuration plus a connection pool, never turn state.
-- The request goes through the SDK's generic `post(..., cast_to=object, stream=True)`: the same endpoint, retries,
-  error classes and `AsyncStream` as `chat.completions.create`, but each chunk stays the dict it was parsed into.
+- The request goes through the SDK's generic `post(..., cast_to=object, stream=True)`: the same endpoint, error
+  classes and `AsyncStream` as `chat.completions.create`, but each chunk stays the dict it was parsed into.
   Building the SDK's typed chunk objects costs about 70 µs a chunk (measured: 85 µs against 15 µs end to end), and
   the fields that matter most here, the reasoning deltas local servers add, are not in those types anyway.
 - The stream is held in `async with` inside the caller's cancel scope, so a cancel closes the HTTP connection at
@@ -17,8 +17,11 @@ Why it looks the way it does:
 - Tool-call arguments are untrusted text: if they are not a JSON object, the call carries
   `{INVALID_ARGUMENTS: raw text}` and the loop answers the model with an error instead of running the tool.
 - Every failure becomes one `ModelError` line the user can act on, without a traceback and without the API key.
+- The attempts and the timeouts (connect, first byte, between chunks, total) are `HttpProvider.stream_reply`'s, not
+  the SDK's, so a silent endpoint ends the turn with a line naming the setting that fired.
 
-The failure wording and the worker-thread import live in `http_common.py`, shared with the `anthropic` module.
+The failure wording, the attempts and the worker-thread import live in `http_common.py`, shared with the
+`anthropic` module.
 """
 
 from __future__ import annotations
@@ -29,7 +32,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import anyio
 import orjson
 
 from acp_server.runtime.model import (
@@ -82,7 +84,6 @@ class _OpenAITurn:
 
     async def respond(self, messages: Sequence[Message], tools: Sequence[ToolSpec], emit: Emit) -> Reply:
         provider = self._provider
-        client = await provider.client()
         body: dict[str, Any] = {
             "model": provider.model,
             "messages": wire_messages(self._system_prompt, messages),
@@ -98,26 +99,8 @@ class _OpenAITurn:
                 }
                 for t in tools
             ]
-        try:
-            stream = await client.post(
-                "/chat/completions", body=body, cast_to=object, stream=True, stream_cls=provider.stream_cls
-            )
-        except Exception as exc:
-            await anyio.lowlevel.checkpoint_if_cancelled()  # an abort that surfaced as an error is a cancel
-            log.debug("the model request failed", exc_info=True)
-            raise ModelError(provider.describe(exc, streaming=False)) from exc
         reading = _Reading()
-        async with stream:  # a cancel while reading closes the connection on the way out
-            while True:
-                try:
-                    chunk = await stream.__anext__()
-                except StopAsyncIteration:
-                    break
-                except Exception as exc:
-                    await anyio.lowlevel.checkpoint_if_cancelled()
-                    log.debug("the model stream failed", exc_info=True)
-                    raise ModelError(provider.describe(exc, streaming=True)) from exc
-                await reading.feed(chunk, emit)
+        await provider.stream_reply("/chat/completions", body, reading.feed, emit)
         if reading.finish is None:
             raise ModelError("the model stream ended before the reply was complete")
         if reading.usage is not None and provider.context_window:
