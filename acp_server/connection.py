@@ -32,6 +32,7 @@ from acp_server.rpc import (
     classify,
     error_message,
 )
+from acp_server.runtime.text_guard import sanitize_json
 from acp_server.transport import LineSink, LineSource, Oversized
 
 __all__ = ["ClientRequestError", "Connection", "Dispatcher", "Fence"]
@@ -232,10 +233,13 @@ class Connection:
             size = 0
             while outbox and size < BATCH_BYTES:
                 message = outbox.popleft()
+                data: bytes | None
                 try:
                     data = dumps(message, option=newline)
                 except TypeError:
-                    log.exception("cannot serialize an outgoing %s", message.get("method", "response"))
+                    data = _dumps_sanitized(message)
+                if data is None:
+                    log.error("cannot serialize an outgoing %s", message.get("method", "response"))
                     if "id" not in message or "method" in message:
                         continue
                     failure = error_message(message["id"], ErrorCode.INTERNAL_ERROR, "Internal error")
@@ -318,3 +322,13 @@ class Connection:
     @property
     def requests_in_flight(self) -> int:
         return self._in_flight
+
+
+def _dumps_sanitized(message: dict[str, Any]) -> bytes | None:
+    """A message holding text that is not valid Unicode (a lone surrogate that got past every way in), with that
+    text repaired; None if it still cannot be serialized. The ways in sanitize already (runtime/text_guard.py):
+    this is the last line, so one bad character never costs a message."""
+    try:
+        return orjson.dumps(sanitize_json(message), option=orjson.OPT_APPEND_NEWLINE)
+    except TypeError:
+        return None

@@ -2,7 +2,8 @@
 
 The one module that knows about process groups and signals (POSIX). Every local command the agent starts goes
 through `ProcessTable.open`, so a cancel can kill the whole group and the process can kill every group it started
-before it exits, never its own group (an editor may share it).
+before it exits, never its own group (an editor may share it). Each gets the child environment
+(runtime/child_env.py): the server's own without the secrets it holds.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from pathlib import Path
 import anyio
 from anyio.abc import Process
 
+from acp_server.runtime.child_env import KEEP_ALL, ChildEnvPolicy, child_environment
+
 __all__ = ["ProcessTable"]
 
 log = logging.getLogger(__name__)
@@ -28,7 +31,8 @@ TERM_GRACE = 0.2
 class ProcessTable:
     """The process groups this server started and that may still be alive. One per server process."""
 
-    def __init__(self) -> None:
+    def __init__(self, environment: ChildEnvPolicy = KEEP_ALL) -> None:
+        self._environment = environment  # frozen configuration
         self._groups: dict[int, Process] = {}
         # Groups whose leader has exited but whose members (background children) may live on.
         self._lingering: set[int] = set()
@@ -46,6 +50,7 @@ class ProcessTable:
             process = await anyio.open_process(
                 list(argv),
                 cwd=cwd,
+                env=child_environment(self._environment),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
