@@ -286,24 +286,32 @@ class _Checker:
                     self.problem(f"{where}.{key}", f"{exc}; ignored")
 
     def tools(self, table: Any) -> tuple[str, ...]:
-        """`[tools]`: `env_deny`, the variables kept from every child process. A wrong list is ignored as a
-        whole (the secrets the server holds are still kept from child processes)."""
+        """`[tools]`: `env_deny`, the variables kept from every child process. What is wrong in it is reported and
+        what can be read is still denied (a single text counts as one name): a broken list must not hand a command
+        the variables the user meant to keep from it."""
         if not isinstance(table, dict):
             self.problem("tools", f"expected a table ([tools]), found {_kind(table)}; ignored")
             return ()
         for key in table:
             if key not in _TOOLS_KEYS:
                 self.unknown(f"tools.{key}", _TOOLS_KEYS)
-        if "env_deny" not in table:
+        raw = table.get("env_deny", [])
+        if isinstance(raw, str):
+            self.problem("tools.env_deny", f"expected a list of names (env_deny = [{raw!r}]); used as that list")
+            raw = [raw]
+        if not isinstance(raw, list):
+            self.problem("tools.env_deny", f"expected a list of variable names, found {_kind(raw)}; ignored")
             return ()
-        try:
-            names = _texts(table["env_deny"])
-            for name in names:
-                if not _ENV_PATTERN.fullmatch(name):
-                    raise _InvalidError(f"expected variable names or patterns like AWS_*, found {name!r}")
-        except _InvalidError as exc:
-            self.problem("tools.env_deny", f"{exc}; ignored (only the server's own secrets are kept from commands)")
-            return ()
+        names = []
+        for item in raw:
+            if isinstance(item, str) and _ENV_PATTERN.fullmatch(item):
+                names.append(item)
+            else:
+                found = repr(item) if isinstance(item, str) else _kind(item)
+                self.problem(
+                    "tools.env_deny",
+                    f"expected variable names or patterns like AWS_*, found {found}; that entry is ignored",
+                )
         return tuple(names)
 
     def mcp_servers(self, table: Any) -> tuple[dict[str, Any], ...]:

@@ -307,18 +307,21 @@ def test_tools_env_deny_and_the_held_secrets_reach_the_config(tmp_path: Path) ->
 
 
 @pytest.mark.parametrize(
-    ("table", "message"),
+    ("table", "message", "denied"),
     [
-        ('[tools]\nenv_deny = "AWS_*"\n', "expected a list of text"),
-        ('[tools]\nenv_deny = ["A B"]\n', "expected variable names or patterns"),
+        ('[tools]\nenv_deny = "AWS_*"\n', "expected a list of names", ("AWS_*",)),
+        ('[tools]\nenv_deny = ["A B", "NPM_TOKEN", 3]\n', "that entry is ignored", ("NPM_TOKEN",)),
+        ("[tools]\nenv_deny = 3\n", "ignored", ()),
     ],
 )
-def test_a_wrong_env_deny_is_reported_and_ignored(tmp_path: Path, table: str, message: str) -> None:
+def test_a_wrong_env_deny_is_reported_and_what_can_be_read_is_still_denied(
+    tmp_path: Path, table: str, message: str, denied: tuple[str, ...]
+) -> None:
     loaded = load([], env={"ACP_SERVER_CONFIG": str(write(tmp_path, table + "[tools.x]\n"))})
     problems = {p.key: p.message for p in loaded.file.problems}
-    assert message in problems["tools.env_deny"] and "ignored" in problems["tools.env_deny"]
+    assert message in problems["tools.env_deny"]
     assert "unknown setting" in problems["tools.x"]
-    assert loaded.config.env_deny == ()
+    assert loaded.config.env_deny == denied
 
 
 # --- problems, in plain words ---
