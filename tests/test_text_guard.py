@@ -40,6 +40,15 @@ def test_a_stream_split_anywhere_redacts_exactly_as_the_whole_text_and_holds_bac
         assert out == redactor.redact(TEXT)
 
 
+def test_ordinary_text_streams_through_and_only_a_possible_start_of_a_secret_waits() -> None:
+    stream = redactor_for(SECRETS).stream()
+    assert stream.feed("Hello ") == "Hello "
+    assert stream.feed("from sk-abc") == "from "  # might be the start of a key: held back
+    assert stream.feed("xyz ") == "sk-abcxyz "
+    assert stream.feed("other-secret-99") == ""  # whole, yet held: what follows may make it part of a longer one
+    assert stream.flush() == REDACTED
+
+
 def test_surrogates_are_joined_in_pairs_and_lone_ones_replaced() -> None:
     assert sanitize_text("plain") == "plain"
     assert sanitize_text("\ud83d\ude00") == "\U0001f600"

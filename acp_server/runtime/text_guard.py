@@ -114,6 +114,8 @@ class Redactor:
 
     secrets: tuple[str, ...] = ()
     pattern: re.Pattern[str] | None = None
+    # The characters a secret starts with: where none is, a stream holds nothing back.
+    firsts: frozenset[str] = frozenset()
 
     @property
     def longest(self) -> int:
@@ -139,13 +141,14 @@ def redactor_for(secrets: tuple[str, ...]) -> Redactor:
     if not kept:
         return Redactor()
     # Longest first: where two secrets start at the same place, the whole longer one goes.
-    return Redactor(kept, re.compile("|".join(re.escape(s) for s in kept)))
+    return Redactor(kept, re.compile("|".join(re.escape(s) for s in kept)), frozenset(s[0] for s in kept))
 
 
 class StreamRedactor:
     """Redacts one stream. What it returns, joined, is exactly `Redactor.redact` of the whole stream: a position
     where a secret could start is decided only once every character a secret there could need has arrived, so at
-    most (longest secret - 1) characters are held back."""
+    most (longest secret - 1) characters are held back, and only from the first place where the text so far could
+    be the start of a secret (ordinary text streams through chunk by chunk)."""
 
     __slots__ = ("_buffer", "_redactor")
 
@@ -168,10 +171,20 @@ class StreamRedactor:
             out.append(buffer[done : match.start()])
             out.append(REDACTED)
             done = match.end()
-        keep_from = max(done, safe)
+        keep_from = self._first_possible_start(buffer, max(done, safe))
         out.append(buffer[done:keep_from])
         self._buffer = buffer[keep_from:]
         return "".join(out)
+
+    def _first_possible_start(self, buffer: str, start: int) -> int:
+        """The first position from `start` on where a secret may begin, given more text; the end if none."""
+        firsts, secrets = self._redactor.firsts, self._redactor.secrets
+        for position in range(start, len(buffer)):
+            if buffer[position] in firsts:
+                tail = buffer[position:]
+                if any(secret.startswith(tail) or tail.startswith(secret) for secret in secrets):
+                    return position
+        return len(buffer)
 
     def flush(self) -> str:
         rest, self._buffer = self._buffer, ""
