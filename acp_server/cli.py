@@ -32,7 +32,7 @@ from acp_server.config import (
     Config,
 )
 from acp_server.config_checks import FileSettings, load_settings
-from acp_server.settings import config_file, secret_values
+from acp_server.settings import config_file, held_secrets, secret_values, secret_variables
 
 __all__ = ["LOG_LEVELS", "PERMISSION_MODE_IDS", "PROMPT_POLICY_IDS", "Loaded", "load", "main", "parse_config"]
 
@@ -275,6 +275,9 @@ def load(
         log_file=log_file,
         mcp_servers=file.mcp_servers,
         models=tuple(file.values.get("models", ())),
+        held_secrets=tuple(held_secrets(file.raw, env)),
+        secret_variables=tuple(secret_variables(file.raw)),
+        env_deny=file.env_deny,
     )
     return Loaded(config, file, args)
 

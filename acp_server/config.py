@@ -67,3 +67,11 @@ class Config:
     mcp_servers: tuple[dict[str, Any], ...] = ()
     # The choices of the `model` config option besides `model` itself (the file's `models = [...]`).
     models: tuple[str, ...] = ()
+    # The secrets the server itself holds (settings.held_secrets: provider keys, the file's keys and MCP secrets),
+    # longest first: removed from every child process's environment and redacted from tool output and model text.
+    held_secrets: tuple[str, ...] = ()
+    # The environment variables that carry the providers' keys (OPENAI_API_KEY, ..., any `api_key_env`): never
+    # passed to a child process, whatever their value.
+    secret_variables: tuple[str, ...] = ()
+    # `[tools] env_deny` of the file: more variables kept from child processes, by name or `PREFIX_*` pattern.
+    env_deny: tuple[str, ...] = ()

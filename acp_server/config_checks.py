@@ -17,6 +17,7 @@ problem names the type found, not the value.
 from __future__ import annotations
 
 import math
+import re
 import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -60,6 +61,8 @@ class FileSettings:
     readable: bool = True  # False when the file exists but cannot be read or is not TOML
     values: Mapping[str, Any] = field(default_factory=dict)  # top-level settings that passed their checks
     mcp_servers: tuple[dict[str, Any], ...] = ()
+    # `[tools] env_deny`: variables (names or `PREFIX_*` patterns) no child process gets.
+    env_deny: tuple[str, ...] = ()
     problems: tuple[Problem, ...] = ()
     raw: Mapping[str, Any] = field(default_factory=dict)  # the parsed document, for the provider tables
 
@@ -189,7 +192,10 @@ class _Paths:
         return self.path(value)
 
 
-_TABLES = ("providers", "mcp_servers")
+_TABLES = ("providers", "mcp_servers", "tools")
+_TOOLS_KEYS = ("env_deny",)
+# An environment variable's name, or a shell-style pattern of names (`AWS_*`, `*_TOKEN`).
+_ENV_PATTERN = re.compile(r"[A-Za-z0-9_*?\[\]!-]+")
 _PROVIDER_KEYS = ("api_key", "api_key_env", "base_url", "context_window", *TIMEOUT_KEYS)
 _STDIO_KEYS = ("type", "command", "args", "env", "cwd")
 _REMOTE_KEYS = ("type", "url", "headers")
@@ -285,6 +291,35 @@ class _Checker:
                 except _InvalidError as exc:
                     self.problem(f"{where}.{key}", f"{exc}; ignored")
 
+    def tools(self, table: Any) -> tuple[str, ...]:
+        """`[tools]`: `env_deny`, the variables kept from every child process. What is wrong in it is reported and
+        what can be read is still denied (a single text counts as one name): a broken list must not hand a command
+        the variables the user meant to keep from it."""
+        if not isinstance(table, dict):
+            self.problem("tools", f"expected a table ([tools]), found {_kind(table)}; ignored")
+            return ()
+        for key in table:
+            if key not in _TOOLS_KEYS:
+                self.unknown(f"tools.{key}", _TOOLS_KEYS)
+        raw = table.get("env_deny", [])
+        if isinstance(raw, str):
+            self.problem("tools.env_deny", f"expected a list of names (env_deny = [{raw!r}]); used as that list")
+            raw = [raw]
+        if not isinstance(raw, list):
+            self.problem("tools.env_deny", f"expected a list of variable names, found {_kind(raw)}; ignored")
+            return ()
+        names = []
+        for item in raw:
+            if isinstance(item, str) and _ENV_PATTERN.fullmatch(item):
+                names.append(item)
+            else:
+                found = repr(item) if isinstance(item, str) else _kind(item)
+                self.problem(
+                    "tools.env_deny",
+                    f"expected variable names or patterns like AWS_*, found {found}; that entry is ignored",
+                )
+        return tuple(names)
+
     def mcp_servers(self, table: Any) -> tuple[dict[str, Any], ...]:
         if not isinstance(table, dict):
             self.problem("mcp_servers", f"expected tables ([mcp_servers.NAME] ...), found {_kind(table)}; ignored")
@@ -363,10 +398,11 @@ def load_settings(path: Path) -> FileSettings:
     if "providers" in document:
         checker.providers(document["providers"])
     servers = checker.mcp_servers(document["mcp_servers"]) if "mcp_servers" in document else ()
+    env_deny = checker.tools(document["tools"]) if "tools" in document else ()
     for key, private in PRIVATE_FALLBACK.items():
         if key in document and key not in values:
             values[key] = private
-    return FileSettings(path, True, True, values, servers, tuple(checker.problems), document)
+    return FileSettings(path, True, True, values, servers, env_deny, tuple(checker.problems), document)
 
 
 def _unreadable(path: Path, reason: str) -> FileSettings:

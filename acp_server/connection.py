@@ -36,6 +36,7 @@ from acp_server.rpc import (
     classify,
     error_message,
 )
+from acp_server.runtime.text_guard import sanitize_json
 from acp_server.transport import LineSink, LineSource, Oversized
 
 __all__ = ["ClientRequestError", "Connection", "Dispatcher", "Fence"]
@@ -230,10 +231,13 @@ class Connection:
         if self._broken:
             return
         dumps, newline = orjson.dumps, orjson.OPT_APPEND_NEWLINE
+        data: bytes | None
         try:
             data = dumps(message, option=newline)
         except TypeError:
-            log.exception("cannot serialize an outgoing %s", message.get("method", "response"))
+            data = _dumps_sanitized(message)
+        if data is None:
+            log.error("cannot serialize an outgoing %s", message.get("method", "response"))
             if "id" not in message or "method" in message:
                 return
             data = dumps(error_message(message["id"], ErrorCode.INTERNAL_ERROR, "Internal error"), option=newline)
@@ -370,3 +374,13 @@ def _shown_id(request_id: Any) -> str:
     except TypeError:  # nested too deep for orjson
         shown = type(request_id).__name__
     return shown if len(shown) <= 80 else shown[:77] + "..."
+
+
+def _dumps_sanitized(message: dict[str, Any]) -> bytes | None:
+    """A message holding text that is not valid Unicode (a lone surrogate that got past every way in), with that
+    text repaired; None if it still cannot be serialized. The ways in sanitize already (runtime/text_guard.py):
+    this is the last line, so one bad character never costs a message."""
+    try:
+        return orjson.dumps(sanitize_json(message), option=orjson.OPT_APPEND_NEWLINE)
+    except TypeError:
+        return None

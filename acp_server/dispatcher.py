@@ -30,6 +30,7 @@ from acp_server.rpc import (
     method_table,
     validation_message,
 )
+from acp_server.runtime.child_env import ChildEnvPolicy
 from acp_server.runtime.model import Provider
 from acp_server.runtime.processes import ProcessTable
 from acp_server.runtime.providers import MissingCredentialsError, UnknownModelError
@@ -83,7 +84,7 @@ class AcpServer:
         self.agent = Agent()
         self.connection = Connection(self, config.cleanup_deadline)
         # Every session's MCP servers, owned by the connection's task group (see mcp_bridge/registry.py).
-        self.mcp = McpRegistry(self.connection.spawn)
+        self.mcp = McpRegistry(self.connection.spawn, ChildEnvPolicy.from_config(config))
         self.sessions: dict[str, Session] = {}
         self.client_capabilities: ClientCapabilities | None = None
         # Prompt request id -> its run, so `$/cancel_request` can name a prompt.

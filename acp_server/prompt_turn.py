@@ -43,6 +43,7 @@ from acp_server.runtime.model import (
 )
 from acp_server.runtime.processes import ProcessTable
 from acp_server.runtime.system_prompt import build_system_prompt, read_instructions
+from acp_server.runtime.text_guard import redactor_for
 from acp_server.runtime.tools import ToolBox
 from acp_server.schema import EmbeddedResource, PromptRequest, ResourceLink, TextContent
 from acp_server.session_options import parse_command
@@ -224,6 +225,7 @@ async def _work(services: TurnServices, run: RunContext) -> None:
                     max_requests=services.config.max_turn_requests,
                     compactor=compactor,
                     hand_over=lambda: services.agent.hand_over_due(session),
+                    redactor=redactor_for(services.config.held_secrets),
                 )
         if run.cancelled or stop is None:
             run.outcome = "cancelled"

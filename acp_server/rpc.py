@@ -12,6 +12,7 @@ an `RpcError` passes through as it is; any other exception is logged with its tr
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from enum import IntEnum
@@ -107,11 +108,36 @@ def _valid_id(value: Any) -> bool:
     return value is None or isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
 
 
+# In JSON text: an escaped backslash (skipped, so what follows it is no escape), a surrogate pair written as two
+# escapes (kept), or any other surrogate escape (a lone one, which orjson refuses).
+_SURROGATE_ESCAPE = re.compile(
+    rb"\\\\|\\u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2}|(\\u[dD][89a-fA-F][0-9a-fA-F]{2})"
+)
+
+
+def _repair_lone_surrogates(line: bytes) -> bytes:
+    """The line with every lone surrogate escape (`\\ud800`) replaced by U+FFFD's (`\\ufffd`); pairs are kept. Some
+    clients and proxies cut text between the two halves of a character; the rest of the message is still good."""
+    return _SURROGATE_ESCAPE.sub(lambda m: b"\\ufffd" if m.group(1) else m.group(0), line)
+
+
+def _loads(line: bytes) -> Any:
+    try:
+        return orjson.loads(line)
+    except orjson.JSONDecodeError:
+        if b"\\u" not in line:
+            raise
+        repaired = _repair_lone_surrogates(line)
+        if repaired == line:
+            raise
+        return orjson.loads(repaired)
+
+
 def classify(line: bytes | Oversized) -> Incoming:
     if isinstance(line, Oversized):
         return InvalidLine(ErrorCode.INVALID_REQUEST, f"Invalid request: message of {line.size} bytes is too large")
     try:
-        message = orjson.loads(line)
+        message = _loads(line)
     except orjson.JSONDecodeError as exc:
         return InvalidLine(ErrorCode.PARSE_ERROR, f"Parse error: {str(exc).splitlines()[0]}")
     if not isinstance(message, dict):

@@ -15,9 +15,11 @@ from typing import TYPE_CHECKING
 from acp_server.config import Config
 from acp_server.dispatcher import AcpServer
 from acp_server.handlers import METHODS, NOTIFICATIONS, TEST_METHODS
+from acp_server.runtime.child_env import ChildEnvPolicy
 from acp_server.runtime.model import Provider
 from acp_server.runtime.processes import ProcessTable
 from acp_server.runtime.providers import open_provider
+from acp_server.runtime.text_guard import GuardedProvider, redactor_for
 from acp_server.runtime.tools import ToolBox
 from acp_server.runtime.tools.commands import COMMAND_TOOLS
 from acp_server.runtime.tools.delegate import DELEGATE_TOOLS
@@ -48,15 +50,18 @@ def build_server(
         (*FILE_TOOLS, *COMMAND_TOOLS, *PLAN_TOOLS, *DELEGATE_TOOLS, *(TEST_TOOLS if config.test_mode else ()))
     )
 
+    redactor = redactor_for(config.held_secrets)
+
     def open_model(spec: str) -> Provider:
-        return open_provider(spec, base_url=config.base_url)
+        # Every model call's text comes out valid Unicode and without the secrets the server holds.
+        return GuardedProvider(open_provider(spec, base_url=config.base_url), redactor)
 
     methods = {**METHODS, **(TEST_METHODS if config.test_mode else {})}
     return AcpServer(
         config,
         open_model,
         tools,
-        ProcessTable(adopt_orphans=owns_process),
+        ProcessTable(ChildEnvPolicy.from_config(config), adopt_orphans=owns_process),
         methods=methods,
         notifications=NOTIFICATIONS,
         models=tuple(dict.fromkeys([config.model, *config.models])),

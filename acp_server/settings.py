@@ -41,10 +41,12 @@ __all__ = [
     "SettingsError",
     "config_file",
     "endpoint_timeouts",
+    "held_secrets",
     "looks_secret",
     "provider_credentials",
     "read_config_file",
     "secret_values",
+    "secret_variables",
 ]
 
 # Environment variables each provider's own SDK reads, in order of preference.
@@ -187,6 +189,40 @@ def provider_credentials(
         window if isinstance(window, int) and not isinstance(window, bool) and window > 0 else None,
         source,
     )
+
+
+def secret_variables(file_settings: Mapping[str, Any]) -> list[str]:
+    """The environment variables that carry a provider's key: the ones the SDKs read, and any `api_key_env`."""
+    names = [name for names in KEY_VARIABLES.values() for name in names]
+    providers = file_settings.get("providers")
+    for section in providers.values() if isinstance(providers, dict) else ():
+        named = section.get("api_key_env") if isinstance(section, dict) else None
+        if isinstance(named, str) and named and named not in names:
+            names.append(named)
+    return names
+
+
+def held_secrets(file_settings: Mapping[str, Any], env: Mapping[str, str]) -> list[str]:
+    """The secrets the server itself holds, longest first: the providers' keys (from the environment, the variables
+    the file names, and the file) and the values of the file's MCP `env` and `headers` entries whose names look
+    secret. Unlike `secret_values`, not the other secret-looking variables of the environment (GITHUB_TOKEN,
+    AWS_SECRET_ACCESS_KEY): those belong to the user's own tools, which get them (README, "What a command sees")."""
+    keys: list[Any] = [env.get(name, "") for name in secret_variables(file_settings)]
+    providers = file_settings.get("providers")
+    for section in providers.values() if isinstance(providers, dict) else ():
+        if isinstance(section, dict):
+            keys.append(section.get("api_key"))
+    named_values: list[Any] = []
+    servers = file_settings.get("mcp_servers")
+    for server in servers.values() if isinstance(servers, dict) else ():
+        for table in (server.get("env"), server.get("headers")) if isinstance(server, dict) else ():
+            if isinstance(table, dict):
+                named_values += [value for name, value in table.items() if looks_secret(str(name))]
+    found = {v for v in keys if isinstance(v, str) and len(v) >= MIN_SECRET_CHARS}
+    found |= {
+        v for v in named_values if isinstance(v, str) and len(v) >= MIN_NAMED_SECRET_CHARS and not v.startswith("/")
+    }
+    return sorted(found, key=len, reverse=True)
 
 
 def secret_values(file_settings: Mapping[str, Any], env: Mapping[str, str]) -> list[str]:

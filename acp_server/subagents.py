@@ -31,6 +31,7 @@ from acp_server.runtime.model import (
 )
 from acp_server.runtime.ports import ToolError
 from acp_server.runtime.system_prompt import build_system_prompt
+from acp_server.runtime.text_guard import redactor_for
 from acp_server.runtime.tools import ToolBox
 from acp_server.schema import PromptRequest
 from acp_server.turn_tools import tool_context, tool_ports
@@ -122,6 +123,7 @@ class ChildSessions:
                     ),
                     probe=probe,
                     max_requests=services.config.max_turn_requests,
+                    redactor=redactor_for(services.config.held_secrets),
                 )
             if child.scope.cancelled_caught:
                 raise ToolError(f"the subagent {child_id} was cancelled")

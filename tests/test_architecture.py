@@ -44,6 +44,8 @@ LAYERS: dict[str, int] = {
     "acp_server.runtime.tools.delegate": 1,
     "acp_server.runtime.processes": 1,
     "acp_server.runtime.loop": 1,
+    "acp_server.runtime.text_guard": 1,
+    "acp_server.runtime.child_env": 1,
     "acp_server.transport": 1,
     "acp_server.mcp_bridge": 1,
     "acp_server.mcp_bridge.specs": 1,

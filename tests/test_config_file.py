@@ -283,6 +283,46 @@ def test_a_wrong_mcp_server_is_left_out_and_the_others_kept(tmp_path: Path) -> N
     assert all("left out" in m for m in messages.values())
 
 
+def test_tools_env_deny_and_the_held_secrets_reach_the_config(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        '[providers.anthropic]\napi_key = "sk-ant-from-the-file-123"\n'
+        '[providers.openai]\napi_key_env = "MY_OPENAI_KEY"\n'
+        '[mcp_servers.gh]\ncommand = "gh-mcp"\n'
+        'env = { GITHUB_TOKEN = "ghp_for_the_server_123", DEBUG = "verbose-mode" }\n'
+        '[tools]\nenv_deny = ["AWS_*", "NPM_TOKEN"]\n',
+    )
+    env = {**NO_KEYS, "ACP_SERVER_CONFIG": str(path), "MY_OPENAI_KEY": "sk-named-by-the-file-123", "GITHUB_TOKEN": "x"}
+    loaded = load([], env=env)
+    assert loaded.file.problems == ()
+    assert loaded.config.env_deny == ("AWS_*", "NPM_TOKEN")
+    assert set(loaded.config.held_secrets) == {
+        "sk-ant-from-the-file-123",
+        "sk-named-by-the-file-123",
+        "ghp_for_the_server_123",
+    }
+    assert "MY_OPENAI_KEY" in loaded.config.secret_variables and "OPENAI_API_KEY" in loaded.config.secret_variables
+    assert "GITHUB_TOKEN" not in loaded.config.secret_variables  # the user's own: it passes to commands
+
+
+@pytest.mark.parametrize(
+    ("table", "message", "denied"),
+    [
+        ('[tools]\nenv_deny = "AWS_*"\n', "expected a list of names", ("AWS_*",)),
+        ('[tools]\nenv_deny = ["A B", "NPM_TOKEN", 3]\n', "that entry is ignored", ("NPM_TOKEN",)),
+        ("[tools]\nenv_deny = 3\n", "ignored", ()),
+    ],
+)
+def test_a_wrong_env_deny_is_reported_and_what_can_be_read_is_still_denied(
+    tmp_path: Path, table: str, message: str, denied: tuple[str, ...]
+) -> None:
+    loaded = load([], env={"ACP_SERVER_CONFIG": str(write(tmp_path, table + "[tools.x]\n"))})
+    problems = {p.key: p.message for p in loaded.file.problems}
+    assert message in problems["tools.env_deny"]
+    assert "unknown setting" in problems["tools.x"]
+    assert loaded.config.env_deny == denied
+
+
 # --- problems, in plain words ---
 
 

@@ -24,6 +24,7 @@ from acp_server.mcp_bridge.link import ServerLink
 from acp_server.mcp_bridge.registry import Spawn
 from acp_server.mcp_bridge.specs import McpServerError, ServerSpec, parse_server, safe_name
 from acp_server.mcp_bridge.tools import link_tools
+from acp_server.runtime.child_env import KEEP_ALL, ChildEnvPolicy
 from acp_server.runtime.model import Emit, Notice
 from acp_server.runtime.tools import Tool, ToolBox
 
@@ -39,7 +40,13 @@ KILL_WAIT = 1.0
 class McpHub:
     """The MCP servers of one session, one `ServerLink` (and one task) each."""
 
-    def __init__(self, servers: Iterable[Mapping[str, Any]], cwd: Path, roots: tuple[Path, ...] = ()) -> None:
+    def __init__(
+        self,
+        servers: Iterable[Mapping[str, Any]],
+        cwd: Path,
+        roots: tuple[Path, ...] = (),
+        environment: ChildEnvPolicy = KEEP_ALL,
+    ) -> None:
         self.links: list[ServerLink] = []
         used: set[str] = set()
         for raw in servers:
@@ -55,7 +62,9 @@ class McpHub:
             while server_id in used:  # two names that read alike once made safe ("a b", "a_b")
                 server_id, suffix = f"{base}_{suffix}", suffix + 1
             used.add(server_id)
-            self.links.append(ServerLink(label, server_id, spec, cwd, problem=problem, roots=roots))
+            self.links.append(
+                ServerLink(label, server_id, spec, cwd, problem=problem, roots=roots, environment=environment)
+            )
         self._tools: dict[ServerLink, tuple[Tool[Any], ...]] = {}
 
     def start(self, spawn: Spawn) -> None:

@@ -24,6 +24,7 @@ import anyio
 
 from acp_server.mcp_bridge.specs import McpServerError, ServerSpec
 from acp_server.mcp_bridge.transports import connect, new_pidfile, read_pid
+from acp_server.runtime.child_env import KEEP_ALL, ChildEnvPolicy
 from acp_server.runtime.ports import ToolError
 
 if TYPE_CHECKING:
@@ -88,8 +89,11 @@ class ServerLink:
         *,
         problem: str = "",
         roots: tuple[Path, ...] = (),
+        environment: ChildEnvPolicy = KEEP_ALL,
     ) -> None:
         self.name = name
+        # What a stdio server's environment leaves out of the server's own (runtime/child_env.py).
+        self.environment = environment
         # The server's part of its tools' names (`mcp__<server_id>__<tool>`), unique within the session.
         self.server_id = server_id
         self.spec = spec
@@ -140,7 +144,9 @@ class ServerLink:
         # One scope around the whole connection (a deadline while connecting, none once ready): the SDK's task
         # groups live inside `connect`, so no scope may end between entering it and leaving it.
         with anyio.CancelScope(deadline=anyio.current_time() + CONNECT_TIMEOUT) as connecting:
-            async with connect(spec, self.cwd, self._pidfile, self._on_tools_changed, self.roots) as (client, lost):
+            async with connect(
+                spec, self.cwd, self._pidfile, self._on_tools_changed, self.roots, environment=self.environment
+            ) as (client, lost):
                 tools = await list_remote_tools(client)
                 connecting.deadline = math.inf
                 self.tools = tools

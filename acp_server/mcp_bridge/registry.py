@@ -12,6 +12,8 @@ from collections.abc import Callable, Coroutine, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from acp_server.runtime.child_env import KEEP_ALL, ChildEnvPolicy
+
 if TYPE_CHECKING:  # the hub (and what it imports) loads when a session first has servers, not at start-up
     from acp_server.mcp_bridge.hub import McpHub
 
@@ -21,8 +23,10 @@ __all__ = ["McpRegistry"]
 
 
 class McpRegistry:
-    def __init__(self, spawn: Spawn) -> None:
+    def __init__(self, spawn: Spawn, environment: ChildEnvPolicy = KEEP_ALL) -> None:
         self._spawn = spawn
+        # What a stdio server's environment leaves out (frozen configuration; see runtime/child_env.py).
+        self._environment = environment
         self._hubs: list[McpHub] = []
 
     def open(self, servers: Iterable[Mapping[str, Any]], cwd: Path, roots: tuple[Path, ...] = ()) -> McpHub | None:
@@ -34,7 +38,7 @@ class McpRegistry:
         from acp_server.mcp_bridge.hub import McpHub
 
         self._hubs = [hub for hub in self._hubs if not hub.finished]
-        hub = McpHub(servers, cwd, roots)
+        hub = McpHub(servers, cwd, roots, self._environment)
         hub.start(self._spawn)
         self._hubs.append(hub)
         return hub

@@ -28,6 +28,7 @@ import anyio
 
 from acp_server import __version__
 from acp_server.mcp_bridge.specs import McpServerError, ServerSpec
+from acp_server.runtime.child_env import ChildEnvPolicy, child_environment
 
 if TYPE_CHECKING:
     from mcp import Client
@@ -56,13 +57,17 @@ async def connect(
     pidfile: Path | None = None,
     on_tools_changed: Callable[[], None] = lambda: None,
     roots: Sequence[Path] = (),
+    *,
+    environment: ChildEnvPolicy | None = None,
 ) -> AsyncIterator[tuple[Client, anyio.Event]]:
     """A connected client (the MCP handshake done) and an event set if the connection is lost. Leaving the block
     shuts the server down (the SDK's shutdown: close stdin, wait, terminate the process group). A stdio server
     writes its pid to `pidfile`, when given, as it starts (see `new_pidfile`, `read_pid`). `on_tools_changed` is
     called when the server says its tool list changed (`notifications/tools/list_changed`). `roots` (the session's
     directories; its cwd when empty) answer a server that asks `roots/list`, as file-system servers of the 2025
-    protocol do to learn where they may work."""
+    protocol do to learn where they may work. `environment`: the child-environment policy (runtime/child_env.py)
+    applied to the MCP SDK's small default environment (HOME, PATH, ...) a stdio server gets under its own `env`;
+    None leaves that default as the SDK makes it (`doctor`'s probe)."""
     await load_sdk()
     from mcp import Client
     from mcp.types import Implementation, ListRootsResult, Root, ToolListChangedNotification
@@ -80,7 +85,7 @@ async def connect(
 
     lost = anyio.Event()
     async with AsyncExitStack() as stack:
-        transport = await _transport(spec, cwd, stack, pidfile)
+        transport = await _transport(spec, cwd, stack, pidfile, environment)
         info = Implementation(name="acp-server", version=__version__)
         client = await stack.enter_async_context(
             Client(
@@ -106,12 +111,15 @@ def read_pid(pidfile: Path) -> int | None:
 
 
 async def _transport(
-    spec: ServerSpec, cwd: Path, stack: AsyncExitStack, pidfile: Path | None
+    spec: ServerSpec, cwd: Path, stack: AsyncExitStack, pidfile: Path | None, environment: ChildEnvPolicy | None
 ) -> AbstractAsyncContextManager[Any]:
     if spec.transport == "stdio":
         from mcp.client.stdio import StdioServerParameters, get_default_environment, stdio_client
 
-        env = dict(spec.env)
+        # Not the server's whole environment: the SDK's small default one (HOME, PATH, SHELL, TERM, USER), as the
+        # child-environment policy allows it, with the server's own `env` (the editor's or the file's) on top.
+        base = child_environment(environment, get_default_environment()) if environment is not None else {}
+        env = {**base, **spec.env}
         cwd = Path(spec.cwd) if spec.cwd is not None else cwd
         executable = _find_executable(spec, env.get("PATH") or get_default_environment().get("PATH", ""), cwd)
         command, args = executable, list(spec.args)

@@ -28,8 +28,10 @@ from acp_server.runtime.model import (
     ToolCallFinished,
     ToolCallStarted,
     ToolCallUpdated,
+    TurnEvent,
 )
 from acp_server.runtime.ports import Decision, PermissionRequest, Permissions
+from acp_server.runtime.text_guard import NO_SECRETS, Redactor, guard_tool_content, sanitize_text
 from acp_server.runtime.tools import ToolBox, ToolContext, ToolResult
 
 __all__ = ["run_turn"]
@@ -48,11 +50,16 @@ async def run_turn(
     max_requests: int,
     compactor: ContextCompactor | None = None,
     hand_over: Callable[[], bool] = lambda: False,
+    redactor: Redactor = NO_SECRETS,
 ) -> StopReason:
     """Run one turn; `messages` (the turn's own copy of the conversation) grows as the turn goes.
 
     `hand_over` is asked at every model-call boundary (before each model call, when every tool call so far has its
     result): True ends the turn there with `end_turn`, so a steering prompt can carry on from this conversation.
+
+    Tool output, what the client is shown and what the model reads, is made valid Unicode and has the secrets of
+    `redactor` removed before anything sees it (see runtime/text_guard.py); model text is guarded by the provider
+    (text_guard.GuardedProvider).
     """
     if compactor is not None:
         emit = compactor.watch
@@ -77,12 +84,16 @@ async def run_turn(
             return reply.stop_reason
         for call in reply.tool_calls:
             await anyio.lowlevel.checkpoint()
-            result = await _run_tool_call(call, tools, emit, tool_context(call), probe)
+            result = await _run_tool_call(call, tools, emit, tool_context(call), probe, redactor=redactor)
             messages.append(Message("tool", result.output, tool_call_id=call.id))
     return "max_turn_requests"
 
 
-async def _run_tool_call(call: ToolCall, tools: ToolBox, emit: Emit, context: ToolContext, probe: Probe) -> ToolResult:
+async def _run_tool_call(
+    call: ToolCall, tools: ToolBox, emit: Emit, context: ToolContext, probe: Probe, *, redactor: Redactor
+) -> ToolResult:
+    emit = _guarded_emit(emit, redactor)
+    context = replace(context, emit=emit)
     tool = tools.get(call.name)
     if tool is None:
         await emit(ToolCallStarted(call, call.name, "other"))
@@ -119,7 +130,32 @@ async def _run_tool_call(call: ToolCall, tools: ToolBox, emit: Emit, context: To
         result = ToolResult(f"error: {exc}", ok=False)
     finally:
         probe("tool_exited", toolCallId=call.id, reason=reason)
-    return await _finish(emit, call, result.capped())
+    # Redacted before it is capped: a cut must never leave half a secret behind.
+    output = redactor.redact(sanitize_text(result.output))
+    content = None if result.content is None else guard_tool_content(result.content, redactor)
+    raw_output = _guard_json(result.raw_output, redactor)
+    return await _finish(emit, call, ToolResult(output, result.ok, raw_output, content).capped())
+
+
+def _guarded_emit(emit: Emit, redactor: Redactor) -> Emit:
+    """A tool call's event sink: the progress a tool reports (`ToolCallUpdated` content) is guarded too."""
+
+    async def guarded(event: TurnEvent) -> None:
+        if isinstance(event, ToolCallUpdated) and event.content is not None:
+            event = replace(event, content=guard_tool_content(event.content, redactor))
+        await emit(event)
+
+    return guarded
+
+
+def _guard_json(value: Any, redactor: Redactor) -> Any:
+    if isinstance(value, str):
+        return redactor.redact(sanitize_text(value))
+    if isinstance(value, dict):
+        return {_guard_json(k, redactor): _guard_json(v, redactor) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_guard_json(item, redactor) for item in value]
+    return value
 
 
 class _InProgressOnApproval:

@@ -2,7 +2,8 @@
 
 The one module that knows about process groups and signals (POSIX). Every local command the agent starts goes
 through `ProcessTable.open`, so a cancel can kill the whole group and the process can kill every group it started
-before it exits, never its own group (an editor may share it).
+before it exits, never its own group (an editor may share it). Each gets the child environment
+(runtime/child_env.py): the server's own without the secrets it holds.
 
 A process that leaves its group (`setsid`, a double-forked daemon) is out of reach of `killpg`. When the server owns
 its process (`acp-server` itself, not an embedder calling `serve`), the table adopts orphans: on Linux the process
@@ -26,6 +27,8 @@ from pathlib import Path
 import anyio
 from anyio.abc import Process
 
+from acp_server.runtime.child_env import KEEP_ALL, ChildEnvPolicy, child_environment
+
 __all__ = ["ProcessTable"]
 
 log = logging.getLogger(__name__)
@@ -41,9 +44,10 @@ KILL_ROUNDS = 5
 class ProcessTable:
     """The process groups this server started and that may still be alive. One per server process."""
 
-    def __init__(self, *, adopt_orphans: bool = False) -> None:
-        """`adopt_orphans`: this server owns its process, so every descendant is its to kill at exit (never for an
-        embedder, whose other children are not ours)."""
+    def __init__(self, environment: ChildEnvPolicy = KEEP_ALL, *, adopt_orphans: bool = False) -> None:
+        """`environment`: what children see (frozen configuration). `adopt_orphans`: this server owns its process,
+        so every descendant is its to kill at exit (never for an embedder, whose other children are not ours)."""
+        self._environment = environment
         self._adopt_orphans = adopt_orphans
         self._groups: dict[int, Process] = {}
         # Groups whose leader has exited but whose members (background children) may live on.
@@ -63,6 +67,7 @@ class ProcessTable:
             process = await anyio.open_process(
                 list(argv),
                 cwd=cwd,
+                env=child_environment(self._environment),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
