@@ -333,6 +333,8 @@ async def open_stdio(
             )
             transports.append(read_transport)
             read_transports.append(read_transport)
+            if ended:  # a stop signal came while the pipe was being connected
+                read_transport.close()
             source = lines.lines()
         sink: LineSink
         if _is_regular_file(stdout.fileno()):

@@ -102,19 +102,22 @@ class ProcessTable:
         """SIGKILL every group still tracked and, when adopting orphans, every descendant process wherever its group
         (stdio MCP servers, `setsid` escapees re-parented to us). Synchronous: it runs on the way out of the process."""
         # The tree first, while it is whole: without a subreaper, a `setsid` child is found only under its shell.
+        killed: set[int] = set()
         if self._adopt_orphans:
-            _kill_pids(_descendants())
+            killed |= _kill_pids(_descendants())
         for pgid in [*self._groups, *self._lingering]:
             _signal_group(pgid, signal.SIGKILL)
         self._groups.clear()
         self._lingering.clear()
         for _ in range(KILL_ROUNDS if self._adopt_orphans else 0):
+            # Only processes not signalled yet (forked meanwhile, or adopted since): a SIGKILLed one may take a
+            # moment to die, and reading /proc again for it would only cost time on the way out.
             snapshot = _all_processes()
             _reap_orphans(snapshot)
-            tree = [entry for entry in _descendants(snapshot) if entry[3] != "Z"]
+            tree = [entry for entry in _descendants(snapshot) if entry[3] != "Z" and entry[0] not in killed]
             if not tree:
                 break
-            _kill_pids(tree)
+            killed |= _kill_pids(tree)
 
 
 @functools.cache
@@ -173,13 +176,17 @@ def _descendants(snapshot: Sequence[_Stat] | None = None) -> list[_Stat]:
     return found
 
 
-def _kill_pids(entries: Sequence[_Stat]) -> None:
+def _kill_pids(entries: Sequence[_Stat]) -> set[int]:
+    """SIGKILL each live process listed; returns the pids signalled."""
     own_group = os.getpgrp()
+    signalled: set[int] = set()
     for pid, _, pgid, state in entries:
         if state == "Z" or pgid == own_group:  # never anything in our own group (an editor may share it)
             continue
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)
+            signalled.add(pid)
+    return signalled
 
 
 def _reap_orphans(snapshot: Sequence[_Stat] | None = None) -> None:
