@@ -161,8 +161,9 @@ class Connection:
             await self._has_room.wait()
 
     def input_closed(self) -> None:
-        """The transport saw the client close stdin while reading was paused: stop waiting for the client to read.
-        Nothing more can be written to the pipe, so the rest of the input is bounded by the pipe's capacity."""
+        """The input is finite now (the client closed stdin, which the transport sees even while paused, or EOF was
+        read): stop waiting for the client to read. What is left is bounded by the pipe's capacity, and the EOF
+        behind it must be reached for the bounded exit of I17."""
         self._input_closed = True
         self._has_room.set()
 
