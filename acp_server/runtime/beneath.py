@@ -154,6 +154,8 @@ def locate(
                         child = os.open(part, _WALK_FLAGS, dir_fd=fd)
                     except OSError as exc:
                         target = _link_target(part, fd) if exc.errno in _LINK_ERRNOS else None
+                        if target is None and exc.errno == errno.ELOOP:
+                            target = part  # a link when opened, swapped back since: walk it again
                         if target is None:
                             raise ToolError(
                                 f"{_wire_path(root, walked, part)}: not a directory: {exc.strerror or exc}"
@@ -198,8 +200,12 @@ def open_file(path: Path, roots: Sequence[Path], flags: int) -> int:
             except FileNotFoundError:
                 raise ToolError(f"{_wire(spot.path)}: no such file") from None
             except OSError as exc:
-                if exc.errno in _LINK_ERRNOS and _link_target(spot.name, spot.dir_fd) is not None:
-                    continue  # it became a link after the walk looked: resolve it like any other
+                # A link when opened (ELOOP under O_NOFOLLOW), though not when the walk looked: walk it again,
+                # even if it is a file once more by now.
+                if exc.errno == errno.ELOOP or (
+                    exc.errno in _LINK_ERRNOS and _link_target(spot.name, spot.dir_fd) is not None
+                ):
+                    continue
                 if exc.errno == errno.EISDIR:
                     raise ToolError(f"{_wire(spot.path)}: is a directory") from None
                 raise ToolError(f"{_wire(spot.path)}: cannot open: {exc.strerror or exc}") from None
@@ -232,43 +238,54 @@ def open_dir(path: Path, roots: Sequence[Path]) -> int:
 def write_bytes(path: Path, roots: Sequence[Path], data: bytes) -> None:
     """Create or replace the file at `path` (missing directories are made): a new file in the checked directory,
     created exclusively, then renamed over the name. A replaced file keeps its permission bits."""
-    with locate(path, roots, make_dirs=True) as spot:
-        d, name = spot.dir_fd, spot.name
-        shown = _wire(spot.path)
-        try:
-            old = os.stat(name, dir_fd=d, follow_symlinks=False)
-        except FileNotFoundError:
-            old = None
-        except OSError as exc:
-            raise ToolError(f"{shown}: cannot write: {exc.strerror or exc}") from None
-        if old is not None and stat.S_ISDIR(old.st_mode):
-            raise ToolError(f"{shown}: is a directory")
-        if old is not None and not os.access(name, os.W_OK, dir_fd=d, follow_symlinks=False):
-            # Replacing by rename would succeed where writing the file would not: keep the file's own refusal.
-            raise ToolError(f"{shown}: cannot write: Permission denied")
-        temporary = f".{name[:200]}.{secrets.token_hex(6)}.acp-tmp"
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | _CLOEXEC
-        try:
-            # A new file gets the usual 0o666 less the umask; a replacement its old bits, set before any content.
-            fd = os.open(temporary, flags, 0o600 if old is not None else 0o666, dir_fd=d)
-        except OSError as exc:
-            raise ToolError(f"{shown}: cannot write: {exc.strerror or exc}") from None
-        try:
+    for _hop in range(MAX_HOPS + 1):
+        with locate(path, roots, make_dirs=True) as spot:
+            d, name = spot.dir_fd, spot.name
             try:
-                if old is not None and stat.S_ISREG(old.st_mode):
-                    os.fchmod(fd, stat.S_IMODE(old.st_mode))
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view) :]
-            finally:
-                os.close(fd)
-            os.rename(temporary, name, src_dir_fd=d, dst_dir_fd=d)
-        except OSError as exc:
-            with contextlib.suppress(OSError):
-                os.unlink(temporary, dir_fd=d)
-            if exc.errno == errno.EISDIR:
-                raise ToolError(f"{shown}: is a directory") from None
-            raise ToolError(f"{shown}: cannot write: {exc.strerror or exc}") from None
+                old = os.stat(name, dir_fd=d, follow_symlinks=False)
+            except FileNotFoundError:
+                old = None
+            except OSError as exc:
+                raise ToolError(f"{_wire(spot.path)}: cannot write: {exc.strerror or exc}") from None
+            if old is not None and stat.S_ISLNK(old.st_mode):
+                continue  # a link since the walk looked: resolve it again, so its target keeps its mode
+            _replace(spot, old, data)
+            return
+    raise ToolError(f"{_wire(path)}: too many levels of symbolic links")
+
+
+def _replace(spot: Spot, old: os.stat_result | None, data: bytes) -> None:
+    """Write `data` to a new file beside `spot.name` and rename it over the name, in the checked directory."""
+    d, name = spot.dir_fd, spot.name
+    shown = _wire(spot.path)
+    if old is not None and stat.S_ISDIR(old.st_mode):
+        raise ToolError(f"{shown}: is a directory")
+    if old is not None and not os.access(name, os.W_OK, dir_fd=d, follow_symlinks=False):
+        # Replacing by rename would succeed where writing the file would not: keep the file's own refusal.
+        raise ToolError(f"{shown}: cannot write: Permission denied")
+    temporary = f".{name[:200]}.{secrets.token_hex(6)}.acp-tmp"
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | _CLOEXEC
+    try:
+        # A new file gets the usual 0o666 less the umask; a replacement its old bits, set before any content.
+        fd = os.open(temporary, flags, 0o600 if old is not None else 0o666, dir_fd=d)
+    except OSError as exc:
+        raise ToolError(f"{shown}: cannot write: {exc.strerror or exc}") from None
+    try:
+        try:
+            if old is not None and stat.S_ISREG(old.st_mode):
+                os.fchmod(fd, stat.S_IMODE(old.st_mode))
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+        finally:
+            os.close(fd)
+        os.rename(temporary, name, src_dir_fd=d, dst_dir_fd=d)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary, dir_fd=d)
+        if exc.errno == errno.EISDIR:
+            raise ToolError(f"{shown}: is a directory") from None
+        raise ToolError(f"{shown}: cannot write: {exc.strerror or exc}") from None
 
 
 def exists(path: Path, roots: Sequence[Path]) -> bool:

@@ -49,19 +49,22 @@ def resolve_path(raw: str, cwd: Path, roots: Sequence[Path]) -> Path:
     """The absolute path for `raw` (relative paths are relative to `cwd`), or ToolError if it leaves the roots.
 
     The returned path is normalised but keeps the user's spelling of its directories (no symlink expansion), so the
-    client sees the path it knows; the check itself uses the fully resolved real path.
+    client sees the path it knows; the check itself resolves every link.
     """
     if not raw or "\0" in raw:
         raise ToolError(f"invalid path {raw!r}")
     raw = unwire(raw)
     candidate = Path(os.path.normpath(cwd / Path(raw)))
-    real = Path(os.path.realpath(candidate))
-    for root in roots:
-        real_root = Path(os.path.realpath(root))
-        if real == real_root or real.is_relative_to(real_root):
-            return candidate
-    allowed = ", ".join(wire(str(root)) for root in roots)
-    raise ToolError(f"{wire(raw)}: outside the session's directories ({allowed}); access refused")
+    # Walked the way the file tools open it: `realpath` fails outright (EINVAL) when a link is swapped for a file
+    # while it looks, where this walk resolves what it finds. Imported here: `beneath` uses this module's `wire`.
+    from acp_server.runtime import beneath
+
+    try:
+        beneath.checked_path(candidate, roots)
+    except beneath.OutsideError:
+        allowed = ", ".join(wire(str(root)) for root in roots)
+        raise ToolError(f"{wire(raw)}: outside the session's directories ({allowed}); access refused") from None
+    return candidate
 
 
 def display(path: Path, cwd: Path) -> str:
