@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.harness import T_ACK, T_WAIT, W_QUIET, RawClient
+from tests.harness import LONG_GRACE_ARGS, T_ACK, T_WAIT, W_QUIET, RawClient
 
 StartServer = Callable[..., Awaitable[RawClient]]
 
@@ -86,8 +86,10 @@ class Editor:
         return [m for m in self.client.received if m.get("method") == method]
 
 
-async def open_editor(start_server: StartServer, tmp_path: Path, capabilities: dict[str, Any] | None = None) -> Editor:
-    client = await start_server()
+async def open_editor(
+    start_server: StartServer, tmp_path: Path, capabilities: dict[str, Any] | None = None, args: tuple[str, ...] = ()
+) -> Editor:
+    client = await start_server(*args)
     await client.initialize(capabilities)
     editor = Editor(client, tmp_path)
     for directory in (editor.cwd, editor.outside):
@@ -408,7 +410,8 @@ async def assert_cancelled_and_retracted(editor: Editor, prompt: Any, held: dict
 async def test_a_cancel_during_the_permission_request_retracts_it_and_a_late_allow_writes_nothing(
     start_server: StartServer, tmp_path: Path
 ) -> None:
-    editor = await open_editor(start_server, tmp_path, FS)
+    # LONG_GRACE: an answer within T_ACK then means at once, never the cleanup deadline.
+    editor = await open_editor(start_server, tmp_path, FS, args=LONG_GRACE_ARGS)
     target = editor.cwd / "out.txt"
     prompt = await editor.run([{"tool": "write_file", "args": {"path": "out.txt", "content": "x"}}, {"say": "no"}])
     missing = await editor.next_request("fs/read_text_file")  # the current text, for the diff: a new file
@@ -427,7 +430,8 @@ async def test_a_cancel_during_the_permission_request_retracts_it_and_a_late_all
 async def test_a_cancel_during_an_editor_file_read_retracts_it_and_a_late_answer_is_ignored(
     start_server: StartServer, tmp_path: Path
 ) -> None:
-    editor = await open_editor(start_server, tmp_path, FS)
+    # LONG_GRACE: an answer within T_ACK then means at once, never the cleanup deadline.
+    editor = await open_editor(start_server, tmp_path, FS, args=LONG_GRACE_ARGS)
     (editor.cwd / "e.txt").write_text("alpha\n")
     await editor.set_mode("bypass")
     prompt = await editor.run(
