@@ -13,7 +13,7 @@ import pytest
 from bench import cancel, cancel_tool, chunks, memory, startup
 from bench.report import format_table
 from bench.wire import percentile
-from tests.harness import scaled
+from tests.harness import TIME_SCALE, scaled
 
 
 def test_percentile_is_nearest_rank() -> None:
@@ -40,7 +40,7 @@ def test_chunks_bench_counts_every_chunk() -> None:
         assert variant.chunks == 2000  # run_turns raises if a turn delivered any other number
         assert len(variant.seconds) == 2
         assert all(0 < s < scaled(30) for s in variant.seconds)
-        assert variant.median_rate > 100
+        assert variant.median_rate > 100 / TIME_SCALE  # a sanity floor, not a target (bench/ has those)
         assert variant.server_cpu_s >= 0
         assert math.isfinite(variant.cpu_us_per_chunk(variant.server_cpu_s))
     assert len(result.figures()) == 5

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from tests.harness import DEFAULT_ARGS, T_ACK, T_WAIT, W_QUIET, RawClient
+from tests.harness import DEFAULT_ARGS, LONG_GRACE_ARGS, T_ACK, T_WAIT, W_QUIET, RawClient
 
 StartServer = Callable[..., Awaitable[RawClient]]
 
@@ -90,9 +90,9 @@ class Editor:
 
 
 async def open_editor(
-    start_server: StartServer, tmp_path: Path, capabilities: dict[str, Any] | None = None, *server_args: str
+    start_server: StartServer, tmp_path: Path, capabilities: dict[str, Any] | None = None, args: tuple[str, ...] = ()
 ) -> Editor:
-    client = await start_server(*server_args)
+    client = await start_server(*args)
     await client.initialize(capabilities)
     editor = Editor(client, tmp_path)
     for directory in (editor.cwd, editor.outside):
@@ -412,7 +412,8 @@ async def assert_cancelled_and_retracted(editor: Editor, prompt: Any, held: dict
 async def test_a_cancel_during_the_permission_request_retracts_it_and_a_late_allow_writes_nothing(
     start_server: StartServer, tmp_path: Path
 ) -> None:
-    editor = await open_editor(start_server, tmp_path, FS)
+    # LONG_GRACE: an answer within T_ACK then means at once, never the cleanup deadline.
+    editor = await open_editor(start_server, tmp_path, FS, args=LONG_GRACE_ARGS)
     target = editor.cwd / "out.txt"
     prompt = await editor.run([{"tool": "write_file", "args": {"path": "out.txt", "content": "x"}}, {"say": "no"}])
     held = await editor.next_request("session/request_permission")
@@ -429,7 +430,8 @@ async def test_a_cancel_during_the_permission_request_retracts_it_and_a_late_all
 async def test_a_cancel_during_an_editor_file_read_retracts_it_and_a_late_answer_is_ignored(
     start_server: StartServer, tmp_path: Path
 ) -> None:
-    editor = await open_editor(start_server, tmp_path, FS)
+    # LONG_GRACE: an answer within T_ACK then means at once, never the cleanup deadline.
+    editor = await open_editor(start_server, tmp_path, FS, args=LONG_GRACE_ARGS)
     (editor.cwd / "e.txt").write_text("alpha\n")
     await editor.set_mode("bypass")
     prompt = await editor.run(
@@ -484,7 +486,7 @@ def swapping(target: Path, inside_text: str, outside: Path) -> Iterator[None]:
 async def test_a_symlink_swapped_in_during_reads_never_shows_the_outside_file(
     start_server: StartServer, tmp_path: Path
 ) -> None:
-    editor = await open_editor(start_server, tmp_path, None, *RACE_SERVER_ARGS)
+    editor = await open_editor(start_server, tmp_path, None, args=RACE_SERVER_ARGS)
     secret = editor.outside / "secret.txt"
     with swapping(editor.cwd / "x", "inside\n", secret):
         prompt = await editor.run([{"tool": "read_file", "args": {"path": "x"}}] * RACE_CALLS + [{"say": "done"}])
@@ -503,7 +505,7 @@ async def test_a_symlink_swapped_in_during_reads_never_shows_the_outside_file(
 async def test_a_symlink_swapped_in_during_writes_never_changes_the_outside_file(
     start_server: StartServer, tmp_path: Path
 ) -> None:
-    editor = await open_editor(start_server, tmp_path, None, *RACE_SERVER_ARGS)
+    editor = await open_editor(start_server, tmp_path, None, args=RACE_SERVER_ARGS)
     await editor.set_mode("bypass")
     secret = editor.outside / "secret.txt"
     script = [{"tool": "write_file", "args": {"path": "x", "content": f"write {n}\n"}} for n in range(RACE_CALLS)]

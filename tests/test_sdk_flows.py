@@ -539,6 +539,7 @@ async def test_an_unknown_method_raises_request_error_method_not_found(scripted:
 
 
 @pytest.mark.timeout(20)
+@pytest.mark.at_once  # the 0.3 s finalizer must fit in the deadline however loaded the machine: LONG_GRACE
 async def test_a_prompt_sent_right_after_cancel_waits_for_the_cleanup_then_runs(scripted: SdkAgent) -> None:
     """The editor's Stop-then-type flow: the cancelled turn cleans up (a finalizer holds it 0.3 s), the next prompt
     is accepted (not refused as busy), and it starts only after the cancelled turn's response."""
@@ -555,7 +556,7 @@ async def test_a_prompt_sent_right_after_cancel_waits_for_the_cleanup_then_runs(
     assert time.monotonic() - started < T_ESC
     assert second_response.stop_reason == "end_turn"
     assert client.texts(session) == ["next"]
-    assert client.probes("finalizer_exited", sessionId=session), "the 0.3 s finalizer fits in the 0.5 s deadline"
+    assert client.probes("finalizer_exited", sessionId=session), "the 0.3 s finalizer fits in the deadline"
 
     # On the wire: the first prompt's response precedes every update of the second turn.
     cancelled_at = wire.response_entry("session/prompt", session, nth=0).seq

@@ -45,6 +45,7 @@ from acp.schema import (
     ToolCallUpdate,
 )
 
+from tests.conftest import server_args
 from tests.harness import DEFAULT_ARGS, GRACE, T_ACK, T_ESC, T_EXIT, T_WAIT, TURN_SCOPED, W_QUIET, Entry
 from tests.sdk_client import (
     NEVER,
@@ -69,12 +70,14 @@ TERMINAL_CLEANUP = ["terminal/create", "terminal/wait_for_exit", "terminal/kill"
 
 
 @pytest.fixture
-async def start_agent() -> AsyncIterator[StartAgent]:
-    """Start SDK-driven servers; each one is closed and checked at teardown (see `spawn_sdk_agent`)."""
+async def start_agent(request: pytest.FixtureRequest) -> AsyncIterator[StartAgent]:
+    """Start SDK-driven servers (with LONG_GRACE under `@pytest.mark.at_once`); each one is closed and checked at
+    teardown (see `spawn_sdk_agent`)."""
+    args = server_args(request) or DEFAULT_ARGS
     async with contextlib.AsyncExitStack() as stack:
 
         async def start(client: RecordingClient, terminal: bool = True) -> SdkAgent:
-            agent = await stack.enter_async_context(spawn_sdk_agent(*DEFAULT_ARGS, client=client))
+            agent = await stack.enter_async_context(spawn_sdk_agent(*args, client=client))
             response = await agent.conn.initialize(
                 protocol_version=PROTOCOL_VERSION,
                 client_capabilities=ClientCapabilities(
@@ -536,6 +539,7 @@ async def test_update_plan_sends_the_whole_plan_as_plan_updates(editor: SdkAgent
 # --- late and never: permission, terminals, file reads ---
 
 
+@pytest.mark.at_once
 async def test_a_permission_answered_allow_only_after_the_cancel_writes_nothing(
     editor: SdkAgent, project: Path
 ) -> None:
@@ -574,6 +578,7 @@ async def test_a_permission_answered_allow_only_after_the_cancel_writes_nothing(
     await assert_idle(editor)
 
 
+@pytest.mark.at_once
 async def test_a_permission_never_answered_then_cancel_answers_cancelled_and_the_next_write_asks_again(
     editor: SdkAgent, project: Path
 ) -> None:
@@ -606,6 +611,7 @@ async def test_a_permission_never_answered_then_cancel_answers_cancelled_and_the
 
 
 @pytest.mark.parametrize("dies_on_kill", [True, False], ids=["dies-on-kill", "never-exits"])
+@pytest.mark.at_once
 async def test_cancel_while_wait_for_exit_never_returns_kills_then_releases_once_before_the_response(
     editor: SdkAgent, project: Path, dies_on_kill: bool
 ) -> None:
@@ -686,6 +692,7 @@ async def test_slow_kill_and_release_answers_keep_the_response_within_the_cleanu
     await assert_idle(editor)
 
 
+@pytest.mark.at_once
 async def test_a_terminal_created_while_the_cancel_is_in_flight_is_killed_and_released_before_the_response(
     editor: SdkAgent, project: Path
 ) -> None:
@@ -714,6 +721,7 @@ async def test_a_terminal_created_while_the_cancel_is_in_flight_is_killed_and_re
     await assert_idle(editor)
 
 
+@pytest.mark.at_once
 async def test_a_cancel_while_the_release_is_being_answered_sends_no_second_kill_or_release(
     editor: SdkAgent, project: Path
 ) -> None:
@@ -739,6 +747,7 @@ async def test_a_cancel_while_the_release_is_being_answered_sends_no_second_kill
     await assert_idle(editor)
 
 
+@pytest.mark.at_once
 async def test_cancel_while_the_editor_never_answers_a_file_read_answers_cancelled_at_once(
     editor: SdkAgent, project: Path
 ) -> None:
