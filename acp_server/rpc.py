@@ -176,7 +176,8 @@ def validation_message(exc: ValidationError) -> str:
     first = exc.errors()[0]
     where = ".".join(str(part) for part in first["loc"]) or "params"
     more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
-    return f"Invalid params: {where}: {first['msg']}{more}"
+    text = first["msg"].removeprefix("Value error, ")  # our own validators' words (schema.py), said plainly
+    return f"Invalid params: {where}: {text}{more}"
 
 
 def _adapt(params_model: type[ParamsT], handler: Handler[Any, ParamsT]) -> JsonRpcMethod:
@@ -202,6 +203,10 @@ def method_table(table: Mapping[str, tuple[type[BaseModel], Handler[Any, Any]]])
 
 
 def error_message(request_id: Any, code: int, message: str, data: Any = None) -> dict[str, Any]:
+    """An error response. The message is made one line here, for every error: it may quote the client's own
+    input (a method name, a session id), which can hold line breaks."""
+    if not message.isprintable():
+        message = " ".join(message.splitlines())
     error: dict[str, Any] = {"code": code, "message": message}
     if data is not None:
         error["data"] = data

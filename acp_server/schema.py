@@ -7,16 +7,25 @@ add fields we must ignore). Models are built lazily (`defer_build`) so start-up 
 Outgoing messages are plain dicts made by the small builders at the bottom: a `session/update` is written once per
 streamed chunk, and building and dumping a pydantic model per chunk would cost several times the server's whole
 per-chunk budget. The tests validate every written message against the official JSON schema instead.
+
+Client JSON that is kept as it came (`_meta`, `mcpServers` entries, an embedded resource) is bounded here, in one
+place, because it is written again later (store, recording, log) and orjson writes nothing nested deeper than 254
+levels: `_meta` at most `MAX_META_DEPTH` levels and `MAX_META_BYTES`, anything else kept whole at most
+`MAX_KEPT_DEPTH` levels. What exceeds them is refused as invalid params (-32602), before anything is stored.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field
+import orjson
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
 __all__ = [
+    "MAX_KEPT_DEPTH",
+    "MAX_META_BYTES",
+    "MAX_META_DEPTH",
     "AudioContent",
     "AuthenticateRequest",
     "CancelNotification",
@@ -28,8 +37,10 @@ __all__ = [
     "EmbeddedResource",
     "ImageContent",
     "InitializeRequest",
+    "KeptObject",
     "ListSessionsRequest",
     "LoadSessionRequest",
+    "Meta",
     "NewSessionRequest",
     "PromptRequest",
     "RequestId",
@@ -44,6 +55,63 @@ __all__ = [
 
 RequestId = int | str | None
 
+MAX_META_DEPTH = 32
+MAX_META_BYTES = 64 * 1024
+# Free-form objects kept whole: deep enough for any real MCP server entry or resource, far below orjson's 254 with
+# the envelopes the store and the recording add around them.
+MAX_KEPT_DEPTH = 64
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    """Whether `value` nests more than `limit` objects/arrays. Iterative, and stops at `limit + 1`: a client's
+    1000-level line must not cost Python recursion (or much time) to refuse."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        if depth == limit:
+            return True
+        stack.extend((child, depth + 1) for child in children)
+    return False
+
+
+def check_meta(meta: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The one rule for every `_meta` a client sends (whatever model or free-form object carries it)."""
+    if meta is None:
+        return None
+    if _deeper_than(meta, MAX_META_DEPTH):
+        raise ValueError(f"_meta is nested deeper than {MAX_META_DEPTH} levels")
+    size = len(orjson.dumps(meta))  # cannot fail: 32 levels are well within what orjson writes
+    if size > MAX_META_BYTES:
+        raise ValueError(f"_meta is larger than {MAX_META_BYTES // 1024} KiB ({size} bytes)")
+    return meta
+
+
+def check_kept_object(value: dict[str, Any]) -> dict[str, Any]:
+    """A free-form client object stored as it came: bounded in depth, and every `_meta` inside it checked."""
+    if _deeper_than(value, MAX_KEPT_DEPTH):
+        raise ValueError(f"nested deeper than {MAX_KEPT_DEPTH} levels")
+    stack: list[Any] = [value]
+    while stack:  # bounded by the depth check above
+        item = stack.pop()
+        if isinstance(item, dict):
+            meta = item.get("_meta")
+            if isinstance(meta, dict):
+                check_meta(meta)
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return value
+
+
+Meta = Annotated[dict[str, Any] | None, AfterValidator(check_meta)]
+KeptObject = Annotated[dict[str, Any], AfterValidator(check_kept_object)]
+
 
 class WireModel(BaseModel):
     """Base of every incoming wire model: strict JSON types, camelCase on the wire, `_meta` preserved."""
@@ -57,7 +125,15 @@ class WireModel(BaseModel):
         frozen=True,
     )
 
-    meta: dict[str, Any] | None = Field(default=None, alias="_meta")
+    meta: Meta = Field(default=None, alias="_meta")
+
+    @model_validator(mode="after")
+    def _bounded_extras(self) -> Self:
+        # Unknown fields are kept (a prompt block is stored as it came), so they are bounded like any kept object.
+        for name, value in (self.model_extra or {}).items():
+            if isinstance(value, (dict, list)) and _deeper_than(value, MAX_KEPT_DEPTH):
+                raise ValueError(f"{name} is nested deeper than {MAX_KEPT_DEPTH} levels")
+        return self
 
 
 class FileSystemCapability(WireModel):
@@ -90,7 +166,7 @@ class AuthenticateRequest(WireModel):
 
 class NewSessionRequest(WireModel):
     cwd: str
-    mcp_servers: list[dict[str, Any]]
+    mcp_servers: list[KeptObject]
     additional_directories: list[str] = []
 
 
@@ -124,7 +200,7 @@ class ResourceLink(WireModel):
 
 class EmbeddedResource(WireModel):
     type: Literal["resource"]
-    resource: dict[str, Any]
+    resource: KeptObject
 
 
 ContentBlock = Annotated[
@@ -155,7 +231,7 @@ class LoadSessionRequest(WireModel):
 
     session_id: str
     cwd: str
-    mcp_servers: list[dict[str, Any]] = []
+    mcp_servers: list[KeptObject] = []
     additional_directories: list[str] = []
 
 

@@ -5,6 +5,7 @@ Small typed `(context, params)` handlers, registered in `handlers.METHODS`.
 
 from __future__ import annotations
 
+import os
 import uuid
 from pathlib import Path
 from typing import Any
@@ -53,10 +54,7 @@ async def session_new(context: RequestContext, params: NewSessionRequest) -> dic
     server = context.server
     server.require_initialized()
     server.require_model()
-    directories = [params.cwd, *params.additional_directories]
-    for directory in directories:
-        if not Path(directory).is_absolute():
-            raise RpcError(ErrorCode.INVALID_PARAMS, f"Invalid params: paths must be absolute: {directory!r}")
+    _check_directories(params.cwd, params.additional_directories)
     session_id = f"sess_{uuid.uuid4().hex}"
     session = Session(
         session_id,
@@ -82,6 +80,18 @@ async def session_new(context: RequestContext, params: NewSessionRequest) -> dic
     return {"sessionId": session_id, **_opened(context, session)}
 
 
+def _check_directories(cwd: str, additional_directories: list[str]) -> None:
+    """A session's roots must be usable before anything of the session exists (registered, stored, forked): a
+    client's bad path is its own error (-32602), never an internal one later, when a tool first uses it."""
+    for where, directory in [("cwd", cwd), *(("additionalDirectories", d) for d in additional_directories)]:
+        if "\0" in directory:
+            raise RpcError(ErrorCode.INVALID_PARAMS, f"Invalid params: {where}: a path cannot hold NUL: {directory!r}")
+        if not Path(directory).is_absolute():
+            raise RpcError(ErrorCode.INVALID_PARAMS, f"Invalid params: paths must be absolute: {directory!r}")
+        if not os.path.isdir(directory):
+            raise RpcError(ErrorCode.INVALID_PARAMS, f"Invalid params: {where}: not a directory: {directory!r}")
+
+
 def _opened(context: RequestContext, session: Session) -> dict[str, Any]:
     """Register a session and answer with its modes and options; its commands follow the response (the client
     learns the session id from the response)."""
@@ -104,9 +114,7 @@ async def _restore(context: RequestContext, params: LoadSessionRequest, *, repla
     server = context.server
     server.require_initialized()
     server.require_model()
-    for directory in (params.cwd, *params.additional_directories):
-        if not Path(directory).is_absolute():
-            raise RpcError(ErrorCode.INVALID_PARAMS, f"Invalid params: paths must be absolute: {directory!r}")
+    _check_directories(params.cwd, params.additional_directories)
     current = server.sessions.get(params.session_id)
     if current is not None and not current.closed and server.agent.running(params.session_id) is not None:
         raise RpcError(ErrorCode.INVALID_REQUEST, "the session has a prompt running; cancel it first")
@@ -153,6 +161,7 @@ async def session_fork(context: RequestContext, params: LoadSessionRequest) -> d
     server = context.server
     server.require_initialized()
     server.require_model()
+    _check_directories(params.cwd, params.additional_directories)  # before the copy: no half-made fork
     store = await server.require_store()
     new_id = f"sess_{uuid.uuid4().hex}"
     try:

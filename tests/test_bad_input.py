@@ -646,3 +646,196 @@ async def test_session_method_with_bad_params_before_initialize_still_says_initi
     assert "initialize" in answer["error"]["message"]
     await client.initialize()
     assert "result" in await client.call("session/new", NEW_SESSION)
+
+
+# --- deep JSON, bounded `_meta`, session roots (issue 10, items 1 and 10) ---
+
+
+def nested_text(levels: int) -> str:
+    """JSON text of objects nested `levels` deep: built as text, since orjson writes nothing past 254 levels."""
+    return '{"a":' * levels + "1" + "}" * levels
+
+
+def nested(levels: int) -> dict[str, Any]:
+    value: dict[str, Any] = {"a": 1}
+    for _ in range(levels - 1):
+        value = {"a": value}
+    return value
+
+
+def sized(size: int, base: dict[str, Any]) -> dict[str, Any]:
+    """`base` padded so that its compact JSON is exactly `size` bytes."""
+    padded = {**base, "pad": ""}
+    padded["pad"] = "a" * (size - len(orjson.dumps(padded)))
+    assert len(orjson.dumps(padded)) == size
+    return padded
+
+
+@pytest.mark.parametrize("recording", [False, True], ids=["plain", "recording"])
+@pytest.mark.parametrize("levels", [300, 1000], ids=["300-levels", "1000-levels"])
+async def test_deep_json_anywhere_in_a_line_is_answered_and_the_server_lives(
+    start_server: StartServer, tmp_path: Any, levels: int, recording: bool
+) -> None:
+    """Nested past what orjson writes again (254) but within what it reads (1024): every request is answered, by
+    its id (a deep id is no id: -32600 with id null), a notification or stray response is ignored, and the server
+    stays up, with or without a transcript (which keeps such a line as raw text)."""
+    path = tmp_path / "deep.jsonl"
+    client = await start_server(*DEFAULT_ARGS, *(("--record", str(path)) if recording else ()))
+    await client.initialize()
+    session = await client.new_session()
+    deep = nested_text(levels)
+    script = '"_meta":{"scripted":[{"say":"never"}]}'
+    lines = [
+        f'{{"jsonrpc":"2.0","id":"params","method":"session/list","params":{{"x":{deep}}}}}',
+        f'{{"jsonrpc":"2.0","id":{deep},"method":"session/list","params":{{}}}}',
+        f'{{"jsonrpc":"2.0","id":"meta","method":"session/new","params":{{"cwd":"/tmp","mcpServers":[],"_meta":{deep}}}}}',
+        f'{{"jsonrpc":"2.0","id":"mcp","method":"session/new","params":{{"cwd":"/tmp","mcpServers":'
+        f'[{{"name":"x","command":"/nonexistent/mcp","args":[],"env":[],"_meta":{deep}}}]}}}}',
+        f'{{"jsonrpc":"2.0","id":"block","method":"session/prompt","params":{{"sessionId":"{session}",'
+        f'"prompt":[{{"type":"text","text":"hi","_meta":{deep}}}],{script}}}}}',
+        f'{{"jsonrpc":"2.0","method":"session/cancel","params":{{"sessionId":"{session}","_meta":{deep}}}}}',
+        f'{{"jsonrpc":"2.0","id":4242,"result":{deep}}}',
+    ]
+    start = len(client.received)
+    await client.write_raw("".join(text + "\n" for text in lines).encode())
+    answers = {request_id: await client.response(request_id) for request_id in ("params", "meta", "mcp", "block")}
+    invalid = await next_after(client, start, is_null_id_error)
+    assert error_of(invalid)["code"] == -32600, invalid
+    for request_id, answer in answers.items():
+        assert error_of(answer)["code"] == -32602, (request_id, answer)
+    assert "prompt.0.text._meta" in answers["block"]["error"]["message"]
+    follow_up = await assert_still_serving(client)
+    assert {id(m) for m in significant(client, start)} == {id(m) for m in [*answers.values(), invalid, follow_up]}
+    code, _ = await client.close()
+    assert code == 0
+    assert "Recursion limit" not in client.stderr_text and "Traceback" not in client.stderr_text
+    if recording:
+        from acp_server.transcripts.format import load_transcript
+
+        recorded = load_transcript(path).lines
+        raw = {line.raw for line in recorded if line.dir == "in" and line.raw is not None}
+        assert set(lines) <= raw, "a line the recorder cannot write again is kept as its text"
+        assert any(line.dir == "out" and line.msg == follow_up for line in recorded), "and recording went on"
+
+
+META_PLACES = ["session/new", "prompt", "prompt-block", "mcp-server", "mcp-server-env"]
+
+
+def _with_meta(place: str, meta: dict[str, Any], session: str, cwd: str) -> tuple[str, dict[str, Any]]:
+    script = {"scripted": [{"say": "ok"}]}
+    block: dict[str, Any] = {"type": "text", "text": "hi"}
+    server: dict[str, Any] = {"name": "x", "command": "/nonexistent/mcp", "args": [], "env": []}
+    if place == "session/new":
+        return "session/new", {"cwd": cwd, "mcpServers": [], "_meta": meta}
+    if place == "prompt":
+        return "session/prompt", {"sessionId": session, "prompt": [block], "_meta": {**meta, **script}}
+    if place == "prompt-block":
+        return "session/prompt", {"sessionId": session, "prompt": [{**block, "_meta": meta}], "_meta": script}
+    if place == "mcp-server":
+        return "session/new", {"cwd": cwd, "mcpServers": [{**server, "_meta": meta}]}
+    entry = {"name": "LEVEL", "value": "1", "_meta": meta}
+    return "session/new", {"cwd": cwd, "mcpServers": [{**server, "env": [entry]}]}
+
+
+@pytest.mark.parametrize("place", META_PLACES)
+async def test_meta_deeper_than_32_levels_or_over_64_kib_is_invalid_params_wherever_it_is(
+    server: RawClient, tmp_path: Any, place: str
+) -> None:
+    session = await server.new_session(str(tmp_path))
+    limit_sized = 64 * 1024
+    # The prompt's own `_meta` also carries the script (`_with_meta` adds it), which the sizes below account for.
+    base = {"scripted": [{"say": "ok"}]} if place == "prompt" else {}
+    cases = [
+        (nested(32), True),
+        (nested(33), False),
+        (sized(limit_sized, base), True),
+        (sized(limit_sized + 1, base), False),
+    ]
+    for meta, accepted in cases:
+        method, params = _with_meta(place, meta, session, str(tmp_path))
+        answer = await server.call(method, params)
+        if accepted:
+            assert "result" in answer, (place, answer)
+        else:
+            error = error_of(answer)
+            assert error["code"] == -32602 and "_meta" in error["message"], (place, error)
+            assert "\n" not in error["message"]
+    await assert_still_serving(server)
+
+
+async def test_a_prompt_refused_for_its_meta_keeps_the_conversation_in_the_store(
+    start_server: StartServer, tmp_path: Any
+) -> None:
+    state = {"ACP_SERVER_STATE_DIR": str(tmp_path / "state")}
+    client = await start_server(*DEFAULT_ARGS, env=state)
+    await client.initialize()
+    session = await client.new_session(str(tmp_path))
+
+    def prompt(text: str, block_meta: str = "") -> bytes:
+        block = f'{{"type":"text","text":"{text}"{block_meta}}}'
+        params = f'{{"sessionId":"{session}","prompt":[{block}],"_meta":{{"scripted":[{{"say":"ok"}}]}}}}'
+        return f'{{"jsonrpc":"2.0","id":"{text}","method":"session/prompt","params":{params}}}\n'.encode()
+
+    await client.write_raw(prompt("first"))
+    assert (await client.response("first"))["result"]["stopReason"] == "end_turn"
+    for text, levels in (("refused-deep", 300), ("refused-33", 33)):
+        await client.write_raw(prompt(text, f',"_meta":{nested_text(levels)}'))
+        error = error_of(await client.response(text))
+        assert error["code"] == -32602 and "prompt.0.text._meta" in error["message"], error
+    await client.write_raw(prompt("third", f',"_meta":{nested_text(32)}'))
+    assert (await client.response("third"))["result"]["stopReason"] == "end_turn"
+    code, _ = await client.close()
+    assert code == 0
+
+    again = await start_server(*DEFAULT_ARGS, env=state)
+    await again.initialize()
+    loaded = await again.call("session/load", {"sessionId": session, "cwd": str(tmp_path), "mcpServers": []})
+    assert "result" in loaded, loaded
+    said = [u["content"] for u in again.updates(session, "user_message_chunk")]
+    assert [block["text"] for block in said] == ["first", "third"], said
+    assert said[1]["_meta"] == nested(32), "an accepted block is stored as it came, `_meta` and all"
+
+
+async def test_a_session_root_that_is_not_an_existing_absolute_directory_is_invalid_params(
+    server: RawClient, tmp_path: Any
+) -> None:
+    a_file = tmp_path / "file.txt"
+    a_file.write_text("not a directory")
+    session = await server.new_session(str(tmp_path))
+    before = (await server.call("session/list", {}))["result"]["sessions"]
+    bad: list[tuple[str, str]] = [
+        ("cwd", "/tmp/with\x00nul"),
+        ("cwd", "relative/dir"),
+        ("cwd", str(tmp_path / "does-not-exist")),
+        ("cwd", str(a_file)),
+        ("additionalDirectories", "/tmp/extra\x00nul"),
+        ("additionalDirectories", str(tmp_path / "no-extra")),
+    ]
+    for method in ("session/new", "session/load", "session/resume", "session/fork"):
+        for field, path in bad:
+            params: dict[str, Any] = {"cwd": str(tmp_path), "mcpServers": []}
+            if method != "session/new":
+                params["sessionId"] = session
+            if field == "cwd":
+                params["cwd"] = path
+            else:
+                params["additionalDirectories"] = [path]
+            error = error_of(await server.call(method, params))
+            assert error["code"] == -32602, (method, path, error)
+            assert "\n" not in error["message"] and "\x00" not in error["message"], error
+    after = (await server.call("session/list", {}))["result"]["sessions"]
+    assert after == before, "no session was created (or forked) half-way"
+    reply = await server.call("session/prompt", server.prompt_message(session, [{"say": "still here"}])["params"])
+    assert reply["result"]["stopReason"] == "end_turn", "and the session the failed loads named still works"
+
+
+async def test_error_messages_quoting_client_input_stay_one_line(server: RawClient) -> None:
+    for method, params in (
+        ("no\nsuch\r\nmethod", {}),
+        ("session/prompt", {"sessionId": "sess\nbroken\u2028id", "prompt": [{"type": "text", "text": "hi"}]}),
+        ("session/set_mode", {"sessionId": "sess\nbroken", "modeId": "x"}),
+    ):
+        error = error_of(await server.call(method, params))
+        assert error["code"] in (-32601, -32002), error
+        assert error["message"].splitlines() == [error["message"]], error
+    await assert_still_serving(server)

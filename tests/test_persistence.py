@@ -178,8 +178,11 @@ async def test_list_pages_through_250_sessions_once_each_with_a_cwd_filter(
     start_server: StartServer, tmp_path: Path
 ) -> None:
     server = await start(start_server, tmp_path)
+    even, odd = tmp_path / "even", tmp_path / "odd"  # a session's cwd must exist
+    even.mkdir()
+    odd.mkdir()
     for index in range(250):
-        await server.request("session/new", {"cwd": "/tmp/even" if index % 2 == 0 else "/tmp/odd", "mcpServers": []})
+        await server.request("session/new", {"cwd": str(even) if index % 2 == 0 else str(odd), "mcpServers": []})
     await server.wait_for(
         lambda m: sum(1 for x in server.received if "sessionId" in x.get("result", {})) == 250, timeout=scaled(30)
     )
@@ -187,12 +190,12 @@ async def test_list_pages_through_250_sessions_once_each_with_a_cwd_filter(
     cursor: str | None = None
     pages = 0
     while True:
-        params: dict[str, Any] = {"cwd": "/tmp/even"}
+        params: dict[str, Any] = {"cwd": str(even)}
         if cursor is not None:
             params["cursor"] = cursor
         result = (await server.call("session/list", params))["result"]
         seen_ids += [entry["sessionId"] for entry in result["sessions"]]
-        assert all(entry["cwd"] == "/tmp/even" and entry["updatedAt"] for entry in result["sessions"])
+        assert all(entry["cwd"] == str(even) and entry["updatedAt"] for entry in result["sessions"])
         pages += 1
         cursor = result.get("nextCursor")
         if cursor is None:

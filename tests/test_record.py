@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -21,12 +22,12 @@ from typing import Any
 import orjson
 import pytest
 
-from acp_server.transcripts.format import Line, load_transcript
-from acp_server.transcripts.record import Recorder
+from acp_server.transcripts.format import Line, TranscriptError, load_transcript
+from acp_server.transcripts.record import FLUSH_SECONDS, Recorder
 from acp_server.transcripts.secrets import REDACTED, Redactor, provider_secrets
 from acp_server.transport import Oversized
 from tests.conftest import StartServer
-from tests.harness import DEFAULT_ARGS, RawClient, is_response, isolated_env, scaled, server_command
+from tests.harness import DEFAULT_ARGS, T_ACK, RawClient, is_response, isolated_env, scaled, server_command
 from tests.transcripts import run_replay_command
 
 
@@ -186,6 +187,76 @@ async def test_record_is_complete_when_the_exit_watchdog_ends_the_process(
     answer = next(line.msg for line in lines if line.dir == "out" and line.msg.get("id") == prompt)
     assert answer["result"]["stopReason"] == "cancelled"
     assert _recorded(lines, "out") == _wire(client, "out")
+
+
+def _holds(path: Path, client: RawClient) -> bool:
+    """Whether the file already holds, in order, every line the client has seen cross stdio so far."""
+    expected = {direction: _wire(client, direction) for direction in ("in", "out")}
+    try:
+        lines = load_transcript(path).lines
+    except TranscriptError:  # a line half-written by a flush in progress: look again
+        return False
+    return all(_recorded(lines, d)[: len(wanted)] == wanted for d, wanted in expected.items())
+
+
+async def test_record_holds_every_line_within_the_flush_interval_while_the_server_runs(
+    start_server: StartServer, tmp_path: Path
+) -> None:
+    """Durable while serving: nothing is waiting for the exit. The server is then killed with SIGKILL (no exit code
+    runs at all), and the file still holds everything it held."""
+    path = tmp_path / "live.jsonl"
+    client = await start_server(*DEFAULT_ARGS, "--record", str(path))
+    await client.initialize()
+    session = await client.new_session(str(tmp_path))
+    reply = await client.response(await client.prompt(session, [{"say": "durable"}]))
+    assert reply["result"]["stopReason"] == "end_turn"
+    deadline = time.monotonic() + FLUSH_SECONDS + T_ACK
+    while not _holds(path, client):
+        assert time.monotonic() < deadline, f"not in the file {FLUSH_SECONDS + T_ACK} s later: {path.read_bytes()!r}"
+        await asyncio.sleep(0.02)
+    assert client.process.returncode is None, "and the server is still serving"
+    seen = {direction: _wire(client, direction) for direction in ("in", "out")}
+    client.kill()
+    await client.process.wait()
+    lines = load_transcript(path).lines
+    for direction, wanted in seen.items():
+        assert _recorded(lines, direction)[: len(wanted)] == wanted
+
+
+def test_recorder_flushes_a_lone_line_within_the_flush_interval(tmp_path: Path) -> None:
+    """One line and then silence (an editor waiting for its user): the flusher writes it without another line or
+    an exit to prompt it."""
+    path = tmp_path / "lone.jsonl"
+    recorder = Recorder(path.open("wb"), Redactor())
+    try:
+        recorder.record_input(b'{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}')
+        deadline = time.monotonic() + FLUSH_SECONDS + T_ACK
+        while path.stat().st_size == 0:
+            assert time.monotonic() < deadline, "the line stayed in the buffer"
+            time.sleep(0.01)
+        assert load_transcript(path).lines[0].msg["method"] == "initialize"
+    finally:
+        recorder.close()
+
+
+def test_recorder_close_flushes_everything_and_may_be_called_again_from_any_thread(tmp_path: Path) -> None:
+    """`close` is what shutdown code calls (a signal handler's thread, or the normal end of serve_stdio, or both):
+    everything recorded is in the file once it returns, a second close is harmless, later lines are dropped."""
+    path = tmp_path / "closed.jsonl"
+    recorder = Recorder(path.open("wb"), Redactor())
+    for index in range(1000):
+        recorder.record_output(b'{"jsonrpc":"2.0","method":"session/update","params":{"n":%d}}\n' % index)
+    closer = threading.Thread(target=recorder.close)
+    closer.start()
+    closer.join(timeout=T_ACK)
+    assert not closer.is_alive()
+    lines = load_transcript(path).lines
+    assert [line.msg["params"]["n"] for line in lines] == list(range(1000))
+    recorder.close()
+    recorder.flush()
+    recorder.record_input(b'{"jsonrpc":"2.0","id":2,"method":"late","params":{}}')
+    recorder.record_eof()
+    assert len(load_transcript(path).lines) == 1000, "nothing is written after close"
 
 
 def test_record_to_an_unwritable_path_fails_at_start(tmp_path: Path) -> None:

@@ -4,11 +4,14 @@ The recorder wraps the transport's line source and sink (`serve_stdio` does it w
 sees exactly what the protocol saw, in the order the server handled it. Output is the hot path (tens of thousands of
 chunks a second), so an outgoing batch is never parsed: each line is spliced into its transcript line with one
 `bytes.replace`, and only a batch that may hold a secret is taken apart (see `secrets.Redactor.holds_secret`).
-Lines go to a buffered file, flushed every `FLUSH_SECONDS`, at stdin EOF and when the server exits (including the
-exit watchdog's forced exit), so a crash loses at most the last moments.
+Lines go to a buffered file. A flusher thread writes out whatever is buffered at most `FLUSH_SECONDS` after it was
+recorded (it sleeps while nothing is), and the file is flushed at stdin EOF and at every exit: `close()` at a normal
+end (or from shutdown code: it is idempotent and thread-safe), `flush()` from the exit watchdog just before its forced
+exit. So a crash, even kill -9, loses at most the last `FLUSH_SECONDS`.
 
 Each line is `{"t": seconds since the first line, "dir": "in" | "out", "msg": {...}}`; an input that is not a JSON
-object is kept as `"raw"` text, a line over the size limit as `{"raw": "", "truncated": size}` (its bytes were
+object, or one this process cannot write again (orjson writes at most 254 levels of nesting; a client may send
+1024), is kept as `"raw"` text, a line over the size limit as `{"raw": "", "truncated": size}` (its bytes were
 never held), and stdin EOF as `{"dir": "in", "eof": true}`.
 """
 
@@ -49,10 +52,17 @@ class Recorder:
         self._env = env  # where keys are looked up again at `authenticate`; None: never
         self._clock = clock
         self._start: float | None = None
-        self._last_flush = 0.0
-        # The exit watchdog flushes from its own thread; the lock keeps a flush from racing a close.
+        # The flusher thread and the exit watchdog flush from their own threads; the lock keeps a flush from racing
+        # a close.
         self._lock = threading.Lock()
         self._closed = False
+        # Set by the first line written since the last flush (the hot path only reads a bool after that).
+        self._dirty = False
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        # A daemon: the watchdog's os._exit must not wait for it; `close` stops and joins it.
+        self._flusher = threading.Thread(target=self._flush_loop, name="acp-server-record-flush", daemon=True)
+        self._flusher.start()
 
     @classmethod
     def open(cls, path: str, env: Mapping[str, str] = os.environ) -> Recorder:
@@ -76,16 +86,20 @@ class Recorder:
     def _stamp(self) -> float:
         now = self._clock()
         if self._start is None:
-            self._start = self._last_flush = now
+            self._start = now
         return now - self._start
 
-    def _write(self, data: bytes, now: float) -> None:
+    def _write(self, data: bytes) -> None:
         if self._closed:
             return
-        self._file.write(data)
-        if now - self._last_flush >= FLUSH_SECONDS:
-            self._last_flush = now
-            self.flush()
+        try:
+            self._file.write(data)
+        except (OSError, ValueError) as exc:  # a full disk (or a file closed under us) must not take the protocol down
+            log.error("cannot write the transcript: %s", exc)
+            return
+        if not self._dirty:
+            self._dirty = True
+            self._wake.set()
 
     def record_input(self, line: bytes | Oversized) -> None:
         t = self._stamp()
@@ -102,12 +116,16 @@ class Recorder:
                     # The server reads the config file again here, so a key added since start-up is about to be used.
                     for secret in provider_secrets(self._env):
                         self._redactor.add(secret)
-                if self._redactor.holds_secret(line):
-                    message = self._redactor.message(message)
-                entry = {"t": round(t, 6), "dir": "in", "msg": message}
-            else:
-                entry = {"t": round(t, 6), "dir": "in", "raw": self._redactor.text(line.decode(errors="replace"))}
-        self._write(orjson.dumps(entry, option=orjson.OPT_APPEND_NEWLINE), t)
+                try:
+                    if self._redactor.holds_secret(line):
+                        message = self._redactor.message(message)
+                    entry = {"t": round(t, 6), "dir": "in", "msg": message}
+                    self._write(orjson.dumps(entry, option=orjson.OPT_APPEND_NEWLINE))
+                    return
+                except (TypeError, RecursionError):
+                    pass  # nested deeper than orjson writes (or Python's stack walks): kept as text below
+            entry = {"t": round(t, 6), "dir": "in", "raw": self._redactor.text(line.decode(errors="replace"))}
+        self._write(orjson.dumps(entry, option=orjson.OPT_APPEND_NEWLINE))
 
     def record_output(self, data: bytes) -> None:
         """`data` is whole lines of compact JSON (the connection's writer), so every b"\\n" ends a line."""
@@ -117,7 +135,7 @@ class Recorder:
         if self._redactor.holds_secret(data):
             data = b"".join(self._redacted_output(line) for line in data.rstrip(b"\n").split(b"\n"))
         head = b'{"t":%.6f,"dir":"out","msg":' % t
-        self._write(head + data[:-1].replace(b"\n", b"}\n" + head) + b"}\n", t)
+        self._write(head + data[:-1].replace(b"\n", b"}\n" + head) + b"}\n")
 
     def _redacted_output(self, line: bytes) -> bytes:
         try:
@@ -128,12 +146,26 @@ class Recorder:
 
     def record_eof(self) -> None:
         t = self._stamp()
-        self._write(b'{"t":%.6f,"dir":"in","eof":true}\n' % t, t)
+        self._write(b'{"t":%.6f,"dir":"in","eof":true}\n' % t)
         self.flush()
 
     # --- the file ---
 
+    def _flush_loop(self) -> None:
+        """The flusher thread: once a line is buffered, wait `FLUSH_SECONDS` (less if closing) and flush it all."""
+        while True:
+            self._wake.wait()
+            self._stop.wait(FLUSH_SECONDS)
+            if self._stop.is_set():
+                return  # `close` flushes the rest
+            self._wake.clear()
+            # Cleared before the flush: a line written meanwhile is either in this flush or wakes the next one.
+            self._dirty = False
+            self.flush()
+
     def flush(self) -> None:
+        """Write out everything recorded so far. Safe from any thread (the exit watchdog calls it), a no-op after
+        `close`."""
         with self._lock:
             if self._closed:
                 return
@@ -143,13 +175,18 @@ class Recorder:
                 log.error("cannot write the transcript: %s", exc)
 
     def close(self) -> None:
-        self.flush()
+        """Flush everything, stop the flusher and close the file; later lines are dropped. Idempotent and safe from
+        any thread: the normal end of `serve_stdio` calls it, and so may shutdown code (a signal) before that."""
+        self._stop.set()
+        self._wake.set()
+        if self._flusher is not threading.current_thread():
+            self._flusher.join(timeout=1.0)  # it only ever waits on events or a flush; bounded in case a disk hangs
         with self._lock:
             if self._closed:
                 return
             self._closed = True
             try:
-                self._file.close()
+                self._file.close()  # flushes first
             except OSError as exc:
                 log.error("cannot write the transcript: %s", exc)
 
