@@ -579,3 +579,16 @@ async def test_a_file_name_that_is_not_utf8_is_listed_read_and_grepped_by_its_es
     [_, read_call, _] = editor.calls()
     assert read_call["locations"] == [{"path": f"{editor.cwd}/{shown}"}]
     assert editor.client.texts(editor.session_id) == ["done"]
+    # The store kept the same text: the session replays with the name as shown.
+    start = len(editor.client.received)
+    params = {"sessionId": editor.session_id, "cwd": str(editor.cwd), "mcpServers": []}
+    assert "result" in await editor.client.call("session/load", params)
+    replayed = [
+        block["content"]["text"]
+        for m in editor.client.received[start:]
+        if m.get("method") == "session/update"
+        for block in m["params"]["update"].get("content") or []
+        if isinstance(block, dict) and block.get("type") == "content"
+    ]
+    assert shown in replayed
+    assert f"{shown}:1: bonjour" in replayed
