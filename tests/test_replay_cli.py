@@ -37,6 +37,11 @@ def edited(path: Path, tmp_path: Path, edit: Any) -> Path:
     return copy
 
 
+# How long a replay that is meant to mismatch waits for each expected output: short, but a scaled safety bound, so
+# the parts that do match have arrived by then on a loaded machine.
+MISMATCH_WAIT = scaled(1.0)
+
+
 def scaled_wait(path: Path) -> tuple[str, str]:
     """The transcript's own wait, scaled for a loaded machine (a replay that must match waits for its output)."""
     return ("--timeout", f"{scaled(load_transcript(path).timeout):g}")
@@ -56,7 +61,7 @@ def test_an_altered_transcript_fails_with_a_diff_naming_the_difference(tmp_path:
     altered = edited(
         original, tmp_path, lambda text: text.replace('"stopReason":"cancelled"', '"stopReason":"end_turn"')
     )
-    result = replay(str(altered), "--timeout", "1", "--", *agent_command(load_transcript(original)))
+    result = replay(str(altered), "--timeout", str(MISMATCH_WAIT), "--", *agent_command(load_transcript(original)))
     assert result.returncode == 1, result.stderr
     assert "MISMATCH" in result.stderr
     assert '-← [session $session1] {"id":10,"jsonrpc":"2.0","result":{"stopReason":"end_turn"}}' in result.stderr
@@ -71,14 +76,16 @@ def test_replay_goes_on_after_a_difference_and_reports_every_one(tmp_path: Path)
         return text.replace('"id":4,"result":{"stopReason":"end_turn"}', '"id":4,"result":{"stopReason":"max_tokens"}')
 
     altered = edited(original, tmp_path, two_changes)
-    lenient = replay(str(altered), "--timeout", "1", "--", *agent_command(load_transcript(original)))
+    lenient = replay(str(altered), "--timeout", str(MISMATCH_WAIT), "--", *agent_command(load_transcript(original)))
     assert lenient.returncode == 1
     assert '"title":"A wrong title"' in lenient.stderr
     assert '+← [session $session1] {"id":4,"jsonrpc":"2.0","result":{"stopReason":"end_turn"}}' in lenient.stderr
-    assert "note: waited 1.0 s for the output expected before sending" in lenient.stderr
-    strict = replay(str(altered), "--strict", "--timeout", "1", "--", *agent_command(load_transcript(original)))
+    assert f"note: waited {MISMATCH_WAIT} s for the output expected before sending" in lenient.stderr
+    strict = replay(
+        str(altered), "--strict", "--timeout", str(MISMATCH_WAIT), "--", *agent_command(load_transcript(original))
+    )
     assert strict.returncode == 1
-    assert "gave up after 1.0 s" in strict.stderr
+    assert f"gave up after {MISMATCH_WAIT} s" in strict.stderr
     assert '+← [session $session1] {"id":4' not in strict.stderr, "strict: the second prompt was never sent"
 
 
