@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import StartServer
-from tests.harness import GRACE, T_ACK, T_EXIT, RawClient, processes
+from tests.harness import GRACE, LONG_GRACE, T_ACK, T_EXIT, RawClient, processes
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
 
@@ -220,7 +220,7 @@ async def test_stdin_eof_ends_every_wait_for_the_client_at_once(start_server: St
     shielded: the terminal's id is needed to release it) are open and never answered. Every wait ends at once, not
     at the cleanup deadline: the prompts answer `cancelled` within the acknowledgement bound and the exit is in
     time. The deadline is far above both bounds, so "at once" and "at the deadline" cannot be confused."""
-    deadline = 10.0
+    deadline = LONG_GRACE
     assert deadline > 3 * T_EXIT
     server = await start_server("--model", "scripted", "--test-mode", "--cleanup-deadline", str(deadline))
     await server.initialize({"fs": {"readTextFile": True}, "terminal": True})
