@@ -219,33 +219,20 @@ def held_secrets(file_settings: Mapping[str, Any], env: Mapping[str, str]) -> li
             if isinstance(table, dict):
                 named_values += [value for name, value in table.items() if looks_secret(str(name))]
     found = {v for v in keys if isinstance(v, str) and len(v) >= MIN_SECRET_CHARS}
-    found |= {
-        v for v in named_values if isinstance(v, str) and len(v) >= MIN_NAMED_SECRET_CHARS and not v.startswith("/")
-    }
+    found |= {v for v in named_values if _may_be_named_secret(v)}
     return sorted(found, key=len, reverse=True)
 
 
+def _may_be_named_secret(value: Any) -> bool:
+    """A value under a secret-looking name is taken for a secret if it is long enough and not a path."""
+    return isinstance(value, str) and len(value) >= MIN_NAMED_SECRET_CHARS and not value.startswith("/")
+
+
 def secret_values(file_settings: Mapping[str, Any], env: Mapping[str, str]) -> list[str]:
-    """Every value that must never reach a log or a transcript, longest first: the providers' keys (from the
-    environment, the variables the file names, and the file), the values of the file's MCP `env` and `headers`
-    entries whose names look secret, and the other secret-looking environment variables (GITHUB_TOKEN, ...), which
-    MCP servers and commands inherit. A path is never one: `PWD`, `SSH_AUTH_SOCK` or `XAUTHORITY` name directories
-    and files a log or a transcript must keep."""
-    keys: list[Any] = [env.get(name, "") for names in KEY_VARIABLES.values() for name in names]
-    providers = file_settings.get("providers")
-    for section in providers.values() if isinstance(providers, dict) else ():
-        if isinstance(section, dict):
-            named = section.get("api_key_env")
-            keys += [env.get(named, "") if isinstance(named, str) else "", section.get("api_key")]
-    named_values: list[Any] = []
-    servers = file_settings.get("mcp_servers")
-    for server in servers.values() if isinstance(servers, dict) else ():
-        for table in (server.get("env"), server.get("headers")) if isinstance(server, dict) else ():
-            if isinstance(table, dict):
-                named_values += [value for name, value in table.items() if looks_secret(str(name))]
-    named_values += [value for name, value in env.items() if looks_secret(name)]
-    found = {v for v in keys if isinstance(v, str) and len(v) >= MIN_SECRET_CHARS}
-    found |= {
-        v for v in named_values if isinstance(v, str) and len(v) >= MIN_NAMED_SECRET_CHARS and not v.startswith("/")
-    }
+    """Every value that must never reach a log or a transcript, longest first: the secrets the server holds
+    (`held_secrets`) and the other secret-looking environment variables (GITHUB_TOKEN, ...), which MCP servers and
+    commands inherit. A path is never one: `PWD`, `SSH_AUTH_SOCK` or `XAUTHORITY` name directories and files a log or
+    a transcript must keep."""
+    found = set(held_secrets(file_settings, env))
+    found |= {v for name, v in env.items() if looks_secret(name) and _may_be_named_secret(v)}
     return sorted(found, key=len, reverse=True)
