@@ -12,9 +12,13 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
+
+import orjson
 
 from bench.report import Figure, format_table
 from bench.wire import CLOCK_TICKS, Server, WireError
@@ -74,16 +78,15 @@ class ChunksResult:
         return figures
 
 
-def _prompt_params(session_id: str, script: list[dict[str, object]]) -> dict[str, object]:
-    return {
-        "sessionId": session_id,
-        "prompt": [{"type": "text", "text": "bench"}],
-        "_meta": {"scripted": script},
-    }
+def _prompt_params(session_id: str, script: list[dict[str, object]] | None) -> dict[str, object]:
+    params: dict[str, object] = {"sessionId": session_id, "prompt": [{"type": "text", "text": "bench"}]}
+    if script is not None:  # else the server's script file plays
+        params["_meta"] = {"scripted": script}
+    return params
 
 
 def run_turns(
-    server: Server, session_id: str, *, label: str, script: list[dict[str, object]], expected: int, turns: int
+    server: Server, session_id: str, *, label: str, script: list[dict[str, object]] | None, expected: int, turns: int
 ) -> Variant:
     """Play `script` `turns` times on one session; every turn must end `end_turn` with exactly `expected` chunks."""
     seconds: list[float] = []
@@ -112,10 +115,17 @@ def run(chunks: int = 10_000, turns: int = 10, steps: bool = True) -> ChunksResu
         run_turns(server, session_id, label="warm-up", script=[{"say": "x", "repeat": 100}], expected=100, turns=1)
         repeat_script: list[dict[str, object]] = [{"say": "x", "repeat": chunks}]
         repeat = run_turns(server, session_id, label="repeat", script=repeat_script, expected=chunks, turns=turns)
-        separate = None
-        if steps:
-            steps_script: list[dict[str, object]] = [{"say": "x"}] * chunks
-            separate = run_turns(server, session_id, label="steps", script=steps_script, expected=chunks, turns=turns)
+    separate = None
+    if steps:
+        # 10,000 steps are far over the 64 KiB a prompt's `_meta` may carry: they come from a script file instead.
+        with tempfile.TemporaryDirectory(prefix="acp-bench-") as folder:
+            script_file = Path(folder) / "steps.json"
+            script_file.write_bytes(orjson.dumps([{"say": "x"}] * chunks))
+            with Server.spawn("--model", f"scripted:{script_file}") as server:
+                server.initialize()
+                session_id = server.new_session()
+                run_turns(server, session_id, label="warm-up", script=None, expected=chunks, turns=1)
+                separate = run_turns(server, session_id, label="steps", script=None, expected=chunks, turns=turns)
     return ChunksResult(repeat, separate)
 
 
