@@ -18,7 +18,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from tests.harness import DEFAULT_ARGS, T_EXIT, isolated_env, server_command
+from tests.harness import DEFAULT_ARGS, T_EXIT, isolated_env, scaled, server_command, wait_for_exit_undrained
 
 # Few requests, large ones: the server's cost is per request (~1 ms on a loaded machine), the bound's is per byte.
 REQUESTS = 5_000
@@ -78,7 +78,7 @@ class Flood:
             self.progress_at = time.monotonic()
 
     async def done_or_stalled(self, timeout: float = 60) -> None:
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + scaled(timeout)
         while not self.task.done() and time.monotonic() - self.progress_at < STALL:
             assert time.monotonic() < deadline, "the flood neither finished nor stalled"
             await asyncio.sleep(0.05)
@@ -94,7 +94,7 @@ async def test_a_client_that_floods_without_reading_keeps_the_server_bounded_and
     assert process.returncode is None
     # Now read: the server resumes, and every request gets exactly one response, in order.
     answered: list[int] = []
-    deadline = time.monotonic() + 90
+    deadline = time.monotonic() + scaled(90)
     while len(answered) < REQUESTS:
         line = await asyncio.wait_for(process.stdout.readline(), max(0.1, deadline - time.monotonic()))
         assert line, f"stdout closed after {len(answered)} responses"
@@ -123,12 +123,7 @@ async def test_a_client_that_floods_never_reads_and_closes_stdin_gets_the_bounde
     assert process.stdin is not None and process.stdout is not None
     started = time.monotonic()
     process.stdin.transport.abort()  # close at once: what asyncio still buffers cannot be written anyway
-    # Poll the exit status: asyncio's wait() would also wait for the stdout pipe, which this client never drains.
-    while process.returncode is None and time.monotonic() - started < T_EXIT + 1:  # noqa: ASYNC110 - no event exists
-        await asyncio.sleep(0.02)
-    took = time.monotonic() - started
-    if process.returncode is None:
-        process.kill()
+    took = await wait_for_exit_undrained(process, started, T_EXIT)
     with contextlib.suppress(OSError):
         await process.stdout.read()  # what the server managed to write before it left; closes our end
     assert process.returncode == 0
@@ -158,11 +153,7 @@ async def test_a_reader_paused_by_turn_output_still_ends_at_eof_with_little_inpu
     await asyncio.sleep(0.5)  # read and answered into the full queue: the reader pauses
     started = time.monotonic()
     process.stdin.close()
-    while process.returncode is None and time.monotonic() - started < T_EXIT + 1:  # noqa: ASYNC110 - no event exists
-        await asyncio.sleep(0.02)
-    took = time.monotonic() - started
-    if process.returncode is None:
-        process.kill()
+    took = await wait_for_exit_undrained(process, started, T_EXIT)
     with contextlib.suppress(OSError):
         await process.stdout.read()
     assert process.returncode == 0

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import StartServer
-from tests.harness import GRACE, T_ACK, T_ESC, T_EXIT, T_START, W_QUIET, RawClient, scaled
+from tests.harness import GRACE, T_ACK, T_ESC, T_EXIT, T_START, W_QUIET, RawClient, scaled, wait_for_exit_undrained
 
 
 def position(client: RawClient, message: dict[str, Any]) -> int:
@@ -495,12 +495,7 @@ async def test_stdin_eof_while_the_client_no_longer_reads_stdout_still_exits_in_
     await asyncio.sleep(0.5)  # the server fills the pipe; nobody reads it
     started = time.monotonic()
     process.stdin.close()
-    # Poll the exit status: asyncio's wait() would also wait for the stdout pipe, which this client never drains.
-    while process.returncode is None and time.monotonic() - started < T_EXIT + 1:  # noqa: ASYNC110 - no event exists
-        await asyncio.sleep(0.02)
-    took = time.monotonic() - started
-    if process.returncode is None:
-        process.kill()
+    took = await wait_for_exit_undrained(process, started, T_EXIT)
     await process.stdout.read()  # what the server managed to write before it left; closes our end
     assert process.returncode == 0
     assert took <= T_EXIT
