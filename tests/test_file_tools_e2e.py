@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import os
 import threading
+import time
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -455,6 +456,8 @@ async def test_a_cancel_during_an_editor_file_read_retracts_it_and_a_late_answer
 RACE_CALLS = 300
 # One model call per tool call, and the turn must not stop short of them.
 RACE_SERVER_ARGS = (*DEFAULT_ARGS, "--max-turn-requests", str(RACE_CALLS + 10))
+# How long the swapped name stays a file, then a link, in each round.
+SWAP_HOLD_S = 0.002
 
 
 @contextlib.contextmanager
@@ -468,9 +471,13 @@ def swapping(target: Path, inside_text: str, outside: Path) -> Iterator[None]:
         while not stop.is_set():
             spare_file.write_text(inside_text)
             os.replace(spare_file, target)
+            # A moment in each state every round, so that on a loaded machine some calls still meet the plain file
+            # whole (each write checks the name more than once) as often as others meet the link.
+            time.sleep(SWAP_HOLD_S)
             spare_link.unlink(missing_ok=True)
             spare_link.symlink_to(os.path.relpath(outside, target.parent))
             os.replace(spare_link, target)
+            time.sleep(SWAP_HOLD_S)
 
     spare_file.write_text(inside_text)
     os.replace(spare_file, target)
