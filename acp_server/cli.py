@@ -26,6 +26,7 @@ from acp_server import __version__
 from acp_server.config import (
     DEFAULT_CLEANUP_DEADLINE,
     DEFAULT_MAX_TURN_REQUESTS,
+    DEFAULT_MCP_START_WAIT,
     LOG_LEVELS,
     PERMISSION_MODE_IDS,
     PROMPT_POLICY_IDS,
@@ -120,6 +121,13 @@ def _parser(prog: str, extend: Callable[[argparse.ArgumentParser], None] | None 
         metavar="SECONDS",
         help="after a cancel, how long cleanup may take before work is abandoned "
         "(default 2; env ACP_SERVER_CLEANUP_DEADLINE; file: cleanup_deadline)",
+    )
+    add(
+        "--mcp-start-wait",
+        type=_non_negative_seconds,
+        metavar="SECONDS",
+        help="how long a turn waits for an MCP server that is still starting, counted from its start, before going "
+        "on without its tools (default 10; env ACP_SERVER_MCP_START_WAIT; file: mcp_start_wait)",
     )
     add(
         "--max-turn-requests",
@@ -274,6 +282,13 @@ def load(
         log_to_file=log_to_file,
         log_file=log_file,
         mcp_servers=file.mcp_servers,
+        mcp_start_wait=pick(
+            args.mcp_start_wait,
+            "ACP_SERVER_MCP_START_WAIT",
+            "mcp_start_wait",
+            DEFAULT_MCP_START_WAIT,
+            _non_negative_seconds,
+        ),
         models=tuple(file.values.get("models", ())),
         held_secrets=tuple(held_secrets(file.raw, env)),
         secret_variables=tuple(secret_variables(file.raw)),

@@ -15,6 +15,7 @@ __all__ = [
     "DEFAULT_CLEANUP_DEADLINE",
     "DEFAULT_MAX_LINE_BYTES",
     "DEFAULT_MAX_TURN_REQUESTS",
+    "DEFAULT_MCP_START_WAIT",
     "LOG_LEVELS",
     "PERMISSION_MODE_IDS",
     "PROMPT_POLICY_IDS",
@@ -29,6 +30,9 @@ PROMPT_POLICY_IDS = ("interrupt", "queue", "reject", "steer")
 DEFAULT_MAX_TURN_REQUESTS = 50
 
 DEFAULT_CLEANUP_DEADLINE = 2.0
+# Long enough for a typical `npx`/`uvx` MCP server's first start (a package download included); a server that hangs
+# delays only the turns of its first ten seconds.
+DEFAULT_MCP_START_WAIT = 10.0
 # ACP puts no limit on a line; 64 MiB keeps a runaway client from exhausting memory while leaving room for the
 # 50 MiB messages (large embedded files) that editors do send.
 DEFAULT_MAX_LINE_BYTES = 64 * 1024 * 1024
@@ -65,6 +69,8 @@ class Config:
     # MCP servers from the config file, as ACP `McpServer` objects (stdio, http or sse), that every session gets in
     # addition to the ones the editor sends with `session/new`.
     mcp_servers: tuple[dict[str, Any], ...] = ()
+    # How long after an MCP server was started a turn waits for it to be ready before going on without its tools.
+    mcp_start_wait: float = DEFAULT_MCP_START_WAIT
     # The choices of the `model` config option besides `model` itself (the file's `models = [...]`).
     models: tuple[str, ...] = ()
     # The secrets the server itself holds (settings.held_secrets: provider keys, the file's keys and MCP secrets),

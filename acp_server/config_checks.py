@@ -213,6 +213,7 @@ class _Checker:
             "permission_mode": _choice(PERMISSION_MODE_IDS),
             "prompt_policy": _choice(PROMPT_POLICY_IDS),
             "cleanup_deadline": _seconds,
+            "mcp_start_wait": _seconds,
             "max_turn_requests": _positive_int,
             "state_dir": paths.path,
             "store": _bool,

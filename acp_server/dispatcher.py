@@ -84,7 +84,7 @@ class AcpServer:
         self.agent = Agent()
         self.connection = Connection(self, config.cleanup_deadline)
         # Every session's MCP servers, owned by the connection's task group (see mcp_bridge/registry.py).
-        self.mcp = McpRegistry(self.connection.spawn, ChildEnvPolicy.from_config(config))
+        self.mcp = McpRegistry(self.connection.spawn, ChildEnvPolicy.from_config(config), config.mcp_start_wait)
         self.sessions: dict[str, Session] = {}
         self.client_capabilities: ClientCapabilities | None = None
         # Prompt request id -> its run, so `$/cancel_request` can name a prompt.

@@ -80,6 +80,8 @@ def isolated_env() -> dict[str, str]:
         "ACP_SERVER_CONFIG": "/nonexistent/acp-server-test/config.toml",
         "ACP_SERVER_STATE_DIR": tempfile.mkdtemp(prefix="acp-server-test-state-"),
         "ACP_SERVER_LOG_FILE": os.path.join(tempfile.mkdtemp(prefix="acp-server-test-log-"), "acp-server.log"),
+        # A Python MCP server takes seconds to start on a loaded machine: the turn's wait for it scales too.
+        "ACP_SERVER_MCP_START_WAIT": f"{scaled(10):g}",
     }
 
 

@@ -100,6 +100,17 @@ SETTINGS = [
         lambda c: c.cleanup_deadline,
     ),
     Setting(
+        "mcp_start_wait",
+        "mcp_start_wait = 30",
+        30.0,
+        ("ACP_SERVER_MCP_START_WAIT", "40"),
+        40.0,
+        ["--mcp-start-wait", "50"],
+        50.0,
+        10.0,
+        lambda c: c.mcp_start_wait,
+    ),
+    Setting(
         "max_turn_requests",
         "max_turn_requests = 7",
         7,

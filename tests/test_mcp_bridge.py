@@ -13,7 +13,6 @@ import pytest
 from mcp.types import CallToolResult, EmbeddedResource, ImageContent, TextContent, TextResourceContents
 
 from acp_server.mcp_bridge import McpServerError, merge_servers
-from acp_server.mcp_bridge import hub as hub_module
 from acp_server.mcp_bridge.hub import McpHub
 from acp_server.mcp_bridge.probe import probe_mcp_server
 from acp_server.mcp_bridge.specs import ServerSpec, parse_server, tool_name
@@ -104,8 +103,7 @@ def test_results_map_to_content_items_and_structured_content_to_raw_output() -> 
     assert failed.output == "error: bad input"
 
 
-def test_a_turn_waits_for_a_starting_server_only_so_long_and_says_so_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(hub_module, "READY_WAIT", 0.2)
+def test_a_turn_waits_for_a_starting_server_only_so_long_and_says_so_once() -> None:
     said: list[TurnEvent] = []
 
     async def emit(event: TurnEvent) -> None:
@@ -113,7 +111,7 @@ def test_a_turn_waits_for_a_starting_server_only_so_long_and_says_so_once(monkey
 
     async def turns() -> tuple[float, ToolBox, ToolBox]:
         # Never started, so it stays "connecting": the case of a server that hangs while starting.
-        hub = McpHub([{"name": "slow", "command": "x", "args": [], "env": []}], Path("/tmp"))
+        hub = McpHub([{"name": "slow", "command": "x", "args": [], "env": []}], Path("/tmp"), start_wait=0.2)
         base = ToolBox(())
         started = anyio.current_time()
         first = await hub.toolbox(base, emit)

@@ -1,9 +1,10 @@
 """A session's MCP servers: started together in the background, offered to each turn, stopped with the session.
 
-Waiting for a server that is still starting: a turn waits at most until `READY_WAIT` after the server was started
-(not after the turn began), so the first prompt of a fresh session gets a typical `npx`/`uvx` server's tools, and a
-server that hangs delays only the turns of its first ten seconds. After that, a turn says once that the server is
-still starting and goes on without it; its tools join a later turn once it is ready.
+Waiting for a server that is still starting: a turn waits at most until `start_wait` (`--mcp-start-wait`, 10 s by
+default) after the server was started (not after the turn began), so the first prompt of a fresh session gets a
+typical `npx`/`uvx` server's tools, and a server that hangs delays only the turns of its first ten seconds. After
+that, a turn says once that the server is still starting and goes on without it; its tools join a later turn once it
+is ready.
 
 Problems (a server that failed to start, stopped, or is still starting) are told to the user at the start of the
 next turn, as one short agent message, each once; never outside a turn, where the editor has nowhere to show it.
@@ -20,6 +21,7 @@ from typing import Any
 
 import anyio
 
+from acp_server.config import DEFAULT_MCP_START_WAIT
 from acp_server.mcp_bridge.link import ServerLink
 from acp_server.mcp_bridge.registry import Spawn
 from acp_server.mcp_bridge.specs import McpServerError, ServerSpec, parse_server, safe_name
@@ -28,11 +30,8 @@ from acp_server.runtime.child_env import KEEP_ALL, ChildEnvPolicy
 from acp_server.runtime.model import Emit, Notice
 from acp_server.runtime.tools import Tool, ToolBox
 
-__all__ = ["READY_WAIT", "McpHub", "Spawn"]
+__all__ = ["McpHub", "Spawn"]
 
-# Starts a task under a long-lived owner (the ACP connection's task group).
-
-READY_WAIT = 10.0
 # After a session's servers were asked to stop and the grace period passed, how long the kill may take to show.
 KILL_WAIT = 1.0
 
@@ -46,7 +45,9 @@ class McpHub:
         cwd: Path,
         roots: tuple[Path, ...] = (),
         environment: ChildEnvPolicy = KEEP_ALL,
+        start_wait: float = DEFAULT_MCP_START_WAIT,
     ) -> None:
+        self._start_wait = start_wait
         self.links: list[ServerLink] = []
         used: set[str] = set()
         for raw in servers:
@@ -77,7 +78,7 @@ class McpHub:
         """The turn's tools: `base` plus every ready server's. Servers still starting are waited for (see the
         module docstring); what the user has not been told yet is said first. Cancellable."""
         for link in self.links:
-            with anyio.move_on_at(link.started_at + READY_WAIT):
+            with anyio.move_on_at(link.started_at + self._start_wait):
                 await link.settled.wait()
         notice = self._notice()
         if notice:

@@ -12,6 +12,7 @@ from collections.abc import Callable, Coroutine, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from acp_server.config import DEFAULT_MCP_START_WAIT
 from acp_server.runtime.child_env import KEEP_ALL, ChildEnvPolicy
 
 if TYPE_CHECKING:  # the hub (and what it imports) loads when a session first has servers, not at start-up
@@ -23,10 +24,14 @@ __all__ = ["McpRegistry"]
 
 
 class McpRegistry:
-    def __init__(self, spawn: Spawn, environment: ChildEnvPolicy = KEEP_ALL) -> None:
+    def __init__(
+        self, spawn: Spawn, environment: ChildEnvPolicy = KEEP_ALL, start_wait: float = DEFAULT_MCP_START_WAIT
+    ) -> None:
         self._spawn = spawn
-        # What a stdio server's environment leaves out (frozen configuration; see runtime/child_env.py).
+        # What a stdio server's environment leaves out, and how long a turn waits for a starting server (frozen
+        # configuration; see runtime/child_env.py and Config.mcp_start_wait).
         self._environment = environment
+        self._start_wait = start_wait
         self._hubs: list[McpHub] = []
 
     def open(self, servers: Iterable[Mapping[str, Any]], cwd: Path, roots: tuple[Path, ...] = ()) -> McpHub | None:
@@ -38,7 +43,7 @@ class McpRegistry:
         from acp_server.mcp_bridge.hub import McpHub
 
         self._hubs = [hub for hub in self._hubs if not hub.finished]
-        hub = McpHub(servers, cwd, roots, self._environment)
+        hub = McpHub(servers, cwd, roots, self._environment, self._start_wait)
         hub.start(self._spawn)
         self._hubs.append(hub)
         return hub
