@@ -60,6 +60,9 @@ FLUSH_TIMEOUT = 0.25
 ANSWER_SLACK = 0.25
 # At EOF, how long the last commit of the session store may take.
 DRAIN_TIMEOUT = 0.25
+# At exit, how long the pipes of the processes just killed may take to close (a SIGKILLed process's pipes close at
+# once; what is still open after this belongs to a process out of our reach). Well within the exit watchdog.
+RELEASE_TIMEOUT = 0.1
 
 
 class Fence(Protocol):
@@ -99,6 +102,11 @@ class Dispatcher(Protocol):
 
     def exiting(self) -> None:
         """Last words before the process leaves: kill what we started."""
+        ...
+
+    async def released(self, timeout: float) -> None:
+        """After `exiting`: let go of what was killed (its pipes and exit status) within `timeout` seconds, so
+        nothing of it is collected after the event loop has closed."""
         ...
 
 
@@ -220,6 +228,7 @@ class Connection:
         with anyio.move_on_after(DRAIN_TIMEOUT):
             await self._dispatcher.drain()
         self._dispatcher.exiting()
+        await self._dispatcher.released(RELEASE_TIMEOUT)
         with anyio.move_on_after(FLUSH_TIMEOUT):
             while self._outbox and not self._broken:
                 self._drained = anyio.Event()

@@ -271,6 +271,9 @@ class AcpServer:
         self.mcp.kill_all()  # stdio MCP servers that ignored their closed stdin, with their process groups
         self._on_exit()
 
+    async def released(self, timeout: float) -> None:
+        await self.processes.release(timeout)
+
     # --- shared lookups ---
 
     def require_initialized(self) -> None:

@@ -52,6 +52,11 @@ class ProcessTable:
         self._groups: dict[int, Process] = {}
         # Groups whose leader has exited but whose members (background children) may live on.
         self._lingering: set[int] = set()
+        # Leaders that have exited while their output pipe is still open (a background child, in the group or out
+        # of it, holds it): kept so the pipe can be let go of at exit (see `release`).
+        self._open_pipes: dict[int, Process] = {}
+        # Killed at exit, their pipes not yet seen closed.
+        self._released: list[Process] = []
 
     def __len__(self) -> int:
         """Process groups still alive that this server started."""
@@ -80,6 +85,9 @@ class ProcessTable:
         self._groups.pop(process.pid, None)
         if keep_group_if_alive and _group_alive(process.pid):
             self._lingering.add(process.pid)
+        self._open_pipes = {pid: held for pid, held in self._open_pipes.items() if _output_open(held)}
+        if _output_open(process):
+            self._open_pipes[process.pid] = process
         if self._adopt_orphans:
             _reap_orphans()
 
@@ -107,8 +115,10 @@ class ProcessTable:
             killed |= _kill_pids(_descendants())
         for pgid in [*self._groups, *self._lingering]:
             _signal_group(pgid, signal.SIGKILL)
+        self._released.extend([*self._groups.values(), *self._open_pipes.values()])
         self._groups.clear()
         self._lingering.clear()
+        self._open_pipes.clear()
         for _ in range(KILL_ROUNDS if self._adopt_orphans else 0):
             # Only processes not signalled yet (forked meanwhile, or adopted since): a SIGKILLed one may take a
             # moment to die, and reading /proc again for it would only cost time on the way out.
@@ -118,6 +128,41 @@ class ProcessTable:
             if not tree:
                 break
             killed |= _kill_pids(tree)
+
+    async def release(self, timeout: float) -> None:
+        """After `kill_all`, while the event loop still runs: let go of every killed group's process. asyncio closes
+        a child's transport only once it has seen the child's exit and the end of its output pipe; one still open
+        when the loop closes is collected later and fails there ("Event loop is closed", a traceback on stderr).
+        So read each pipe to its end and wait for each exit, for `timeout` seconds in all (a SIGKILLed group's
+        pipe closes at once); then close what is still open: a pipe that a process out of our reach holds (one
+        that left its group where no subreaper adopts it) is ours to close, not its to keep."""
+        # RuntimeError: an abandoned turn's reader still waits on a pipe; closing the transport ends that too.
+        errors = (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError, RuntimeError)
+        with anyio.move_on_after(timeout):
+            for process in self._released:
+                if process.stdout is not None:
+                    with contextlib.suppress(*errors):
+                        while True:
+                            await process.stdout.receive()
+                await process.wait()
+        for process in self._released:
+            _close_transport(process)
+        self._released.clear()
+
+
+def _output_open(process: Process) -> bool:
+    """Whether the process's output pipe may still be open: asyncio's reader under anyio's stream says whether it
+    has reached the end (no public way to ask anyio; where the reader cannot be found, assume open)."""
+    at_eof = getattr(getattr(process.stdout, "_stream", None), "at_eof", None)
+    return process.stdout is not None and not (callable(at_eof) and at_eof())
+
+
+def _close_transport(process: Process) -> None:
+    """Close the asyncio transport under anyio's process (the server runs on the asyncio backend; anyio has no
+    public way to do this). Closing it closes our end of its pipes; a transport already closed ignores it."""
+    transport = getattr(getattr(process, "_process", None), "_transport", None)
+    if transport is not None:
+        transport.close()
 
 
 @functools.cache
