@@ -27,9 +27,10 @@ from acp_server.jsonrpc.rpc import (
     validation_message,
 )
 from acp_server.mcp_bridge import McpRegistry
+from acp_server.protocol.edge import AcpEdge
 from acp_server.protocol.schema import ClientCapabilities, InitializeRequest, PromptRequest, RequestId
 from acp_server.runtime.child_env import ChildEnvPolicy
-from acp_server.runtime.model import Provider
+from acp_server.runtime.model import Provider, StopReason
 from acp_server.runtime.processes import ProcessTable
 from acp_server.runtime.providers import MissingCredentialsError, UnknownModelError
 from acp_server.runtime.providers.scripted import ScriptError
@@ -98,8 +99,10 @@ class AcpServer:
         self._providers: dict[str, Provider] = {}
         # Until the default model's credentials are found: why not (ACP authentication, `authenticate` retries).
         self.auth_problem: str | None = None
+        # The core's way out: its events rendered as ACP v1, the editor's side of its tools.
+        self.edge = AcpEdge(self.connection, config, processes)
         self.turns = TurnServices(
-            config, self.agent, self.connection, self.provider_for, tools, processes, lambda: self.store
+            config, self.agent, self.edge, self.provider_for, tools, processes, lambda: self.store
         )
         # The session store: opened on first need (never on the `initialize` path); why not, if it cannot be.
         self.store: SessionStore | None = None
@@ -224,7 +227,7 @@ class AcpServer:
             text = prompt_text(run.request)
             # After the first ordinary (not slash-command) turn that completes, once.
             wants_title = session.title is None and not session.title_requested and parse_command(text) is None
-            if run.outcome == "end_turn" and wants_title:
+            if run.outcome is StopReason.END_TURN and wants_title:
                 session.title_requested = True
                 self.connection.spawn(self._title_session, session, text)
         for follow_up in context.after:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,15 +21,15 @@ import anyio.to_thread
 
 from acp_server.jsonrpc.connection import ClientRequestError
 from acp_server.mcp_bridge import MCP_TOOL_PREFIX
+from acp_server.protocol.schema import PermissionOptionKind, PermissionOutcome
 from acp_server.runtime import beneath
 from acp_server.runtime.model import DiffOutput, TextOutput, ToolContent
 from acp_server.runtime.paths import wire
 from acp_server.runtime.ports import CommandResult, Decision, FileSystem, PermissionRequest, ToolError
 from acp_server.sessions.runs import Session
+from acp_server.settings.choices import PermissionMode
 
 __all__ = [
-    "DEFAULT_MODE",
-    "PERMISSION_MODES",
     "EditorFileSystem",
     "EditorTerminalRunner",
     "PermissionGate",
@@ -44,22 +43,6 @@ ClientRequest = Callable[[str, dict[str, Any]], Awaitable[Any]]
 TERMINAL_OUTPUT_LIMIT = 256 * 1024
 # How long an answer to terminal/kill is awaited when no cleanup deadline is running (a command that timed out).
 KILL_ANSWER_WAIT = 5.0
-
-
-@dataclass(frozen=True, slots=True)
-class PermissionMode:
-    id: str
-    name: str
-    description: str
-
-
-PERMISSION_MODES = (
-    PermissionMode("default", "Ask", "Ask before editing files and before running commands"),
-    PermissionMode("accept_edits", "Accept edits", "Edit files without asking; ask before running commands"),
-    PermissionMode("bypass", "Bypass permissions", "Edit files and run commands without asking"),
-    PermissionMode("read_only", "Read only", "Read and search only; edits and commands are refused"),
-)
-DEFAULT_MODE = "default"
 
 
 def tool_content(content: ToolContent) -> dict[str, Any]:
@@ -229,9 +212,9 @@ class PermissionGate:
     async def decide(self, request: PermissionRequest) -> Decision:
         session = self._session
         mode = session.mode
-        if mode == "bypass" or (mode == "accept_edits" and request.kind == "edit"):
+        if mode == PermissionMode.BYPASS or (mode == PermissionMode.ACCEPT_EDITS and request.kind == "edit"):
             return Decision(True)
-        if mode == "read_only":
+        if mode == PermissionMode.READ_ONLY:
             return Decision(False, f"the session is in read-only mode: {request.tool_name} is not allowed")
         # An MCP tool asks as `execute` but is remembered per tool under its own key: a command line that happens to
         # read like a tool's name must never share its "always" answer.
@@ -242,11 +225,12 @@ class PermissionGate:
             return Decision(True) if remembered else Decision(False, f"the user always rejects {request.rule!r}")
         # Remembered per tool for edits and MCP tools, and per command prefix for commands; the label says which.
         subject = request.tool_name if request.kind == "edit" or is_mcp else f"`{request.rule}`"
+        kind = PermissionOptionKind
         options = [
-            {"optionId": "allow_once", "name": "Allow", "kind": "allow_once"},
-            {"optionId": "allow_always", "name": f"Always allow {subject}", "kind": "allow_always"},
-            {"optionId": "reject_once", "name": "Reject", "kind": "reject_once"},
-            {"optionId": "reject_always", "name": f"Always reject {subject}", "kind": "reject_always"},
+            {"optionId": kind.ALLOW_ONCE, "name": "Allow", "kind": kind.ALLOW_ONCE},
+            {"optionId": kind.ALLOW_ALWAYS, "name": f"Always allow {subject}", "kind": kind.ALLOW_ALWAYS},
+            {"optionId": kind.REJECT_ONCE, "name": "Reject", "kind": kind.REJECT_ONCE},
+            {"optionId": kind.REJECT_ALWAYS, "name": f"Always reject {subject}", "kind": kind.REJECT_ALWAYS},
         ]
         tool_call: dict[str, Any] = {
             "toolCallId": request.tool_call_id,
@@ -265,10 +249,11 @@ class PermissionGate:
         except ClientRequestError as exc:
             return Decision(False, f"the permission request failed: {exc.message}")
         outcome = answer.get("outcome") if isinstance(answer, dict) else None
-        choice = outcome.get("optionId") if isinstance(outcome, dict) and outcome.get("outcome") == "selected" else None
-        if choice in ("allow_always", "reject_always"):
-            session.permission_rules[key] = choice == "allow_always"
-        if choice in ("allow_once", "allow_always"):
+        selected = isinstance(outcome, dict) and outcome.get("outcome") == PermissionOutcome.SELECTED
+        choice = outcome.get("optionId") if selected and outcome is not None else None
+        if choice in (kind.ALLOW_ALWAYS, kind.REJECT_ALWAYS):
+            session.permission_rules[key] = choice == kind.ALLOW_ALWAYS
+        if choice in (kind.ALLOW_ONCE, kind.ALLOW_ALWAYS):
             return Decision(True)
         if choice is None:
             return Decision(False, "the permission request was cancelled")

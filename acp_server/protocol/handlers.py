@@ -43,7 +43,7 @@ from acp_server.protocol.session_handlers import (
     session_set_mode,
 )
 from acp_server.sessions.options import PROMPT_POLICIES
-from acp_server.sessions.turn import execute_prompt
+from acp_server.sessions.turn import TurnFailedError, execute_prompt
 
 __all__ = ["METHODS", "NOTIFICATIONS", "TEST_METHODS"]
 
@@ -75,7 +75,7 @@ async def initialize(context: RequestContext, params: InitializeRequest) -> dict
             },
             "_meta": {
                 "acpServer": {
-                    "promptPolicies": [policy["value"] for policy in PROMPT_POLICIES],
+                    "promptPolicies": [policy.value for policy in PROMPT_POLICIES],
                     "defaultPromptPolicy": context.server.config.prompt_policy,
                     "extensionMethods": ["_acp_server/stats"],
                     "extensionNotifications": ["_scripted/release"],
@@ -111,7 +111,11 @@ async def session_prompt(context: RequestContext, params: PromptRequest) -> dict
     if context.admission_error is not None:
         raise context.admission_error
     assert context.run is not None, "a valid prompt is always admitted or refused in prepare()"
-    return await execute_prompt(context.server.require_model(), context.run)
+    try:
+        stop_reason = await execute_prompt(context.server.require_model(), context.run)
+    except TurnFailedError as exc:
+        raise RpcError(ErrorCode.INTERNAL_ERROR, exc.message) from None
+    return {"stopReason": stop_reason}
 
 
 async def stats(context: RequestContext, params: NoParams) -> dict[str, Any]:

@@ -16,6 +16,7 @@ levels: `_meta` at most `MAX_META_DEPTH` levels and `MAX_META_BYTES`, anything e
 
 from __future__ import annotations
 
+import enum
 from typing import Annotated, Any, Literal, Self
 
 import orjson
@@ -42,6 +43,8 @@ __all__ = [
     "LoadSessionRequest",
     "Meta",
     "NewSessionRequest",
+    "PermissionOptionKind",
+    "PermissionOutcome",
     "PromptRequest",
     "RequestId",
     "ResourceLink",
@@ -54,6 +57,23 @@ __all__ = [
 ]
 
 RequestId = int | str | None
+
+
+class PermissionOptionKind(enum.StrEnum):
+    """ACP `PermissionOptionKind`; our options' ids are their kinds."""
+
+    ALLOW_ONCE = "allow_once"
+    ALLOW_ALWAYS = "allow_always"
+    REJECT_ONCE = "reject_once"
+    REJECT_ALWAYS = "reject_always"
+
+
+class PermissionOutcome(enum.StrEnum):
+    """ACP `RequestPermissionOutcome.outcome`: the user picked an option, or the turn was cancelled first."""
+
+    SELECTED = "selected"
+    CANCELLED = "cancelled"
+
 
 MAX_META_DEPTH = 32
 MAX_META_BYTES = 64 * 1024

@@ -8,14 +8,14 @@ from __future__ import annotations
 import os
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 
 from acp_server.jsonrpc.rpc import ErrorCode, RpcError
 from acp_server.mcp_bridge import merge_servers
 from acp_server.protocol.dispatcher import AcpServer, RequestContext
-from acp_server.protocol.editor import PERMISSION_MODES
+from acp_server.protocol.options import config_options, modes
 from acp_server.protocol.schema import (
     ClientCapabilities,
     CloseSessionRequest,
@@ -26,16 +26,10 @@ from acp_server.protocol.schema import (
     SetSessionConfigOptionRequest,
     SetSessionModeRequest,
 )
-from acp_server.sessions.options import (
-    AVAILABLE_COMMANDS,
-    MODE_OPTION,
-    MODEL_OPTION,
-    PROMPT_POLICIES,
-    PROMPT_POLICY_OPTION,
-    config_options,
-    modes,
-)
+from acp_server.sessions.edge import CommandsAvailable, ConfigChanged, ModeChanged
+from acp_server.sessions.options import MODE_OPTION, MODEL_OPTION, PROMPT_POLICY_OPTION, SLASH_COMMANDS
 from acp_server.sessions.runs import Session
+from acp_server.settings.choices import PermissionMode, PromptPolicy
 
 __all__ = [
     "session_close",
@@ -106,7 +100,11 @@ def _opened(context: RequestContext, session: Session) -> dict[str, Any]:
         server.processes.adopt_orphans()  # stdio MCP servers are children too: their orphans must come to us
     session.mcp = server.mcp.open(servers, session.cwd, (session.cwd, *session.additional_directories))
     context.after.append(lambda: _announce_commands(server, session))
-    return {"modes": modes(session), "configOptions": config_options(session, server.models)}
+    return {"modes": modes(session.mode), "configOptions": _config_options(server, session)}
+
+
+def _config_options(server: AcpServer, session: Session) -> list[dict[str, Any]]:
+    return config_options(session.model, session.mode, session.prompt_policy, server.models)
 
 
 async def _restore(context: RequestContext, params: LoadSessionRequest, *, replay: bool) -> dict[str, Any]:
@@ -130,7 +128,6 @@ async def _restore(context: RequestContext, params: LoadSessionRequest, *, repla
     record = loaded.session
     stored_model = record.config.get(MODEL_OPTION)
     stored_policy = record.config.get(PROMPT_POLICY_OPTION)
-    policies = {policy["value"] for policy in PROMPT_POLICIES}
     session = Session(
         record.session_id,
         Path(params.cwd),
@@ -138,13 +135,11 @@ async def _restore(context: RequestContext, params: LoadSessionRequest, *, repla
         tuple(params.mcp_servers),
         history=list(loaded.history),
         client=server.client_capabilities or ClientCapabilities(),
-        mode=record.mode if record.mode in {m.id for m in PERMISSION_MODES} else server.config.permission_mode,
+        mode=_known(PermissionMode, record.mode, server.config.permission_mode),
         model=stored_model if stored_model in server.models else server.config.model,
         title=record.title,
         title_requested=record.title is not None,
-        prompt_policy=stored_policy
-        if isinstance(stored_policy, str) and stored_policy in policies
-        else server.config.prompt_policy,
+        prompt_policy=_known(PromptPolicy, stored_policy, server.config.prompt_policy),
     )
     if replay:
         # The whole conversation, before the response (ACP); C3 exempts this replay from the turn rule.
@@ -239,28 +234,41 @@ async def _commit(server: AcpServer) -> None:
         await server.store.flush()
 
 
+_Choice = TypeVar("_Choice", PermissionMode, PromptPolicy)
+
+
+def _choice(choices: type[_Choice], value: object) -> _Choice | None:
+    """`value` as one of the enum's members, or None when it is not one."""
+    try:
+        return choices(value) if isinstance(value, str) else None
+    except ValueError:
+        return None
+
+
+def _known(choices: type[_Choice], value: object, default: _Choice) -> _Choice:
+    """A stored choice, or the default for one this server does not know (any more)."""
+    known = _choice(choices, value)
+    return default if known is None else known
+
+
 def _announce_commands(server: AcpServer, session: Session) -> None:
-    update = {"sessionUpdate": "available_commands_update", "availableCommands": list(AVAILABLE_COMMANDS)}
-    server.connection.notify("session/update", {"sessionId": session.session_id, "update": update})
+    server.edge.session_event(session.session_id, CommandsAvailable(SLASH_COMMANDS))
 
 
 def _set_mode(server: AcpServer, session: Session, mode_id: str) -> None:
     """Modes and the `mode` config option are one setting; the client hears of a change through both."""
-    if mode_id not in {m.id for m in PERMISSION_MODES}:
-        known = ", ".join(m.id for m in PERMISSION_MODES)
+    mode = _choice(PermissionMode, mode_id)
+    if mode is None:
+        known = ", ".join(PermissionMode)
         raise RpcError(ErrorCode.INVALID_PARAMS, f"Invalid params: unknown mode {mode_id!r} ({known})")
-    if session.mode == mode_id:
+    if session.mode == mode:
         return
-    session.mode = mode_id
+    session.mode = mode
     if server.store is not None:
-        server.store.set_mode(session.session_id, mode_id)
-    notify = server.connection.notify
-    notify(
-        "session/update",
-        {"sessionId": session.session_id, "update": {"sessionUpdate": "current_mode_update", "currentModeId": mode_id}},
-    )
-    update = {"sessionUpdate": "config_option_update", "configOptions": config_options(session, server.models)}
-    notify("session/update", {"sessionId": session.session_id, "update": update})
+        server.store.set_mode(session.session_id, mode)
+    server.edge.session_event(session.session_id, ModeChanged(mode))
+    options = ConfigChanged(session.model, session.mode, session.prompt_policy, server.models)
+    server.edge.session_event(session.session_id, options)
 
 
 async def session_set_config_option(context: RequestContext, params: SetSessionConfigOptionRequest) -> dict[str, Any]:
@@ -281,14 +289,15 @@ async def session_set_config_option(context: RequestContext, params: SetSessionC
                 session.session_id, {MODEL_OPTION: value, PROMPT_POLICY_OPTION: session.prompt_policy}
             )
     elif params.config_id == PROMPT_POLICY_OPTION:
-        if value not in {policy["value"] for policy in PROMPT_POLICIES}:
+        policy = _choice(PromptPolicy, value)
+        if policy is None:
             raise RpcError(ErrorCode.INVALID_PARAMS, f"Invalid params: value: unknown prompt policy {value!r}")
-        session.prompt_policy = value
+        session.prompt_policy = policy
         _save_options(server, session)
     else:
         raise RpcError(ErrorCode.INVALID_PARAMS, f"Invalid params: configId: unknown option {params.config_id!r}")
     await _commit(server)
-    return {"configOptions": config_options(session, server.models)}
+    return {"configOptions": _config_options(server, session)}
 
 
 def _save_options(server: AcpServer, session: Session) -> None:

@@ -1,7 +1,8 @@
-"""Runtime events of one turn as ACP `session/update`s, sent through the connection's fence and recorded, exactly as
-sent, in the turn's log in the session store.
+"""The core's events as ACP v1 `session/update`s: a turn's (sent through the connection's fence and recorded, exactly
+as sent, in the turn's log in the session store) and a session's own (title, mode, config options, commands).
 
-The per-chunk hot path: plain dicts, no models, one type check per event.
+This is the one place a `session/update` is built. The per-chunk hot path: plain dicts, no models, one type check
+per event.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from typing import Any
 
 from acp_server.jsonrpc.connection import Connection
 from acp_server.protocol.editor import tool_content
+from acp_server.protocol.options import available_commands, config_options
 from acp_server.runtime.model import (
     Notice,
     PlanUpdated,
@@ -24,13 +26,14 @@ from acp_server.runtime.model import (
     TurnEvent,
     UsageReported,
 )
+from acp_server.sessions.edge import CommandsAvailable, ConfigChanged, ModeChanged, SessionEvent, TitleChanged
 from acp_server.sessions.runs import RunContext
 
-__all__ = ["Reporter"]
+__all__ = ["TurnUpdates", "session_update"]
 
 
-class Reporter:
-    """Translates runtime events into `session/update`s for one turn, through the fence."""
+class TurnUpdates:
+    """One turn's events as `session/update`s, through the fence (the `TurnSink` of `sessions/edge.py`)."""
 
     __slots__ = ("_connection", "_message_id", "_run", "_session_id", "_thought_id")
 
@@ -41,13 +44,30 @@ class Reporter:
         self._message_id = ""
         self._thought_id = ""
 
-    async def __call__(self, event: TurnEvent) -> None:
-        run = self._run
-        if run.closed:
+    async def send(self, event: TurnEvent) -> None:
+        update = self._render(event)
+        if update is None:
             return
+        run = self._run
+        message = {
+            "jsonrpc": "2.0",
+            "method": "session/update",
+            "params": {"sessionId": self._session_id, "update": update},
+        }
+        if await self._connection.send_fenced(message, run) and run.turn_log is not None:
+            run.turn_log.append(update)  # exactly what the client was sent, in wire order
+
+    def send_now(self, event: TurnEvent) -> None:
+        update = self._render(event)
+        if update is None:
+            return
+        self._connection.notify("session/update", {"sessionId": self._session_id, "update": update})
+        if self._run.turn_log is not None:
+            self._run.turn_log.append(update)
+
+    def _render(self, event: TurnEvent) -> dict[str, Any] | None:
         update: dict[str, Any]
         if type(event) is TextDelta:
-            run.streamed_text.append(event.text)
             update = {
                 "sessionUpdate": "agent_message_chunk",
                 "content": {"type": "text", "text": event.text},
@@ -70,11 +90,8 @@ class Reporter:
             # processes.
             self._message_id = f"msg_{uuid.uuid4().hex}"
             self._thought_id = f"msg_{uuid.uuid4().hex}"
-            run.replies_started += 1
-            run.streamed_text.clear()
-            return
+            return None
         elif isinstance(event, ToolCallStarted):
-            run.open_tool_calls[event.call.id] = event.title
             update = {
                 "sessionUpdate": "tool_call",
                 "toolCallId": event.call.id,
@@ -96,7 +113,6 @@ class Reporter:
             if event.meta is not None:
                 update["_meta"] = event.meta
         elif isinstance(event, ToolCallFinished):
-            run.open_tool_calls.pop(event.call_id, None)
             shown = event.content if event.content is not None else (TextOutput(event.output),)
             update = {
                 "sessionUpdate": "tool_call_update",
@@ -112,14 +128,21 @@ class Reporter:
                 "entries": [{"content": e.content, "priority": e.priority, "status": e.status} for e in event.entries],
             }
         elif isinstance(event, UsageReported):
-            run.session.context_usage = (event.used, event.size)
             update = {"sessionUpdate": "usage_update", "used": event.used, "size": event.size}
         else:  # pragma: no cover - the event union is closed
             raise TypeError(f"unknown turn event {event!r}")
-        message = {
-            "jsonrpc": "2.0",
-            "method": "session/update",
-            "params": {"sessionId": self._session_id, "update": update},
-        }
-        if await self._connection.send_fenced(message, run) and run.turn_log is not None:
-            run.turn_log.append(update)  # exactly what the client was sent, in wire order
+        return update
+
+
+def session_update(event: SessionEvent) -> dict[str, Any]:
+    """A session's own update (outside any turn)."""
+    if isinstance(event, TitleChanged):
+        return {"sessionUpdate": "session_info_update", "title": event.title}
+    if isinstance(event, ModeChanged):
+        return {"sessionUpdate": "current_mode_update", "currentModeId": event.mode}
+    if isinstance(event, ConfigChanged):
+        options = config_options(event.model, event.mode, event.prompt_policy, event.models)
+        return {"sessionUpdate": "config_option_update", "configOptions": options}
+    if isinstance(event, CommandsAvailable):
+        return {"sessionUpdate": "available_commands_update", "availableCommands": available_commands(event.commands)}
+    raise TypeError(f"unknown session event {event!r}")  # pragma: no cover - the event union is closed

@@ -69,7 +69,7 @@ async def run_turn(
         await anyio.lowlevel.checkpoint()
         if hand_over():
             probe("handed_over", modelCalls=index)
-            return "end_turn"
+            return StopReason.END_TURN
         await emit(ReplyStarted(index))
         if compactor is not None:
             await compactor.before_call(messages)
@@ -86,7 +86,7 @@ async def run_turn(
             await anyio.lowlevel.checkpoint()
             result = await _run_tool_call(call, tools, emit, tool_context(call), probe, redactor=redactor)
             messages.append(Message("tool", result.output, tool_call_id=call.id))
-    return "max_turn_requests"
+    return StopReason.MAX_TURN_REQUESTS
 
 
 async def _run_tool_call(

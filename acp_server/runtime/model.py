@@ -1,12 +1,13 @@
 """The runtime's own words: messages, tool calls, the events a turn reports, and the `Provider` protocol.
 
-Nothing here knows JSON-RPC or ACP; `prompt_turn.py` translates these events into `session/update`s. Providers are
+Nothing here knows JSON-RPC or ACP; `protocol/updates.py` translates these events into `session/update`s. Providers are
 long-lived and immutable; everything a provider needs to remember during one turn lives on the `ModelTurn` it opens
 for that turn, so no run state ever sits on a long-lived object (the bug the seed RFC is about).
 """
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
@@ -51,7 +52,14 @@ class ModelError(RuntimeError):
     """A provider failure whose message is meant for the user (endpoint unreachable, model failed mid-stream)."""
 
 
-StopReason = Literal["end_turn", "max_tokens", "max_turn_requests", "refusal", "cancelled"]
+class StopReason(enum.StrEnum):
+    """Why a turn ended (ACP `StopReason`; the values are the wire's)."""
+
+    END_TURN = "end_turn"
+    MAX_TOKENS = "max_tokens"
+    MAX_TURN_REQUESTS = "max_turn_requests"
+    REFUSAL = "refusal"
+    CANCELLED = "cancelled"
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,7 +219,7 @@ class Reply:
 
     text: str = ""
     tool_calls: tuple[ToolCall, ...] = ()
-    stop_reason: StopReason = "end_turn"
+    stop_reason: StopReason = StopReason.END_TURN
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,4 +1,5 @@
-"""What a client can see and change about a session: config options (`model`, `mode`) and slash commands.
+"""What a client can see and change about a session: config options (`model`, `mode`, `prompt_policy`) and slash
+commands, as typed definitions; `protocol/` renders them for the wire.
 
 The definitions are shared and immutable; a session holds only its current values, so idle sessions stay small.
 `mode` mirrors the ACP session modes (the permission modes), and both are kept in sync: a change through either
@@ -7,81 +8,66 @@ The definitions are shared and immutable; a session holds only its current value
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from dataclasses import dataclass
 
-from acp_server.protocol.editor import PERMISSION_MODES
-from acp_server.sessions.runs import Session
+from acp_server.settings.choices import PermissionMode, PromptPolicy
 
 __all__ = [
-    "AVAILABLE_COMMANDS",
     "MODEL_OPTION",
     "MODE_OPTION",
+    "PERMISSION_MODES",
     "PROMPT_POLICIES",
     "PROMPT_POLICY_OPTION",
-    "config_options",
-    "modes",
+    "SLASH_COMMANDS",
+    "Choice",
+    "SlashCommand",
     "parse_command",
 ]
 
 MODEL_OPTION = "model"
 MODE_OPTION = "mode"
 PROMPT_POLICY_OPTION = "prompt_policy"
-PROMPT_POLICIES: tuple[dict[str, Any], ...] = (
-    {"value": "interrupt", "name": "Interrupt", "description": "A new prompt stops the running turn and takes over"},
-    {"value": "queue", "name": "Queue", "description": "A new prompt waits until the running turn ends"},
-    {"value": "reject", "name": "Reject", "description": "A new prompt is refused while a turn runs"},
-    {
-        "value": "steer",
-        "name": "Steer",
-        "description": "A new prompt joins the running turn before its next model call, keeping its work",
-    },
+
+
+@dataclass(frozen=True, slots=True)
+class Choice:
+    """One value of an enumerated option, as a person sees it."""
+
+    value: PermissionMode | PromptPolicy
+    name: str
+    description: str
+
+
+PERMISSION_MODES: tuple[Choice, ...] = (
+    Choice(PermissionMode.DEFAULT, "Ask", "Ask before editing files and before running commands"),
+    Choice(PermissionMode.ACCEPT_EDITS, "Accept edits", "Edit files without asking; ask before running commands"),
+    Choice(PermissionMode.BYPASS, "Bypass permissions", "Edit files and run commands without asking"),
+    Choice(PermissionMode.READ_ONLY, "Read only", "Read and search only; edits and commands are refused"),
+)
+PROMPT_POLICIES: tuple[Choice, ...] = (
+    Choice(PromptPolicy.INTERRUPT, "Interrupt", "A new prompt stops the running turn and takes over"),
+    Choice(PromptPolicy.QUEUE, "Queue", "A new prompt waits until the running turn ends"),
+    Choice(PromptPolicy.REJECT, "Reject", "A new prompt is refused while a turn runs"),
+    Choice(
+        PromptPolicy.STEER, "Steer", "A new prompt joins the running turn before its next model call, keeping its work"
+    ),
 )
 
-AVAILABLE_COMMANDS: tuple[dict[str, Any], ...] = (
-    {"name": "clear", "description": "Start a fresh context in this session; the conversation so far is forgotten"},
-    {"name": "compact", "description": "Summarise the conversation so far and continue from the summary"},
-    {"name": "title", "description": "Set this session's title", "input": {"hint": "the new title"}},
+
+@dataclass(frozen=True, slots=True)
+class SlashCommand:
+    name: str
+    description: str
+    # What the argument is, for commands that take one.
+    hint: str | None = None
+
+
+SLASH_COMMANDS: tuple[SlashCommand, ...] = (
+    SlashCommand("clear", "Start a fresh context in this session; the conversation so far is forgotten"),
+    SlashCommand("compact", "Summarise the conversation so far and continue from the summary"),
+    SlashCommand("title", "Set this session's title", "the new title"),
 )
-_COMMAND_NAMES = frozenset(command["name"] for command in AVAILABLE_COMMANDS)
-_MODE_CHOICES = tuple({"value": m.id, "name": m.name, "description": m.description} for m in PERMISSION_MODES)
-
-
-def modes(session: Session) -> dict[str, Any]:
-    return {
-        "currentModeId": session.mode,
-        "availableModes": [{"id": m.id, "name": m.name, "description": m.description} for m in PERMISSION_MODES],
-    }
-
-
-def config_options(session: Session, models: Sequence[str]) -> list[dict[str, Any]]:
-    """The complete list, as `session/set_config_option` and `config_option_update` must carry it."""
-    return [
-        {
-            "id": MODEL_OPTION,
-            "name": "Model",
-            "category": "model",
-            "type": "select",
-            "currentValue": session.model,
-            "options": [{"value": model, "name": model} for model in models],
-        },
-        {
-            "id": MODE_OPTION,
-            "name": "Permissions",
-            "category": "mode",
-            "type": "select",
-            "currentValue": session.mode,
-            "options": list(_MODE_CHOICES),
-        },
-        {
-            "id": PROMPT_POLICY_OPTION,
-            "name": "While busy",
-            "category": "_prompt_policy",
-            "type": "select",
-            "currentValue": session.prompt_policy,
-            "options": list(PROMPT_POLICIES),
-        },
-    ]
+_COMMAND_NAMES = frozenset(command.name for command in SLASH_COMMANDS)
 
 
 def parse_command(text: str) -> tuple[str, str] | None:

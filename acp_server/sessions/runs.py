@@ -34,6 +34,7 @@ from acp_server.jsonrpc.rpc import ErrorCode, RpcError
 from acp_server.protocol.schema import ClientCapabilities, PromptRequest, RequestId
 from acp_server.runtime.model import Message, StopReason
 from acp_server.runtime.providers.scripted import GateBoard
+from acp_server.settings.choices import PermissionMode, PromptPolicy
 
 if TYPE_CHECKING:  # the store (and sqlite3) load only when a session needs them, never at start-up
     from acp_server.mcp_bridge.hub import McpHub
@@ -70,9 +71,9 @@ class Session:
     # What the client can do for this session's tools (its initialize capabilities).
     client: ClientCapabilities = field(default_factory=ClientCapabilities)
     # What a prompt sent while a turn runs does: interrupt, queue, reject or steer (the `prompt_policy` option).
-    prompt_policy: str = "interrupt"
-    # The permission mode (see editor.PERMISSION_MODES) and the "always" answers, "edit:write_file" -> allowed.
-    mode: str = "default"
+    prompt_policy: PromptPolicy = PromptPolicy.INTERRUPT
+    # The permission mode and the "always" answers, "edit:write_file" -> allowed.
+    mode: PermissionMode = PermissionMode.DEFAULT
     permission_rules: dict[str, bool] = field(default_factory=dict)
     # The model spec this session talks to (the `model` config option) and its title (`session_info_update`).
     model: str = ""
@@ -170,11 +171,11 @@ class Agent:
             return run
         stopping = current.state is RunState.STOPPING
         # Prompts already waiting were admitted while the turn was stopping (under `reject` nothing else waits).
-        if session.prompt_policy == "reject" and not (stopping or session.waiting):
+        if session.prompt_policy is PromptPolicy.REJECT and not (stopping or session.waiting):
             raise RpcError(ErrorCode.INVALID_REQUEST, "a prompt is already running in this session")
-        if session.prompt_policy == "interrupt":
+        if session.prompt_policy is PromptPolicy.INTERRUPT:
             self.interrupt(session.session_id)
-        run.steers = session.prompt_policy == "steer" and not stopping
+        run.steers = session.prompt_policy is PromptPolicy.STEER and not stopping
         session.waiting.append(run)
         return run
 

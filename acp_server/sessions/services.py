@@ -10,10 +10,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from acp_server.jsonrpc.connection import Connection
 from acp_server.runtime.model import Provider
 from acp_server.runtime.processes import ProcessTable
 from acp_server.runtime.tools import ToolBox
+from acp_server.sessions.edge import Edge, TitleChanged
 from acp_server.sessions.runs import Agent, RunContext, Session
 from acp_server.settings.config import Config
 
@@ -29,7 +29,8 @@ class TurnServices:
 
     config: Config
     agent: Agent
-    connection: Connection
+    # The protocol side of the connection: where the turn's events go, and the editor's side of its tools.
+    edge: Edge
     # The provider for a session's model spec (built once per spec, shared by sessions).
     providers: Callable[[str], Provider]
     tools: ToolBox
@@ -38,8 +39,7 @@ class TurnServices:
     store: Callable[[], SessionStore | None]
 
     def announce_title(self, session: Session, title: str) -> None:
-        update = {"sessionUpdate": "session_info_update", "title": title}
-        self.connection.notify("session/update", {"sessionId": session.session_id, "update": update})
+        self.edge.session_event(session.session_id, TitleChanged(title))
         store = self.store()
         if store is not None:
             store.set_title(session.session_id, title)
@@ -47,5 +47,4 @@ class TurnServices:
     def probe(self, run: RunContext, event: str, **fields: Any) -> None:
         """A `_scripted/probe` notification (test mode only): what the turn is doing, for black-box tests."""
         if self.config.test_mode:
-            params = {"sessionId": run.session_id, "prompt": run.request_id, "event": event, **fields}
-            self.connection.notify("_scripted/probe", params)
+            self.edge.probe(run, event, **fields)

@@ -60,7 +60,7 @@ async def run_slash_command(
             run.messages = await compact_history(model(""), session.history, emit)
             run.turn_start = len(run.messages)
             await emit(TextDelta(f"\n\n[Compacted {before} messages into the summary above.]"))
-    return "end_turn"
+    return StopReason.END_TURN
 
 
 async def first_title(provider: Provider, session_id: str, first_prompt: str) -> str:

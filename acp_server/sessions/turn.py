@@ -15,17 +15,12 @@ from __future__ import annotations
 
 import logging
 from datetime import date
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlparse
 
 import anyio
 
-from acp_server.jsonrpc.rpc import ErrorCode, RpcError
-from acp_server.protocol.editor import (
-    tool_content,
-)
 from acp_server.protocol.schema import EmbeddedResource, PromptRequest, ResourceLink, TextContent
-from acp_server.protocol.updates import Reporter
 from acp_server.runtime.compaction import ContextCompactor
 from acp_server.runtime.loop import run_turn
 from acp_server.runtime.model import (
@@ -33,12 +28,13 @@ from acp_server.runtime.model import (
     ModelError,
     ModelTurn,
     StopReason,
-    TextOutput,
+    ToolCallFinished,
     TurnInput,
     UsageReported,
 )
 from acp_server.runtime.system_prompt import build_system_prompt, read_instructions
 from acp_server.runtime.text_guard import redactor_for
+from acp_server.sessions.edge import TurnOutput
 from acp_server.sessions.options import parse_command
 from acp_server.sessions.runs import RunContext, RunState
 from acp_server.sessions.services import TurnServices
@@ -49,9 +45,18 @@ from acp_server.sessions.turn_tools import bound_probe, tool_context, tool_ports
 if TYPE_CHECKING:
     from acp_server.store import TurnStatus
 
-__all__ = ["execute_prompt", "prompt_text"]
+__all__ = ["TurnFailedError", "execute_prompt", "prompt_text"]
 
 log = logging.getLogger(__name__)
+
+
+class TurnFailedError(Exception):
+    """The turn failed without a cancel: its prompt is answered with an error (the protocol edge says which), never
+    with a stop reason. `message` is meant for the user."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
 
 
 def prompt_text(request: PromptRequest) -> str:
@@ -83,7 +88,8 @@ def prompt_text(request: PromptRequest) -> str:
     return "\n".join(parts)
 
 
-async def execute_prompt(services: TurnServices, run: RunContext) -> dict[str, Any]:
+async def execute_prompt(services: TurnServices, run: RunContext) -> StopReason:
+    """The turn, to its stop reason; raises `TurnFailedError` for a turn that failed without a cancel."""
     store = services.store()
     if store is not None:
         # Recorded from the start, so even a prompt cancelled before it ran is replayed with its outcome.
@@ -96,14 +102,14 @@ async def execute_prompt(services: TurnServices, run: RunContext) -> dict[str, A
             await store.flush()  # committed before the response, whatever the outcome
 
 
-async def _execute(services: TurnServices, run: RunContext) -> dict[str, Any]:
+async def _execute(services: TurnServices, run: RunContext) -> StopReason:
     if not run.may_start.is_set():
         await run.wake.wait()  # the hand-over or a cancel, whichever comes first
         run.wake = anyio.Event()
     if run.cancelled:
         return _close(services, run)  # claimed before it started: zero model steps
     run.state = RunState.RUNNING
-    services.connection.spawn(_work, services, run)
+    services.edge.spawn(_work, services, run)
     await run.wake.wait()
     if not run.work_done.is_set():  # woken by a cancel: wait for the cleanup, but not past the deadline
         with anyio.move_on_at(run.cleanup_deadline(services.config.cleanup_deadline)):
@@ -122,7 +128,7 @@ async def _execute(services: TurnServices, run: RunContext) -> dict[str, Any]:
 async def _work(services: TurnServices, run: RunContext) -> None:
     session = run.session
     probe = bound_probe(services, run)
-    reporter = Reporter(services.connection, run)
+    reporter = TurnOutput(run, services.edge.turn_sink(run))
     provider = services.providers(session.model)
     model_turn: ModelTurn | None = None
     try:
@@ -194,7 +200,7 @@ async def _work(services: TurnServices, run: RunContext) -> None:
                     redactor=redactor_for(services.config.held_secrets),
                 )
         if run.cancelled or stop is None:
-            run.outcome = "cancelled"
+            run.outcome = StopReason.CANCELLED
         else:
             run.outcome = stop
             run.state = RunState.SETTLING
@@ -202,7 +208,7 @@ async def _work(services: TurnServices, run: RunContext) -> None:
                 await model_turn.settle()  # outside the turn's scope: a late cancel cannot undo a decided outcome
     except Exception as exc:
         if run.cancelled:
-            run.outcome = "cancelled"  # ACP: an abort that surfaces as an error is still `cancelled`
+            run.outcome = StopReason.CANCELLED  # ACP: an abort that surfaces as an error is still `cancelled`
         elif run.outcome is None:
             run.error = exc
         else:
@@ -212,24 +218,18 @@ async def _work(services: TurnServices, run: RunContext) -> None:
         run.wake.set()
 
 
-def _close(services: TurnServices, run: RunContext) -> dict[str, Any]:
+def _close(services: TurnServices, run: RunContext) -> StopReason:
     """Everything between the end of the work and the response. Synchronous: nothing can slip in between."""
-    connection = services.connection
+    edge = services.edge
     for request_id in list(run.pending_requests):
-        connection.retract(request_id)
-    cancelled = run.cancelled or run.outcome == "cancelled"
+        edge.retract(request_id)
+    cancelled = run.cancelled or run.outcome is StopReason.CANCELLED
     failed = run.error is not None and not cancelled
     note = "cancelled" if cancelled else "failed" if failed else None
-    for call_id in list(run.open_tool_calls):
-        update = {
-            "sessionUpdate": "tool_call_update",
-            "toolCallId": call_id,
-            "status": "failed",
-            "content": [tool_content(TextOutput(f"The tool call was {note or 'abandoned'}."))],
-        }
-        connection.notify("session/update", {"sessionId": run.session_id, "update": update})
-        if run.turn_log is not None:
-            run.turn_log.append(update)
+    if run.open_tool_calls:
+        sink = edge.turn_sink(run)
+        for call_id in list(run.open_tool_calls):
+            sink.send_now(ToolCallFinished(call_id, ok=False, output=f"The tool call was {note or 'abandoned'}."))
     run.open_tool_calls.clear()
     previous = run.session.history
     if run.turn_start is not None:
@@ -238,7 +238,7 @@ def _close(services: TurnServices, run: RunContext) -> dict[str, Any]:
     run.closed = True  # the fence: from here on nothing this run does reaches the client
     if failed:
         raise _failure(run)
-    return {"stopReason": "cancelled" if cancelled else (run.outcome or "end_turn")}
+    return StopReason.CANCELLED if cancelled else (run.outcome or StopReason.END_TURN)
 
 
 def _record(services: TurnServices, run: RunContext, previous: list[Message], status: TurnStatus) -> None:
@@ -259,12 +259,12 @@ def _record(services: TurnServices, run: RunContext, previous: list[Message], st
     )
 
 
-def _failure(run: RunContext) -> RpcError:
+def _failure(run: RunContext) -> TurnFailedError:
     error = run.error
     if isinstance(error, ModelError):
-        return RpcError(ErrorCode.INTERNAL_ERROR, f"The model failed: {error}")
+        return TurnFailedError(f"The model failed: {error}")
     log.error("session %s: the turn failed", run.session_id, exc_info=error)
-    return RpcError(ErrorCode.INTERNAL_ERROR, "Internal error: the turn failed; see the server log")
+    return TurnFailedError("Internal error: the turn failed; see the server log")
 
 
 def _sealed_history(run: RunContext, note: str | None) -> list[Message]:

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 from acp_server import __version__
 from acp_server.settings.checks import FileSettings, load_settings
+from acp_server.settings.choices import PermissionMode, PromptPolicy
 from acp_server.settings.config import (
     DEFAULT_CLEANUP_DEADLINE,
     DEFAULT_MAX_TURN_REQUESTS,
@@ -250,15 +251,23 @@ def load(
         ),
         log_level=pick(args.log_level, "ACP_SERVER_LOG", "log_level", "warning", pick.choice(LOG_LEVELS)),
         test_mode=pick(args.test_mode, "ACP_SERVER_TEST_MODE", None, False, _Merge.switch),
-        permission_mode=pick(
-            args.permission_mode,
-            "ACP_SERVER_PERMISSION_MODE",
-            "permission_mode",
-            "default",
-            pick.choice(PERMISSION_MODE_IDS),
+        permission_mode=PermissionMode(
+            pick(
+                args.permission_mode,
+                "ACP_SERVER_PERMISSION_MODE",
+                "permission_mode",
+                PermissionMode.DEFAULT,
+                pick.choice(PERMISSION_MODE_IDS),
+            )
         ),
-        prompt_policy=pick(
-            args.prompt_policy, "ACP_SERVER_PROMPT_POLICY", "prompt_policy", "interrupt", pick.choice(PROMPT_POLICY_IDS)
+        prompt_policy=PromptPolicy(
+            pick(
+                args.prompt_policy,
+                "ACP_SERVER_PROMPT_POLICY",
+                "prompt_policy",
+                PromptPolicy.INTERRUPT,
+                pick.choice(PROMPT_POLICY_IDS),
+            )
         ),
         max_turn_requests=pick(
             args.max_turn_requests,

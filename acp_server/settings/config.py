@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from acp_server.settings.choices import PermissionMode, PromptPolicy
+
 __all__ = [
     "DEFAULT_CLEANUP_DEADLINE",
     "DEFAULT_MAX_LINE_BYTES",
@@ -23,10 +25,9 @@ __all__ = [
 ]
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
-# Kept here rather than imported from editor.py and session_options.py, so `--help` stays instant; tests check that
-# the lists agree.
-PERMISSION_MODE_IDS = ("default", "accept_edits", "bypass", "read_only")
-PROMPT_POLICY_IDS = ("interrupt", "queue", "reject", "steer")
+# The enums' spellings, as the command line and the config file's checks list them.
+PERMISSION_MODE_IDS = tuple(mode.value for mode in PermissionMode)
+PROMPT_POLICY_IDS = tuple(policy.value for policy in PromptPolicy)
 DEFAULT_MAX_TURN_REQUESTS = 50
 
 DEFAULT_CLEANUP_DEADLINE = 2.0
@@ -49,9 +50,9 @@ class Config:
     test_mode: bool = False
     max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
     # What a prompt for a busy session does (agent.Agent.admit): interrupt, queue, reject or steer.
-    prompt_policy: str = "interrupt"
-    # The permission mode new sessions start in (editor.PERMISSION_MODES).
-    permission_mode: str = "default"
+    prompt_policy: PromptPolicy = PromptPolicy.INTERRUPT
+    # The permission mode new sessions start in.
+    permission_mode: PermissionMode = PermissionMode.DEFAULT
     # Model calls allowed in one turn before it ends with `max_turn_requests`.
     max_turn_requests: int = DEFAULT_MAX_TURN_REQUESTS
     # An OpenAI-compatible endpoint, for `--model openai:MODEL`.

@@ -37,14 +37,8 @@ KNOWN_CROSSINGS: frozenset[tuple[str, str]] = frozenset(
         ("acp_server.jsonrpc.connection", "acp_server.runtime.text_guard"),
         ("acp_server.sessions.runs", "acp_server.jsonrpc.rpc"),
         ("acp_server.sessions.runs", "acp_server.protocol.schema"),
-        ("acp_server.sessions.turn", "acp_server.jsonrpc.rpc"),
-        ("acp_server.sessions.turn", "acp_server.protocol.editor"),
         ("acp_server.sessions.turn", "acp_server.protocol.schema"),
-        ("acp_server.sessions.turn", "acp_server.protocol.updates"),
-        ("acp_server.sessions.turn_tools", "acp_server.protocol.editor"),
-        ("acp_server.sessions.options", "acp_server.protocol.editor"),
         ("acp_server.sessions.subagents", "acp_server.protocol.schema"),
-        ("acp_server.sessions.services", "acp_server.jsonrpc.connection"),
     }
 )
 

@@ -25,6 +25,7 @@ from acp_server.runtime.providers.echo import _chunks
 from acp_server.runtime.providers.scripted import ScriptError, parse_script
 from acp_server.sessions.runs import Agent, RunContext, RunState, Session
 from acp_server.sessions.turn import _sealed_history
+from acp_server.settings.choices import PromptPolicy
 
 
 def split(chunks: list[bytes], limit: int = 10) -> list[bytes | Oversized]:
@@ -109,7 +110,7 @@ async def test_interrupt_of_unknown_or_idle_sessions_touches_nothing() -> None:
 
 async def test_busy_session_rejects_a_second_prompt_but_queues_one_behind_a_stopping_turn() -> None:
     agent, session = Agent(), make_session()
-    session.prompt_policy = "reject"
+    session.prompt_policy = PromptPolicy.REJECT
     first = agent.admit(session, 1, prompt(session))
     with pytest.raises(Exception, match="already running"):
         agent.admit(session, 2, prompt(session))
@@ -229,7 +230,7 @@ async def test_interrupt_policy_cancels_the_running_turn_and_everything_admitted
 
 async def test_queue_policy_waits_first_in_first_out_and_cancels_nothing() -> None:
     agent, session = Agent(), make_session()
-    session.prompt_policy = "queue"
+    session.prompt_policy = PromptPolicy.QUEUE
     first = agent.admit(session, 1, prompt(session))
     second = agent.admit(session, 2, prompt(session))
     third = agent.admit(session, 3, prompt(session))

@@ -46,9 +46,9 @@ MISSING_SDK = "the anthropic provider needs: pip install 'acp-server[anthropic]'
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 # Anthropic stop reasons that are not a plain end of the turn.
 STOP_REASONS: dict[str, StopReason] = {
-    "max_tokens": "max_tokens",
-    "model_context_window_exceeded": "max_tokens",
-    "refusal": "refusal",
+    "max_tokens": StopReason.MAX_TOKENS,
+    "model_context_window_exceeded": StopReason.MAX_TOKENS,
+    "refusal": StopReason.REFUSAL,
 }
 
 
@@ -193,7 +193,7 @@ class _Reading:
             for _, block in sorted(self.blocks.items())
             if block.kind == "tool_use"
         )
-        return Reply("".join(self.text), calls, STOP_REASONS.get(self.stop_reason or "", "end_turn"))
+        return Reply("".join(self.text), calls, STOP_REASONS.get(self.stop_reason or "", StopReason.END_TURN))
 
     @staticmethod
     def _arguments(block: _Block) -> dict[str, Any]:

@@ -204,11 +204,11 @@ class _Reading:
             ToolCall(call.id or f"call_{uuid.uuid4().hex[:24]}", call.name, parse_arguments("".join(call.fragments)))
             for _, call in sorted(self.calls.items())
         )
-        stop: StopReason = "end_turn"
+        stop = StopReason.END_TURN
         if self.finish == "length":
-            stop = "max_tokens"
+            stop = StopReason.MAX_TOKENS
         elif self.refused or self.finish == "content_filter":
-            stop = "refusal"
+            stop = StopReason.REFUSAL
         return Reply("".join(self.text), calls, stop)
 
 

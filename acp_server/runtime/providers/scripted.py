@@ -46,7 +46,8 @@ MODIFIERS = {
     "gate_raise": {"timeout"},
     "abort_gate": {"timeout"},
 }
-STOP_REASONS = ("end_turn", "max_tokens", "refusal")
+# What a script's `stop` step may end a reply with (a model's own reasons, not the loop's or a cancel's).
+STOP_REASONS = (StopReason.END_TURN, StopReason.MAX_TOKENS, StopReason.REFUSAL)
 
 
 class ScriptError(ValueError):
@@ -255,8 +256,7 @@ class _ScriptedTurn:
         elif action == "fail":
             raise ProviderError(step.value)
         elif action == "stop":
-            stop: StopReason = step.value
-            return Reply("".join(text), (), stop)
+            return Reply("".join(text), (), StopReason(step.value))
         elif action == "tool":
             call = ToolCall(f"call_{uuid.uuid4().hex[:16]}", step.value, dict(step.args or {}))
             return Reply("".join(text), (call,))

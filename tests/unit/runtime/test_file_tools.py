@@ -33,6 +33,7 @@ from acp_server.runtime.tools.files import DEFAULT_READ_LINES, FILE_TOOLS, MAX_G
 from acp_server.runtime.tools.gitignore import glob_matcher
 from acp_server.runtime.tools.plan import PLAN_TOOLS
 from acp_server.sessions.runs import Session
+from acp_server.settings.choices import PermissionMode
 
 TOOLS = {tool.name: tool for tool in (*FILE_TOOLS, *PLAN_TOOLS)}
 ALLOW = Decision(True)
@@ -292,7 +293,7 @@ async def test_write_file_in_a_read_only_session_is_refused_without_asking(env: 
     async def never(method: str, params: dict[str, Any]) -> Any:
         raise AssertionError("a read-only session asked the user")
 
-    session = Session("sess_test", env.cwd, (), (), mode="read_only")
+    session = Session("sess_test", env.cwd, (), (), mode=PermissionMode.READ_ONLY)
     env.permissions = PermissionGate(session, never)
     with pytest.raises(ToolError, match="read-only mode: write_file is not allowed"):
         await env.run("write_file", path="a.txt", content="x")
@@ -303,7 +304,7 @@ async def test_write_file_in_accept_edits_mode_writes_without_asking(env: Env) -
     async def never(method: str, params: dict[str, Any]) -> Any:
         raise AssertionError("accept_edits asked the user about an edit")
 
-    env.permissions = PermissionGate(Session("sess_test", env.cwd, (), (), mode="accept_edits"), never)
+    env.permissions = PermissionGate(Session("sess_test", env.cwd, (), (), mode=PermissionMode.ACCEPT_EDITS), never)
     await env.run("write_file", path="a.txt", content="x")
     assert (env.cwd / "a.txt").read_text() == "x"
 

@@ -24,6 +24,7 @@ from acp_server.runtime.model import (
     Message,
     ModelError,
     Reply,
+    StopReason,
     TextDelta,
     ThoughtDelta,
     ToolCall,
@@ -152,7 +153,7 @@ async def test_openai_streams_each_content_chunk_as_a_text_delta(
     recorder = Recorder()
     reply = await respond(openai_provider, recorder=recorder)
     assert recorder.texts() == ["Hel", "lo, ", "world"]
-    assert reply == Reply("Hello, world", (), "end_turn")
+    assert reply == Reply("Hello, world", (), StopReason.END_TURN)
 
 
 async def test_openai_request_carries_system_prompt_history_tool_results_and_tools(
@@ -542,7 +543,7 @@ async def test_anthropic_streams_text_thinking_and_reassembled_tool_calls(
     assert reply == Reply(
         "Reading it.",
         (ToolCall("toolu_1", "read_file", {"path": "a.py"}), ToolCall("toolu_2", "list_files", {})),
-        "end_turn",
+        StopReason.END_TURN,
     )
 
 

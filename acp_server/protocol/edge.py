@@ -1,0 +1,72 @@
+"""The protocol side of the core's `Edge` (sessions/edge.py) for one ACP v1 connection: where a turn's events are
+rendered and sent, and the editor's side of its tools. The composition root (`AcpServer`) builds it and hands it to
+the core inside the `TurnServices`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from acp_server.jsonrpc.connection import Connection
+from acp_server.protocol.editor import EditorFileSystem, EditorTerminalRunner, PermissionGate, SplitFileSystem
+from acp_server.protocol.updates import TurnUpdates, session_update
+from acp_server.runtime.local_commands import LocalCommandRunner
+from acp_server.runtime.local_fs import LocalFileSystem
+from acp_server.runtime.ports import CommandRunner
+from acp_server.runtime.processes import ProcessTable
+from acp_server.sessions.edge import Ports, SessionEvent
+from acp_server.sessions.runs import RunContext
+from acp_server.settings.config import Config
+
+__all__ = ["AcpEdge"]
+
+
+class AcpEdge:
+    """ACP v1 over one connection."""
+
+    def __init__(self, connection: Connection, config: Config, processes: ProcessTable) -> None:
+        self._connection = connection
+        self._config = config
+        self._processes = processes
+
+    def turn_sink(self, run: RunContext) -> TurnUpdates:
+        return TurnUpdates(self._connection, run)
+
+    def session_event(self, session_id: str, event: SessionEvent) -> None:
+        self._connection.notify("session/update", {"sessionId": session_id, "update": session_update(event)})
+
+    def spawn(self, func: Callable[..., Coroutine[Any, Any, Any]], *args: Any) -> None:
+        self._connection.spawn(func, *args)
+
+    def retract(self, request_id: int) -> None:
+        self._connection.retract(request_id)
+
+    def probe(self, run: RunContext, event: str, **fields: Any) -> None:
+        params = {"sessionId": run.session_id, "prompt": run.request_id, "event": event, **fields}
+        self._connection.notify("_scripted/probe", params)
+
+    def tool_ports(self, run: RunContext, on_behalf_of: str | None = None) -> Ports:
+        session = run.session
+        grace = self._config.cleanup_deadline
+        connection = self._connection
+
+        async def request(method: str, params: dict[str, Any]) -> Any:
+            return await connection.request(method, params, fence=run)
+
+        def deadline() -> float:
+            return run.cleanup_deadline(grace)
+
+        roots = (session.cwd, *session.additional_directories)
+        local_fs = LocalFileSystem(roots)
+        editor_fs = EditorFileSystem(request, session.session_id, roots, local_fs)
+        fs = SplitFileSystem(
+            editor_fs if session.client.fs.read_text_file else local_fs,
+            editor_fs if session.client.fs.write_text_file else local_fs,
+        )
+        commands: CommandRunner = (
+            EditorTerminalRunner(request, session.session_id, deadline)
+            if session.client.terminal
+            else LocalCommandRunner(self._processes, deadline)
+        )
+        return Ports(fs, commands, PermissionGate(session, request, on_behalf_of), request)
