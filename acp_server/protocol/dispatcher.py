@@ -28,6 +28,7 @@ from acp_server.jsonrpc.rpc import (
 )
 from acp_server.mcp_bridge import McpRegistry
 from acp_server.protocol.edge import AcpEdge
+from acp_server.protocol.prompts import prompt_command
 from acp_server.protocol.schema import ClientCapabilities, InitializeRequest, PromptRequest, RequestId
 from acp_server.runtime.child_env import ChildEnvPolicy
 from acp_server.runtime.model import Provider, StopReason
@@ -36,10 +37,9 @@ from acp_server.runtime.providers import MissingCredentialsError, UnknownModelEr
 from acp_server.runtime.providers.scripted import ScriptError
 from acp_server.runtime.tools import ToolBox
 from acp_server.sessions.options import parse_command
-from acp_server.sessions.runs import Agent, RunContext, Session
+from acp_server.sessions.runs import Agent, PromptRejectedError, RunContext, Session
 from acp_server.sessions.services import TurnServices
 from acp_server.sessions.slash_commands import first_title
-from acp_server.sessions.turn import prompt_text
 from acp_server.settings.config import Config
 
 if TYPE_CHECKING:
@@ -195,7 +195,8 @@ class AcpServer:
                         f"Invalid params: prompt.{index}: {block.type} content is not supported by this model",
                     )
             session = self.session(prompt.session_id)
-            is_command = len(prompt.prompt) == 1 and parse_command(prompt_text(prompt)) is not None
+            command = prompt_command(prompt)
+            is_command = command.block_count == 1 and parse_command(command.text) is not None
             problem = (
                 None
                 if is_command
@@ -203,9 +204,12 @@ class AcpServer:
             )
             if problem is not None:
                 raise RpcError(ErrorCode.INVALID_PARAMS, problem)
-            context.run = self.agent.admit(session, context.request_id, prompt)
+            context.run = self.agent.admit(session, context.request_id, command)
         except RpcError as exc:
             context.admission_error = exc
+            return
+        except PromptRejectedError as exc:
+            context.admission_error = RpcError(ErrorCode.INVALID_REQUEST, exc.message)
             return
         self.prompts[context.request_id] = context.run
 
@@ -224,7 +228,7 @@ class AcpServer:
                 del self.prompts[context.request_id]
             self.agent.finish(run)
             session = run.session
-            text = prompt_text(run.request)
+            text = run.prompt.text
             # After the first ordinary (not slash-command) turn that completes, once.
             wants_title = session.title is None and not session.title_requested and parse_command(text) is None
             if run.outcome is StopReason.END_TURN and wants_title:

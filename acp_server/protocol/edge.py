@@ -61,12 +61,12 @@ class AcpEdge:
         local_fs = LocalFileSystem(roots)
         editor_fs = EditorFileSystem(request, session.session_id, roots, local_fs)
         fs = SplitFileSystem(
-            editor_fs if session.client.fs.read_text_file else local_fs,
-            editor_fs if session.client.fs.write_text_file else local_fs,
+            editor_fs if session.client.read_files else local_fs,
+            editor_fs if session.client.write_files else local_fs,
         )
         commands: CommandRunner = (
             EditorTerminalRunner(request, session.session_id, deadline)
-            if session.client.terminal
+            if session.client.terminals
             else LocalCommandRunner(self._processes, deadline)
         )
         return Ports(fs, commands, PermissionGate(session, request, on_behalf_of), request)

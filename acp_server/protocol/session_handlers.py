@@ -16,6 +16,7 @@ from acp_server.jsonrpc.rpc import ErrorCode, RpcError
 from acp_server.mcp_bridge import merge_servers
 from acp_server.protocol.dispatcher import AcpServer, RequestContext
 from acp_server.protocol.options import config_options, modes
+from acp_server.protocol.prompts import client_tools
 from acp_server.protocol.schema import (
     ClientCapabilities,
     CloseSessionRequest,
@@ -55,7 +56,7 @@ async def session_new(context: RequestContext, params: NewSessionRequest) -> dic
         Path(params.cwd),
         tuple(Path(d) for d in params.additional_directories),
         tuple(params.mcp_servers),
-        client=server.client_capabilities or ClientCapabilities(),
+        client=client_tools(server.client_capabilities or ClientCapabilities()),
         mode=server.config.permission_mode,
         model=server.config.model,
         prompt_policy=server.config.prompt_policy,
@@ -134,7 +135,7 @@ async def _restore(context: RequestContext, params: LoadSessionRequest, *, repla
         tuple(Path(d) for d in params.additional_directories),
         tuple(params.mcp_servers),
         history=list(loaded.history),
-        client=server.client_capabilities or ClientCapabilities(),
+        client=client_tools(server.client_capabilities or ClientCapabilities()),
         mode=_known(PermissionMode, record.mode, server.config.permission_mode),
         model=stored_model if stored_model in server.models else server.config.model,
         title=record.title,

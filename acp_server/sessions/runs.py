@@ -30,21 +30,28 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from acp_server.jsonrpc.rpc import ErrorCode, RpcError
-from acp_server.protocol.schema import ClientCapabilities, PromptRequest, RequestId
 from acp_server.runtime.model import Message, StopReason
 from acp_server.runtime.providers.scripted import GateBoard
+from acp_server.sessions.commands import ClientTools, Prompt, RequestId
 from acp_server.settings.choices import PermissionMode, PromptPolicy
 
 if TYPE_CHECKING:  # the store (and sqlite3) load only when a session needs them, never at start-up
     from acp_server.mcp_bridge.hub import McpHub
     from acp_server.store import TurnLog
 
-__all__ = ["Agent", "RunContext", "RunState", "Session"]
+__all__ = ["Agent", "PromptRejectedError", "RunContext", "RunState", "Session"]
 
 log = logging.getLogger(__name__)
 
 _run_ids = itertools.count(1)
+
+
+class PromptRejectedError(Exception):
+    """A prompt refused at admission (the `reject` policy); the protocol edge answers it as an invalid request."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
 
 
 class RunState(enum.Enum):
@@ -69,7 +76,7 @@ class Session:
     gates: GateBoard = field(default_factory=GateBoard)
     turns_started: int = 0
     # What the client can do for this session's tools (its initialize capabilities).
-    client: ClientCapabilities = field(default_factory=ClientCapabilities)
+    client: ClientTools = field(default_factory=ClientTools)
     # What a prompt sent while a turn runs does: interrupt, queue, reject or steer (the `prompt_policy` option).
     prompt_policy: PromptPolicy = PromptPolicy.INTERRUPT
     # The permission mode and the "always" answers, "edit:write_file" -> allowed.
@@ -95,7 +102,7 @@ class RunContext:
 
     session: Session
     request_id: RequestId
-    request: PromptRequest
+    prompt: Prompt
     parent_session_id: str | None = None
     # Admitted under `steer` behind a running turn: that turn hands over to this prompt at its next model call.
     steers: bool = False
@@ -154,7 +161,7 @@ class Agent:
     def running_turns(self) -> int:
         return len(self._runs)
 
-    def admit(self, session: Session, request_id: RequestId, request: PromptRequest) -> RunContext:
+    def admit(self, session: Session, request_id: RequestId, prompt: Prompt) -> RunContext:
         """Admit a prompt the moment its line is read. Synchronous on purpose (see the module docstring).
 
         A prompt for a busy session follows the session's policy (INTERRUPTS.md 6.1): `interrupt` cancels the running
@@ -164,7 +171,7 @@ class Agent:
         waits for the cleanup and runs, whatever the policy.
         """
         current = self._runs.get(session.session_id)
-        run = RunContext(session, request_id, request)
+        run = RunContext(session, request_id, prompt)
         if current is None:
             self._runs[session.session_id] = run
             run.may_start.set()
@@ -172,7 +179,7 @@ class Agent:
         stopping = current.state is RunState.STOPPING
         # Prompts already waiting were admitted while the turn was stopping (under `reject` nothing else waits).
         if session.prompt_policy is PromptPolicy.REJECT and not (stopping or session.waiting):
-            raise RpcError(ErrorCode.INVALID_REQUEST, "a prompt is already running in this session")
+            raise PromptRejectedError("a prompt is already running in this session")
         if session.prompt_policy is PromptPolicy.INTERRUPT:
             self.interrupt(session.session_id)
         run.steers = session.prompt_policy is PromptPolicy.STEER and not stopping

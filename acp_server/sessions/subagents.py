@@ -16,7 +16,6 @@ from datetime import date
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from acp_server.protocol.schema import PromptRequest
 from acp_server.runtime.loop import run_turn
 from acp_server.runtime.model import (
     Message,
@@ -33,6 +32,7 @@ from acp_server.runtime.ports import ToolError
 from acp_server.runtime.system_prompt import build_system_prompt
 from acp_server.runtime.text_guard import redactor_for
 from acp_server.runtime.tools import ToolBox
+from acp_server.sessions.commands import Prompt
 from acp_server.sessions.runs import RunContext, RunState, Session
 from acp_server.sessions.turn_tools import tool_context, tool_ports
 
@@ -78,8 +78,8 @@ class ChildSessions:
             mode=home.mode,
             model=home.model,
         )
-        request = PromptRequest.model_validate({"sessionId": child_id, "prompt": [{"type": "text", "text": task}]})
-        child = RunContext(child_session, parent.request_id, request, parent_session_id=parent.session_id)
+        prompt = Prompt(task, 1, lambda: [{"type": "text", "text": task}])
+        child = RunContext(child_session, parent.request_id, prompt, parent_session_id=parent.session_id)
         child.state = RunState.RUNNING
         progress = _Progress(emit, call_id, child_id)
         await progress.announce()

@@ -16,11 +16,9 @@ from __future__ import annotations
 import logging
 from datetime import date
 from typing import TYPE_CHECKING
-from urllib.parse import unquote, urlparse
 
 import anyio
 
-from acp_server.protocol.schema import EmbeddedResource, PromptRequest, ResourceLink, TextContent
 from acp_server.runtime.compaction import ContextCompactor
 from acp_server.runtime.loop import run_turn
 from acp_server.runtime.model import (
@@ -45,7 +43,7 @@ from acp_server.sessions.turn_tools import bound_probe, tool_context, tool_ports
 if TYPE_CHECKING:
     from acp_server.store import TurnStatus
 
-__all__ = ["TurnFailedError", "execute_prompt", "prompt_text"]
+__all__ = ["TurnFailedError", "execute_prompt"]
 
 log = logging.getLogger(__name__)
 
@@ -59,42 +57,12 @@ class TurnFailedError(Exception):
         self.message = message
 
 
-def prompt_text(request: PromptRequest) -> str:
-    """The user's prompt as text for the model; every block is represented, none silently dropped.
-
-    Images and audio never get here: admission refuses them (-32602) while no configured model takes them.
-    """
-    parts: list[str] = []
-    for block in request.prompt:
-        if isinstance(block, TextContent):
-            parts.append(block.text)
-        elif isinstance(block, ResourceLink):
-            parsed = urlparse(block.uri)
-            if parsed.scheme == "file":
-                path = unquote(parsed.path)
-                parts.append(f"[The user attached the file {path} ({block.name}); read it with read_file if needed]")
-            else:
-                parts.append(f"[The user attached a link: {block.name} <{block.uri}>]")
-        elif isinstance(block, EmbeddedResource):
-            uri = block.resource.get("uri", "")
-            text = block.resource.get("text")
-            if isinstance(text, str):
-                parts.append(f'<context uri="{uri}">\n{text}\n</context>')
-            else:
-                mime = block.resource.get("mimeType", "binary")
-                parts.append(f"[The user attached {uri} ({mime}); its binary content is not shown]")
-        else:
-            parts.append(f"[{block.type} content]")
-    return "\n".join(parts)
-
-
 async def execute_prompt(services: TurnServices, run: RunContext) -> StopReason:
     """The turn, to its stop reason; raises `TurnFailedError` for a turn that failed without a cancel."""
     store = services.store()
     if store is not None:
         # Recorded from the start, so even a prompt cancelled before it ran is replayed with its outcome.
-        prompt = [block.model_dump(by_alias=True, exclude_none=True) for block in run.request.prompt]
-        run.turn_log = store.begin_turn(run.session_id, prompt, prompt_text(run.request))
+        run.turn_log = store.begin_turn(run.session_id, run.prompt.blocks(), run.prompt.text)
     try:
         return await _execute(services, run)
     finally:
@@ -134,8 +102,8 @@ async def _work(services: TurnServices, run: RunContext) -> None:
     try:
         stop: StopReason | None = None
         with run.scope:
-            text = prompt_text(run.request)
-            command = parse_command(text) if len(run.request.prompt) == 1 else None
+            text = run.prompt.text
+            command = parse_command(text) if run.prompt.block_count == 1 else None
             tools = services.tools
             if session.mcp is not None and command is None:
                 # Its MCP servers' tools join the built-ins (see mcp_bridge/hub.py); a slash command uses no tools,
@@ -155,7 +123,7 @@ async def _work(services: TurnServices, run: RunContext) -> None:
                         session_id=session.session_id,
                         run_id=run.run_id,
                         turn_index=session.turns_started,
-                        meta=run.request.meta or {},
+                        meta=run.prompt.meta,
                         probe=probe,
                         session_services={"gates": session.gates},
                         system_prompt=instructions or system_prompt,

@@ -19,10 +19,12 @@ from acp_server.jsonrpc.rpc import (
     classify,
 )
 from acp_server.jsonrpc.transport import Oversized, _InputLines, _LineSplitter
+from acp_server.protocol.prompts import prompt_command
 from acp_server.protocol.schema import PromptRequest
 from acp_server.runtime.model import Message, ToolCall
 from acp_server.runtime.providers.echo import _chunks
 from acp_server.runtime.providers.scripted import ScriptError, parse_script
+from acp_server.sessions.commands import Prompt
 from acp_server.sessions.runs import Agent, RunContext, RunState, Session
 from acp_server.sessions.turn import _sealed_history
 from acp_server.settings.choices import PromptPolicy
@@ -86,8 +88,9 @@ def make_session(name: str = "s") -> Session:
     return Session(name, Path("/tmp"), (), ())
 
 
-def prompt(session: Session) -> PromptRequest:
-    return PromptRequest.model_validate({"sessionId": session.session_id, "prompt": []})
+def prompt(session: Session) -> Prompt:
+    """An empty prompt (the core's command; the protocol edge parses `session/prompt` into these)."""
+    return prompt_command(PromptRequest.model_validate({"sessionId": session.session_id, "prompt": []}))
 
 
 async def test_interrupt_marks_stopping_cancels_the_scope_and_is_idempotent() -> None:
