@@ -1,5 +1,6 @@
-"""The ACP edge: the wire models, the request handlers, the client's side as runtime ports, and the rendering of a
-turn's events into `session/update` notifications and responses.
+"""The ACP edge: the wire models, the request handlers (parsing requests into the core's commands), the client's side
+as runtime ports, and the rendering of the core's events into `session/update` notifications and responses: the
+`Edge` that `sessions/edge.py` defines, implemented in `edge.py`. Nothing outside it builds a `session/update`.
 
 May import every layer below it: `sessions`, `runtime`, `store`, `mcp_bridge`, `jsonrpc`, `settings`.
 """

@@ -2,7 +2,7 @@
 
 The loop reports everything through `await emit(event)` and knows nothing of JSON-RPC. It catches no cancellation:
 a cancel of the turn's scope unwinds it from whichever await it is in (model stream, tool, client request), and
-the turn boundary in `prompt_turn.py` decides the stop reason.
+the turn boundary in `sessions/turn.py` decides the stop reason.
 """
 
 from __future__ import annotations
