@@ -1,43 +1,21 @@
-"""Command line: flags, their environment fallbacks and the config file merged into one Config; logging; the loop.
+"""Command line: `acp-server [FLAGS]` serves ACP over stdio (what editors run); `acp-server SUBCOMMAND ...` runs one of
+the tools in `SUBCOMMANDS`, each in a module of its own, imported only when asked for, so serving never pays for them.
 
-`acp-server [FLAGS]` serves ACP over stdio (what editors run); `acp-server SUBCOMMAND ...` runs one of the tools in
-`SUBCOMMANDS`, each in a module of its own, imported only when asked for, so serving never pays for them.
 stdout belongs to the protocol; everything a person should read goes to stderr (and to the log file, since editors
-hide or drop stderr).
-
-Every setting is decided the same way: the flag if given, else its `ACP_SERVER_*` variable if set and not empty,
-else the config file's key (config_checks.py), else the default. A bad flag or variable stops the server with exit
-status 2 (someone typed it for this run and is watching); a bad file value is reported and ignored (the file is read
-by every editor window, which would otherwise just fail to start an agent without saying why).
+hide or drop stderr). The flags, variables and config file are merged in `settings/command_line.py`.
 """
 
 from __future__ import annotations
 
-import argparse
 import logging
-import math
 import os
 import sys
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, TypeVar
+from collections.abc import Sequence
 
-from acp_server import __version__
-from acp_server.config import (
-    DEFAULT_CLEANUP_DEADLINE,
-    DEFAULT_MAX_TURN_REQUESTS,
-    DEFAULT_MCP_START_WAIT,
-    LOG_LEVELS,
-    PERMISSION_MODE_IDS,
-    PROMPT_POLICY_IDS,
-    Config,
-)
-from acp_server.config_checks import FileSettings, load_settings
-from acp_server.settings import config_file, held_secrets, secret_values, secret_variables
+from acp_server.settings.command_line import load
+from acp_server.settings.files import secret_values
 
-__all__ = ["LOG_LEVELS", "PERMISSION_MODE_IDS", "PROMPT_POLICY_IDS", "Loaded", "load", "main", "parse_config"]
-
-T = TypeVar("T")
+__all__ = ["SUBCOMMANDS", "main"]
 
 # Subcommand -> the module whose `main(argv) -> int` runs it.
 SUBCOMMANDS: dict[str, str] = {
@@ -46,260 +24,6 @@ SUBCOMMANDS: dict[str, str] = {
     "replay": "acp_server.transcripts.replay",
 }
 
-_TRUE = ("1", "true", "yes", "on")
-_FALSE = ("0", "false", "no", "off")
-# ACP_SERVER_LOG_FILE values that mean "no log file" rather than a path.
-_NO_LOG_FILE = (*_FALSE, "none")
-
-
-@dataclass(frozen=True, slots=True)
-class Loaded:
-    """The merged configuration, and the config file it read (with its problems, for logging and `doctor`)."""
-
-    config: Config
-    file: FileSettings
-    args: argparse.Namespace  # the flags as parsed, including any a subcommand added (see `load`'s `extend`)
-
-
-def _non_negative_seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if value < 0 or math.isnan(value):
-        raise argparse.ArgumentTypeError(f"must be zero or more seconds: {text!r}")
-    return value
-
-
-def _at_least_one(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1: {text!r}")
-    return value
-
-
-def _parser(prog: str, extend: Callable[[argparse.ArgumentParser], None] | None = None) -> argparse.ArgumentParser:
-    # Defaults are None so a flag that was not given can be told from one that was: precedence needs to know.
-    parser = argparse.ArgumentParser(
-        prog=prog,
-        description="An Agent Client Protocol agent. Editors start it and speak JSON-RPC over stdin/stdout. Each "
-        "setting comes from its flag, else its environment variable, else the config file (ACP_SERVER_CONFIG; "
-        "by default config.toml in your config directory), else its default.",
-        epilog=f"subcommands: {', '.join(sorted(SUBCOMMANDS))} (`acp-server doctor` checks the set-up and says "
-        "what is wrong)",
-    )
-    add = parser.add_argument
-    add(
-        "--model",
-        help="echo (offline, the default), scripted[:PATH], openai:MODEL or anthropic:MODEL "
-        "(env ACP_SERVER_MODEL; file: model)",
-    )
-    add(
-        "--base-url",
-        metavar="URL",
-        help="an OpenAI-compatible endpoint, e.g. http://localhost:11434/v1 for Ollama "
-        "(env ACP_SERVER_BASE_URL, then OPENAI_BASE_URL; file: [providers.openai] base_url, then base_url)",
-    )
-    add(
-        "--permission-mode",
-        choices=PERMISSION_MODE_IDS,
-        help="the mode new sessions start in (default: ask before edits and commands; "
-        "env ACP_SERVER_PERMISSION_MODE; file: permission_mode)",
-    )
-    add(
-        "--prompt-policy",
-        choices=PROMPT_POLICY_IDS,
-        help="a prompt sent while a turn runs: interrupt it (default), queue behind it, reject it, or steer it "
-        "(env ACP_SERVER_PROMPT_POLICY; file: prompt_policy)",
-    )
-    add(
-        "--cleanup-deadline",
-        type=_non_negative_seconds,
-        metavar="SECONDS",
-        help="after a cancel, how long cleanup may take before work is abandoned "
-        "(default 2; env ACP_SERVER_CLEANUP_DEADLINE; file: cleanup_deadline)",
-    )
-    add(
-        "--mcp-start-wait",
-        type=_non_negative_seconds,
-        metavar="SECONDS",
-        help="how long a turn waits for an MCP server that is still starting, counted from its start, before going "
-        "on without its tools (default 10; env ACP_SERVER_MCP_START_WAIT; file: mcp_start_wait)",
-    )
-    add(
-        "--max-turn-requests",
-        type=_at_least_one,
-        metavar="N",
-        help="model calls allowed in one turn before it stops with max_turn_requests "
-        "(default 50; env ACP_SERVER_MAX_TURN_REQUESTS; file: max_turn_requests)",
-    )
-    add(
-        "--state-dir",
-        metavar="DIR",
-        help="where sessions are stored (default: your state directory; env ACP_SERVER_STATE_DIR; file: state_dir)",
-    )
-    add(
-        "--store",
-        action=argparse.BooleanOptionalAction,
-        help="--no-store keeps sessions in memory only: nothing is written, nothing can be loaded later "
-        "(env ACP_SERVER_NO_STORE=1; file: store = false)",
-    )
-    add(
-        "--log-level",
-        choices=LOG_LEVELS,
-        help="for stderr and the log file (default warning; env ACP_SERVER_LOG; file: log_level)",
-    )
-    add(
-        "--log-file",
-        metavar="PATH",
-        help="the rotating log file (default: acp-server.log in your log directory; env ACP_SERVER_LOG_FILE, "
-        "'off' for none; file: log_file)",
-    )
-    add("--no-log-file", dest="log_file", action="store_const", const=False, help="log to stderr only")
-    add(
-        "--record",
-        metavar="FILE",
-        help="write every line in and out to FILE as a transcript, secrets removed (env ACP_SERVER_RECORD)",
-    )
-    add(
-        "--test-mode",
-        action="store_true",
-        default=None,
-        help="add the test tools and _scripted/probe notifications (never in production; env ACP_SERVER_TEST_MODE)",
-    )
-    add("--version", action="version", version=f"acp-server {__version__}")
-    if extend is not None:
-        extend(parser)
-    return parser
-
-
-class _Merge:
-    """flag > environment > file > default, one setting at a time; a bad variable is a usage error."""
-
-    def __init__(self, parser: argparse.ArgumentParser, env: Mapping[str, str], file: FileSettings) -> None:
-        self.parser, self.env, self.file = parser, env, file
-
-    def __call__(self, flag: T | None, variable: str, key: str | None, default: T, parse: Callable[[str], T]) -> T:
-        if flag is not None:
-            return flag
-        text = self.env.get(variable, "").strip()
-        if text:
-            try:
-                return parse(text)
-            except (argparse.ArgumentTypeError, ValueError) as exc:
-                self.parser.error(f"{variable}={text!r}: {exc}")
-        if key is not None and key in self.file.values:
-            value: T = self.file.values[key]
-            return value
-        return default
-
-    def choice(self, choices: tuple[str, ...]) -> Callable[[str], str]:
-        def parse(text: str) -> str:
-            if text.lower() not in choices:
-                raise ValueError(f"must be one of {', '.join(choices)}")
-            return text.lower()
-
-        return parse
-
-    @staticmethod
-    def switch(text: str) -> bool:
-        if text.lower() in _TRUE:
-            return True
-        if text.lower() in _FALSE:
-            return False
-        raise ValueError(f"must be one of {', '.join((*_TRUE, *_FALSE))}")
-
-
-def _log_file(flag: Any, env: Mapping[str, str], file: FileSettings) -> tuple[bool, str | None]:
-    """(log to a file?, which one; None = the default place). flag > ACP_SERVER_LOG_FILE > file > on, default."""
-    if flag is False:
-        return False, None
-    if isinstance(flag, str):
-        return True, flag
-    text = env.get("ACP_SERVER_LOG_FILE", "").strip()
-    if text:
-        return (False, None) if text.lower() in _NO_LOG_FILE else (True, text)
-    value = file.values.get("log_file", True)
-    return (True, None) if value is True else (False, None) if value is False else (True, str(value))
-
-
-def _store(flag: bool | None, pick: _Merge) -> bool:
-    """`--store`/`--no-store` > ACP_SERVER_NO_STORE (a negative, so inverted) > the file's `store` > on."""
-    if flag is None and pick.env.get("ACP_SERVER_NO_STORE", "").strip():
-        return not pick(None, "ACP_SERVER_NO_STORE", None, False, _Merge.switch)
-    return pick(flag, "", "store", True, _Merge.switch)  # no variable of its own: the one above is the negative
-
-
-def load(
-    argv: Sequence[str] | None = None,
-    env: Mapping[str, str] = os.environ,
-    prog: str = "acp-server",
-    extend: Callable[[argparse.ArgumentParser], None] | None = None,
-) -> Loaded:
-    """Parse the flags, read the config file, and merge them with the environment into one Config. `extend` adds
-    a subcommand's own flags (`doctor --timeout`) to the server's, so it reads the same flags the server would."""
-    parser = _parser(prog, extend)
-    args = parser.parse_args(argv)
-    file = load_settings(config_file(env))
-    pick = _Merge(parser, env, file)
-    log_to_file, log_file = _log_file(args.log_file, env, file)
-    config = Config(
-        model=pick(args.model, "ACP_SERVER_MODEL", "model", "echo", str),
-        cleanup_deadline=pick(
-            args.cleanup_deadline,
-            "ACP_SERVER_CLEANUP_DEADLINE",
-            "cleanup_deadline",
-            DEFAULT_CLEANUP_DEADLINE,
-            _non_negative_seconds,
-        ),
-        log_level=pick(args.log_level, "ACP_SERVER_LOG", "log_level", "warning", pick.choice(LOG_LEVELS)),
-        test_mode=pick(args.test_mode, "ACP_SERVER_TEST_MODE", None, False, _Merge.switch),
-        permission_mode=pick(
-            args.permission_mode,
-            "ACP_SERVER_PERMISSION_MODE",
-            "permission_mode",
-            "default",
-            pick.choice(PERMISSION_MODE_IDS),
-        ),
-        prompt_policy=pick(
-            args.prompt_policy, "ACP_SERVER_PROMPT_POLICY", "prompt_policy", "interrupt", pick.choice(PROMPT_POLICY_IDS)
-        ),
-        max_turn_requests=pick(
-            args.max_turn_requests,
-            "ACP_SERVER_MAX_TURN_REQUESTS",
-            "max_turn_requests",
-            DEFAULT_MAX_TURN_REQUESTS,
-            _at_least_one,
-        ),
-        # The file's own base_url ranks below OPENAI_BASE_URL, so it is applied by settings.provider_credentials.
-        base_url=pick(args.base_url, "ACP_SERVER_BASE_URL", None, None, str),
-        state_dir=pick(args.state_dir, "ACP_SERVER_STATE_DIR", "state_dir", None, str),
-        store=_store(args.store, pick),
-        record=pick(args.record, "ACP_SERVER_RECORD", None, None, str),
-        log_to_file=log_to_file,
-        log_file=log_file,
-        mcp_servers=file.mcp_servers,
-        mcp_start_wait=pick(
-            args.mcp_start_wait,
-            "ACP_SERVER_MCP_START_WAIT",
-            "mcp_start_wait",
-            DEFAULT_MCP_START_WAIT,
-            _non_negative_seconds,
-        ),
-        models=tuple(file.values.get("models", ())),
-        held_secrets=tuple(held_secrets(file.raw, env)),
-        secret_variables=tuple(secret_variables(file.raw)),
-        env_deny=file.env_deny,
-    )
-    return Loaded(config, file, args)
-
-
-def parse_config(argv: Sequence[str] | None = None) -> Config:
-    return load(argv).config
-
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
@@ -307,9 +31,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         import importlib
 
         sys.exit(importlib.import_module(SUBCOMMANDS[args[0]]).main(args[1:]))
-    loaded = load(args)
+    loaded = load(args, subcommands=tuple(SUBCOMMANDS))
     config = loaded.config
-    from acp_server.logfile import setup_logging
+    from acp_server.settings.logfile import setup_logging
 
     setup_logging(config, secrets=secret_values(loaded.file.raw, os.environ))
     log = logging.getLogger("acp_server")

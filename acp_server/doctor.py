@@ -23,11 +23,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from acp_server.cli import Loaded, load
-from acp_server.config import Config
-from acp_server.config_checks import model_spec_problem
-from acp_server.logfile import log_file_path
-from acp_server.settings import KEY_VARIABLES, Credentials, SettingsError, provider_credentials
+from acp_server.settings.checks import model_spec_problem
+from acp_server.settings.command_line import Loaded, load
+from acp_server.settings.config import Config
+from acp_server.settings.files import KEY_VARIABLES, Credentials, SettingsError, provider_credentials
+from acp_server.settings.logfile import log_file_path
 
 __all__ = ["Check", "main"]
 

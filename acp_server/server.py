@@ -12,9 +12,9 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from acp_server.config import Config
-from acp_server.dispatcher import AcpServer
-from acp_server.handlers import METHODS, NOTIFICATIONS, TEST_METHODS
+from acp_server.jsonrpc.transport import LineSink, LineSource, open_stdio
+from acp_server.protocol.dispatcher import AcpServer
+from acp_server.protocol.handlers import METHODS, NOTIFICATIONS, TEST_METHODS
 from acp_server.runtime.child_env import ChildEnvPolicy
 from acp_server.runtime.model import Provider
 from acp_server.runtime.processes import ProcessTable
@@ -26,7 +26,7 @@ from acp_server.runtime.tools.delegate import DELEGATE_TOOLS
 from acp_server.runtime.tools.files import FILE_TOOLS
 from acp_server.runtime.tools.plan import PLAN_TOOLS
 from acp_server.runtime.tools.testing import TEST_TOOLS
-from acp_server.transport import LineSink, LineSource, open_stdio
+from acp_server.settings.config import Config
 
 if TYPE_CHECKING:
     from acp_server.transcripts.record import Recorder

@@ -31,7 +31,7 @@ from typing import Any
 
 from bench.report import Figure, format_table
 from bench.wire import Server, WireError, percentile
-from tests.harness import processes
+from tests.support.harness import processes
 
 __all__ = ["CancelToolResult", "main", "run"]
 

@@ -2,7 +2,7 @@
 
 `bench.chunks` and `bench.cancel` measure the server with the scripted model, which costs nothing. This benchmark
 puts the OpenAI SDK path in between: `acp-server --model openai:fake-model --base-url URL` talks HTTP + SSE to
-`tests/fake_openai.py`, running in this process's threads, and the light stdio reader of `bench.wire` reads the
+`tests/support/fake_openai.py`, running in this process's threads, and the light stdio reader of `bench.wire` reads the
 other side. Two figures:
 
 - Throughput: a turn whose reply is 10,000 text chunks (one SSE event each), timed from the prompt's write to the
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from bench.chunks import Variant
 from bench.report import Figure, format_table
 from bench.wire import CLOCK_TICKS, Server, WireError, percentile
-from tests.fake_openai import FakeOpenAI, text_reply
+from tests.support.fake_openai import FakeOpenAI, text_reply
 
 __all__ = ["ProviderResult", "main", "run"]
 

@@ -58,7 +58,7 @@ class StartupResult:
 
 def time_no_config_file(loads: int = 100) -> float:
     """Milliseconds per settings load when the config file does not exist (what most start-ups do)."""
-    from acp_server.cli import load
+    from acp_server.settings.command_line import load
 
     with tempfile.TemporaryDirectory() as directory:
         env = {"ACP_SERVER_CONFIG": str(Path(directory) / "missing" / "config.toml")}

@@ -5,7 +5,7 @@ It checks exactly one response per prompt, no turn update for a session while no
 no update carrying another session's id, every message valid against the ACP schema (the test harness's wire
 checks), and, through `_acp_server/stats`, nothing left behind at the end: no running turn, queued prompt, pending
 client request or child process. It reports cancel latency under that load and the total throughput.
-Run: `python -m bench.stress [--sessions 50] [--rounds 20] [--seed 7]`; tests/test_stress.py runs a short one.
+Run: `python -m bench.stress [--sessions 50] [--rounds 20] [--seed 7]`; tests/e2e/test_stress.py runs a short one.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any
 
 from bench.report import Figure, format_table
 from bench.wire import percentile
-from tests.harness import RawClient, check_wire
+from tests.support.harness import RawClient, check_wire
 
 __all__ = ["StressResult", "crossed_sessions", "main", "run"]
 

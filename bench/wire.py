@@ -27,7 +27,7 @@ from typing import IO, Any
 
 import orjson
 
-from tests.harness import isolated_env, server_command
+from tests.support.harness import isolated_env, server_command
 
 __all__ = [
     "CLOCK_TICKS",

@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 
-from tests.harness import LONG_GRACE_ARGS, T_EXIT, TIME_SCALE, RawClient, check_wire
+from tests.support.harness import LONG_GRACE_ARGS, T_EXIT, TIME_SCALE, RawClient, check_wire
 
 StartServer = Callable[..., Awaitable[RawClient]]
 

@@ -15,22 +15,24 @@ changed (`notifications/tools/list_changed`), so a turn's tool list never change
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import anyio
 
-from acp_server.config import DEFAULT_MCP_START_WAIT
 from acp_server.mcp_bridge.link import ServerLink
-from acp_server.mcp_bridge.registry import Spawn
 from acp_server.mcp_bridge.specs import McpServerError, ServerSpec, parse_server, safe_name
 from acp_server.mcp_bridge.tools import link_tools
 from acp_server.runtime.child_env import KEEP_ALL, ChildEnvPolicy
 from acp_server.runtime.model import Emit, Notice
 from acp_server.runtime.tools import Tool, ToolBox
+from acp_server.settings.config import DEFAULT_MCP_START_WAIT
 
 __all__ = ["McpHub", "Spawn"]
+
+# Starts a task under a long-lived owner (the ACP connection's task group).
+Spawn = Callable[[Callable[..., Coroutine[Any, Any, Any]]], None]
 
 # After a session's servers were asked to stop and the grace period passed, how long the kill may take to show.
 KILL_WAIT = 1.0

@@ -8,17 +8,15 @@ killed with its whole process group, so no process outlives the agent.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Coroutine, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from acp_server.config import DEFAULT_MCP_START_WAIT
 from acp_server.runtime.child_env import KEEP_ALL, ChildEnvPolicy
+from acp_server.settings.config import DEFAULT_MCP_START_WAIT
 
 if TYPE_CHECKING:  # the hub (and what it imports) loads when a session first has servers, not at start-up
-    from acp_server.mcp_bridge.hub import McpHub
-
-Spawn = Callable[[Callable[..., Coroutine[Any, Any, Any]]], None]
+    from acp_server.mcp_bridge.hub import McpHub, Spawn
 
 __all__ = ["McpRegistry"]
 

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from acp_server.runtime.paths import wire
+from acp_server.runtime.names import wire
 from acp_server.runtime.ports import ToolError
 
 __all__ = [

@@ -24,8 +24,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 
-from acp_server.config import Config
 from acp_server.runtime.text_guard import MIN_REDACTED_CHARS
+from acp_server.settings.config import Config
 
 __all__ = ["KEEP_ALL", "ChildEnvPolicy", "child_environment"]
 

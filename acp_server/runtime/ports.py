@@ -1,7 +1,7 @@
 """The ports through which tools reach the outside world: files, commands, and the user's permission.
 
 Each has two kinds of implementation: through the editor (ACP `fs/*`, `terminal/*`,
-`session/request_permission`, in `acp_server/editor.py`) and local (`runtime/local.py`), chosen per session from
+`session/request_permission`, in `protocol/editor.py`) and local (`runtime/local_fs.py`), chosen per session from
 the client's advertised capabilities. Tools are written once, against these protocols, and never know which side
 they talk to; the runtime stays free of JSON-RPC.
 """

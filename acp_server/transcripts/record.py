@@ -26,8 +26,8 @@ from typing import BinaryIO
 
 import orjson
 
+from acp_server.jsonrpc.transport import LineSink, LineSource, Oversized
 from acp_server.transcripts.secrets import Redactor, provider_secrets
-from acp_server.transport import LineSink, LineSource, Oversized
 
 __all__ = ["Recorder"]
 

@@ -26,7 +26,7 @@ from typing import Any
 
 import orjson
 
-from acp_server.settings import (
+from acp_server.settings.files import (
     MIN_NAMED_SECRET_CHARS,
     MIN_SECRET_CHARS,
     SettingsError,

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from acp_server.runtime.model import Provider
-from acp_server.settings import (
+from acp_server.settings.files import (
     KEY_VARIABLES,
     SettingsError,
     config_file,

@@ -36,7 +36,7 @@ from acp_server.runtime.model import (
     UsageReported,
 )
 from acp_server.runtime.providers.http_common import HttpProvider, parse_arguments
-from acp_server.settings import DEFAULT_TIMEOUTS, EndpointTimeouts
+from acp_server.settings.files import DEFAULT_TIMEOUTS, EndpointTimeouts
 
 __all__ = ["AnthropicProvider", "wire_messages"]
 

@@ -25,7 +25,7 @@ import anyio
 import orjson
 
 from acp_server.runtime.model import INVALID_ARGUMENTS, Emit, ModelError
-from acp_server.settings import DEFAULT_TIMEOUTS, EndpointTimeouts
+from acp_server.settings.files import DEFAULT_TIMEOUTS, EndpointTimeouts
 
 __all__ = ["HttpProvider", "describe_failure", "import_sdk", "one_line", "parse_arguments"]
 

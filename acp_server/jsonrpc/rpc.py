@@ -1,0 +1,240 @@
+"""The JSON-RPC 2.0 envelope: classify each incoming line, dispatch requests, and own the error boundary.
+
+This is the only module that imports jsonrpcserver. It is given already-parsed messages (no second parse) and a
+cheap structural check instead of its import-time JSON-schema validator, and is always called with an explicit
+`methods=` table and a per-request `context=`.
+
+Error boundary, in one place: a pydantic `ValidationError` becomes -32602 with a one-line message naming the field;
+an `RpcError` passes through as it is; any other exception is logged with its traceback to stderr and answered
+-32603 with a short message, never the exception's text. Cancellation is a BaseException and is never caught here.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import Any, TypeVar
+
+import orjson
+from jsonrpcserver import Error, Success
+from jsonrpcserver.async_main import dispatch_to_response
+from oslash.either import Left
+from pydantic import BaseModel, ValidationError
+
+from acp_server.jsonrpc.transport import Oversized
+
+__all__ = [
+    "ErrorCode",
+    "Handler",
+    "IncomingNotification",
+    "IncomingRequest",
+    "IncomingResponse",
+    "InvalidLine",
+    "RpcError",
+    "classify",
+    "dispatch",
+    "error_message",
+    "method_table",
+    "validation_message",
+]
+
+log = logging.getLogger(__name__)
+
+ParamsT = TypeVar("ParamsT", bound=BaseModel)
+ContextT = TypeVar("ContextT")
+
+
+class ErrorCode(IntEnum):
+    PARSE_ERROR = -32700
+    INVALID_REQUEST = -32600
+    METHOD_NOT_FOUND = -32601
+    INVALID_PARAMS = -32602
+    INTERNAL_ERROR = -32603
+    AUTH_REQUIRED = -32000
+    RESOURCE_NOT_FOUND = -32002
+    REQUEST_CANCELLED = -32800
+
+
+class RpcError(Exception):
+    """An error meant for the client: its code and message go on the wire as they are."""
+
+    def __init__(self, code: ErrorCode | int, message: str, data: Any = None) -> None:
+        super().__init__(message)
+        self.code = int(code)
+        self.message = message
+        self.data = data
+
+
+# --- classification of incoming lines ---
+
+
+@dataclass(frozen=True, slots=True)
+class IncomingRequest:
+    id: int | str | None
+    method: str
+    params: Any
+    message: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class IncomingNotification:
+    method: str
+    params: Any
+
+
+@dataclass(frozen=True, slots=True)
+class IncomingResponse:
+    id: Any
+    result: Any
+    error: dict[str, Any] | None
+
+
+@dataclass(frozen=True, slots=True)
+class InvalidLine:
+    """A line that gets an error response and nothing else."""
+
+    code: ErrorCode
+    message: str
+    id: int | str | None = None
+
+
+Incoming = IncomingRequest | IncomingNotification | IncomingResponse | InvalidLine
+
+
+def _valid_id(value: Any) -> bool:
+    return value is None or isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
+
+
+# In JSON text: an escaped backslash (skipped, so what follows it is no escape), a surrogate pair written as two
+# escapes (kept), or any other surrogate escape (a lone one, which orjson refuses).
+_SURROGATE_ESCAPE = re.compile(
+    rb"\\\\|\\u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2}|(\\u[dD][89a-fA-F][0-9a-fA-F]{2})"
+)
+
+
+def _repair_lone_surrogates(line: bytes) -> bytes:
+    """The line with every lone surrogate escape (`\\ud800`) replaced by U+FFFD's (`\\ufffd`); pairs are kept. Some
+    clients and proxies cut text between the two halves of a character; the rest of the message is still good."""
+    return _SURROGATE_ESCAPE.sub(lambda m: b"\\ufffd" if m.group(1) else m.group(0), line)
+
+
+def _loads(line: bytes) -> Any:
+    try:
+        return orjson.loads(line)
+    except orjson.JSONDecodeError:
+        if b"\\u" not in line:
+            raise
+        repaired = _repair_lone_surrogates(line)
+        if repaired == line:
+            raise
+        return orjson.loads(repaired)
+
+
+def classify(line: bytes | Oversized) -> Incoming:
+    if isinstance(line, Oversized):
+        return InvalidLine(ErrorCode.INVALID_REQUEST, f"Invalid request: message of {line.size} bytes is too large")
+    try:
+        message = _loads(line)
+    except orjson.JSONDecodeError as exc:
+        return InvalidLine(ErrorCode.PARSE_ERROR, f"Parse error: {str(exc).splitlines()[0]}")
+    if not isinstance(message, dict):
+        kind = "a batch" if isinstance(message, list) else f"a JSON {type(message).__name__}"
+        return InvalidLine(ErrorCode.INVALID_REQUEST, f"Invalid request: expected one request object, got {kind}")
+    raw_id = message.get("id")
+    echo_id = raw_id if _valid_id(raw_id) else None
+    if "method" not in message:
+        if "id" in message and ("result" in message or "error" in message):
+            error = message.get("error")
+            return IncomingResponse(raw_id, message.get("result"), error if isinstance(error, dict) else None)
+        return InvalidLine(ErrorCode.INVALID_REQUEST, "Invalid request: no method", echo_id)
+    method = message["method"]
+    if message.get("jsonrpc") != "2.0":
+        return InvalidLine(ErrorCode.INVALID_REQUEST, 'Invalid request: "jsonrpc" must be "2.0"', echo_id)
+    if not isinstance(method, str):
+        return InvalidLine(ErrorCode.INVALID_REQUEST, "Invalid request: method must be a string", echo_id)
+    params = message.get("params")
+    if "id" not in message:
+        return IncomingNotification(method, params)
+    if not _valid_id(raw_id):
+        return InvalidLine(ErrorCode.INVALID_REQUEST, "Invalid request: id must be a string, an integer or null")
+    if params is not None and not isinstance(params, (dict, list)):
+        return InvalidLine(ErrorCode.INVALID_REQUEST, "Invalid request: params must be an object", raw_id)
+    return IncomingRequest(raw_id, method, params, message)
+
+
+# --- dispatch ---
+
+Handler = Callable[[ContextT, ParamsT], Awaitable[Any]]
+JsonRpcMethod = Callable[..., Awaitable[Any]]
+
+
+def validation_message(exc: ValidationError) -> str:
+    """One line naming the first bad field, e.g. `Invalid params: protocolVersion: Input should be ...`."""
+    first = exc.errors()[0]
+    where = ".".join(str(part) for part in first["loc"]) or "params"
+    more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+    text = first["msg"].removeprefix("Value error, ")  # our own validators' words (schema.py), said plainly
+    return f"Invalid params: {where}: {text}{more}"
+
+
+def _adapt(params_model: type[ParamsT], handler: Handler[Any, ParamsT]) -> JsonRpcMethod:
+    async def method(context: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            validated = getattr(context, "validated_params", None)
+            params = validated if isinstance(validated, params_model) else params_model.model_validate(kwargs)
+            return Success(await handler(context, params))
+        except RpcError as exc:
+            return Error(exc.code, exc.message, exc.data) if exc.data is not None else Error(exc.code, exc.message)
+        except ValidationError as exc:
+            return Error(ErrorCode.INVALID_PARAMS, validation_message(exc))
+        except Exception:
+            log.exception("internal error in %s", getattr(handler, "__name__", "handler"))
+            return Error(ErrorCode.INTERNAL_ERROR, "Internal error: the server failed to handle this request")
+
+    return method
+
+
+def method_table(table: Mapping[str, tuple[type[BaseModel], Handler[Any, Any]]]) -> dict[str, JsonRpcMethod]:
+    """Turn `{"wire/method": (ParamsModel, handler)}` into jsonrpcserver's `methods=` dict."""
+    return {name: _adapt(model, handler) for name, (model, handler) in table.items()}
+
+
+def error_message(request_id: Any, code: int, message: str, data: Any = None) -> dict[str, Any]:
+    """An error response. The message is made one line here, for every error: it may quote the client's own
+    input (a method name, a session id), which can hold line breaks."""
+    if not message.isprintable():
+        message = " ".join(message.splitlines())
+    error: dict[str, Any] = {"code": code, "message": message}
+    if data is not None:
+        error["data"] = data
+    return {"jsonrpc": "2.0", "id": request_id, "error": error}
+
+
+def _structural_check(message: Any) -> Any:
+    # `classify` already checked the envelope; jsonrpcserver's own jsonschema validator would redo it slowly.
+    return message
+
+
+async def dispatch(request: IncomingRequest, methods: dict[str, JsonRpcMethod], context: Any) -> dict[str, Any]:
+    """Run one request through jsonrpcserver and return the response message."""
+    if isinstance(request.params, list) and request.method in methods:
+        # Every ACP method takes named params; jsonrpcserver would pass an array (even an empty one) positionally.
+        return error_message(request.id, ErrorCode.INVALID_PARAMS, "Invalid params: expected an object, got an array")
+    response = await dispatch_to_response(
+        "",
+        methods,
+        context=context,
+        deserializer=lambda _: request.message,
+        validator=_structural_check,
+    )
+    if isinstance(response, Left):
+        error = response._error
+        if error.code == ErrorCode.METHOD_NOT_FOUND:
+            return error_message(request.id, error.code, f"Method not found: {request.method}")
+        return error_message(request.id, error.code, error.message)
+    # One request in, so one response out (jsonrpcserver returns lists only for batches, which classify refuses).
+    success: Any = response
+    return {"jsonrpc": "2.0", "id": request.id, "result": success._value.result}

@@ -1,0 +1,329 @@
+"""The session lifecycle: `session/new`, `load`, `resume`, `list`, `delete`, `close`, `set_mode`, `set_config_option`.
+
+Small typed `(context, params)` handlers, registered in `handlers.METHODS`.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from acp_server.jsonrpc.rpc import ErrorCode, RpcError
+from acp_server.mcp_bridge import merge_servers
+from acp_server.protocol.dispatcher import AcpServer, RequestContext
+from acp_server.protocol.editor import PERMISSION_MODES
+from acp_server.protocol.schema import (
+    ClientCapabilities,
+    CloseSessionRequest,
+    DeleteSessionRequest,
+    ListSessionsRequest,
+    LoadSessionRequest,
+    NewSessionRequest,
+    SetSessionConfigOptionRequest,
+    SetSessionModeRequest,
+)
+from acp_server.sessions.options import (
+    AVAILABLE_COMMANDS,
+    MODE_OPTION,
+    MODEL_OPTION,
+    PROMPT_POLICIES,
+    PROMPT_POLICY_OPTION,
+    config_options,
+    modes,
+)
+from acp_server.sessions.runs import Session
+
+__all__ = [
+    "session_close",
+    "session_delete",
+    "session_fork",
+    "session_list",
+    "session_load",
+    "session_new",
+    "session_resume",
+    "session_set_config_option",
+    "session_set_mode",
+]
+
+
+async def session_new(context: RequestContext, params: NewSessionRequest) -> dict[str, Any]:
+    server = context.server
+    server.require_initialized()
+    server.require_model()
+    _check_directories(params.cwd, params.additional_directories)
+    session_id = f"sess_{uuid.uuid4().hex}"
+    session = Session(
+        session_id,
+        Path(params.cwd),
+        tuple(Path(d) for d in params.additional_directories),
+        tuple(params.mcp_servers),
+        client=server.client_capabilities or ClientCapabilities(),
+        mode=server.config.permission_mode,
+        model=server.config.model,
+        prompt_policy=server.config.prompt_policy,
+    )
+    store = await server.open_store()
+    if store is not None:
+        store.create_session(
+            session_id,
+            params.cwd,
+            additional_directories=params.additional_directories,
+            mcp_servers=params.mcp_servers,
+            mode=session.mode,
+            config={MODEL_OPTION: session.model, PROMPT_POLICY_OPTION: session.prompt_policy},
+        )
+        await store.flush()  # committed before the client learns the id: a kill -9 after the answer keeps it
+    return {"sessionId": session_id, **_opened(context, session)}
+
+
+def _check_directories(cwd: str, additional_directories: list[str]) -> None:
+    """A session's roots must be usable before anything of the session exists (registered, stored, forked): a
+    client's bad path is its own error (-32602), never an internal one later, when a tool first uses it."""
+    for where, directory in [("cwd", cwd), *(("additionalDirectories", d) for d in additional_directories)]:
+        if "\0" in directory:
+            raise RpcError(ErrorCode.INVALID_PARAMS, f"Invalid params: {where}: a path cannot hold NUL: {directory!r}")
+        if not Path(directory).is_absolute():
+            raise RpcError(ErrorCode.INVALID_PARAMS, f"Invalid params: paths must be absolute: {directory!r}")
+        if not os.path.isdir(directory):
+            raise RpcError(ErrorCode.INVALID_PARAMS, f"Invalid params: {where}: not a directory: {directory!r}")
+
+
+def _opened(context: RequestContext, session: Session) -> dict[str, Any]:
+    """Register a session and answer with its modes and options; its commands follow the response (the client
+    learns the session id from the response)."""
+    server = context.server
+    replaced = server.sessions.get(session.session_id)
+    if replaced is not None and replaced.mcp is not None:
+        replaced.mcp.stop()  # a load or resume of an open session: its servers start again with the new one
+    server.sessions[session.session_id] = session
+    # Connected in the background: the response does not wait (a turn waits for them, bounded; see mcp_bridge).
+    servers = merge_servers(server.config.mcp_servers, session.mcp_servers)
+    if servers:
+        server.processes.adopt_orphans()  # stdio MCP servers are children too: their orphans must come to us
+    session.mcp = server.mcp.open(servers, session.cwd, (session.cwd, *session.additional_directories))
+    context.after.append(lambda: _announce_commands(server, session))
+    return {"modes": modes(session), "configOptions": config_options(session, server.models)}
+
+
+async def _restore(context: RequestContext, params: LoadSessionRequest, *, replay: bool) -> dict[str, Any]:
+    """session/load (replay first) and session/resume (no replay): rebuild the session from the store and go on."""
+    server = context.server
+    server.require_initialized()
+    server.require_model()
+    _check_directories(params.cwd, params.additional_directories)
+    current = server.sessions.get(params.session_id)
+    if current is not None and not current.closed and server.agent.running(params.session_id) is not None:
+        raise RpcError(ErrorCode.INVALID_REQUEST, "the session has a prompt running; cancel it first")
+    from acp_server.store import StoreUnavailable, replay_updates  # sqlite3 stays off the start-up path
+
+    store = await server.require_store()
+    try:
+        loaded = await store.load(params.session_id)
+    except StoreUnavailable as exc:
+        raise RpcError(ErrorCode.INTERNAL_ERROR, f"cannot read the session store: {exc}") from None
+    if loaded is None:
+        raise RpcError(ErrorCode.RESOURCE_NOT_FOUND, f"unknown session: {params.session_id}")
+    record = loaded.session
+    stored_model = record.config.get(MODEL_OPTION)
+    stored_policy = record.config.get(PROMPT_POLICY_OPTION)
+    policies = {policy["value"] for policy in PROMPT_POLICIES}
+    session = Session(
+        record.session_id,
+        Path(params.cwd),
+        tuple(Path(d) for d in params.additional_directories),
+        tuple(params.mcp_servers),
+        history=list(loaded.history),
+        client=server.client_capabilities or ClientCapabilities(),
+        mode=record.mode if record.mode in {m.id for m in PERMISSION_MODES} else server.config.permission_mode,
+        model=stored_model if stored_model in server.models else server.config.model,
+        title=record.title,
+        title_requested=record.title is not None,
+        prompt_policy=stored_policy
+        if isinstance(stored_policy, str) and stored_policy in policies
+        else server.config.prompt_policy,
+    )
+    if replay:
+        # The whole conversation, before the response (ACP); C3 exempts this replay from the turn rule.
+        for update in replay_updates(loaded):
+            server.connection.notify("session/update", {"sessionId": session.session_id, "update": update})
+    return _opened(context, session)
+
+
+async def session_fork(context: RequestContext, params: LoadSessionRequest) -> dict[str, Any]:
+    """Unstable in ACP v1: a new session that starts with a copy of another's conversation (a running turn in the
+    source is copied as interrupted). Answered like session/new; the source is untouched."""
+    from acp_server.store import StoreUnavailable
+
+    server = context.server
+    server.require_initialized()
+    server.require_model()
+    _check_directories(params.cwd, params.additional_directories)  # before the copy: no half-made fork
+    store = await server.require_store()
+    new_id = f"sess_{uuid.uuid4().hex}"
+    try:
+        copied = await store.fork(
+            params.session_id,
+            new_id,
+            cwd=params.cwd,
+            additional_directories=params.additional_directories,
+            mcp_servers=params.mcp_servers,
+        )
+    except StoreUnavailable as exc:
+        raise RpcError(ErrorCode.INTERNAL_ERROR, f"cannot read the session store: {exc}") from None
+    if not copied:
+        raise RpcError(ErrorCode.RESOURCE_NOT_FOUND, f"unknown session: {params.session_id}")
+    restored = await _restore(context, params.model_copy(update={"session_id": new_id}), replay=False)
+    return {"sessionId": new_id, **restored}
+
+
+async def session_load(context: RequestContext, params: LoadSessionRequest) -> dict[str, Any]:
+    return await _restore(context, params, replay=True)
+
+
+async def session_resume(context: RequestContext, params: LoadSessionRequest) -> dict[str, Any]:
+    return await _restore(context, params, replay=False)
+
+
+async def session_list(context: RequestContext, params: ListSessionsRequest) -> dict[str, Any]:
+    from acp_server.store import StoreUnavailable
+
+    server = context.server
+    server.require_initialized()
+    store = await server.require_store()
+    try:
+        page = await store.list_sessions(cwd=params.cwd, cursor=params.cursor)
+    except ValueError:
+        raise RpcError(ErrorCode.INVALID_PARAMS, "Invalid params: cursor: not a cursor this server gave") from None
+    except StoreUnavailable as exc:
+        raise RpcError(ErrorCode.INTERNAL_ERROR, f"cannot read the session store: {exc}") from None
+    sessions = []
+    for summary in page.sessions:
+        entry: dict[str, Any] = {
+            "sessionId": summary.session_id,
+            "cwd": summary.cwd,
+            "additionalDirectories": list(summary.additional_directories),
+            "updatedAt": summary.updated_at,
+        }
+        if summary.title is not None:
+            entry["title"] = summary.title
+        sessions.append(entry)
+    result: dict[str, Any] = {"sessions": sessions}
+    if page.next_cursor is not None:
+        result["nextCursor"] = page.next_cursor
+    return result
+
+
+async def session_delete(context: RequestContext, params: DeleteSessionRequest) -> dict[str, Any]:
+    """Deleted sessions leave `session/list` and cannot be loaded; an unknown id succeeds silently (ACP). A session
+    open here is closed first, exactly as `session/close` would."""
+    server = context.server
+    server.require_initialized()
+    if params.session_id in server.sessions and not server.sessions[params.session_id].closed:
+        await _close(server, server.sessions[params.session_id])
+    store = await server.open_store()
+    if store is not None:
+        store.delete(params.session_id)
+        await store.flush()
+    return {}
+
+
+async def _commit(server: AcpServer) -> None:
+    """What a request changed is committed before its response (the store batches only streamed updates), so a
+    kill -9 right after the answer cannot undo it. A failed commit is logged by the store and retried with the next
+    flush; the change already holds in this process, so the request still succeeds."""
+    if server.store is not None:
+        await server.store.flush()
+
+
+def _announce_commands(server: AcpServer, session: Session) -> None:
+    update = {"sessionUpdate": "available_commands_update", "availableCommands": list(AVAILABLE_COMMANDS)}
+    server.connection.notify("session/update", {"sessionId": session.session_id, "update": update})
+
+
+def _set_mode(server: AcpServer, session: Session, mode_id: str) -> None:
+    """Modes and the `mode` config option are one setting; the client hears of a change through both."""
+    if mode_id not in {m.id for m in PERMISSION_MODES}:
+        known = ", ".join(m.id for m in PERMISSION_MODES)
+        raise RpcError(ErrorCode.INVALID_PARAMS, f"Invalid params: unknown mode {mode_id!r} ({known})")
+    if session.mode == mode_id:
+        return
+    session.mode = mode_id
+    if server.store is not None:
+        server.store.set_mode(session.session_id, mode_id)
+    notify = server.connection.notify
+    notify(
+        "session/update",
+        {"sessionId": session.session_id, "update": {"sessionUpdate": "current_mode_update", "currentModeId": mode_id}},
+    )
+    update = {"sessionUpdate": "config_option_update", "configOptions": config_options(session, server.models)}
+    notify("session/update", {"sessionId": session.session_id, "update": update})
+
+
+async def session_set_config_option(context: RequestContext, params: SetSessionConfigOptionRequest) -> dict[str, Any]:
+    server = context.server
+    session = server.session(params.session_id)
+    value = params.value
+    if not isinstance(value, str):
+        raise RpcError(ErrorCode.INVALID_PARAMS, f"Invalid params: value: {params.config_id} takes a string value id")
+    if params.config_id == MODE_OPTION:
+        _set_mode(server, session, value)
+    elif params.config_id == MODEL_OPTION:
+        if value not in server.models:
+            raise RpcError(ErrorCode.INVALID_PARAMS, f"Invalid params: value: unknown model {value!r}")
+        server.provider_for(value)  # a missing key or a bad spec is answered now, not at the next prompt
+        session.model = value
+        if server.store is not None:
+            server.store.set_config(
+                session.session_id, {MODEL_OPTION: value, PROMPT_POLICY_OPTION: session.prompt_policy}
+            )
+    elif params.config_id == PROMPT_POLICY_OPTION:
+        if value not in {policy["value"] for policy in PROMPT_POLICIES}:
+            raise RpcError(ErrorCode.INVALID_PARAMS, f"Invalid params: value: unknown prompt policy {value!r}")
+        session.prompt_policy = value
+        _save_options(server, session)
+    else:
+        raise RpcError(ErrorCode.INVALID_PARAMS, f"Invalid params: configId: unknown option {params.config_id!r}")
+    await _commit(server)
+    return {"configOptions": config_options(session, server.models)}
+
+
+def _save_options(server: AcpServer, session: Session) -> None:
+    if server.store is not None:
+        options = {MODEL_OPTION: session.model, PROMPT_POLICY_OPTION: session.prompt_policy}
+        server.store.set_config(session.session_id, options)
+
+
+async def session_set_mode(context: RequestContext, params: SetSessionModeRequest) -> dict[str, Any]:
+    """Permission modes (ACP session modes); they may change at any time, even mid-turn."""
+    server = context.server
+    _set_mode(server, server.session(params.session_id), params.mode_id)
+    await _commit(server)
+    return {}
+
+
+async def session_close(context: RequestContext, params: CloseSessionRequest) -> dict[str, Any]:
+    """ACP: cancel ongoing work "as if session/cancel had been called", then free the session. Its prompts are
+    answered (`cancelled`) before this response; the id is refused from the moment the close is read."""
+    server = context.server
+    await _close(server, server.session(params.session_id))
+    await _commit(server)
+    return {}
+
+
+async def _close(server: AcpServer, session: Session) -> None:
+    session.closed = True
+    runs = [run for run in (server.agent.running(session.session_id), *session.waiting) if run is not None]
+    server.agent.interrupt(session.session_id)
+    for scope in list(session.background):
+        scope.cancel()
+    # Each run answers within the cleanup deadline; a little slack for the hand-over between them.
+    with anyio.move_on_after(server.config.cleanup_deadline + 1):
+        for run in runs:
+            await run.ended.wait()
+    if session.mcp is not None:
+        await session.mcp.aclose(server.config.cleanup_deadline)
+    server.sessions.pop(session.session_id, None)

@@ -1,0 +1,51 @@
+"""What a turn needs from the server, in one frozen bundle: the turn, its tools and its subagents all take it.
+
+Its own module so that the turn (`turn.py`), the ports a tool call gets (`turn_tools.py`) and the subagents that run
+child turns (`subagents.py`) can share it without importing each other in a circle.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from acp_server.jsonrpc.connection import Connection
+from acp_server.runtime.model import Provider
+from acp_server.runtime.processes import ProcessTable
+from acp_server.runtime.tools import ToolBox
+from acp_server.sessions.runs import Agent, RunContext, Session
+from acp_server.settings.config import Config
+
+if TYPE_CHECKING:
+    from acp_server.store import SessionStore
+
+__all__ = ["TurnServices"]
+
+
+@dataclass(frozen=True, slots=True)
+class TurnServices:
+    """What a turn needs from the server; all of it long-lived and shared, none of it holding turn state."""
+
+    config: Config
+    agent: Agent
+    connection: Connection
+    # The provider for a session's model spec (built once per spec, shared by sessions).
+    providers: Callable[[str], Provider]
+    tools: ToolBox
+    processes: ProcessTable
+    # The session store once it is open (None without one: `--no-store`, or it could not be opened).
+    store: Callable[[], SessionStore | None]
+
+    def announce_title(self, session: Session, title: str) -> None:
+        update = {"sessionUpdate": "session_info_update", "title": title}
+        self.connection.notify("session/update", {"sessionId": session.session_id, "update": update})
+        store = self.store()
+        if store is not None:
+            store.set_title(session.session_id, title)
+
+    def probe(self, run: RunContext, event: str, **fields: Any) -> None:
+        """A `_scripted/probe` notification (test mode only): what the turn is doing, for black-box tests."""
+        if self.config.test_mode:
+            params = {"sessionId": run.session_id, "prompt": run.request_id, "event": event, **fields}
+            self.connection.notify("_scripted/probe", params)

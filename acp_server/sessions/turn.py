@@ -1,0 +1,293 @@
+"""One prompt turn, from admission to its single response: the turn boundary of INTERRUPTS.md.
+
+`execute_prompt` waits for the turn's place in its session, starts the work in a task owned by the connection (so
+work that ignores cancellation can be abandoned: a task group cannot exit before its children), then waits for the
+work to end or for a cancel. After a cancel it waits at most until the cleanup deadline, measured from the first
+cancel, and abandons whatever is still running. `_close` then retracts the turn's outstanding client requests,
+fails its open tool calls, commits its history, and raises the fence, all synchronously, so every update of the
+turn is queued before its response and nothing of it after.
+
+The stop reason is decided here and only here: a turn a cancel claimed answers `cancelled` whatever exception the
+abort surfaced as; a turn that fails without a cancel answers a JSON-RPC error, never `end_turn`.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import date
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote, urlparse
+
+import anyio
+
+from acp_server.jsonrpc.rpc import ErrorCode, RpcError
+from acp_server.protocol.editor import (
+    tool_content,
+)
+from acp_server.protocol.schema import EmbeddedResource, PromptRequest, ResourceLink, TextContent
+from acp_server.protocol.updates import Reporter
+from acp_server.runtime.compaction import ContextCompactor
+from acp_server.runtime.loop import run_turn
+from acp_server.runtime.model import (
+    Message,
+    ModelError,
+    ModelTurn,
+    StopReason,
+    TextOutput,
+    TurnInput,
+    UsageReported,
+)
+from acp_server.runtime.system_prompt import build_system_prompt, read_instructions
+from acp_server.runtime.text_guard import redactor_for
+from acp_server.sessions.options import parse_command
+from acp_server.sessions.runs import RunContext, RunState
+from acp_server.sessions.services import TurnServices
+from acp_server.sessions.slash_commands import run_slash_command
+from acp_server.sessions.subagents import ChildSessions
+from acp_server.sessions.turn_tools import bound_probe, tool_context, tool_ports
+
+if TYPE_CHECKING:
+    from acp_server.store import TurnStatus
+
+__all__ = ["execute_prompt", "prompt_text"]
+
+log = logging.getLogger(__name__)
+
+
+def prompt_text(request: PromptRequest) -> str:
+    """The user's prompt as text for the model; every block is represented, none silently dropped.
+
+    Images and audio never get here: admission refuses them (-32602) while no configured model takes them.
+    """
+    parts: list[str] = []
+    for block in request.prompt:
+        if isinstance(block, TextContent):
+            parts.append(block.text)
+        elif isinstance(block, ResourceLink):
+            parsed = urlparse(block.uri)
+            if parsed.scheme == "file":
+                path = unquote(parsed.path)
+                parts.append(f"[The user attached the file {path} ({block.name}); read it with read_file if needed]")
+            else:
+                parts.append(f"[The user attached a link: {block.name} <{block.uri}>]")
+        elif isinstance(block, EmbeddedResource):
+            uri = block.resource.get("uri", "")
+            text = block.resource.get("text")
+            if isinstance(text, str):
+                parts.append(f'<context uri="{uri}">\n{text}\n</context>')
+            else:
+                mime = block.resource.get("mimeType", "binary")
+                parts.append(f"[The user attached {uri} ({mime}); its binary content is not shown]")
+        else:
+            parts.append(f"[{block.type} content]")
+    return "\n".join(parts)
+
+
+async def execute_prompt(services: TurnServices, run: RunContext) -> dict[str, Any]:
+    store = services.store()
+    if store is not None:
+        # Recorded from the start, so even a prompt cancelled before it ran is replayed with its outcome.
+        prompt = [block.model_dump(by_alias=True, exclude_none=True) for block in run.request.prompt]
+        run.turn_log = store.begin_turn(run.session_id, prompt, prompt_text(run.request))
+    try:
+        return await _execute(services, run)
+    finally:
+        if store is not None:
+            await store.flush()  # committed before the response, whatever the outcome
+
+
+async def _execute(services: TurnServices, run: RunContext) -> dict[str, Any]:
+    if not run.may_start.is_set():
+        await run.wake.wait()  # the hand-over or a cancel, whichever comes first
+        run.wake = anyio.Event()
+    if run.cancelled:
+        return _close(services, run)  # claimed before it started: zero model steps
+    run.state = RunState.RUNNING
+    services.connection.spawn(_work, services, run)
+    await run.wake.wait()
+    if not run.work_done.is_set():  # woken by a cancel: wait for the cleanup, but not past the deadline
+        with anyio.move_on_at(run.cleanup_deadline(services.config.cleanup_deadline)):
+            await run.work_done.wait()
+        if not run.work_done.is_set():
+            run.abandoned = True
+            log.warning(
+                "session %s run %d: work still running at the cleanup deadline; abandoned and fenced",
+                run.session_id,
+                run.run_id,
+            )
+            services.probe(run, "step_exited", reason="abandoned")
+    return _close(services, run)
+
+
+async def _work(services: TurnServices, run: RunContext) -> None:
+    session = run.session
+    probe = bound_probe(services, run)
+    reporter = Reporter(services.connection, run)
+    provider = services.providers(session.model)
+    model_turn: ModelTurn | None = None
+    try:
+        stop: StopReason | None = None
+        with run.scope:
+            text = prompt_text(run.request)
+            command = parse_command(text) if len(run.request.prompt) == 1 else None
+            tools = services.tools
+            if session.mcp is not None and command is None:
+                # Its MCP servers' tools join the built-ins (see mcp_bridge/hub.py); a slash command uses no tools,
+                # so it never waits for a server that is still starting.
+                tools = await session.mcp.toolbox(tools, reporter)
+            system_prompt = build_system_prompt(
+                cwd=session.cwd,
+                roots=(session.cwd, *session.additional_directories),
+                tools=tools.specs,
+                instructions=await read_instructions(session.cwd),
+                today=date.today(),
+            )
+
+            def open_model(instructions: str) -> ModelTurn:
+                return provider.open_turn(
+                    TurnInput(
+                        session_id=session.session_id,
+                        run_id=run.run_id,
+                        turn_index=session.turns_started,
+                        meta=run.request.meta or {},
+                        probe=probe,
+                        session_services={"gates": session.gates},
+                        system_prompt=instructions or system_prompt,
+                    )
+                )
+
+            run.messages = list(session.history)
+            run.turn_start = len(run.messages)
+            if command is not None:
+                stop = await run_slash_command(
+                    *command,
+                    run=run,
+                    model=open_model,
+                    emit=reporter,
+                    announce_title=lambda title: services.announce_title(session, title),
+                )
+            else:
+                model_turn = open_model("")
+                session.turns_started += 1
+                run.messages.append(Message("user", text))
+                run.turn_start = len(run.messages)
+                ports = tool_ports(services, run)
+                children = ChildSessions(services, run, run, tools)
+                compactor = ContextCompactor(
+                    lambda: open_model(""),
+                    reporter,
+                    keep_from=run.turn_start - 1 if run.turn_start else 0,
+                    usage=UsageReported(*session.context_usage) if session.context_usage else None,
+                )
+                stop = await run_turn(
+                    model_turn,
+                    run.messages,
+                    tools,
+                    reporter,
+                    tool_context=lambda call: tool_context(
+                        services, run, ports, call, emit=reporter, subagents=children
+                    ),
+                    probe=probe,
+                    max_requests=services.config.max_turn_requests,
+                    compactor=compactor,
+                    hand_over=lambda: services.agent.hand_over_due(session),
+                    redactor=redactor_for(services.config.held_secrets),
+                )
+        if run.cancelled or stop is None:
+            run.outcome = "cancelled"
+        else:
+            run.outcome = stop
+            run.state = RunState.SETTLING
+            if model_turn is not None:
+                await model_turn.settle()  # outside the turn's scope: a late cancel cannot undo a decided outcome
+    except Exception as exc:
+        if run.cancelled:
+            run.outcome = "cancelled"  # ACP: an abort that surfaces as an error is still `cancelled`
+        elif run.outcome is None:
+            run.error = exc
+        else:
+            log.exception("session %s: post-turn work failed; the outcome stands", run.session_id)
+    finally:
+        run.work_done.set()
+        run.wake.set()
+
+
+def _close(services: TurnServices, run: RunContext) -> dict[str, Any]:
+    """Everything between the end of the work and the response. Synchronous: nothing can slip in between."""
+    connection = services.connection
+    for request_id in list(run.pending_requests):
+        connection.retract(request_id)
+    cancelled = run.cancelled or run.outcome == "cancelled"
+    failed = run.error is not None and not cancelled
+    note = "cancelled" if cancelled else "failed" if failed else None
+    for call_id in list(run.open_tool_calls):
+        update = {
+            "sessionUpdate": "tool_call_update",
+            "toolCallId": call_id,
+            "status": "failed",
+            "content": [tool_content(TextOutput(f"The tool call was {note or 'abandoned'}."))],
+        }
+        connection.notify("session/update", {"sessionId": run.session_id, "update": update})
+        if run.turn_log is not None:
+            run.turn_log.append(update)
+    run.open_tool_calls.clear()
+    previous = run.session.history
+    if run.turn_start is not None:
+        run.session.history = _sealed_history(run, note)
+    _record(services, run, previous, "cancelled" if cancelled else "failed" if failed else "completed")
+    run.closed = True  # the fence: from here on nothing this run does reaches the client
+    if failed:
+        raise _failure(run)
+    return {"stopReason": "cancelled" if cancelled else (run.outcome or "end_turn")}
+
+
+def _record(services: TurnServices, run: RunContext, previous: list[Message], status: TurnStatus) -> None:
+    """The turn's outcome and what it added to the model's history, for the store (committed before the
+    response). A turn that rewrote the history (/clear, /compact) records the whole new history."""
+    store, log_ = services.store(), run.turn_log
+    if store is None or log_ is None:
+        return
+    history = run.session.history
+    extends = len(history) >= len(previous) and history[: len(previous)] == previous
+    store.finish_turn(
+        log_,
+        status,
+        stop_reason=run.outcome if status == "completed" else status,
+        error=str(run.error) if status == "failed" and run.error is not None else None,
+        messages=history[len(previous) :] if extends else history,
+        replaces_history=not extends,
+    )
+
+
+def _failure(run: RunContext) -> RpcError:
+    error = run.error
+    if isinstance(error, ModelError):
+        return RpcError(ErrorCode.INTERNAL_ERROR, f"The model failed: {error}")
+    log.error("session %s: the turn failed", run.session_id, exc_info=error)
+    return RpcError(ErrorCode.INTERNAL_ERROR, "Internal error: the turn failed; see the server log")
+
+
+def _sealed_history(run: RunContext, note: str | None) -> list[Message]:
+    """A copy of the turn's conversation that a model can be given again: what was streamed before a cancel is
+    kept, every tool call has a result, and the turn ends with a short note saying how it ended."""
+    messages = list(run.messages)  # a copy: an abandoned run may still append to its own list later
+    if note is None:
+        return messages
+    recorded = sum(1 for m in messages[run.turn_start or 0 :] if m.role == "assistant")
+    partial = "".join(run.streamed_text)
+    if run.replies_started > recorded and partial:
+        # The reply was cut off mid-stream: keep what the user already saw. (A complete reply is recorded by the
+        # loop, and its tool calls may still be waiting for results; those come next, right after it.)
+        messages.append(Message("assistant", partial))
+    answered = {m.tool_call_id for m in messages if m.role == "tool"}
+    for message in list(messages):
+        for call in message.tool_calls:
+            if call.id not in answered:
+                messages.append(Message("tool", f"[{note}]", tool_call_id=call.id))
+    last = messages[-1]
+    if last.role == "assistant" and not last.tool_calls:
+        # One assistant message, not two in a row: some APIs (Anthropic) insist that roles alternate.
+        messages[-1] = Message("assistant", f"{last.content}\n\n[{note}]" if last.content else f"[{note}]")
+    else:
+        messages.append(Message("assistant", f"[{note}]"))
+    return messages

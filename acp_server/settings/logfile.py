@@ -1,0 +1,185 @@
+"""Where the server's logs go: stderr, and a rotating file, because editors hide or drop an agent's stderr.
+
+The file is `acp-server.log` in the user's log directory (`platformdirs`, e.g. `~/.local/state/acp-server/log/` on
+Linux), or `--log-file PATH` / `ACP_SERVER_LOG_FILE` / `log_file` in the config file; `--no-log-file`,
+`ACP_SERVER_LOG_FILE=off` or `log_file = false` turn it off. It is opened (and its directory made) only when the first
+record is written, so a quiet run creates nothing and start-up pays neither for the directory lookup nor for
+`logging.handlers`. Several acp-server processes (one per editor window) may share it: each line carries the process
+id, and rotation (at MAX_BYTES, BACKUPS kept) is best-effort between them.
+
+Secrets are removed from every line, on both outputs, after formatting (so tracebacks are cleaned too): the values of
+the keys the server knows (settings.secret_values), `Authorization`/Bearer tokens, `api_key=...`-style pairs, and
+strings shaped like provider keys (`sk-...`, `ghp_...`, ...). A key is never worth a log line.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import sys
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from acp_server.settings.config import Config
+
+if TYPE_CHECKING:
+    from logging.handlers import RotatingFileHandler
+
+__all__ = [
+    "BACKUPS",
+    "MAX_BYTES",
+    "REDACTED",
+    "LazyRotatingFileHandler",
+    "RedactingFormatter",
+    "Redactor",
+    "default_log_file",
+    "log_file_path",
+    "setup_logging",
+]
+
+LOG_FILE_NAME = "acp-server.log"
+MAX_BYTES = 2 * 1024 * 1024
+BACKUPS = 3
+REDACTED = "[REDACTED]"
+STDERR_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+FILE_FORMAT = "%(asctime)s %(process)d %(levelname)s %(name)s: %(message)s"
+
+# Secrets by shape. Each keeps what says what the secret was (the header or key name, the scheme) and drops the value.
+_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
+    # `Authorization: Bearer x`, `"api_key": "x"`, `x-api-key=x`, `password: x` (header, JSON, repr, query string).
+    (
+        re.compile(
+            r"(?i)(\b(?:proxy-)?authorization|\bx-api-key|\bapi[_-]?key|\baccess[_-]?token|\bauth[_-]?token"
+            r"|\brefresh[_-]?token|\bclient[_-]?secret|\bpassword)"
+            r"([\"']?\s*[:=]\s*[\"']?)((?:bearer|basic|token)\s+)?(?!\[REDACTED\])[^\s\"',;}&)\]]+"
+        ),
+        rf"\1\2\3{REDACTED}",
+    ),
+    (re.compile(r"(?i)\b(bearer|basic)\s+(?!\[REDACTED\])[A-Za-z0-9._~+/=\-]{6,}"), rf"\1 {REDACTED}"),
+    # Provider and service key shapes: OpenAI/Anthropic (sk-, sk-ant-, rk-, pk-), GitHub, Slack, Google.
+    (re.compile(r"\b(?:sk|rk|pk)-[A-Za-z0-9][A-Za-z0-9_\-]{7,}"), REDACTED),
+    (re.compile(r"\bgh[pousr]_[A-Za-z0-9]{20,}"), REDACTED),
+    (re.compile(r"\bxox[abprs]-[A-Za-z0-9\-]{10,}"), REDACTED),
+    (re.compile(r"\bAIza[0-9A-Za-z_\-]{30,}"), REDACTED),
+)
+
+
+class Redactor:
+    """Removes known secret values, then anything shaped like a secret, from a piece of text."""
+
+    def __init__(self, secrets: Iterable[str] = ()) -> None:
+        # Longest first, so a key that contains another is removed whole.
+        self._secrets = sorted({s for s in secrets if s}, key=len, reverse=True)
+
+    def __call__(self, text: str) -> str:
+        for secret in self._secrets:
+            if secret in text:
+                text = text.replace(secret, REDACTED)
+        for pattern, replacement in _PATTERNS:
+            text = pattern.sub(replacement, text)
+        return text
+
+
+class RedactingFormatter(logging.Formatter):
+    """A formatter whose every output (message, arguments, traceback) has passed through a Redactor."""
+
+    def __init__(self, fmt: str, redact: Callable[[str], str]) -> None:
+        super().__init__(fmt)
+        self._redact = redact
+
+    def format(self, record: logging.LogRecord) -> str:
+        return self._redact(super().format(record))
+
+
+class LazyRotatingFileHandler(logging.Handler):
+    """A RotatingFileHandler made at the first record it is given. If the file cannot be opened, that is said once
+    on stderr and the handler goes quiet: losing the log file must not cost the server."""
+
+    def __init__(self, path: Callable[[], Path], max_bytes: int = MAX_BYTES, backups: int = BACKUPS) -> None:
+        super().__init__()
+        self._path = path
+        self._max_bytes = max_bytes
+        self._backups = backups
+        self._target: RotatingFileHandler | None = None
+        self._failed = False
+
+    @property
+    def opened_path(self) -> Path | None:
+        return Path(self._target.baseFilename) if self._target is not None else None
+
+    def _open(self) -> RotatingFileHandler | None:
+        from logging.handlers import RotatingFileHandler
+
+        path: Path | None = None
+        try:
+            path = self._path()
+            path.parent.mkdir(parents=True, exist_ok=True)
+            target = RotatingFileHandler(path, maxBytes=self._max_bytes, backupCount=self._backups, encoding="utf-8")
+        except OSError as exc:
+            self._failed = True
+            where = path or "(no path)"
+            sys.stderr.write(f"acp-server: cannot write the log file {where}: {exc}; logging to stderr only\n")
+            return None
+        target.setFormatter(self.formatter)
+        return target
+
+    def emit(self, record: logging.LogRecord) -> None:
+        # Handler.handle holds self.lock around emit, so the file is opened once even with threads logging.
+        if self._target is None:
+            if self._failed:
+                return
+            self._target = self._open()
+            if self._target is None:
+                return
+        self._target.emit(record)
+
+    def setFormatter(self, fmt: logging.Formatter | None) -> None:  # noqa: N802 (logging's own name)
+        super().setFormatter(fmt)
+        if self._target is not None:
+            self._target.setFormatter(fmt)
+
+    def close(self) -> None:
+        self.acquire()
+        try:
+            if self._target is not None:
+                self._target.close()
+        finally:
+            self.release()
+        super().close()
+
+
+def default_log_file() -> Path:
+    import platformdirs  # resolved at the first record, never at start-up
+
+    return Path(platformdirs.user_log_dir("acp-server", appauthor=False)) / LOG_FILE_NAME
+
+
+def log_file_path(config: Config) -> Path | None:
+    """The log file this configuration writes, or None when it writes none."""
+    if not config.log_to_file:
+        return None
+    return Path(config.log_file).expanduser() if config.log_file else default_log_file()
+
+
+def setup_logging(config: Config, secrets: Iterable[str] = ()) -> LazyRotatingFileHandler | None:
+    """Route the root logger to stderr and (unless turned off) the log file, both redacted, at the configured
+    level. Returns the file handler, if any."""
+    redact = Redactor(secrets)
+    root = logging.getLogger()
+    root.setLevel(config.log_level.upper())
+    stderr = logging.StreamHandler(sys.stderr)
+    stderr.setFormatter(RedactingFormatter(STDERR_FORMAT, redact))
+    root.addHandler(stderr)
+    if not config.log_to_file:
+        return None
+
+    def where() -> Path:
+        path = log_file_path(config)
+        assert path is not None  # log_to_file is set
+        return path
+
+    handler = LazyRotatingFileHandler(where)
+    handler.setFormatter(RedactingFormatter(FILE_FORMAT, redact))
+    root.addHandler(handler)
+    return handler

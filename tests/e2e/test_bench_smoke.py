@@ -1,0 +1,112 @@
+"""Keep the benchmarks runnable: each one, at a few iterations, must finish and return sane numbers.
+
+The benchmarks are not tests and CI does not run them, so without this they would rot silently as the server
+changes. The bounds are safety bounds for a loaded 2-core CI machine, never speed targets (those live in bench/).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from bench import cancel, cancel_tool, chunks, memory, startup
+from bench.report import format_table
+from bench.wire import percentile
+from tests.support.harness import TIME_SCALE, scaled
+
+
+def test_percentile_is_nearest_rank() -> None:
+    samples = [float(n) for n in range(1, 101)]
+    assert percentile(samples, 50) == 50.0
+    assert percentile(samples, 99) == 99.0
+    assert percentile(samples, 100) == 100.0
+    assert percentile([3.0], 90) == 3.0
+
+
+@pytest.mark.timeout(60)
+def test_startup_bench_runs() -> None:
+    result = startup.run(spawns=2)
+    assert len(result.samples_ms) == 2
+    assert 0 < result.min_ms <= result.median_ms <= result.p90_ms < scaled(10_000)
+    assert result.exit_codes == [0, 0]
+
+
+@pytest.mark.timeout(60)
+def test_chunks_bench_counts_every_chunk() -> None:
+    result = chunks.run(chunks=2000, turns=2, steps=True)
+    assert result.steps is not None
+    for variant in (result.repeat, result.steps):
+        assert variant.chunks == 2000  # run_turns raises if a turn delivered any other number
+        assert len(variant.seconds) == 2
+        assert all(0 < s < scaled(30) for s in variant.seconds)
+        assert variant.median_rate > 100 / TIME_SCALE  # a sanity floor, not a target (bench/ has those)
+        assert variant.server_cpu_s >= 0
+        assert math.isfinite(variant.cpu_us_per_chunk(variant.server_cpu_s))
+    assert len(result.figures()) == 5
+
+
+@pytest.mark.timeout(60)
+def test_cancel_bench_runs() -> None:
+    result = cancel.run(iterations=5, streaming=2)
+    assert len(result.samples_ms) == 5
+    assert 0 < result.median_ms < scaled(1000)
+    assert 0 < result.p99_ms < scaled(5000)
+    assert len(result.streaming_ms) == 2
+    assert all(0 < s < scaled(5000) for s in result.streaming_ms)
+    # After every cancel the session is idle again and nothing is left running.
+    assert result.stats_after["runningTurns"] == 0
+    assert result.stats_after["queuedPrompts"] == 0
+
+
+@pytest.mark.timeout(60)
+def test_cancel_with_a_tool_running_bench_runs_both_variants_and_leaves_nothing_running() -> None:
+    result = cancel_tool.run(iterations=3)
+    assert len(result.test_sleep_ms) == 3
+    assert len(result.run_command_ms) == 3
+    assert all(0 < ms < scaled(5000) for ms in [*result.test_sleep_ms, *result.run_command_ms])
+    assert result.processes_left == 0
+    for stats in result.stats_after:
+        assert stats["runningTurns"] == 0
+        assert stats["queuedPrompts"] == 0
+        assert stats["pendingClientRequests"] == 0
+    names = [figure.name for figure in result.figures()]
+    assert len(names) == 5
+    assert "cancel -> cancelled, test_sleep running, p99" in names
+    assert "cancel -> cancelled, run_command sleep 30 running, p99" in names
+
+
+@pytest.mark.timeout(60)
+def test_memory_bench_runs() -> None:
+    result = memory.run(sessions=50)
+    assert 1024 < result.rss_start_kb < 1024 * 1024
+    assert result.rss_start_kb <= result.rss_after_kb
+    assert 0 <= result.kb_per_session < 1024
+
+
+@pytest.mark.timeout(60)
+def test_summary_table_lists_every_figure() -> None:
+    figures = [*startup.StartupResult([100.0, 120.0], [0, 0]).figures()]
+    table = format_table(figures)
+    assert "PASS" in table
+    assert all(figure.name in table for figure in figures)
+
+
+@pytest.mark.timeout(60)
+def test_provider_bench_streams_through_the_openai_provider_and_cancels() -> None:
+    from bench import provider
+
+    result = provider.run(chunks=500, turns=1, cancels=2)
+    assert result.stream.median_rate > 0
+    assert len(result.cancel_ms) == 2
+    assert all(0 < ms < scaled(1000) for ms in result.cancel_ms)
+
+
+@pytest.mark.timeout(60)
+def test_sessions_bench_measures_new_load_and_the_store_cost() -> None:
+    from bench import sessions
+
+    result = sessions.run(news=5, messages=20, chunks=500)
+    assert len(result.new_ms) == 5 and len(result.load_ms) == 5
+    assert result.replayed == 20
+    assert result.stored_rate > 0 and result.unstored_rate > 0

@@ -1,1 +1,0 @@
-"""Small MCP servers the MCP end-to-end tests talk to over real pipes and sockets (see tests/test_mcp_e2e.py)."""

@@ -1,0 +1,415 @@
+"""A loopback OpenAI-compatible server that streams scripted Chat Completions, for provider tests and benchmarks.
+
+The provider SDKs use `httpx2`, which request-mocking libraries do not intercept, and a mock would skip the code we
+most need to trust anyway: SSE framing, chunked transfer, retries, and closing the connection on a cancel. So tests
+talk to a real HTTP server on 127.0.0.1 (port 0). It runs in its own threads (`ThreadingHTTPServer`), so it serves an
+in-process pytest-asyncio test, a spawned `acp-server`, and a synchronous benchmark alike.
+
+Each test queues the replies the server gives, one per request, in order (`FakeModelServer.script`); the builders
+below produce them in the wire format the real API streams. The server records every request it received (path,
+headers, JSON body) and every time a client closed a connection in the middle of a reply it was holding open, so a
+test can assert what the model was sent and that a cancel really closed the HTTP connection.
+
+`FakeModelServer` knows HTTP and SSE only; `tests/support/fake_anthropic.py` builds Anthropic Messages replies for it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import select
+import socket
+import threading
+import time
+from collections import deque
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import TracebackType
+from typing import Any, Literal, Self
+
+import anyio
+import orjson
+
+__all__ = [
+    "FakeModelServer",
+    "FakeOpenAI",
+    "Received",
+    "ServerReply",
+    "chunk",
+    "error",
+    "raw_reply",
+    "reasoning_reply",
+    "refusal_reply",
+    "silent",
+    "text_reply",
+    "tool_call_reply",
+    "usage_chunk",
+]
+
+# How a reply ends once its events are written: normally ("done"), or by holding the connection open until the
+# client goes away ("hang"), or by cutting the connection with the chunked body unfinished ("drop").
+Ending = Literal["done", "hang", "drop"]
+
+MODEL = "fake-model"
+
+
+@dataclass(frozen=True, slots=True)
+class ServerReply:
+    """One scripted answer to one request: an SSE stream, or an error status with a JSON body."""
+
+    status: int = 200
+    # SSE events as (event name or None, data); data is a JSON-able object or raw text sent as is.
+    events: tuple[tuple[str | None, Any], ...] = ()
+    ending: Ending = "done"
+    # For Chat Completions the stream ends with `data: [DONE]`; the Messages API has no such marker.
+    done_marker: bool = True
+    body: Any = None  # the JSON body of an error answer
+    headers: tuple[tuple[str, str], ...] = ()
+    # True: read the request, then send nothing at all (not even headers) until the client goes away.
+    silent: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Received:
+    """A request as the server saw it."""
+
+    path: str
+    headers: dict[str, str]
+    body: dict[str, Any]
+    client_port: int  # the client's end of the TCP connection: equal ports mean a reused connection
+
+
+@dataclass
+class _State:
+    """What the handler threads share with the test; every access holds `lock`."""
+
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    arrived: threading.Condition = field(init=False)  # notified on each request, under `lock`
+    queue: deque[ServerReply] = field(default_factory=deque)
+    default: ServerReply | None = None
+    requests: list[Received] = field(default_factory=list)
+    disconnects: list[float] = field(default_factory=list)  # time.monotonic() when a held reply saw its client go
+    disconnected: threading.Event = field(default_factory=threading.Event)
+    stopping: threading.Event = field(default_factory=threading.Event)
+    # The last reply's wire bytes: a benchmark's default reply of 10,000 chunks is encoded once, not per request.
+    encoded: tuple[ServerReply, bytes] | None = None
+
+    def __post_init__(self) -> None:
+        self.arrived = threading.Condition(self.lock)
+
+
+def _sse(event: str | None, data: Any) -> bytes:
+    payload = data.encode() if isinstance(data, str) else orjson.dumps(data)
+    return (b"event: " + event.encode() + b"\n" if event else b"") + b"data: " + payload + b"\n\n"
+
+
+def _http_chunk(data: bytes) -> bytes:
+    return f"{len(data):x}\r\n".encode() + data + b"\r\n"
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive, and chunked bodies exactly like the real endpoints
+    server: _Server
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return None  # quiet: the test output is for the test
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        try:
+            body = orjson.loads(raw) if raw else {}
+        except orjson.JSONDecodeError:
+            body = {"__unparsable__": raw.decode(errors="replace")}
+        state = self.server.state
+        with state.lock:
+            headers = {k.lower(): v for k, v in self.headers.items()}
+            state.requests.append(Received(self.path, headers, body, int(self.client_address[1])))
+            state.arrived.notify_all()
+            reply = state.queue.popleft() if state.queue else state.default
+        if reply is None:
+            # Answered 400 (never retried) so a test that scripted too few replies fails at once and says why.
+            reply = error(400, "fake server: no scripted reply left for this request")
+        if reply.silent:
+            self._hold_until_client_leaves()
+        elif reply.status != 200:
+            self._send_error(reply)
+        else:
+            self._send_stream(reply)
+
+    def _send_error(self, reply: ServerReply) -> None:
+        payload = orjson.dumps(reply.body)
+        self.send_response(reply.status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        for name, value in reply.headers:
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def _send_stream(self, reply: ServerReply) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream; charset=utf-8")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.send_header("Cache-Control", "no-cache")
+        for name, value in reply.headers:
+            self.send_header(name, value)
+        self.end_headers()
+        try:
+            self.wfile.write(self._encode(reply))
+        except OSError:
+            self.close_connection = True
+            return
+        if reply.ending == "hang":
+            self._hold_until_client_leaves()
+        elif reply.ending == "drop":
+            self.close_connection = True
+            # Shut down without the terminating chunk: the client sees the body cut short.
+            with contextlib.suppress(OSError):
+                self.connection.shutdown(socket.SHUT_RDWR)
+
+    def _encode(self, reply: ServerReply) -> bytes:
+        """One HTTP chunk per SSE event, as the real servers flush them, sent in one write."""
+        state = self.server.state
+        with state.lock:
+            cached = state.encoded
+        if cached is not None and cached[0] is reply:
+            return cached[1]
+        frames = [_http_chunk(_sse(event, data)) for event, data in reply.events]
+        if reply.ending == "done":
+            if reply.done_marker:
+                frames.append(_http_chunk(b"data: [DONE]\n\n"))
+            frames.append(b"0\r\n\r\n")
+        wire = b"".join(frames)
+        with state.lock:
+            state.encoded = (reply, wire)
+        return wire
+
+    def _hold_until_client_leaves(self) -> None:
+        """Keep the reply open, as a slow model would, and note when the client closes the connection."""
+        self.close_connection = True
+        state = self.server.state
+        sock = self.connection
+        while not state.stopping.is_set():
+            readable, _, _ = select.select([sock], [], [], 0.01)
+            if not readable:
+                continue
+            try:
+                gone = sock.recv(1, socket.MSG_PEEK) == b""
+            except OSError:
+                gone = True
+            if gone:
+                with state.lock:
+                    state.disconnects.append(time.monotonic())
+                state.disconnected.set()
+                return
+            # Bytes from the client while its reply is open: it is not gone; keep waiting.
+            time.sleep(0.01)
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    state: _State
+
+
+class FakeModelServer:
+    """The HTTP side, shared by the OpenAI and Anthropic fakes. Use as a context manager (or start()/stop())."""
+
+    api_prefix = ""
+
+    def __init__(self, port: int = 0) -> None:
+        self._server = _Server(("127.0.0.1", port), _Handler)
+        self._server.state = _State()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def port(self) -> int:
+        return int(self._server.server_address[1])
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}{self.api_prefix}"
+
+    def start(self) -> Self:
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.state.stopping.set()  # releases replies held open
+        if self._thread is not None:
+            self._server.shutdown()
+            self._thread.join(5)
+        self._server.server_close()
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    # --- scripting ---
+
+    def script(self, *replies: ServerReply) -> None:
+        """Queue replies: the next requests get them in order."""
+        with self._server.state.lock:
+            self._server.state.queue.extend(replies)
+
+    def set_default(self, reply: ServerReply | None) -> None:
+        """The reply for any request once the queue is empty (benchmarks send many alike)."""
+        with self._server.state.lock:
+            self._server.state.default = reply
+
+    # --- what happened ---
+
+    @property
+    def requests(self) -> list[Received]:
+        with self._server.state.lock:
+            return list(self._server.state.requests)
+
+    async def wait_requests(self, count: int, timeout: float) -> bool:
+        """Wait (without blocking the event loop) until `count` requests have arrived."""
+        state = self._server.state
+
+        def wait() -> bool:
+            with state.arrived:
+                return state.arrived.wait_for(lambda: len(state.requests) >= count, timeout)
+
+        arrived: bool = await anyio.to_thread.run_sync(wait, abandon_on_cancel=True)
+        return arrived
+
+    @property
+    def disconnects(self) -> list[float]:
+        """time.monotonic() of each client disconnect seen while a reply was held open ("hang")."""
+        with self._server.state.lock:
+            return list(self._server.state.disconnects)
+
+    def wait_disconnect(self, timeout: float) -> bool:
+        """Block until a held reply saw its client go (from a thread or synchronous code)."""
+        return self._server.state.disconnected.wait(timeout)
+
+    async def wait_disconnect_async(self, timeout: float) -> bool:
+        """The same from async code, without blocking the event loop."""
+        seen: bool = await anyio.to_thread.run_sync(
+            self._server.state.disconnected.wait, timeout, abandon_on_cancel=True
+        )
+        return seen
+
+    def reset_disconnected(self) -> None:
+        self._server.state.disconnected.clear()
+
+
+class FakeOpenAI(FakeModelServer):
+    """`POST /v1/chat/completions`: point the OpenAI SDK at `base_url`."""
+
+    api_prefix = "/v1"
+
+
+# --- Chat Completions replies, in the chunk shapes api.openai.com streams ---
+
+
+def chunk(delta: dict[str, Any] | None = None, finish: str | None = None, *, usage: Any = None) -> dict[str, Any]:
+    """One `chat.completion.chunk`; with `stream_options.include_usage` every chunk carries `usage: null`."""
+    choices = [] if delta is None else [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]
+    return {
+        "id": "chatcmpl-fake",
+        "object": "chat.completion.chunk",
+        "created": 1_700_000_000,
+        "model": MODEL,
+        "system_fingerprint": "fp_fake",
+        "choices": choices,
+        "usage": usage,
+    }
+
+
+def usage_chunk(prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
+    """The final chunk of a stream with include_usage: no choices, only the totals."""
+    usage = {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+    }
+    return chunk(None, usage=usage)
+
+
+def _opening() -> dict[str, Any]:
+    return chunk({"role": "assistant", "content": "", "refusal": None})
+
+
+def _events(chunks: Iterable[Any]) -> tuple[tuple[str | None, Any], ...]:
+    return tuple((None, c) for c in chunks)
+
+
+def raw_reply(chunks: Sequence[Any], ending: Ending = "done") -> ServerReply:
+    """Chunks exactly as given (objects, or raw text for malformed data), then the ending."""
+    return ServerReply(events=_events(chunks), ending=ending)
+
+
+def text_reply(
+    *pieces: str, finish: str = "stop", usage: tuple[int, int] | None = None, ending: Ending = "done"
+) -> ServerReply:
+    """Text in one chunk per piece. With ending "hang" or "drop" the finish and usage chunks are not sent."""
+    chunks: list[Any] = [_opening(), *(chunk({"content": p}) for p in pieces)]
+    if ending == "done":
+        chunks.append(chunk({}, finish))
+        if usage is not None:
+            chunks.append(usage_chunk(*usage))
+    return raw_reply(chunks, ending)
+
+
+def reasoning_reply(thoughts: Sequence[str], pieces: Sequence[str], *, field: str = "reasoning_content") -> ServerReply:
+    """Reasoning deltas first, in `field` (DeepSeek/vLLM/llama.cpp: reasoning_content; OpenRouter/Ollama: reasoning)."""
+    chunks: list[Any] = [_opening()]
+    chunks += [chunk({"content": None, field: t}) for t in thoughts]
+    chunks += [chunk({"content": p}) for p in pieces]
+    chunks.append(chunk({}, "stop"))
+    return raw_reply(chunks)
+
+
+def tool_call_reply(
+    *calls: tuple[str, str, Sequence[str]], text: str = "", finish: str = "tool_calls", interleave: bool = False
+) -> ServerReply:
+    """Tool calls as (id, name, argument fragments). The first fragment of each call carries its id and name, like
+    the real API; with `interleave` the calls' fragments alternate, so only `index` tells them apart."""
+    chunks: list[Any] = [_opening()]
+    if text:
+        chunks.append(chunk({"content": text}))
+    fragments: list[list[dict[str, Any]]] = []
+    for index, (call_id, name, parts) in enumerate(calls):
+        first = {"index": index, "id": call_id, "type": "function", "function": {"name": name, "arguments": ""}}
+        fragments.append([first, *({"index": index, "function": {"arguments": p}} for p in parts)])
+    if interleave:
+        order = [frag for row in _zip_longest(fragments) for frag in row]
+    else:
+        order = [frag for row in fragments for frag in row]
+    chunks += [chunk({"tool_calls": [frag]}) for frag in order]
+    chunks.append(chunk({}, finish))
+    return raw_reply(chunks)
+
+
+def _zip_longest(rows: list[list[dict[str, Any]]]) -> list[list[dict[str, Any]]]:
+    width = max((len(r) for r in rows), default=0)
+    return [[r[i] for r in rows if i < len(r)] for i in range(width)]
+
+
+def refusal_reply(*pieces: str) -> ServerReply:
+    """A refusal as newer OpenAI models stream it: `delta.refusal` text instead of content."""
+    chunks: list[Any] = [_opening(), *(chunk({"refusal": p}) for p in pieces), chunk({}, "stop")]
+    return raw_reply(chunks)
+
+
+def silent() -> ServerReply:
+    """An endpoint that accepts the request and never answers: no status line, no headers."""
+    return ServerReply(silent=True)
+
+
+def error(
+    status: int, message: str, *, kind: str = "invalid_request_error", retry_after_ms: int | None = None
+) -> ServerReply:
+    """An error answer with an OpenAI-style body; `retry_after_ms` adds the header the SDKs honour."""
+    headers = () if retry_after_ms is None else (("retry-after-ms", str(retry_after_ms)),)
+    body = {"error": {"message": message, "type": kind, "param": None, "code": None}}
+    return ServerReply(status=status, body=body, headers=headers)

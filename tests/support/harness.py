@@ -1,0 +1,439 @@
+"""Drive `acp-server` over real stdio and check what crosses the wire.
+
+`RawClient` writes exact bytes (several messages in one write, malformed lines, odd ids) and records every line in
+both directions with a monotonic timestamp, in wire order. `check_wire` then applies the common checks of
+INTERRUPTS.md to the whole log: C1 (one response per request, none to notifications), C2 (only valid JSON-RPC lines,
+each valid against the official schema), C3 (no turn-scoped update for a session with no unanswered prompt), C4 (no
+agent-to-client request for a session with no unanswered prompt), and, from stderr, C6.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import math
+import os
+import re
+import shutil
+import sys
+import tempfile
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from tests.support.wire_schema import WireValidator
+
+
+def _time_scale() -> float:
+    """ACP_TEST_TIME_SCALE: how much slower than a quiet machine this one may be (1 by default; `.ci/run` sets a
+    fixed value). An empty value counts as unset, as for every variable of the project."""
+    raw = os.environ.get("ACP_TEST_TIME_SCALE", "").strip() or "1"
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise SystemExit(f"ACP_TEST_TIME_SCALE must be a positive number (a factor like 3), found {raw!r}")
+    return value
+
+
+TIME_SCALE = _time_scale()
+
+
+def scaled(seconds: float) -> float:
+    """A bound a test waits for, scaled by the one factor ACP_TEST_TIME_SCALE: a safety bound, never a speed claim."""
+    return seconds * TIME_SCALE
+
+
+# INTERRUPTS.md "Timing in tests": durations the server is given (GRACE) define behaviour and stay as they are;
+# every bound a test waits for is the target times a safety factor, times TIME_SCALE for a loaded machine.
+GRACE = 0.5  # the cleanup deadline the tests start the server with
+# For tests whose point is "at once, not at the deadline": a deadline far above T_ACK, scaled with it, so the two
+# never blur however big the scale factor.
+LONG_GRACE = scaled(10.0)
+T_ACK = scaled(1.0)  # target 250 ms p95 / 1 s max; a loaded 2-core CI machine gets the max
+T_ESC = GRACE + scaled(0.5 + 1.0)  # target T_grace + 0.5 s, plus slack for CI
+T_START = scaled(1.25)  # target 250 ms, 5x
+T_EXIT = GRACE + scaled(1.0 + 1.0)  # target T_grace + 1 s, plus slack for process teardown on a loaded machine
+T_WAIT = scaled(5.0)  # the default wait for something that must happen (a response, a probe, a request)
+W_QUIET = scaled(0.5)  # observation window for "nothing more happens"
+
+TURN_SCOPED = {"agent_message_chunk", "agent_thought_chunk", "tool_call", "tool_call_update", "plan"}
+STDERR_RED_FLAGS = (
+    "Task exception was never retrieved",
+    "Attempted to exit cancel scope in a different task",
+    "Unhandled CancelledError",
+    "was never awaited",
+)
+
+
+def isolated_env() -> dict[str, str]:
+    """No user's real config file, session store or log file is touched by a test: a config path that does not
+    exist, and a fresh state directory and log file for every server started."""
+    return {
+        "ACP_SERVER_CONFIG": "/nonexistent/acp-server-test/config.toml",
+        "ACP_SERVER_STATE_DIR": tempfile.mkdtemp(prefix="acp-server-test-state-"),
+        "ACP_SERVER_LOG_FILE": os.path.join(tempfile.mkdtemp(prefix="acp-server-test-log-"), "acp-server.log"),
+        # A Python MCP server takes seconds to start on a loaded machine: the turn's wait for it scales too.
+        "ACP_SERVER_MCP_START_WAIT": f"{scaled(10):g}",
+    }
+
+
+def server_command(*args: str) -> list[str]:
+    """The installed console script when there is one (the real entry point), else `python -m acp_server`."""
+    script = shutil.which("acp-server", path=str(Path(sys.executable).parent))
+    base = [script] if script else [sys.executable, "-m", "acp_server"]
+    return [*base, *args]
+
+
+DEFAULT_ARGS = ("--model", "scripted", "--test-mode", "--cleanup-deadline", str(GRACE))
+# The same server with a deadline far above T_ACK (see LONG_GRACE).
+LONG_GRACE_ARGS = ("--model", "scripted", "--test-mode", "--cleanup-deadline", f"{LONG_GRACE:g}")
+
+
+@dataclass
+class Entry:
+    seq: int
+    t: float
+    dir: str  # "in" (client -> server) or "out"
+    msg: Any  # parsed message, or None for a raw line that is not JSON
+    raw: bytes
+
+
+@dataclass
+class RawClient:
+    process: asyncio.subprocess.Process
+    validator: WireValidator = field(default_factory=WireValidator)
+    log: list[Entry] = field(default_factory=list)
+    received: list[dict[str, Any]] = field(default_factory=list)
+    stderr_text: str = ""
+    _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
+    _seq: itertools.count[int] = field(default_factory=itertools.count)
+    _arrived: asyncio.Event = field(default_factory=asyncio.Event)
+    _reader: asyncio.Task[None] | None = None
+    _stderr_reader: asyncio.Task[bytes] | None = None
+    _eof: bool = False
+    _responses: dict[tuple[str, Any], dict[str, Any]] = field(default_factory=dict)
+
+    @classmethod
+    async def start(cls, *args: str, env: dict[str, str] | None = None, cwd: str | None = None) -> RawClient:
+        process = await asyncio.create_subprocess_exec(
+            *server_command(*(args or DEFAULT_ARGS)),
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            # A user's real config file never leaks into a test: point at one that does not exist unless told.
+            env={**os.environ, **isolated_env(), **(env or {})},
+            cwd=cwd,
+            limit=256 * 1024 * 1024,
+            start_new_session=True,
+        )
+        client = cls(process)
+        client._reader = asyncio.create_task(client._read_stdout())
+        assert process.stderr is not None
+        client._stderr_reader = asyncio.create_task(process.stderr.read())
+        return client
+
+    async def _read_stdout(self) -> None:
+        assert self.process.stdout is not None
+        while line := await self.process.stdout.readline():
+            message = self.validator.server_wrote(line)
+            self.log.append(Entry(next(self._seq), time.monotonic(), "out", message, line))
+            if message is not None:
+                self.received.append(message)
+                if "method" not in message and "id" in message:
+                    self._responses.setdefault(request_key(message["id"]), message)
+            self._arrived.set()
+        self._eof = True
+        self._arrived.set()
+
+    # --- writing ---
+
+    async def write_raw(self, data: bytes) -> float:
+        """Write bytes exactly as given; returns the time the write was flushed."""
+        assert self.process.stdin is not None
+        for line in data.splitlines():
+            message = _parse_sent(line)
+            self.validator.client_sent(message)
+            self.log.append(Entry(next(self._seq), time.monotonic(), "in", message, line))
+        self.process.stdin.write(data)
+        await self.process.stdin.drain()
+        return time.monotonic()
+
+    async def send(self, *messages: dict[str, Any]) -> float:
+        """Send messages in a single write (so they arrive together)."""
+        return await self.write_raw(b"".join(orjson.dumps({"jsonrpc": "2.0", **m}) + b"\n" for m in messages))
+
+    def next_id(self) -> int:
+        return next(self._ids)
+
+    async def request(self, method: str, params: Any = None, request_id: Any = None) -> Any:
+        request_id = self.next_id() if request_id is None else request_id
+        message: dict[str, Any] = {"id": request_id, "method": method}
+        if params is not None:
+            message["params"] = params
+        await self.send(message)
+        return request_id
+
+    async def notify(self, method: str, params: Any = None) -> float:
+        message: dict[str, Any] = {"method": method}
+        if params is not None:
+            message["params"] = params
+        return await self.send(message)
+
+    async def call(self, method: str, params: Any = None, timeout: float = T_WAIT) -> dict[str, Any]:
+        """Send a request and wait for its response message."""
+        return await self.response(await self.request(method, params), timeout)
+
+    # --- reading ---
+
+    async def wait_for(self, predicate: Callable[[dict[str, Any]], bool], timeout: float = T_WAIT) -> dict[str, Any]:
+        """The first message (from the start of the connection) that matches."""
+        deadline = time.monotonic() + timeout
+        checked = 0
+        while True:
+            for message in self.received[checked:]:
+                if predicate(message):
+                    return message
+            checked = len(self.received)
+            if self._eof:
+                raise AssertionError("the server closed stdout while a message was awaited")
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError(f"no matching message within {timeout} s; last: {self.received[-3:]}")
+            self._arrived.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._arrived.wait(), remaining)
+
+    async def response(self, request_id: Any, timeout: float = T_WAIT) -> dict[str, Any]:
+        """The (first) response to `request_id`, looked up by id rather than by scanning everything received."""
+        key = request_key(request_id)
+        deadline = time.monotonic() + timeout
+        while key not in self._responses:
+            if self._eof:
+                raise AssertionError(f"the server closed stdout before answering {request_id!r}")
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError(f"no response to {request_id!r} within {timeout} s; last: {self.received[-3:]}")
+            self._arrived.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._arrived.wait(), remaining)
+        return self._responses[key]
+
+    async def probe(self, event: str, timeout: float = T_WAIT, **match: Any) -> dict[str, Any]:
+        def matches(message: dict[str, Any]) -> bool:
+            if message.get("method") != "_scripted/probe":
+                return False
+            params = message["params"]
+            return bool(params.get("event") == event and all(params.get(k) == v for k, v in match.items()))
+
+        return await self.wait_for(matches, timeout)
+
+    def arrival_time(self, message: dict[str, Any]) -> float:
+        return next(e.t for e in self.log if e.msg is message)
+
+    def updates(self, session_id: str, kind: str | None = None) -> list[dict[str, Any]]:
+        return [
+            m["params"]["update"]
+            for m in self.received
+            if m.get("method") == "session/update"
+            and m["params"]["sessionId"] == session_id
+            and (kind is None or m["params"]["update"]["sessionUpdate"] == kind)
+        ]
+
+    def texts(self, session_id: str) -> list[str]:
+        return [u["content"]["text"] for u in self.updates(session_id, "agent_message_chunk")]
+
+    async def quiet(self, seconds: float, predicate: Callable[[dict[str, Any]], bool]) -> None:
+        """Assert that nothing matching `predicate` arrives for `seconds` (W_quiet)."""
+        await asyncio.sleep(seconds)
+        offending = [m for m in self.received if predicate(m)]
+        assert not offending, f"unexpected: {offending[:3]}"
+
+    # --- ACP conveniences ---
+
+    async def initialize(self, capabilities: dict[str, Any] | None = None) -> dict[str, Any]:
+        response = await self.call("initialize", {"protocolVersion": 1, "clientCapabilities": capabilities or {}})
+        assert "result" in response, response
+        return response
+
+    async def new_session(self, cwd: str = "/tmp") -> str:
+        response = await self.call("session/new", {"cwd": cwd, "mcpServers": []})
+        assert "result" in response, response
+        session_id: str = response["result"]["sessionId"]
+        return session_id
+
+    def prompt_message(
+        self, session_id: str, script: Sequence[dict[str, Any]], request_id: Any = None, text: str = "go"
+    ) -> dict[str, Any]:
+        return {
+            "id": self.next_id() if request_id is None else request_id,
+            "method": "session/prompt",
+            "params": {
+                "sessionId": session_id,
+                "prompt": [{"type": "text", "text": text}],
+                "_meta": {"scripted": list(script)},
+            },
+        }
+
+    async def prompt(self, session_id: str, script: Sequence[dict[str, Any]], request_id: Any = None) -> Any:
+        message = self.prompt_message(session_id, script, request_id)
+        await self.send(message)
+        return message["id"]
+
+    async def cancel(self, session_id: Any) -> float:
+        return await self.notify("session/cancel", {"sessionId": session_id})
+
+    async def release(self, session_id: str, gate: str) -> float:
+        return await self.notify("_scripted/release", {"sessionId": session_id, "gate": gate})
+
+    async def stats(self) -> dict[str, Any]:
+        response = await self.call("_acp_server/stats", {})
+        result: dict[str, Any] = response["result"]
+        return result
+
+    # --- ending ---
+
+    async def close(self, timeout: float = T_EXIT) -> tuple[int, float]:
+        """Close stdin and wait for the process to exit; returns (exit code, seconds it took)."""
+        assert self.process.stdin is not None
+        started = time.monotonic()
+        self.process.stdin.close()
+        try:
+            code = await asyncio.wait_for(self.process.wait(), timeout)
+        except TimeoutError:
+            self.kill()
+            raise AssertionError(f"the server did not exit within {timeout} s of stdin EOF") from None
+        took = time.monotonic() - started
+        if self._reader is not None:
+            await asyncio.wait_for(self._reader, T_WAIT)
+        if self._stderr_reader is not None:
+            self.stderr_text = (await asyncio.wait_for(self._stderr_reader, T_WAIT)).decode(errors="replace")
+        return code, took
+
+    def kill(self) -> None:
+        if self.process.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, 9)
+
+
+def _parse_sent(line: bytes) -> Any:
+    """A line the client wrote, as JSON, or None. JSON whose only fault for orjson is a surrogate escape (a lone
+    `"\\ud800"`) is still JSON, and a request the server must answer by its id: read with those escapes as U+FFFD
+    (only its id and method matter here)."""
+    try:
+        return orjson.loads(line)
+    except orjson.JSONDecodeError:
+        pass
+    try:
+        return orjson.loads(re.sub(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}", rb"\\ufffd", line))
+    except orjson.JSONDecodeError:
+        return None
+
+
+async def wait_for_exit_undrained(process: asyncio.subprocess.Process, started: float, bound: float) -> float:
+    """Poll `process` until it exits or `bound` + 1 s has passed since `started`, then kill it if it is still alive;
+    how long after `started` it left. Polled, because asyncio's `wait()` would also wait for a stdout pipe the caller
+    never drains (the point of the tests that use it). The caller reads what is left and checks the exit status."""
+    while process.returncode is None and time.monotonic() - started < bound + 1:  # noqa: ASYNC110 - no event exists
+        await asyncio.sleep(0.02)
+    took = time.monotonic() - started
+    if process.returncode is None:
+        process.kill()
+    return took
+
+
+def is_response(message: dict[str, Any], request_id: Any) -> bool:
+    return (
+        "method" not in message
+        and "id" in message
+        and type(message["id"]) is type(request_id)
+        and message["id"] == request_id
+    )
+
+
+def processes() -> list[tuple[int, int, int, str, str]]:
+    """(pid, ppid, pgid, state, command name) of every process, from /proc: to check what a server left running."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        name = stat[stat.find("(") + 1 : stat.rfind(")")]
+        state, ppid, pgid = stat.rsplit(")", 1)[1].split()[:3]
+        found.append((int(entry.name), int(ppid), int(pgid), state, name))
+    return found
+
+
+def valid_id(request_id: Any) -> bool:
+    return request_id is None or isinstance(request_id, str) or type(request_id) is int
+
+
+def request_key(request_id: Any) -> tuple[str, Any]:
+    """Ids 1 and "1" are different requests; an invalid (object) id still gets a hashable key."""
+    if isinstance(request_id, (dict, list)):
+        try:
+            return (type(request_id).__name__, orjson.dumps(request_id, option=orjson.OPT_SORT_KEYS))
+        except TypeError:  # nested deeper than orjson writes (the deep-JSON tests): never paired anyway
+            return (type(request_id).__name__, id(request_id))
+    return (type(request_id).__name__, request_id)
+
+
+def check_wire(client: RawClient) -> list[str]:
+    """C1-C4 over the whole wire log, plus schema violations and C6 over stderr."""
+    problems = list(client.validator.violations)
+    sent: Counter[tuple[str, Any]] = Counter()
+    answered: Counter[tuple[str, Any]] = Counter()
+    prompt_session: dict[tuple[str, Any], str] = {}
+    open_prompts: dict[str, set[tuple[str, Any]]] = defaultdict(set)
+    for entry in client.log:
+        message = entry.msg
+        if not isinstance(message, dict):
+            continue
+        key = request_key(message.get("id"))
+        if entry.dir == "in":
+            if "method" in message and "id" in message:
+                if not valid_id(message["id"]):
+                    continue  # answered with id null, as JSON-RPC says; nothing to pair it with
+                sent[key] += 1
+                params = message.get("params")
+                if message["method"] in ("session/prompt", "session/load") and isinstance(params, dict):
+                    session_id = params.get("sessionId")
+                    if isinstance(session_id, str):
+                        # A load's history replay precedes its response, like a prompt's turn (C3 exempts it).
+                        prompt_session[key] = session_id
+                        open_prompts[session_id].add(key)
+            continue
+        method = message.get("method")
+        if method is None:
+            if message.get("id") is not None:
+                answered[key] += 1
+                if key not in sent:
+                    problems.append(f"C1: a response to a request never sent: {entry.raw[:200]!r}")
+            session_id = prompt_session.get(key)
+            if session_id is not None:
+                open_prompts[session_id].discard(key)
+            continue
+        params = message.get("params") or {}
+        session_id = params.get("sessionId")
+        turn_update = method == "session/update" and params.get("update", {}).get("sessionUpdate") in TURN_SCOPED
+        client_request = "id" in message and not method.startswith("_") and session_id is not None
+        if (turn_update or client_request) and not open_prompts.get(str(session_id)):
+            check = "C3: turn update" if turn_update else "C4: client request"
+            problems.append(f"{check} with no unanswered prompt on {session_id}: {entry.raw[:200]!r}")
+    for key, count in sent.items():
+        if key[1] is not None and answered[key] != count:
+            problems.append(f"C1: request id {key[1]!r} sent {count}x, answered {answered[key]}x")
+    for flag in STDERR_RED_FLAGS:
+        if flag in client.stderr_text:
+            problems.append(f"C6: stderr says {flag!r}")
+    return problems

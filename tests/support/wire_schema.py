@@ -1,0 +1,140 @@
+"""Validates every message the server writes against the official ACP JSON schema, per method (`x-method`).
+
+The schema's top-level `anyOf` accepts nearly anything (its extension variants are open), so each message is
+checked against the `$defs` type whose `x-method` names its method: requests and notifications by their own
+method, responses by the method of the client request they answer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import orjson
+from jsonschema import Draft202012Validator
+from referencing import Registry, Resource
+
+SCHEMA_PATH = Path(__file__).resolve().parents[2] / "fixtures" / "acp-schema" / "schema.json"
+
+
+@cache
+def _schema() -> dict[str, Any]:
+    loaded: dict[str, Any] = orjson.loads(SCHEMA_PATH.read_bytes())
+    return loaded
+
+
+@cache
+def _registry() -> Registry:
+    registry: Registry = Registry().with_resource("urn:acp", Resource.from_contents(_schema()))
+    return registry
+
+
+@cache
+def _validator(definition: str) -> Draft202012Validator:
+    return Draft202012Validator({"$ref": f"urn:acp#/$defs/{definition}"}, registry=_registry())
+
+
+@cache
+def _definitions_by_method() -> dict[tuple[str, str], str]:
+    """(method, 'request'|'response') -> $defs name."""
+    table: dict[tuple[str, str], str] = {}
+    for name, definition in _schema()["$defs"].items():
+        method = definition.get("x-method")
+        if method:
+            table[(method, "response" if name.endswith("Response") else "request")] = name
+    return table
+
+
+# Unstable v1 methods we implement, which the stable schema lacks: checked against the stable type of the same shape
+# (schema.unstable.json gives session/fork's response exactly NewSessionResponse's fields).
+UNSTABLE_RESPONSES = {"session/fork": "NewSessionResponse"}
+
+AGENT_TO_CLIENT = {
+    "session/update",
+    "session/request_permission",
+    "fs/read_text_file",
+    "fs/write_text_file",
+} | {f"terminal/{verb}" for verb in ("create", "output", "release", "wait_for_exit", "kill")}
+
+
+@dataclass
+class WireValidator:
+    """Feed it, in order, what the client sent and what the server wrote; it collects violations."""
+
+    client_requests: dict[Any, str] = field(default_factory=dict)
+    violations: list[str] = field(default_factory=list)
+    # Off only for benchmarks, where validating every line would make the client the bottleneck.
+    schema: bool = True
+
+    def client_sent(self, message: Any) -> None:
+        if isinstance(message, dict) and "method" in message and "id" in message:
+            self.client_requests[_key(message["id"])] = message["method"]
+
+    def server_wrote(self, line: bytes) -> dict[str, Any] | None:
+        if b"\n" in line.rstrip(b"\n"):
+            self._fail(line, "more than one line")
+        try:
+            message = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            self._fail(line, "not JSON")
+            return None
+        if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
+            self._fail(line, "not a JSON-RPC 2.0 object")
+            return None
+        if self.schema:
+            self._check(message, line)
+        return message
+
+    def _check(self, message: dict[str, Any], line: bytes) -> None:
+        if "method" in message:
+            method = message["method"]
+            if not isinstance(method, str):
+                self._fail(line, "non-string method")
+            elif method.startswith("_"):
+                pass  # an extension: free-form by the spec
+            elif method == "$/cancel_request":
+                self._validate("CancelRequestNotification", message.get("params"), line)
+            elif method in AGENT_TO_CLIENT:
+                definition = _definitions_by_method().get((method, "request"))
+                assert definition is not None
+                self._validate(definition, message.get("params"), line)
+            else:
+                self._fail(line, f"the server sent a method the client does not implement: {method}")
+            return
+        if ("result" in message) == ("error" in message):
+            self._fail(line, "a response needs exactly one of result and error")
+            return
+        if "error" in message:
+            self._validate("Error", message["error"], line)
+            text = message["error"].get("message", "")
+            if not text or "\n" in text or "Traceback" in text:
+                self._fail(line, "error message must be one non-empty line without internals")
+            return
+        method = self.client_requests.get(_key(message.get("id")))
+        if method is None:
+            self._fail(line, "a result for a request the client never sent")
+        elif not method.startswith("_"):
+            definition = _definitions_by_method().get((method, "response")) or UNSTABLE_RESPONSES.get(method)
+            if definition is None:
+                self._fail(line, f"a result for {method}, which has no response type")
+            else:
+                self._validate(definition, message["result"], line)
+
+    def _validate(self, definition: str, instance: Any, line: bytes) -> None:
+        for error in _validator(definition).iter_errors(instance):
+            self._fail(line, f"{definition}: {error.message} at {list(error.absolute_path)}")
+
+    def _fail(self, line: bytes, why: str) -> None:
+        self.violations.append(f"{why}: {line[:300]!r}")
+
+
+def _key(request_id: Any) -> Any:
+    # JSON-RPC ids 1 and "1" are different requests; keep their types apart. Invalid ids (objects) stay hashable.
+    if isinstance(request_id, (dict, list)):
+        try:
+            return (type(request_id).__name__, orjson.dumps(request_id, option=orjson.OPT_SORT_KEYS))
+        except TypeError:  # nested deeper than orjson writes (the deep-JSON tests): never paired anyway
+            return (type(request_id).__name__, id(request_id))
+    return (type(request_id).__name__, request_id)

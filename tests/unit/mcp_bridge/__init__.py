@@ -1,0 +1,1 @@
+"""Unit tests of `acp_server.mcp_bridge`."""

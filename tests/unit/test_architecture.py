@@ -1,0 +1,258 @@
+"""Guards on the architecture (ARCHITECTURE.md): layers, where asyncio and jsonrpcserver may appear, stdout hygiene,
+module docstrings, and a start-up that imports nothing heavy. Checked with `ast`, so a violation fails fast."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[2] / "acp_server"
+
+# Each layer folder (and each top-level module) and what it may import besides itself. "" is the package's own
+# `__init__` (its version). The folders' `__init__` docstrings say the same in words; docs/architecture.md draws it.
+ALLOWED: dict[str, frozenset[str]] = {
+    "": frozenset(),
+    "settings": frozenset({""}),
+    "jsonrpc": frozenset({"settings"}),
+    "runtime": frozenset({"settings"}),
+    "store": frozenset({"runtime", "settings"}),
+    "mcp_bridge": frozenset({"", "runtime", "settings"}),
+    "transcripts": frozenset({"jsonrpc", "settings"}),
+    "sessions": frozenset({"runtime", "store", "mcp_bridge", "settings"}),
+    "protocol": frozenset({"", "sessions", "runtime", "store", "mcp_bridge", "jsonrpc", "settings"}),
+    "chat": frozenset({""}),  # another program: it reaches the agent over the protocol only
+    "server": frozenset({"protocol", "sessions", "runtime", "jsonrpc", "settings", "transcripts"}),
+    "doctor": frozenset({"settings", "runtime", "store", "mcp_bridge"}),
+    "cli": frozenset({"", "settings", "runtime", "server", "doctor", "chat", "transcripts"}),
+    "__main__": frozenset({"cli"}),
+}
+# Imports that cross the rules above today, each to be removed (issue 11 item 3: the protocol edge). The list only
+# shrinks: a test fails when an entry is no longer needed, so a removed crossing cannot come back unnoticed.
+KNOWN_CROSSINGS: frozenset[tuple[str, str]] = frozenset(
+    {
+        ("acp_server.jsonrpc.connection", "acp_server.runtime.text_guard"),
+        ("acp_server.sessions.runs", "acp_server.jsonrpc.rpc"),
+        ("acp_server.sessions.runs", "acp_server.protocol.schema"),
+        ("acp_server.sessions.turn", "acp_server.jsonrpc.rpc"),
+        ("acp_server.sessions.turn", "acp_server.protocol.editor"),
+        ("acp_server.sessions.turn", "acp_server.protocol.schema"),
+        ("acp_server.sessions.turn", "acp_server.protocol.updates"),
+        ("acp_server.sessions.turn_tools", "acp_server.protocol.editor"),
+        ("acp_server.sessions.options", "acp_server.protocol.editor"),
+        ("acp_server.sessions.subagents", "acp_server.protocol.schema"),
+        ("acp_server.sessions.services", "acp_server.jsonrpc.connection"),
+    }
+)
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def modules() -> list[tuple[str, ast.Module]]:
+    return [(module_name(path), ast.parse(path.read_text())) for path in sorted(PACKAGE.rglob("*.py"))]
+
+
+def imported(tree: ast.Module) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+    return names
+
+
+def dependencies() -> dict[str, set[str]]:
+    """Module -> the package's modules it imports, every way a module can be reached: at the top, inside functions,
+    under `TYPE_CHECKING`, `from package import submodule`, and a string naming a module (what `importlib` loads,
+    as `cli` does its subcommands)."""
+    trees = dict(modules())
+    graph: dict[str, set[str]] = {}
+    for name, tree in trees.items():
+        found: set[str] = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                found.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                found.add(node.module)
+                found.update(f"{node.module}.{alias.name}" for alias in node.names)
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in trees:
+                found.add(node.value)
+        graph[name] = {target for target in found if target in trees and target != name}
+    return graph
+
+
+def folder(module: str) -> str:
+    """The layer a module belongs to: its folder under the package, or its own name at the top ("" for the
+    package's `__init__`)."""
+    parts = module.split(".")[1:]
+    return parts[0] if parts else ""
+
+
+def crossings() -> set[tuple[str, str]]:
+    return {
+        (name, target)
+        for name, targets in dependencies().items()
+        for target in targets
+        if folder(target) != folder(name) and folder(target) not in ALLOWED[folder(name)]
+    }
+
+
+def test_every_module_is_in_a_layer_with_rules() -> None:
+    unplaced = sorted(name for name, _ in modules() if folder(name) not in ALLOWED)
+    assert not unplaced
+
+
+def test_every_layer_imports_only_what_its_rules_allow() -> None:
+    violations = sorted(crossings() - KNOWN_CROSSINGS)
+    assert not violations, "\n".join(f"{name} imports {target}" for name, target in violations)
+
+
+def test_the_known_crossings_are_all_still_there() -> None:
+    """An entry of KNOWN_CROSSINGS that no longer crosses is deleted, so the list shows what is left to do."""
+    gone = sorted(KNOWN_CROSSINGS - crossings())
+    assert not gone, "no longer needed in KNOWN_CROSSINGS: " + ", ".join(f"{a} -> {b}" for a, b in gone)
+
+
+def strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Tarjan's algorithm, iterative: the groups of modules that reach each other (a cycle), largest first."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    groups: list[list[str]] = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work: list[tuple[str, list[str]]] = [(root, sorted(graph[root]))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, pending = work[-1]
+            if pending:
+                target = pending.pop()
+                if target not in index:
+                    index[target] = low[target] = len(index)
+                    stack.append(target)
+                    on_stack.add(target)
+                    work.append((target, sorted(graph[target])))
+                elif target in on_stack:
+                    low[node] = min(low[node], index[target])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                group: list[str] = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    group.append(member)
+                    if member == node:
+                        break
+                if len(group) > 1:
+                    groups.append(sorted(group))
+    return sorted(groups, key=len, reverse=True)
+
+
+def test_the_cycle_finder_finds_a_cycle() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
+    assert strongly_connected(graph) == [["a", "b", "c"]]
+
+
+def test_no_import_cycle_anywhere() -> None:
+    cycles = strongly_connected(dependencies())
+    assert not cycles, "\n".join(" <-> ".join(group) for group in cycles)
+
+
+def test_the_runtime_knows_nothing_of_json_rpc_or_acp_wire_layers() -> None:
+    for name, tree in modules():
+        if name.startswith("acp_server.runtime"):
+            foreign = {
+                t
+                for t in imported(tree)
+                if t.startswith("acp_server.")
+                and not t.startswith("acp_server.runtime")
+                and t not in ("acp_server.settings.config", "acp_server.settings.files")  # configuration, not the wire
+            }
+            assert not foreign, f"{name} imports {foreign}"
+
+
+def test_asyncio_appears_only_in_transport_and_rpc_and_jsonrpcserver_only_in_rpc() -> None:
+    for name, tree in modules():
+        names = imported(tree)
+        if name not in ("acp_server.jsonrpc.transport", "acp_server.jsonrpc.rpc"):
+            assert not any(n == "asyncio" or n.startswith("asyncio.") for n in names), name
+        if name != "acp_server.jsonrpc.rpc":
+            assert not any(n.startswith("jsonrpcserver") or n.startswith("oslash") for n in names), name
+
+
+def test_nothing_writes_to_stdout_outside_the_transport() -> None:
+    for name, tree in modules():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "print":
+                pytest.fail(f"{name} calls print()")
+            touches_sys_stdout = (
+                isinstance(node, ast.Attribute)
+                and node.attr == "stdout"
+                and isinstance(node.value, ast.Name)
+                and node.value.id == "sys"
+            )
+            # The chat client is another program: its stdout is a person's terminal, and the protocol runs over
+            # its agent's pipes. Its terminal module is the one place it writes there.
+            if touches_sys_stdout and name not in ("acp_server.jsonrpc.transport", "acp_server.chat.terminal"):
+                pytest.fail(f"{name} touches sys.stdout")
+
+
+def test_the_chat_client_talks_to_the_agent_only_over_the_protocol() -> None:
+    allowed = ("acp_server", "acp_server.protocol.schema")  # the package's version and the wire's own models
+    for name, tree in modules():
+        if name.startswith("acp_server.chat"):
+            foreign = {
+                t
+                for t in imported(tree)
+                if t.startswith("acp_server") and not t.startswith("acp_server.chat") and t not in allowed
+            }
+            assert not foreign, f"{name} imports {foreign}"
+
+
+def test_every_module_says_why_it_exists() -> None:
+    missing = [name for name, tree in modules() if not ast.get_docstring(tree)]
+    assert not missing
+
+
+def test_no_module_globals_hold_mutable_run_state() -> None:
+    """Module globals are constants; per-turn state lives on the RunContext (the seed RFC's bug)."""
+    allowed_mutable = {("acp_server.sessions.runs", "_run_ids")}  # an id counter, not run state
+    for name, tree in modules():
+        for node in tree.body:
+            if isinstance(node, (ast.Assign, ast.AnnAssign)):
+                value = node.value
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                for target in targets:
+                    if not isinstance(target, ast.Name) or (name, target.id) in allowed_mutable:
+                        continue
+                    if target.id.startswith("__"):
+                        continue  # __all__
+                    if isinstance(value, (ast.List, ast.Set)) or (
+                        isinstance(value, ast.Dict) and not target.id.isupper()
+                    ):
+                        pytest.fail(f"{name}.{target.id} is a mutable module global")
+
+
+@pytest.mark.timeout(60)
+def test_starting_the_server_imports_nothing_heavy() -> None:
+    code = (
+        "import sys, acp_server.server, acp_server.cli;"
+        "heavy = [m for m in ('openai', 'anthropic', 'mcp', 'acp', 'httpx', 'jsonschema_path') if m in sys.modules];"
+        "print(','.join(heavy))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == ""

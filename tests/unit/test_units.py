@@ -1,0 +1,240 @@
+"""Unit tests where the logic is intricate: framing, classification, the run registry, scripts, sealed history.
+
+The end-to-end tests prove the behaviour over stdio; these pin down the edge cases of each piece directly.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from acp_server.jsonrpc.rpc import (
+    ErrorCode,
+    IncomingNotification,
+    IncomingRequest,
+    IncomingResponse,
+    InvalidLine,
+    classify,
+)
+from acp_server.jsonrpc.transport import Oversized, _InputLines, _LineSplitter
+from acp_server.protocol.schema import PromptRequest
+from acp_server.runtime.model import Message, ToolCall
+from acp_server.runtime.providers.echo import _chunks
+from acp_server.runtime.providers.scripted import ScriptError, parse_script
+from acp_server.sessions.runs import Agent, RunContext, RunState, Session
+from acp_server.sessions.turn import _sealed_history
+
+
+def split(chunks: list[bytes], limit: int = 10) -> list[bytes | Oversized]:
+    lines = _InputLines(-1, lambda: None)
+    splitter = _LineSplitter(lines, limit)
+    for chunk in chunks:
+        splitter.data_received(chunk)
+    splitter.eof_received()
+    return list(lines._lines)
+
+
+def test_lines_split_across_reads_are_joined() -> None:
+    assert split([b"ab", b"c\nde", b"f\n"]) == [b"abc", b"def"]
+
+
+def test_oversized_line_is_skipped_whole_and_the_next_line_survives() -> None:
+    assert split([b"0123456", b"789abcdef", b"xyz\nok\n"]) == [Oversized(19), b"ok"]
+    assert split([b"0123456789abc\nok\n"]) == [Oversized(13), b"ok"]
+
+
+def test_blank_lines_are_ignored_and_a_last_line_without_newline_counts() -> None:
+    assert split([b"\n \r\n", b"a\n", b"last"]) == [b"a", b"last"]
+
+
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        (b"{", InvalidLine(ErrorCode.PARSE_ERROR, "")),
+        (b"[]", InvalidLine(ErrorCode.INVALID_REQUEST, "")),
+        (b'"x"', InvalidLine(ErrorCode.INVALID_REQUEST, "")),
+        (b'{"id":3,"method":"m"}', InvalidLine(ErrorCode.INVALID_REQUEST, "", 3)),
+        (b'{"jsonrpc":"2.0","id":"a","method":7}', InvalidLine(ErrorCode.INVALID_REQUEST, "", "a")),
+        (b'{"jsonrpc":"2.0","id":1.5,"method":"m"}', InvalidLine(ErrorCode.INVALID_REQUEST, "")),
+        (b'{"jsonrpc":"2.0","id":true,"method":"m"}', InvalidLine(ErrorCode.INVALID_REQUEST, "")),
+        (b'{"jsonrpc":"2.0","id":1,"method":"m","params":"x"}', InvalidLine(ErrorCode.INVALID_REQUEST, "", 1)),
+        (b'{"jsonrpc":"2.0","method":"m","params":5}', IncomingNotification("m", 5)),
+        (b'{"jsonrpc":"2.0","id":null,"result":{}}', IncomingResponse(None, {}, None)),
+    ],
+)
+def test_classify_sorts_lines_as_json_rpc_says(line: bytes, expected: Any) -> None:
+    got = classify(line)
+    assert type(got) is type(expected)
+    if isinstance(expected, InvalidLine):
+        assert isinstance(got, InvalidLine)
+        assert (got.code, got.id) == (expected.code, expected.id)
+        assert got.message and "\n" not in got.message
+    else:
+        assert got == expected
+
+
+def test_classify_keeps_a_null_id_request_as_a_request() -> None:
+    got = classify(b'{"jsonrpc":"2.0","id":null,"method":"m"}')
+    assert isinstance(got, IncomingRequest)
+    assert got.id is None
+
+
+def make_session(name: str = "s") -> Session:
+    return Session(name, Path("/tmp"), (), ())
+
+
+def prompt(session: Session) -> PromptRequest:
+    return PromptRequest.model_validate({"sessionId": session.session_id, "prompt": []})
+
+
+async def test_interrupt_marks_stopping_cancels_the_scope_and_is_idempotent() -> None:
+    agent, session = Agent(), make_session()
+    run = agent.admit(session, 1, prompt(session))
+    agent.interrupt(session.session_id)
+    first = run.cancelled_at
+    agent.interrupt(session.session_id)
+    assert (run.state, run.cancelled, run.scope.cancel_called) == (RunState.STOPPING, True, True)
+    assert run.cancelled_at == first  # the deadline runs from the first cancel
+
+
+async def test_interrupt_of_unknown_or_idle_sessions_touches_nothing() -> None:
+    agent, a, b = Agent(), make_session("a"), make_session("b")
+    run = agent.admit(a, 1, prompt(a))
+    agent.interrupt("nope")
+    agent.interrupt(b.session_id)
+    assert not run.cancelled and run.state is RunState.ADMITTED
+
+
+async def test_busy_session_rejects_a_second_prompt_but_queues_one_behind_a_stopping_turn() -> None:
+    agent, session = Agent(), make_session()
+    session.prompt_policy = "reject"
+    first = agent.admit(session, 1, prompt(session))
+    with pytest.raises(Exception, match="already running"):
+        agent.admit(session, 2, prompt(session))
+    agent.interrupt(session.session_id)
+    waiting = agent.admit(session, 3, prompt(session))
+    assert list(session.waiting) == [waiting] and not waiting.cancelled
+    agent.finish(first)
+    assert agent.running(session.session_id) is waiting
+    assert waiting.may_start.is_set() and waiting.wake.is_set()
+
+
+async def test_a_cancel_claims_waiting_prompts_admitted_before_it_only() -> None:
+    agent, session = Agent(), make_session()
+    first = agent.admit(session, 1, prompt(session))
+    agent.interrupt(session.session_id)
+    claimed = agent.admit(session, 2, prompt(session))
+    agent.interrupt(session.session_id)
+    later = agent.admit(session, 3, prompt(session))
+    assert claimed.cancelled and not later.cancelled
+    agent.finish(claimed)  # answered early, while still waiting
+    assert list(session.waiting) == [later]
+    agent.finish(first)
+    assert agent.running(session.session_id) is later
+
+
+async def test_finish_only_removes_its_own_registry_entry() -> None:
+    agent, session = Agent(), make_session()
+    first = agent.admit(session, 1, prompt(session))
+    agent.finish(first)
+    second = agent.admit(session, 2, prompt(session))
+    agent.finish(first)  # a late, second finish of the old run
+    assert agent.running(session.session_id) is second
+
+
+async def test_cancel_in_the_settlement_window_keeps_the_decided_outcome() -> None:
+    agent, session = Agent(), make_session()
+    run = agent.admit(session, 1, prompt(session))
+    run.state = RunState.SETTLING
+    agent.interrupt(session.session_id)
+    assert not run.cancelled and not run.scope.cancel_called
+    assert run.cancelled_at is not None and run.wake.is_set()
+
+
+@pytest.mark.parametrize(
+    ("script", "problem"),
+    [
+        ({"say": "x"}, "list of steps"),
+        ([{"say": "x", "think": "y"}], "step 0: needs exactly one"),
+        ([{"say": "x"}, {"sleep": "1"}], "step 1: 'sleep' takes a number"),
+        ([{"stop": "done"}], "stop takes one of"),
+        ([{"say": "x", "repeat": 0}], "repeat takes a positive integer"),
+        ([{"tool": "t", "args": []}], "args takes an object"),
+        ([{"gate": "g", "colour": 1}], "unexpected key"),
+    ],
+)
+def test_a_bad_script_is_refused_naming_the_step(script: Any, problem: str) -> None:
+    with pytest.raises(ScriptError, match=problem):
+        parse_script(script)
+
+
+@pytest.mark.parametrize("text", ["", "one", "a b c " * 100, "x" * 500, "word " * 7 + "y" * 200])
+def test_echo_chunks_rejoin_to_the_original_and_stay_small(text: str) -> None:
+    pieces = _chunks(text)
+    assert "".join(pieces) == text
+    assert all(0 < len(piece) <= 48 for piece in pieces)
+
+
+async def test_sealed_history_keeps_a_reply_cut_off_mid_stream_as_one_assistant_message() -> None:
+    session = make_session()
+    run = RunContext(session, 1, prompt(session))
+    run.messages = [Message("user", "earlier"), Message("assistant", "before"), Message("user", "go")]
+    run.turn_start = 3
+    run.replies_started = 1
+    run.streamed_text = ["half ", "an answer"]
+    sealed = _sealed_history(run, "cancelled")
+    assert sealed[3:] == [Message("assistant", "half an answer\n\n[cancelled]")]
+    run.messages.append(Message("assistant", "written later by an abandoned run"))
+    assert len(sealed) == 4  # a copy: the run's own list may still grow
+
+
+async def test_sealed_history_answers_tool_calls_right_after_their_reply() -> None:
+    session = make_session()
+    run = RunContext(session, 1, prompt(session))
+    first, second = ToolCall("c1", "read_file", {}), ToolCall("c2", "grep", {})
+    run.messages = [
+        Message("user", "go"),
+        Message("assistant", "let me look", (first, second)),
+        Message("tool", "file text", tool_call_id="c1"),
+    ]
+    run.turn_start = 1
+    run.replies_started = 1
+    run.streamed_text = ["let me look"]  # the reply completed; its text is already recorded
+    assert _sealed_history(run, "cancelled")[1:] == [
+        Message("assistant", "let me look", (first, second)),
+        Message("tool", "file text", tool_call_id="c1"),
+        Message("tool", "[cancelled]", tool_call_id="c2"),
+        Message("assistant", "[cancelled]"),
+    ]
+
+
+async def test_sealed_history_of_a_completed_turn_is_the_turn_as_it_was() -> None:
+    session = make_session()
+    run = RunContext(session, 1, prompt(session))
+    run.messages = [Message("user", "go"), Message("assistant", "done")]
+    assert _sealed_history(run, None) == run.messages
+
+
+async def test_interrupt_policy_cancels_the_running_turn_and_everything_admitted_before() -> None:
+    agent, session = Agent(), make_session()
+    first = agent.admit(session, 1, prompt(session))
+    second = agent.admit(session, 2, prompt(session))
+    assert first.cancelled and first.state is RunState.STOPPING and not second.cancelled
+    third = agent.admit(session, 3, prompt(session))
+    assert second.cancelled and not third.cancelled  # P2 superseded by P3, possibly without starting
+    assert list(session.waiting) == [second, third]
+
+
+async def test_queue_policy_waits_first_in_first_out_and_cancels_nothing() -> None:
+    agent, session = Agent(), make_session()
+    session.prompt_policy = "queue"
+    first = agent.admit(session, 1, prompt(session))
+    second = agent.admit(session, 2, prompt(session))
+    third = agent.admit(session, 3, prompt(session))
+    assert not any(run.cancelled for run in (first, second, third))
+    agent.finish(first)
+    assert agent.running(session.session_id) is second
+    agent.finish(second)
+    assert agent.running(session.session_id) is third
