@@ -1,4 +1,4 @@
-"""The cancellation invariants of INTERRUPTS.md, black-box over real stdio with the scripted model.
+"""The cancellation invariants of docs/interrupts.md, black-box over real stdio with the scripted model.
 
 Durations are scaled down and latency bounds up, as "Timing in tests" allows (see tests/support/harness.py). Every test
 also gets the common checks at teardown: one response per request, schema-valid output, no turn update or client
@@ -193,7 +193,7 @@ async def test_tool_ignoring_cancel_is_abandoned_at_the_deadline_and_fenced(serv
     # The zombie finishes later; it may report a probe, nothing else.
     await server.probe("tool_exited", sessionId=a, toolCallId=call_id, reason="completed", timeout=stubborn_seconds + 2)
     await asyncio.sleep(scaled(0.2))
-    # The zombie must not go on to the next model step after its tool returns (INTERRUPTS.md I5/I6).
+    # The zombie must not go on to the next model step after its tool returns (docs/interrupts.md I5/I6).
     assert not [
         m
         for m in after(server, response)
@@ -353,7 +353,8 @@ async def test_second_prompt_on_a_busy_session_is_rejected_and_changes_nothing(s
 
 
 async def test_prompt_sent_while_a_cancelled_turn_cleans_up_runs_after_the_cleanup(server: RawClient) -> None:
-    """INTERRUPTS.md 6.1: admitted after the cancel, it waits for the cleanup, then runs; one turn at a time."""
+    """docs/interrupts.md, decision 1: admitted after the cancel, it waits for the cleanup, then runs; one turn at a
+    time."""
     a = await server.new_session()
     old = await server.prompt(a, [{"tool": "test_stubborn", "args": {"s": 2}}])
     await server.probe("tool_started", sessionId=a)
@@ -527,7 +528,7 @@ async def test_randomized_cancels_keep_ordering_answers_and_tool_calls_terminal(
 
     rng = random.Random(int(os.environ.get("ACP_TEST_RANDOM_SEED", "18")))
     sessions = [await server.new_session(), await server.new_session()]
-    # 60 runs in CI; INTERRUPTS.md's full count is ACP_TEST_RANDOM_RUNS=200 (with a longer --timeout).
+    # 60 runs in CI; docs/interrupts.md's full count is ACP_TEST_RANDOM_RUNS=200 (with a longer --timeout).
     for run in range(int(os.environ.get("ACP_TEST_RANDOM_RUNS", "60"))):
         active = sessions[: rng.choice((1, 2))]
         prompts: dict[str, Any] = {}
