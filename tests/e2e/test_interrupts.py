@@ -12,6 +12,7 @@ import os
 import time
 from typing import Any
 
+import orjson
 import pytest
 
 from tests.conftest import StartServer
@@ -637,3 +638,38 @@ async def test_many_sessions_streaming_at_once_all_finish_under_backpressure(ser
     for prompt in prompts:
         assert (await server.response(prompt, timeout=scaled(30)))["result"] == {"stopReason": "end_turn"}
     assert all(len(server.texts(s)) == 500 for s in sessions)
+
+
+async def test_a_client_answering_our_request_with_request_cancelled_fails_the_tool_call_and_the_turn_goes_on(
+    server: RawClient,
+) -> None:
+    """I20(b) with `-32800`: the client gave up on one of our requests. That is an ordinary error answer, not a
+    cancel of the turn: the tool call fails with the code in its content, the model goes on, the turn ends
+    `end_turn`."""
+    a = await server.new_session()
+    read = {"method": "fs/read_text_file", "params": {"path": "/x"}}
+    prompt = await server.prompt(a, [{"tool": "test_client_request", "args": read}, {"say": "after"}])
+    held = await server.wait_for(lambda m: m.get("method") == "fs/read_text_file")
+    await server.send({"id": held["id"], "error": {"code": -32800, "message": "Request cancelled"}})
+    response = await server.response(prompt)
+    assert response["result"] == {"stopReason": "end_turn"}
+    closing = [u for u in server.updates(a, "tool_call_update") if u.get("status") in ("completed", "failed")]
+    assert [u["status"] for u in closing] == ["failed"]
+    assert "-32800" in orjson.dumps(closing[0].get("content")).decode()
+    assert server.texts(a) == ["after"]
+
+
+async def test_a_cancel_naming_a_closed_session_is_silent_and_touches_no_other_turn(server: RawClient) -> None:
+    """I13 for a closed session's id: nothing answers the cancel and nothing happens to the turn still running (no
+    "the only running turn" fallback); the connection stays healthy."""
+    closed, running = await server.new_session(), await server.new_session()
+    assert (await server.call("session/close", {"sessionId": closed}))["result"] == {}
+    before = len(server.updates(closed))
+    prompt = await server.prompt(running, [{"gate": "g"}, {"say": "done"}])
+    await server.probe("gate_reached", sessionId=running)
+    await server.cancel(closed)
+    await server.quiet(W_QUIET, lambda m: m.get("id") == prompt or "error" in m)  # still running, nothing refused
+    await server.release(running, "g")
+    assert (await server.response(prompt))["result"] == {"stopReason": "end_turn"}
+    assert server.texts(running) == ["done"]
+    assert len(server.updates(closed)) == before
