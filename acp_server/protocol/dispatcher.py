@@ -231,7 +231,7 @@ class AcpServer:
             text = run.prompt.text
             # After the first ordinary (not slash-command) turn that completes, once.
             wants_title = session.title is None and not session.title_requested and parse_command(text) is None
-            if run.outcome is StopReason.END_TURN and wants_title:
+            if run.outcome == StopReason.END_TURN and wants_title:
                 session.title_requested = True
                 self.connection.spawn(self._title_session, session, text)
         for follow_up in context.after:

@@ -15,7 +15,7 @@ __all__ = ["client_tools", "prompt_command", "prompt_text"]
 def prompt_command(request: PromptRequest) -> Prompt:
     blocks = request.prompt
     return Prompt(
-        prompt_text(request),
+        lambda: prompt_text(request),
         len(blocks),
         lambda: [block.model_dump(by_alias=True, exclude_none=True) for block in blocks],
         request.meta or {},

@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 __all__ = ["ClientTools", "Prompt", "RequestId"]
@@ -14,18 +14,40 @@ __all__ = ["ClientTools", "Prompt", "RequestId"]
 RequestId = int | str | None
 
 
-@dataclass(frozen=True, slots=True)
 class Prompt:
-    """One `session/prompt`: its text for the model, and what the store keeps of it."""
+    """One `session/prompt`: its text for the model, and what the store keeps of it.
 
-    # Every block represented as text (see protocol/prompts.py); what the model is given.
-    text: str
-    # How many content blocks the client sent: a slash command is a prompt of exactly one.
-    block_count: int
-    # The blocks as the client sent them, for the session store; made only when a store records the turn.
-    blocks: Callable[[], list[dict[str, Any]]] = list
-    # The request's `_meta` (the scripted model reads its script there).
-    meta: dict[str, Any] = field(default_factory=dict)
+    Both are made on first use, not when the prompt is read: admission runs on the reader, and a prompt may carry
+    megabytes of embedded files.
+    """
+
+    __slots__ = ("_blocks", "_text", "_text_of", "block_count", "meta")
+
+    def __init__(
+        self,
+        text: str | Callable[[], str],
+        block_count: int,
+        blocks: Callable[[], list[dict[str, Any]]] = list,
+        meta: dict[str, Any] | None = None,
+    ) -> None:
+        self._text: str | None = text if isinstance(text, str) else None
+        self._text_of = text if callable(text) else str
+        # How many content blocks the client sent: a slash command is a prompt of exactly one.
+        self.block_count = block_count
+        self._blocks = blocks
+        # The request's `_meta` (the scripted model reads its script there).
+        self.meta: dict[str, Any] = {} if meta is None else meta
+
+    @property
+    def text(self) -> str:
+        """Every block represented as text (see protocol/prompts.py); what the model is given."""
+        if self._text is None:
+            self._text = self._text_of()
+        return self._text
+
+    def blocks(self) -> list[dict[str, Any]]:
+        """The blocks as the client sent them, for the session store."""
+        return self._blocks()
 
 
 @dataclass(frozen=True, slots=True)

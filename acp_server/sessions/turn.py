@@ -191,7 +191,7 @@ def _close(services: TurnServices, run: RunContext) -> StopReason:
     edge = services.edge
     for request_id in list(run.pending_requests):
         edge.retract(request_id)
-    cancelled = run.cancelled or run.outcome is StopReason.CANCELLED
+    cancelled = run.cancelled or run.outcome == StopReason.CANCELLED
     failed = run.error is not None and not cancelled
     note = "cancelled" if cancelled else "failed" if failed else None
     if run.open_tool_calls:
