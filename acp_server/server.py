@@ -80,6 +80,9 @@ def build_server(
     methods = {**METHODS}
     notifications = {**NOTIFICATIONS}
     for plugin in plugins:
+        replaced = (plugin.methods.keys() & methods.keys()) | (plugin.notifications.keys() & notifications.keys())
+        if replaced:
+            raise ValueError(f"a plug-in may not replace {', '.join(sorted(replaced))}")
         methods.update(plugin.methods)
         notifications.update(plugin.notifications)
     processes = ProcessTable(ChildEnvPolicy.from_config(config), adopt_orphans=owns_process)
