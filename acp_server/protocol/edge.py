@@ -42,10 +42,6 @@ class AcpEdge:
     def retract(self, request_id: int) -> None:
         self._connection.retract(request_id)
 
-    def probe(self, run: RunContext, event: str, **fields: Any) -> None:
-        params = {"sessionId": run.session_id, "prompt": run.request_id, "event": event, **fields}
-        self._connection.notify("_scripted/probe", params)
-
     def tool_ports(self, run: RunContext, on_behalf_of: str | None = None) -> Ports:
         session = run.session
         grace = self._config.cleanup_deadline

@@ -114,10 +114,6 @@ class Edge(Protocol):
         """Withdraw a request the turn sent the client and that is still unanswered."""
         ...
 
-    def probe(self, run: RunContext, event: str, **fields: Any) -> None:
-        """A test-mode observation of what the turn is doing."""
-        ...
-
 
 class TurnOutput:
     """A turn's `emit`: keeps the turn's own books on what it reported (what its close and its sealed history need),

@@ -26,12 +26,11 @@ import logging
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 
 from acp_server.runtime.model import Message, StopReason
-from acp_server.runtime.providers.scripted import GateBoard
 from acp_server.sessions.commands import ClientTools, Prompt, RequestId
 from acp_server.settings.choices import PermissionMode, PromptPolicy
 
@@ -39,7 +38,7 @@ if TYPE_CHECKING:  # the store (and sqlite3) load only when a session needs them
     from acp_server.mcp_bridge.hub import McpHub
     from acp_server.store import TurnLog
 
-__all__ = ["Agent", "PromptRejectedError", "RunContext", "RunState", "Session"]
+__all__ = ["Agent", "PromptRejectedError", "RunContext", "RunState", "Session", "SessionService"]
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +61,14 @@ class RunState(enum.Enum):
     ENDED = "ended"  # answered
 
 
+class SessionService(Protocol):
+    """State a provider keeps per session (the scripted model's gate board), opaque to the session."""
+
+    def turn_ended(self) -> None:
+        """The session's running turn has ended (its response is queued)."""
+        ...
+
+
 @dataclass(eq=False)
 class Session:
     """A conversation: its working directory, history and admission queue. Mutated only by its own turns, except
@@ -73,7 +80,8 @@ class Session:
     mcp_servers: tuple[dict[str, Any], ...]
     history: list[Message] = field(default_factory=list)
     waiting: deque[RunContext] = field(default_factory=deque)
-    gates: GateBoard = field(default_factory=GateBoard)
+    # Kept here for the provider, by name (see runtime/model.py `TurnInput.session_services`).
+    services: dict[str, SessionService] = field(default_factory=dict)
     turns_started: int = 0
     # What the client can do for this session's tools (its initialize capabilities).
     client: ClientTools = field(default_factory=ClientTools)
@@ -248,7 +256,8 @@ class Agent:
             if run in session.waiting:
                 session.waiting.remove(run)  # answered while waiting (claimed by a cancel)
             return
-        session.gates.forget_early_releases()
+        for service in session.services.values():
+            service.turn_ended()
         while session.waiting:
             successor = session.waiting.popleft()
             if successor.state is not RunState.ENDED:
