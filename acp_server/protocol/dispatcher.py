@@ -34,11 +34,10 @@ from acp_server.runtime.processes import ProcessTable
 from acp_server.runtime.providers import MissingCredentialsError, UnknownModelError
 from acp_server.runtime.providers.scripted import ScriptError
 from acp_server.runtime.tools import ToolBox
-from acp_server.sessions.options import parse_command
 from acp_server.sessions.runs import Agent, RunContext, Session
 from acp_server.sessions.services import TurnServices
 from acp_server.sessions.slash_commands import first_title
-from acp_server.sessions.turn import prompt_text
+from acp_server.sessions.turn import admit_prompt, release_prompt
 from acp_server.settings.config import Config
 
 if TYPE_CHECKING:
@@ -184,23 +183,7 @@ class AcpServer:
             return  # the handler validates again and answers -32602
         context.validated_params = prompt
         try:
-            for index, block in enumerate(prompt.prompt):
-                if block.type in ("image", "audio"):
-                    # Not advertised (promptCapabilities), and never silently dropped: refused, naming the block.
-                    raise RpcError(
-                        ErrorCode.INVALID_PARAMS,
-                        f"Invalid params: prompt.{index}: {block.type} content is not supported by this model",
-                    )
-            session = self.session(prompt.session_id)
-            is_command = len(prompt.prompt) == 1 and parse_command(prompt_text(prompt)) is not None
-            problem = (
-                None
-                if is_command
-                else self.provider_for(session.model).check_turn(prompt.meta or {}, session.turns_started)
-            )
-            if problem is not None:
-                raise RpcError(ErrorCode.INVALID_PARAMS, problem)
-            context.run = self.agent.admit(session, context.request_id, prompt)
+            context.run = admit_prompt(self.turns, context.request_id, prompt, self.session)
         except RpcError as exc:
             context.admission_error = exc
             return
@@ -219,14 +202,9 @@ class AcpServer:
         if run is not None:
             if self.prompts.get(context.request_id) is run:
                 del self.prompts[context.request_id]
-            self.agent.finish(run)
-            session = run.session
-            text = prompt_text(run.request)
-            # After the first ordinary (not slash-command) turn that completes, once.
-            wants_title = session.title is None and not session.title_requested and parse_command(text) is None
-            if run.outcome == "end_turn" and wants_title:
-                session.title_requested = True
-                self.connection.spawn(self._title_session, session, text)
+            first_prompt = release_prompt(self.turns, run)
+            if first_prompt is not None:
+                self.connection.spawn(self._title_session, run.session, first_prompt)
         for follow_up in context.after:
             follow_up()
 

@@ -323,7 +323,7 @@ async def _close(server: AcpServer, session: Session) -> None:
     # Each run answers within the cleanup deadline; a little slack for the hand-over between them.
     with anyio.move_on_after(server.config.cleanup_deadline + 1):
         for run in runs:
-            await run.ended.wait()
+            await run.wait_ended()
     if session.mcp is not None:
         await session.mcp.aclose(server.config.cleanup_deadline)
     server.sessions.pop(session.session_id, None)

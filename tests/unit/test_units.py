@@ -116,9 +116,11 @@ async def test_busy_session_rejects_a_second_prompt_but_queues_one_behind_a_stop
     agent.interrupt(session.session_id)
     waiting = agent.admit(session, 3, prompt(session))
     assert list(session.waiting) == [waiting] and not waiting.cancelled
-    agent.finish(first)
+    assert waiting.state is RunState.QUEUED
+    woken = waiting._changed  # what its prompt handler waits on
+    agent.release(first)
     assert agent.running(session.session_id) is waiting
-    assert waiting.may_start.is_set() and waiting.wake.is_set()
+    assert (waiting.state, woken.is_set()) == (RunState.ADMITTED, True)
 
 
 async def test_a_cancel_claims_waiting_prompts_admitted_before_it_only() -> None:
@@ -129,28 +131,30 @@ async def test_a_cancel_claims_waiting_prompts_admitted_before_it_only() -> None
     agent.interrupt(session.session_id)
     later = agent.admit(session, 3, prompt(session))
     assert claimed.cancelled and not later.cancelled
-    agent.finish(claimed)  # answered early, while still waiting
+    agent.release(claimed)  # answered early, while still waiting
     assert list(session.waiting) == [later]
-    agent.finish(first)
+    agent.release(first)
     assert agent.running(session.session_id) is later
 
 
-async def test_finish_only_removes_its_own_registry_entry() -> None:
+async def test_release_only_removes_its_own_registry_entry() -> None:
     agent, session = Agent(), make_session()
     first = agent.admit(session, 1, prompt(session))
-    agent.finish(first)
+    agent.release(first)
     second = agent.admit(session, 2, prompt(session))
-    agent.finish(first)  # a late, second finish of the old run
+    agent.release(first)  # a late, second release of the old run
     assert agent.running(session.session_id) is second
 
 
 async def test_cancel_in_the_settlement_window_keeps_the_decided_outcome() -> None:
     agent, session = Agent(), make_session()
     run = agent.admit(session, 1, prompt(session))
-    run.state = RunState.SETTLING
+    assert run.start() and run.settle("end_turn")
+    woken = run._changed  # what its prompt handler waits on
     agent.interrupt(session.session_id)
+    assert run.state is RunState.SETTLING and run.outcome == "end_turn"
     assert not run.cancelled and not run.scope.cancel_called
-    assert run.cancelled_at is not None and run.wake.is_set()
+    assert run.cancelled_at is not None and woken.is_set()
 
 
 @pytest.mark.parametrize(
@@ -234,7 +238,7 @@ async def test_queue_policy_waits_first_in_first_out_and_cancels_nothing() -> No
     second = agent.admit(session, 2, prompt(session))
     third = agent.admit(session, 3, prompt(session))
     assert not any(run.cancelled for run in (first, second, third))
-    agent.finish(first)
+    agent.release(first)
     assert agent.running(session.session_id) is second
-    agent.finish(second)
+    agent.release(second)
     assert agent.running(session.session_id) is third
