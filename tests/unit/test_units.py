@@ -23,7 +23,7 @@ from acp_server.protocol.schema import PromptRequest
 from acp_server.runtime.model import Message, ToolCall
 from acp_server.runtime.providers.echo import _chunks
 from acp_server.runtime.providers.scripted import ScriptError, parse_script
-from acp_server.sessions.runs import Agent, RunContext, RunState, Session
+from acp_server.sessions.runs import Agent, RunContext, RunState, Session, TransitionError
 from acp_server.sessions.turn import _sealed_history
 
 
@@ -155,6 +155,54 @@ async def test_cancel_in_the_settlement_window_keeps_the_decided_outcome() -> No
     assert run.state is RunState.SETTLING and run.outcome == "end_turn"
     assert not run.cancelled and not run.scope.cancel_called
     assert run.cancelled_at is not None and woken.is_set()
+
+
+async def test_transitions_refuse_a_state_they_do_not_leave() -> None:
+    agent, session = Agent(), make_session()
+    session.prompt_policy = "queue"
+    first = agent.admit(session, 1, prompt(session))
+    queued = agent.admit(session, 2, prompt(session), ("clear", ""))
+    assert (queued.state, queued.command) == (RunState.QUEUED, ("clear", ""))
+    with pytest.raises(TransitionError):
+        queued.start()  # its predecessor has not handed the session over
+    with pytest.raises(TransitionError):
+        queued.seal()  # nothing to seal: it never ran, and no cancel claimed it
+    assert queued.state is RunState.QUEUED
+    assert first.start()
+    with pytest.raises(TransitionError):
+        first.start()
+    assert first.settle("end_turn")
+    first.seal()
+    assert first.closed and not first.cancelled
+    with pytest.raises(TransitionError):
+        first.seal()
+
+
+async def test_a_claimed_turn_answers_cancelled_and_a_sealed_one_decides_nothing_more() -> None:
+    agent, session = Agent(), make_session()
+    run = agent.admit(session, 1, prompt(session))
+    assert run.start()
+    agent.interrupt(session.session_id)
+    assert not run.settle("end_turn")  # the cancel came first: the outcome is `cancelled`, whatever the work says
+    assert run.outcome == "cancelled"
+    run.seal()
+    assert run.closed and run.cancelled
+    run.fail(RuntimeError("a late error of abandoned work"))
+    assert not run.settle("end_turn")
+    assert (run.outcome, run.error, run.state) == ("cancelled", None, RunState.SEALED)
+    agent.interrupt(session.session_id)  # past cancelling: a no-op
+    assert run.state is RunState.SEALED
+    agent.release(run)
+    assert (run.state, agent.running(session.session_id)) == (RunState.ENDED, None)
+
+
+async def test_a_prompt_claimed_before_it_started_never_starts() -> None:
+    agent, session = Agent(), make_session()
+    run = agent.admit(session, 1, prompt(session))
+    agent.interrupt(session.session_id)
+    assert not run.start() and run.state is RunState.STOPPING
+    run.seal()
+    assert run.outcome == "cancelled" and run.closed
 
 
 @pytest.mark.parametrize(
