@@ -31,20 +31,19 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 
 from acp_server.jsonrpc.rpc import ErrorCode, RpcError
 from acp_server.protocol.schema import ClientCapabilities, PromptRequest, RequestId
 from acp_server.runtime.model import Message, StopReason
-from acp_server.runtime.providers.scripted import GateBoard
 
 if TYPE_CHECKING:  # the store (and sqlite3) load only when a session needs them, never at start-up
     from acp_server.mcp_bridge.hub import McpHub
     from acp_server.store import TurnLog
 
-__all__ = ["Agent", "RunContext", "RunState", "Session", "TransitionError"]
+__all__ = ["Agent", "RunContext", "RunState", "Session", "SessionService", "TransitionError"]
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +78,14 @@ class TransitionError(RuntimeError):
     """A lifecycle transition asked of a run in a state it does not leave that way: a bug, never a race."""
 
 
+class SessionService(Protocol):
+    """State a provider keeps per session (the scripted model's gate board), opaque to the session."""
+
+    def turn_ended(self) -> None:
+        """The session's running turn has ended (its response is queued)."""
+        ...
+
+
 @dataclass(eq=False)
 class Session:
     """A conversation: its working directory, history and admission queue. Mutated only by its own turns, except
@@ -90,7 +97,8 @@ class Session:
     mcp_servers: tuple[dict[str, Any], ...]
     history: list[Message] = field(default_factory=list)
     waiting: deque[RunContext] = field(default_factory=deque)
-    gates: GateBoard = field(default_factory=GateBoard)
+    # Kept here for the provider, by name (see runtime/model.py `TurnInput.session_services`).
+    services: dict[str, SessionService] = field(default_factory=dict)
     turns_started: int = 0
     # What the client can do for this session's tools (its initialize capabilities).
     client: ClientCapabilities = field(default_factory=ClientCapabilities)
@@ -360,7 +368,8 @@ class Agent:
             if run in session.waiting:
                 session.waiting.remove(run)  # answered while waiting (claimed by a cancel)
             return
-        session.gates.forget_early_releases()
+        for service in session.services.values():
+            service.turn_ended()
         while session.waiting:
             successor = session.waiting.popleft()
             if successor.hand_over():

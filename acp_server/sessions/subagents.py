@@ -98,7 +98,7 @@ class ChildSessions:
                         turn_index=0,
                         meta=meta,
                         probe=probe,
-                        session_services={"gates": child_session.gates},
+                        session_services=child_session.services,
                         system_prompt=build_system_prompt(
                             cwd=home.cwd,
                             roots=(home.cwd, *home.additional_directories),

@@ -186,7 +186,7 @@ async def _work(services: TurnServices, run: RunContext) -> None:
                         turn_index=session.turns_started,
                         meta=run.request.meta or {},
                         probe=probe,
-                        session_services={"gates": session.gates},
+                        session_services=session.services,
                         system_prompt=instructions or system_prompt,
                     )
                 )
