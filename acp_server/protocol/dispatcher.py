@@ -29,10 +29,9 @@ from acp_server.jsonrpc.rpc import (
 from acp_server.protocol.context import Handler, NotificationHandler, Parts, RequestContext
 from acp_server.protocol.prompts import prompt_command
 from acp_server.protocol.schema import InitializeRequest, PromptRequest
-from acp_server.runtime.model import StopReason
-from acp_server.sessions.options import parse_command
 from acp_server.sessions.runs import PromptRejectedError, Session
 from acp_server.sessions.slash_commands import first_title
+from acp_server.sessions.turn import admit_prompt, release_prompt
 
 __all__ = ["AcpDispatcher"]
 
@@ -93,22 +92,14 @@ class AcpDispatcher:
                         ErrorCode.INVALID_PARAMS,
                         f"Invalid params: prompt.{index}: {block.type} content is not supported by this model",
                     )
-            session = self.session(prompt.session_id)
             command = prompt_command(prompt)
-            is_command = command.block_count == 1 and parse_command(command.text) is not None
-            problem = (
-                None
-                if is_command
-                else self.provider_for(session.model).check_turn(prompt.meta or {}, session.turns_started)
-            )
-            if problem is not None:
-                raise RpcError(ErrorCode.INVALID_PARAMS, problem)
-            context.run = self.agent.admit(session, context.request_id, command)
+            context.run = admit_prompt(self.turns, context.request_id, prompt.session_id, command, self.session)
         except RpcError as exc:
             context.admission_error = exc
             return
         except PromptRejectedError as exc:
-            context.admission_error = RpcError(ErrorCode.INVALID_REQUEST, exc.message)
+            code = ErrorCode.INVALID_PARAMS if exc.invalid_params else ErrorCode.INVALID_REQUEST
+            context.admission_error = RpcError(code, exc.message)
             return
         self.prompts[context.request_id] = context.run
 
@@ -126,14 +117,9 @@ class AcpDispatcher:
         if run is not None:
             if self.prompts.get(context.request_id) is run:
                 del self.prompts[context.request_id]
-            self.agent.finish(run)
-            session = run.session
-            text = run.prompt.text
-            # After the first ordinary (not slash-command) turn that completes, once.
-            wants_title = session.title is None and not session.title_requested and parse_command(text) is None
-            if run.outcome == StopReason.END_TURN and wants_title:
-                session.title_requested = True
-                self.connection.spawn(self._title_session, session, text)
+            first_prompt = release_prompt(self.turns, run)
+            if first_prompt is not None:
+                self.connection.spawn(self._title_session, run.session, first_prompt)
         for follow_up in context.after:
             follow_up()
 

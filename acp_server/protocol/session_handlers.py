@@ -334,7 +334,7 @@ async def _close(parts: Parts, session: Session) -> None:
     # Each run answers within the cleanup deadline; a little slack for the hand-over between them.
     with anyio.move_on_after(parts.config.cleanup_deadline + 1):
         for run in runs:
-            await run.ended.wait()
+            await run.wait_ended()
     if session.mcp is not None:
         await session.mcp.aclose(parts.config.cleanup_deadline)
     parts.sessions.discard(session.session_id)

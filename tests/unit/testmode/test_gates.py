@@ -37,7 +37,7 @@ async def test_an_early_release_opens_its_gate_until_the_running_turn_ends() -> 
     with anyio.fail_after(1):
         await gate_board(session.services).wait("g", None)  # the early release opened it
     release(parts, "s", "late")
-    agent.finish(run)  # the turn ended: its early releases are forgotten
+    agent.release(run)  # the turn ended: its early releases are forgotten
     with anyio.move_on_after(0.05) as waited:
         await gate_board(session.services).wait("late", None)
     assert waited.cancelled_caught
