@@ -114,11 +114,15 @@ class AcpServer:
         async with self._store_lock:
             if not self._store_tried:
                 self._store_tried = True
+                from acp_server.protocol.replay import entry_of
                 from acp_server.store import STORE_FILENAME, SessionStore, StoreUnavailable, default_state_dir
 
                 directory = Path(self.config.state_dir) if self.config.state_dir else default_state_dir()
                 try:
-                    self.store = await anyio.to_thread.run_sync(SessionStore.open, directory / STORE_FILENAME)
+                    # A store written before the turn records (schema 1) holds v1 updates: it is upgraded by reading
+                    # them as this edge reads the updates it logs.
+                    path = directory / STORE_FILENAME
+                    self.store = await anyio.to_thread.run_sync(lambda: SessionStore.open(path, read_legacy=entry_of))
                 except StoreUnavailable as exc:
                     self.store_problem = f"the session store is unavailable: {exc}"
                     log.error("%s; sessions will not be saved", self.store_problem)

@@ -1,5 +1,5 @@
-"""Runtime events of one turn as ACP `session/update`s, sent through the connection's fence and recorded, exactly as
-sent, in the turn's log in the session store.
+"""Runtime events of one turn as ACP `session/update`s, sent through the connection's fence and recorded, as sent,
+in the turn's log in the session store (as the store's own records: protocol/replay.py).
 
 The per-chunk hot path: plain dicts, no models, one type check per event.
 """
@@ -11,6 +11,7 @@ from typing import Any
 
 from acp_server.jsonrpc.connection import Connection
 from acp_server.protocol.editor import tool_content
+from acp_server.protocol.replay import log_update
 from acp_server.runtime.model import (
     Notice,
     PlanUpdated,
@@ -26,7 +27,7 @@ from acp_server.runtime.model import (
 )
 from acp_server.sessions.runs import RunContext
 
-__all__ = ["Reporter"]
+__all__ = ["Reporter", "log_update"]
 
 
 class Reporter:
@@ -121,5 +122,5 @@ class Reporter:
             "method": "session/update",
             "params": {"sessionId": self._session_id, "update": update},
         }
-        if await self._connection.send_fenced(message, run) and run.turn_log is not None:
-            run.turn_log.append(update)  # exactly what the client was sent, in wire order
+        if await self._connection.send_fenced(message, run):
+            log_update(run.turn_log, update)  # what the client was sent, in wire order

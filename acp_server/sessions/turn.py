@@ -25,7 +25,7 @@ from acp_server.protocol.editor import (
     tool_content,
 )
 from acp_server.protocol.schema import EmbeddedResource, PromptRequest, ResourceLink, TextContent
-from acp_server.protocol.updates import Reporter
+from acp_server.protocol.updates import Reporter, log_update
 from acp_server.runtime.compaction import ContextCompactor
 from acp_server.runtime.loop import run_turn
 from acp_server.runtime.model import (
@@ -228,8 +228,7 @@ def _close(services: TurnServices, run: RunContext) -> dict[str, Any]:
             "content": [tool_content(TextOutput(f"The tool call was {note or 'abandoned'}."))],
         }
         connection.notify("session/update", {"sessionId": run.session_id, "update": update})
-        if run.turn_log is not None:
-            run.turn_log.append(update)
+        log_update(run.turn_log, update)
     run.open_tool_calls.clear()
     previous = run.session.history
     if run.turn_start is not None:

@@ -20,6 +20,7 @@ from typing import Any, cast
 import orjson
 
 from acp_server.store.leases import Identity, owner_alive
+from acp_server.store.migration import ReadLegacy, upgrade
 from acp_server.store.records import (
     LoadedSession,
     SessionPage,
@@ -32,8 +33,9 @@ from acp_server.store.records import (
     utc_now,
 )
 from acp_server.store.replay import rebuild_history
-from acp_server.store.sqlite_file import SESSION_COLUMNS, create_schema, validate
-from acp_server.store.turn_log import Batch, decode_updates, new_turn_id, update_rows
+from acp_server.store.sqlite_file import SCHEMA_VERSION, SESSION_COLUMNS, create_schema, validate
+from acp_server.store.turn_log import Batch, decode_row, new_turn_id, update_rows
+from acp_server.store.turn_records import TurnEntry, decode_entry
 
 __all__ = ["StoreWorker"]
 
@@ -48,12 +50,22 @@ class StoreWorker:
     """The store's connection and the transactions run on it. Not thread-safe: `SessionStore` runs one job at a time
     (under its lock, or before serving and after the last flush)."""
 
-    def __init__(self, path: Path, conn: sqlite3.Connection, identity: Identity, owner_id: str, stale: float) -> None:
+    def __init__(
+        self,
+        path: Path,
+        conn: sqlite3.Connection,
+        identity: Identity,
+        owner_id: str,
+        stale: float,
+        *,
+        read_legacy: ReadLegacy | None = None,
+    ) -> None:
         self.path = path
         self.owner_id = owner_id
         self._conn = conn
         self._identity = identity
         self._stale_after = stale
+        self._read_legacy = read_legacy
 
     @contextlib.contextmanager
     def _transaction(self, begin: str = "BEGIN IMMEDIATE") -> Iterator[sqlite3.Connection]:
@@ -71,11 +83,15 @@ class StoreWorker:
             raise
 
     def register(self) -> int:
-        """While the store opens: create the schema if the file is new, take this process's lease and mark turns of
-        owners that are gone `interrupted`, in one write transaction. How many turns were marked."""
+        """While the store opens: create the schema if the file is new (or upgrade an older one), take this
+        process's lease and mark turns of owners that are gone `interrupted`, in one write transaction. How many
+        turns were marked."""
         with self._transaction() as conn:
-            if not validate(conn, self.path, check=False):  # again, under the write lock: still new?
+            version = validate(conn, self.path, check=False)  # again, under the write lock: still new? still old?
+            if version == 0:
                 create_schema(conn)
+            elif version < SCHEMA_VERSION:
+                upgrade(conn, self.path, version, self._read_legacy)
             self.heartbeat(time.time())
             return self.sweep(time.time())
 
@@ -167,10 +183,10 @@ class StoreWorker:
                 " WHERE t.session_id = ? ORDER BY t.seq, u.seq",
                 (session_id,),
             ).fetchall()
-        updates: dict[str, list[dict[str, Any]]] = {}
+        entries: dict[str, list[TurnEntry]] = {}
         try:
             for turn_id, data in update_rows:
-                updates.setdefault(turn_id, []).extend(decode_updates(data))
+                entries.setdefault(turn_id, []).extend(self._entries(decode_row(data)))
         except (ValueError, zlib.error) as exc:
             raise StoreUnavailable(f"session store {self.path}: session {session_id} is unreadable ({exc})") from exc
         turns = [
@@ -182,7 +198,7 @@ class StoreWorker:
                 started_at=r[4],
                 ended_at=r[5],
                 prompt_text=r[6],
-                updates=updates.get(r[0], []),
+                entries=entries.get(r[0], []),
             )
             for r in turn_rows
         ]
@@ -190,6 +206,17 @@ class StoreWorker:
             return LoadedSession(_session_record(row), turns, rebuild_history(turns, turn_rows))
         except (ValueError, KeyError, TypeError) as exc:
             raise StoreUnavailable(f"session store {self.path}: session {session_id} is unreadable ({exc})") from exc
+
+    def _entries(self, items: Sequence[Any]) -> Iterator[TurnEntry]:
+        for item in items:
+            if isinstance(item, dict) and self._read_legacy is not None:
+                # An update object: written after the upgrade by a process of the old version that had the store
+                # open already (a new process refuses a store of a newer schema, an old one does not look again).
+                entry = self._read_legacy(item)
+                if entry is not None:
+                    yield entry
+            else:
+                yield decode_entry(item)
 
     def list_page(self, cwd: str | None, after: tuple[str, str] | None, limit: int) -> SessionPage:
         where = "deleted = 0 AND parent_id IS NULL"
