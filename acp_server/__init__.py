@@ -1,6 +1,6 @@
 """acp-server: an Agent Client Protocol (v1) agent whose cancel is routed per session.
 
-The package is split in layers (see ARCHITECTURE.md): wire models and runtime words at the bottom, framing and
+The package is split in layers (see docs/architecture.md): wire models and runtime words at the bottom, framing and
 JSON-RPC above them, the connection and the agent's run registry next, the ACP handlers on top, and the CLI as the
 composition root. Importing the package imports nothing heavy.
 """

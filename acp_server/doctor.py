@@ -95,10 +95,6 @@ def _key_file_permissions(path: Path, document: Mapping[str, Any]) -> list[Check
 # --- the model and its providers ---
 
 
-def _family(spec: str) -> str:
-    return spec.partition(":")[0]
-
-
 def check_model(config: Config) -> list[Check]:
     problem = model_spec_problem(config.model)
     if problem:

@@ -1,8 +1,8 @@
 """Stop latency with a tool running: from the `session/cancel` write to the read of the `cancelled` response.
 
 `bench.cancel` times a turn parked inside the model; users mostly press Stop while a tool runs, where the cancel must
-also unwind the tool, close its tool call (`failed`) and, for a command, kill the process group first (INTERRUPTS.md
-I5, bound `T_ack`). Two variants, one process and one session each, reused across iterations:
+also unwind the tool, close its tool call (`failed`) and, for a command, kill the process group first
+(docs/interrupts.md I5, bound `T_ack`). Two variants, one process and one session each, reused across iterations:
 
 - `test_sleep`: the test-mode tool `{"tool": "test_sleep", "args": {"s": 30}}`; the clock starts once the
   `tool_started` probe has been read, so the tool body is really running;
@@ -35,7 +35,7 @@ from tests.support.harness import processes
 
 __all__ = ["CancelToolResult", "main", "run"]
 
-# INTERRUPTS.md I5: cancel during a cooperative tool -> response within T_ack (250 ms); the p99 is held to it.
+# docs/interrupts.md I5: cancel during a cooperative tool -> response within T_ack (250 ms); the p99 is held to it.
 TARGET_P99_MS = 250.0
 WARM_UP = 3
 TOOL_SECONDS = 30

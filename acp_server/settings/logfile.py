@@ -104,10 +104,6 @@ class LazyRotatingFileHandler(logging.Handler):
         self._target: RotatingFileHandler | None = None
         self._failed = False
 
-    @property
-    def opened_path(self) -> Path | None:
-        return Path(self._target.baseFilename) if self._target is not None else None
-
     def _open(self) -> RotatingFileHandler | None:
         from logging.handlers import RotatingFileHandler
 

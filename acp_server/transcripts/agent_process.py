@@ -24,8 +24,6 @@ from acp_server.transcripts.format import Line, Transcript, line_from_bytes
 
 __all__ = ["AgentProcess", "replay_command", "spawn_agent"]
 
-READ_BYTES = 1 << 16
-
 
 class AgentProcess:
     """The conversation with one spawned agent (see `engine.Peer`)."""

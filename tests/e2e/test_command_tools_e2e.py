@@ -1,5 +1,5 @@
 """`run_command` end to end over real stdio: local processes for clients without terminals, editor terminals for
-clients that offer them, cancellation of both (INTERRUPTS.md I9, I12, I17), and the permission rules for commands.
+clients that offer them, cancellation of both (docs/interrupts.md I9, I12, I17), and the permission rules for commands.
 
 The scripted model calls the tool; `tests/support/editor_client.py` plays the editor. Commands that only a broken
 permission gate would run (`rm -rf /`) are only ever offered to a client with terminals, whose terminals are

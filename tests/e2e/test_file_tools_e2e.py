@@ -1,6 +1,6 @@
 """The file tools end to end, over real stdio: the editor's `fs/*` methods when the client offers them (and the disk
 when it does not), the permission flow for edits in every mode, confinement, and cancels while the editor holds a
-permission request or a file read (INTERRUPTS.md I8 and its variant d).
+permission request or a file read (docs/interrupts.md I8 and its variant d).
 
 The tests play the editor with the raw client: they wait for the server's `session/request_permission` or
 `fs/*_text_file` request and answer it (or never do). The fixture validates every line against the ACP schema and
@@ -390,7 +390,7 @@ async def test_update_plan_sends_the_complete_plan(start_server: StartServer, tm
     assert text_of(final) == "plan updated: 2 steps (1 completed, 1 in progress, 0 pending)"
 
 
-# --- cancels while the editor holds the turn (INTERRUPTS.md I8) ---
+# --- cancels while the editor holds the turn (docs/interrupts.md I8) ---
 
 
 def position(client: RawClient, message: dict[str, Any]) -> int:

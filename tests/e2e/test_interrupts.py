@@ -1,4 +1,4 @@
-"""The cancellation invariants of INTERRUPTS.md, black-box over real stdio with the scripted model.
+"""The cancellation invariants of docs/interrupts.md, black-box over real stdio with the scripted model.
 
 Durations are scaled down and latency bounds up, as "Timing in tests" allows (see tests/support/harness.py). Every test
 also gets the common checks at teardown: one response per request, schema-valid output, no turn update or client
@@ -12,6 +12,7 @@ import os
 import time
 from typing import Any
 
+import orjson
 import pytest
 
 from tests.conftest import StartServer
@@ -193,7 +194,7 @@ async def test_tool_ignoring_cancel_is_abandoned_at_the_deadline_and_fenced(serv
     # The zombie finishes later; it may report a probe, nothing else.
     await server.probe("tool_exited", sessionId=a, toolCallId=call_id, reason="completed", timeout=stubborn_seconds + 2)
     await asyncio.sleep(scaled(0.2))
-    # The zombie must not go on to the next model step after its tool returns (INTERRUPTS.md I5/I6).
+    # The zombie must not go on to the next model step after its tool returns (docs/interrupts.md I5/I6).
     assert not [
         m
         for m in after(server, response)
@@ -353,7 +354,8 @@ async def test_second_prompt_on_a_busy_session_is_rejected_and_changes_nothing(s
 
 
 async def test_prompt_sent_while_a_cancelled_turn_cleans_up_runs_after_the_cleanup(server: RawClient) -> None:
-    """INTERRUPTS.md 6.1: admitted after the cancel, it waits for the cleanup, then runs; one turn at a time."""
+    """docs/interrupts.md, decision 1: admitted after the cancel, it waits for the cleanup, then runs; one turn at a
+    time."""
     a = await server.new_session()
     old = await server.prompt(a, [{"tool": "test_stubborn", "args": {"s": 2}}])
     await server.probe("tool_started", sessionId=a)
@@ -527,7 +529,7 @@ async def test_randomized_cancels_keep_ordering_answers_and_tool_calls_terminal(
 
     rng = random.Random(int(os.environ.get("ACP_TEST_RANDOM_SEED", "18")))
     sessions = [await server.new_session(), await server.new_session()]
-    # 60 runs in CI; INTERRUPTS.md's full count is ACP_TEST_RANDOM_RUNS=200 (with a longer --timeout).
+    # 60 runs in CI; docs/interrupts.md's full count is ACP_TEST_RANDOM_RUNS=200 (with a longer --timeout).
     for run in range(int(os.environ.get("ACP_TEST_RANDOM_RUNS", "60"))):
         active = sessions[: rng.choice((1, 2))]
         prompts: dict[str, Any] = {}
@@ -636,3 +638,38 @@ async def test_many_sessions_streaming_at_once_all_finish_under_backpressure(ser
     for prompt in prompts:
         assert (await server.response(prompt, timeout=scaled(30)))["result"] == {"stopReason": "end_turn"}
     assert all(len(server.texts(s)) == 500 for s in sessions)
+
+
+async def test_a_client_answering_our_request_with_request_cancelled_fails_the_tool_call_and_the_turn_goes_on(
+    server: RawClient,
+) -> None:
+    """I20(b) with `-32800`: the client gave up on one of our requests. That is an ordinary error answer, not a
+    cancel of the turn: the tool call fails with the code in its content, the model goes on, the turn ends
+    `end_turn`."""
+    a = await server.new_session()
+    read = {"method": "fs/read_text_file", "params": {"path": "/x"}}
+    prompt = await server.prompt(a, [{"tool": "test_client_request", "args": read}, {"say": "after"}])
+    held = await server.wait_for(lambda m: m.get("method") == "fs/read_text_file")
+    await server.send({"id": held["id"], "error": {"code": -32800, "message": "Request cancelled"}})
+    response = await server.response(prompt)
+    assert response["result"] == {"stopReason": "end_turn"}
+    closing = [u for u in server.updates(a, "tool_call_update") if u.get("status") in ("completed", "failed")]
+    assert [u["status"] for u in closing] == ["failed"]
+    assert "-32800" in orjson.dumps(closing[0].get("content")).decode()
+    assert server.texts(a) == ["after"]
+
+
+async def test_a_cancel_naming_a_closed_session_is_silent_and_touches_no_other_turn(server: RawClient) -> None:
+    """I13 for a closed session's id: nothing answers the cancel and nothing happens to the turn still running (no
+    "the only running turn" fallback); the connection stays healthy."""
+    closed, running = await server.new_session(), await server.new_session()
+    assert (await server.call("session/close", {"sessionId": closed}))["result"] == {}
+    before = len(server.updates(closed))
+    prompt = await server.prompt(running, [{"gate": "g"}, {"say": "done"}])
+    await server.probe("gate_reached", sessionId=running)
+    await server.cancel(closed)
+    await server.quiet(W_QUIET, lambda m: m.get("id") == prompt or "error" in m)  # still running, nothing refused
+    await server.release(running, "g")
+    assert (await server.response(prompt))["result"] == {"stopReason": "end_turn"}
+    assert server.texts(running) == ["done"]
+    assert len(server.updates(closed)) == before

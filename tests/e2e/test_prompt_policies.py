@@ -1,4 +1,4 @@
-"""What a prompt sent while its session is busy does: INTERRUPTS.md I14 (`interrupt`, the default), I15 (`queue`)
+"""What a prompt sent while its session is busy does: docs/interrupts.md I14 (`interrupt`, the default), I15 (`queue`)
 and `steer` (§6.1), end to end over stdio. `reject` is covered in test_interrupts.py.
 
 The steering tests hold the running turn inside a tool call that waits for a client request the test answers, so

@@ -1,6 +1,6 @@
 """The ordinary editor flows, driven by the official ACP Python SDK's client side over real stdio.
 
-INTERRUPTS.md §1 asks for two test clients: a raw-line client for the cases the SDK cannot produce, and the SDK for
+docs/interrupts.md asks for two test clients: a raw-line client for the cases the SDK cannot produce, and the SDK for
 the ordinary flows, so that what the server writes is proven parseable by a real client library and what such a
 library writes is accepted. Every test runs through `tests.support.sdk_client.spawn_sdk_agent`, whose teardown closes
 stdin and asserts exit 0 within 3 s, a schema-valid wire (C1-C4), no SDK-side error log and no stderr red flag.
@@ -56,7 +56,7 @@ def turn_records(client: RecordingClient) -> list[Any]:
 StartAgent = Callable[..., Awaitable[SdkAgent]]
 
 ECHO_ARGS = ("--model", "echo")
-# W_quiet of INTERRUPTS.md, scaled down: long enough for a late line to show up on an idle loopback pipe.
+# W_quiet of docs/interrupts.md, scaled down: long enough for a late line to show up on an idle loopback pipe.
 QUIET = W_QUIET
 
 

@@ -7,7 +7,7 @@ proven to parse into the SDK's models and to be answered by its dispatcher, and 
 The client advertises `fs.readTextFile`, `fs.writeTextFile` and `terminal`, so files live in the editor's buffers
 (an in-memory dict that differs from the disk on purpose) and commands in `FakeTerminal`s that execute nothing.
 
-The second half is the late and never cases of INTERRUPTS.md (I8, I9, I12, I17) and a randomized run of I18 with
+The second half is the late and never cases of docs/interrupts.md (I8, I9, I12, I17) and a randomized run of I18 with
 product tools: a cancel never waits for the editor, a late answer changes nothing, every terminal is killed and
 released exactly once before the cancelled prompt's response. Every test runs through `spawn_sdk_agent`, whose
 teardown closes stdin and asserts a clean exit, a schema-valid wire and C1-C4.
@@ -59,7 +59,7 @@ from tests.support.sdk_client import (
 
 StartAgent = Callable[..., Awaitable[SdkAgent]]
 
-# W_quiet of INTERRUPTS.md, scaled down: long enough for a late line to show up on an idle loopback pipe.
+# W_quiet of docs/interrupts.md, scaled down: long enough for a late line to show up on an idle loopback pipe.
 QUIET = W_QUIET
 FINAL = ("completed", "failed")
 OPTION_KINDS = {"allow_once", "allow_always", "reject_once", "reject_always"}

@@ -1,6 +1,6 @@
 """How the server ends, black-box over real stdio: stdin EOF, a client that closed our stdout, and stop signals.
 
-All three are one shutdown (INTERRUPTS.md I17, issue 10 item 3): every turn is cancelled and answered, every wait for
+All three are one shutdown (docs/interrupts.md I17): every turn is cancelled and answered, every wait for
 the client ends at once, every process the server started is killed (its process groups, and on Linux the orphans
 that left them with `setsid`, adopted as a child subreaper), the store, the log and the recording are written, and
 the exit status is 0 within the bound. What "started by the server" means here is read from /proc: every descendant

@@ -1,5 +1,5 @@
 """Subagents (`delegate`): child sessions run inside the parent's tool call, never speak under their own id, and are
-cancelled with their parent (INTERRUPTS.md I16 and decisions 5 and 7), end to end over stdio with the scripted model
+cancelled with their parent (docs/interrupts.md I16, decisions 5, 7), end to end over stdio with the scripted model
 (a `delegate` step carries the child's own script)."""
 
 from __future__ import annotations
@@ -122,7 +122,7 @@ async def test_a_child_session_id_accepts_only_cancel(server: RawClient) -> None
 async def test_a_childs_permission_question_goes_out_under_the_parent_naming_its_own_tool_call(
     server: RawClient, tmp_path: Path
 ) -> None:
-    """INTERRUPTS.md §6.7: the question carries the parent's session id, the child's own tool call (id, title,
+    """docs/interrupts.md decision 7: the question carries the parent's session id, the child's tool call (id, title,
     content), and `_meta.acpServer.parentToolCallId` naming the delegate call the client sees; a grandchild's
     question names the same top-level call. The answer reaches the child, which goes on."""
     a = await server.new_session(str(tmp_path))

@@ -36,7 +36,7 @@ from tests.support.transcripts import (
 
 TRANSCRIPTS = sorted(TRANSCRIPT_DIR.glob("*.jsonl"))
 
-# Transcripts written from INTERRUPTS.md that the server does not meet yet. Strict: once the server is fixed the
+# Transcripts written from docs/interrupts.md that the server does not meet yet. Strict: once the server is fixed the
 # replay passes, the xfail turns into a failure, and the entry must be removed.
 KNOWN_SERVER_BUGS: dict[str, str] = {}
 

@@ -4,7 +4,7 @@ the way an editor would, on a per-test policy (now, late, or never), and records
 Tests of tools that call back into the editor need someone answering while the test watches the wire; writing that
 loop once keeps each test about what it checks. Terminals are simulated, not run: `terminal/wait_for_exit` either
 answers with the configured exit status or is held, as for a long-running command, until `terminal/kill` or
-`terminal/release` arrives for that terminal (then it answers `SIGKILL`, as INTERRUPTS.md's default client does).
+`terminal/release` arrives for that terminal (then it answers `SIGKILL`, as docs/interrupts.md's default client does).
 """
 
 from __future__ import annotations

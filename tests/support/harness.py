@@ -2,7 +2,7 @@
 
 `RawClient` writes exact bytes (several messages in one write, malformed lines, odd ids) and records every line in
 both directions with a monotonic timestamp, in wire order. `check_wire` then applies the common checks of
-INTERRUPTS.md to the whole log: C1 (one response per request, none to notifications), C2 (only valid JSON-RPC lines,
+docs/interrupts.md to the log: C1 (one response per request, none to notifications), C2 (only valid JSON-RPC lines,
 each valid against the official schema), C3 (no turn-scoped update for a session with no unanswered prompt), C4 (no
 agent-to-client request for a session with no unanswered prompt), and, from stderr, C6.
 """
@@ -51,7 +51,7 @@ def scaled(seconds: float) -> float:
     return seconds * TIME_SCALE
 
 
-# INTERRUPTS.md "Timing in tests": durations the server is given (GRACE) define behaviour and stay as they are;
+# docs/interrupts.md "Timing in tests": durations the server is given (GRACE) define behaviour and stay as they are;
 # every bound a test waits for is the target times a safety factor, times TIME_SCALE for a loaded machine.
 GRACE = 0.5  # the cleanup deadline the tests start the server with
 # For tests whose point is "at once, not at the deadline": a deadline far above T_ACK, scaled with it, so the two

@@ -9,7 +9,7 @@ writes and what the SDK can parse shows up as a test failure. Every line crosses
   `...Response` type) -> the server's stdin.
 
 Both directions are kept in one log of `tests.support.harness.Entry` in wire order, so the common checks C1-C4 of
-INTERRUPTS.md (`tests.support.harness.check_wire`) run over SDK-driven sessions too. `RecordingClient` is the editor
+docs/interrupts.md (`tests.support.harness.check_wire`) run over SDK-driven sessions. `RecordingClient` is the editor
 side: it records every `session/update` and extension notification (the `_scripted/probe`s) in order, answers
 `fs/read_text_file` / `fs/write_text_file` from an in-memory dict and `session/request_permission` with a
 configurable option (or a per-call policy), and can hold any client method open until the test releases it. Given

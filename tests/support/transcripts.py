@@ -1,7 +1,7 @@
 """The project's transcript tests: replay `fixtures/transcripts/` through the schema-checking `RawClient`, and
 record new transcripts from scripts.
 
-Why this exists: the cancellation scenarios of INTERRUPTS.md are easiest to review, and hardest to get subtly
+Why this exists: the cancellation scenarios of docs/interrupts.md are easiest to review, and hardest to get subtly
 wrong, as the literal conversation on the wire. Loading, normalising, pacing and diffing are the package's
 (`acp_server.transcripts`, shared with `acp-server replay` and `assert_replays`); what is added here is what only a
 test has: every server line is validated against the ACP schema and the wire checks (C1-C4, C6, exit within
