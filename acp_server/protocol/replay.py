@@ -242,7 +242,7 @@ def render(entry: ReplayEntry) -> dict[str, Any]:
 
 
 def replay_updates(loaded: LoadedSession, *, coalesce: bool = False) -> list[dict[str, Any]]:
-    """The `update` objects to send, in order, before answering `session/load` (INTERRUPTS.md §6 decision 6).
+    """The `update` objects to send, in order, before answering `session/load` (docs/interrupts.md decision 6).
 
     Every stored update as the client first saw it; a cancelled, interrupted or failed turn closes with a `failed`
     tool_call_update for each tool call it left open and an `agent_message_chunk` `[cancelled]` / `[interrupted]` /

@@ -6,7 +6,7 @@ A package of small modules, one job each, from the plain values up to the store 
   and the row format they are stored in;
 - `records`: the frozen records handed out, `TurnStatus`, `StoreUnavailable`, the model history as JSON;
 - `replay`: the records replayed on `session/load` (the protocol edge renders them) and the rebuilt model history
-  (INTERRUPTS.md §6 decision 6);
+  (docs/interrupts.md decision 6);
 - `leases`: which process owns a running turn, and whether it is still there;
 - `turn_log`: the in-memory buffer each turn appends to, and the row format a flush writes;
 - `sqlite_file`: where the file lives, its schema, opening it without ever damaging it;

@@ -1,6 +1,6 @@
 """What a loaded session looks like again: the records to replay to the client, and the model history to continue.
 
-History keeps what happened (INTERRUPTS.md §6 decision 6): `replay_entries` closes a cancelled, interrupted or
+History keeps what happened (docs/interrupts.md decision 6): `replay_entries` closes a cancelled, interrupted or
 failed turn (a `TurnClosed` after it, and a failed change for each tool call it left open), and the model history
 of an interrupted turn is rebuilt from what was streamed, ending with the same note. Pure functions of the records:
 no SQL, no I/O, no wire shapes (the protocol edge renders the result).
@@ -36,7 +36,7 @@ class TurnClosed:
 ReplayEntry = TurnEntry | TurnClosed
 
 
-# --- replay (INTERRUPTS.md §6 decision 6) ---
+# --- replay (docs/interrupts.md decision 6) ---
 
 
 def replay_entries(loaded: LoadedSession) -> list[ReplayEntry]:

@@ -1,5 +1,5 @@
 """The v1 edge of the session store (acp_server/protocol/replay.py): each update logged is replayed exactly as it was
-sent, cancelled and interrupted turns close as INTERRUPTS.md §6 decision 6 says, and a store written by the server
+sent, cancelled and interrupted turns close as docs/interrupts.md decision 6 says, and a store written by the server
 before the turn records (fixtures/stores/v1, schema 1) replays after its upgrade what that server replayed."""
 
 from __future__ import annotations

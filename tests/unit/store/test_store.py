@@ -1,7 +1,7 @@
 """The session store (acp_server/store/) on real SQLite files: what is written comes back exactly, what is buffered
 is committed in one transaction by a flush, a kill -9 loses at most the last 100 ms, processes sharing a store never
 interrupt each other's live turns, a corrupt file is left byte for byte as it was, and replay closes cancelled and
-interrupted turns as INTERRUPTS.md §6 decision 6 says, and a store written before the turn records is upgraded.
+interrupted turns as docs/interrupts.md decision 6 says, and a store written before the turn records is upgraded.
 Child processes run tests/support/store_writer.py; tests/unit/protocol/test_replay.py renders the records as v1."""
 
 from __future__ import annotations
@@ -765,7 +765,7 @@ async def test_a_fork_copies_history_and_updates_and_leaves_the_source_alone(sto
         await store.fork("src", "copy")
 
 
-# --- replay (INTERRUPTS.md §6 decision 6) ---
+# --- replay (docs/interrupts.md decision 6) ---
 
 
 async def test_replay_closes_cancelled_and_interrupted_turns(store: SessionStore) -> None:
