@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import sqlite3
 import zlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,8 @@ from acp_server.store.turn_records import TurnEntry, encode_entry
 __all__ = ["ReadLegacy", "upgrade"]
 
 log = logging.getLogger(__name__)
+
+_PAGE_ROWS = 64
 
 # A schema-1 item (an update object) as a record; None for one that is not kept (live-only notices).
 ReadLegacy = Callable[[Mapping[str, Any]], TurnEntry | None]
@@ -43,9 +45,19 @@ def upgrade(conn: sqlite3.Connection, path: Path, version: int, read_legacy: Rea
     conn.execute(f"PRAGMA user_version = {version}")
 
 
+def _update_rows(conn: sqlite3.Connection) -> Iterator[tuple[int, bytes]]:
+    """Every row of `updates`, a page at a time: a big store's rows (up to 1 MiB each) need not all be in memory."""
+    after = -1
+    while page := conn.execute(
+        "SELECT seq, data FROM updates WHERE seq > ? ORDER BY seq LIMIT ?", (after, _PAGE_ROWS)
+    ).fetchall():
+        yield from page
+        after = page[-1][0]
+
+
 def _records_from_updates(conn: sqlite3.Connection, path: Path, read_legacy: ReadLegacy) -> None:
     dropped = rows = 0
-    for seq, data in conn.execute("SELECT seq, data FROM updates ORDER BY seq").fetchall():
+    for seq, data in _update_rows(conn):
         try:
             items = decode_row(data)
         except (ValueError, zlib.error) as exc:

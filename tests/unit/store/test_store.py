@@ -893,18 +893,25 @@ def legacy_chunk(text: str) -> dict[str, Any]:
 
 async def test_a_schema_1_store_is_upgraded_in_one_transaction_when_opened(db: Path) -> None:
     big = [legacy_chunk(f"{n} ") for n in range(500)]  # compressed, like a flush's big rows
-    schema_1_store(db, [[legacy_chunk("a"), {"sessionUpdate": "notice", "title": "live only"}], big, [{"x": 1}]])
+    small = [[legacy_chunk(f"r{n}")] for n in range(70)]  # more rows than the upgrade reads at a time
+    schema_1_store(
+        db, [[legacy_chunk("a"), {"sessionUpdate": "notice", "title": "live only"}], big, [{"x": 1}], *small]
+    )
     statements: list[str] = []
     store = SessionStore.open(db, read_legacy=read_legacy)
     try:
         assert count_rows(db, "PRAGMA user_version") == 2
-        assert count_rows(db, "SELECT count(*) FROM updates") == 2  # the row with nothing kept is gone
-        assert count_rows(db, "SELECT sum(n) FROM updates") == 501
+        assert count_rows(db, "SELECT count(*) FROM updates") == 72  # the row with nothing kept is gone
+        assert count_rows(db, "SELECT sum(n) FROM updates") == 571
         store._conn.set_trace_callback(statements.append)
         result = await loaded(store, "s")
     finally:
         await store.aclose()
-    assert result.turns[0].entries == [AgentText("m", "a"), *(AgentText("m", f"{n} ") for n in range(500))]
+    assert result.turns[0].entries == [
+        AgentText("m", "a"),
+        *(AgentText("m", f"{n} ") for n in range(500)),
+        *(AgentText("m", f"r{n}") for n in range(70)),
+    ]
     assert not any("user_version" in s for s in statements)  # upgraded once, at open
     reopened = SessionStore.open(db)  # schema 2 now: no reader needed
     try:
