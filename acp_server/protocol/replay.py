@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from acp_server.protocol.editor import tool_content
 from acp_server.runtime.model import DiffOutput, PlanEntry, TerminalOutput, TextOutput, ToolContent
-from acp_server.store.replay import ReplayEntry, replay_entries
+from acp_server.store.replay import ReplayEntry, TurnClosed, replay_entries
 from acp_server.store.turn_records import (
     AgentText,
     AgentThought,
@@ -191,54 +191,83 @@ _READERS: Mapping[Any, Callable[[Mapping[str, Any]], TurnEntry]] = {
 # --- replaying ---
 
 
-def render(entry: ReplayEntry) -> dict[str, Any]:
-    """A record as the v1 update that showed it (a `TurnClosed` as the closing note the turn ends with)."""
-    if isinstance(entry, AgentText | AgentThought):
-        kind = "agent_thought_chunk" if isinstance(entry, AgentThought) else "agent_message_chunk"
-        update: dict[str, Any] = {
-            "sessionUpdate": kind,
-            "content": {"type": "text", "text": entry.text},
-            "messageId": entry.message_id,
-        }
-        if entry.meta is not None:
-            update["_meta"] = entry.meta
-        return update
-    if isinstance(entry, UserChunk):
-        return {"sessionUpdate": "user_message_chunk", "content": entry.content, "messageId": entry.message_id}
-    if isinstance(entry, ToolCallOpened):
-        update = {"sessionUpdate": "tool_call", "toolCallId": entry.call_id}
-        for key, value in (("title", entry.title), ("kind", entry.kind), ("status", entry.status)):
-            if value is not None:
-                update[key] = value
-        if entry.raw_input is not None:
-            update["rawInput"] = entry.raw_input
-        if entry.locations is not None:
-            update["locations"] = [{"path": path} for path in entry.locations]
-        return update
-    if isinstance(entry, ToolCallChanged):
-        update = {"sessionUpdate": "tool_call_update", "toolCallId": entry.call_id}
-        if entry.status is not None:
-            update["status"] = entry.status
-        if entry.content is not None:
-            update["content"] = [tool_content(c) for c in entry.content]
-        if entry.locations is not None:
-            update["locations"] = [{"path": path} for path in entry.locations]
-        if entry.raw_output is not None:
-            update["rawOutput"] = entry.raw_output
-        if entry.meta is not None:
-            update["_meta"] = entry.meta
-        return update
-    if isinstance(entry, PlanSet):
-        entries = [{"content": e.content, "priority": e.priority, "status": e.status} for e in entry.entries]
-        return {"sessionUpdate": "plan", "entries": entries}
-    if isinstance(entry, ContextUsage):
-        return {"sessionUpdate": "usage_update", "used": entry.used, "size": entry.size}
+def _text(entry: AgentText | AgentThought) -> dict[str, Any]:
+    kind = "agent_thought_chunk" if type(entry) is AgentThought else "agent_message_chunk"
+    update: dict[str, Any] = {
+        "sessionUpdate": kind,
+        "content": {"type": "text", "text": entry.text},
+        "messageId": entry.message_id,
+    }
+    if entry.meta is not None:
+        update["_meta"] = entry.meta
+    return update
+
+
+def _user(entry: UserChunk) -> dict[str, Any]:
+    return {"sessionUpdate": "user_message_chunk", "content": entry.content, "messageId": entry.message_id}
+
+
+def _opened(entry: ToolCallOpened) -> dict[str, Any]:
+    update: dict[str, Any] = {"sessionUpdate": "tool_call", "toolCallId": entry.call_id}
+    for key, value in (("title", entry.title), ("kind", entry.kind), ("status", entry.status)):
+        if value is not None:
+            update[key] = value
+    if entry.raw_input is not None:
+        update["rawInput"] = entry.raw_input
+    if entry.locations is not None:
+        update["locations"] = [{"path": path} for path in entry.locations]
+    return update
+
+
+def _changed(entry: ToolCallChanged) -> dict[str, Any]:
+    update: dict[str, Any] = {"sessionUpdate": "tool_call_update", "toolCallId": entry.call_id}
+    if entry.status is not None:
+        update["status"] = entry.status
+    if entry.content is not None:
+        update["content"] = [tool_content(c) for c in entry.content]
+    if entry.locations is not None:
+        update["locations"] = [{"path": path} for path in entry.locations]
+    if entry.raw_output is not None:
+        update["rawOutput"] = entry.raw_output
+    if entry.meta is not None:
+        update["_meta"] = entry.meta
+    return update
+
+
+def _plan_shown(entry: PlanSet) -> dict[str, Any]:
+    entries = [{"content": e.content, "priority": e.priority, "status": e.status} for e in entry.entries]
+    return {"sessionUpdate": "plan", "entries": entries}
+
+
+def _usage_shown(entry: ContextUsage) -> dict[str, Any]:
+    return {"sessionUpdate": "usage_update", "used": entry.used, "size": entry.size}
+
+
+def _closed(entry: TurnClosed) -> dict[str, Any]:
     return {
         "sessionUpdate": "agent_message_chunk",
         "content": {"type": "text", "text": entry.note},
         "messageId": f"msg_{entry.turn_id}_end",
         "_meta": {"acpServer": {"turnStatus": entry.status}},
     }
+
+
+# By the record's exact type: one lookup per record replayed (a long session replays tens of thousands).
+_RENDERERS: Mapping[type, Callable[[Any], dict[str, Any]]] = {
+    AgentText: _text,
+    AgentThought: _text,
+    UserChunk: _user,
+    ToolCallOpened: _opened,
+    ToolCallChanged: _changed,
+    PlanSet: _plan_shown,
+    ContextUsage: _usage_shown,
+    TurnClosed: _closed,
+}
+
+
+def render(entry: ReplayEntry) -> dict[str, Any]:
+    """A record as the v1 update that showed it (a `TurnClosed` as the closing note the turn ends with)."""
+    return _RENDERERS[type(entry)](entry)
 
 
 def replay_updates(loaded: LoadedSession, *, coalesce: bool = False) -> list[dict[str, Any]]:

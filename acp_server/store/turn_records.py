@@ -167,23 +167,29 @@ def _plan(fields: Sequence[Any]) -> TurnEntry:
     return PlanSet(tuple(PlanEntry(*e) for e in entries))
 
 
+# Records whose row is their fields as they are, and the rest, by tag.
+_PLAIN: Mapping[str, Callable[..., TurnEntry]] = {
+    "agent": AgentText,
+    "thought": AgentThought,
+    "user": UserChunk,
+    "usage": ContextUsage,
+}
 _DECODERS: Mapping[str, Callable[[Sequence[Any]], TurnEntry]] = {
-    "user": lambda f: UserChunk(*f),
-    "agent": lambda f: AgentText(*f),
-    "thought": lambda f: AgentThought(*f),
     "call": _opened,
     "call_update": _changed,
     "plan": _plan,
-    "usage": lambda f: ContextUsage(*f),
 }
 
 
 def decode_entry(row: Any) -> TurnEntry:
-    """The inverse of `encode_entry`; raises ValueError on anything it did not write."""
+    """The inverse of `encode_entry`; raises ValueError on anything it did not write. One per record on every
+    `session/load`, so the common records take the shortest way."""
     try:
-        if not isinstance(row, list):
-            raise TypeError("a stored record is a JSON array")
-        tag, *fields = row
-        return _DECODERS[tag](fields)
+        if type(row) is not list or not row:
+            raise TypeError("a stored record is a non-empty JSON array")
+        plain = _PLAIN.get(row[0])
+        if plain is not None:
+            return plain(*row[1:])
+        return _DECODERS[row[0]](row[1:])
     except (TypeError, ValueError, KeyError) as exc:
         raise ValueError(f"not a stored turn record: {row!r:.200}") from exc
