@@ -2,7 +2,7 @@
 
 The server streams up to ~1M chunks/s and stores every one, so the per-update cost decides whether persistence is
 affordable. Three views of it, on a real SQLite file in a temporary directory:
-- append: recording an update in the turn log alone, as the event loop pays it (`protocol.replay.log_update`: the
+- append: recording an update in the turn log alone, as the event loop pays it (`protocol.store_log.log_update`: the
   update read into a record, encoded into a buffer), in bursts of 50,000;
 - flush: the flush of each burst divided by its size (the worker thread's share: orjson encode + SQLite);
 - streaming: a loop building and appending updates while `run_flusher` commits every 50 ms, as in the server,
@@ -28,7 +28,8 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 
-from acp_server.protocol.replay import log_update, replay_updates
+from acp_server.protocol.replay import replay_updates
+from acp_server.protocol.store_log import log_update
 from acp_server.runtime.model import Message, ToolCall
 from acp_server.store import STORE_FILENAME, SessionStore
 from bench.report import Figure, format_table

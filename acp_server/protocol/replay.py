@@ -2,10 +2,10 @@
 and the updates a `session/load` replays.
 
 The store keeps records of its own (store/turn_records.py), never wire messages, so a session stored on one protocol
-version can be replayed on another: this module is the v1 side. `log_update` records an update exactly as sent (the
-per-chunk hot path: a text chunk is encoded without building a record), `entry_of` reads one (also what a store
-written before the records, schema 1, holds: the migration is handed it), and `replay_updates` renders a loaded
-session back into the same updates, with the closing of turns that did not complete (store/replay.py decides which).
+version can be replayed on another: this module is the v1 side. `entry_of` reads an update as a record (for
+protocol/store_log.py, which records each update as sent, and for the upgrade of a store written before the records,
+schema 1, which holds updates), and `replay_updates` renders a loaded session back into the same updates, with the
+closing of turns that did not complete (store/replay.py decides which). Loaded with the store, never at start-up.
 """
 
 from __future__ import annotations
@@ -29,36 +29,16 @@ from acp_server.store.turn_records import (
 )
 
 if TYPE_CHECKING:
-    from acp_server.store import LoadedSession, TurnLog
+    from acp_server.store import LoadedSession
 
-__all__ = ["entry_of", "log_update", "render", "replay_updates"]
+__all__ = ["entry_of", "render", "replay_updates"]
 
 log = logging.getLogger(__name__)
 
 _CHUNK_KEYS = frozenset({"sessionUpdate", "content", "messageId", "_meta"})
-_TEXT_CHUNKS = frozenset({"agent_message_chunk", "agent_thought_chunk"})
 
 
-# --- recording what was sent ---
-
-
-def log_update(turn_log: TurnLog | None, update: Mapping[str, Any]) -> None:
-    """Record an update the client was just sent in its turn's log (nothing without a store)."""
-    if turn_log is None:
-        return
-    kind = update["sessionUpdate"]
-    if kind in _TEXT_CHUNKS and len(update) == 3:
-        # The hot path, one per streamed chunk: a plain text chunk (its content, messageId and nothing else) goes
-        # straight to its row, no record built, as few checks as keep it exact.
-        content = update["content"]
-        if type(content) is dict and len(content) == 2 and content.get("type") == "text":
-            turn_log.append_text(update["messageId"], content["text"], kind == "agent_thought_chunk")
-            return
-    entry = entry_of(update)
-    if entry is not None:
-        turn_log.append(entry)
-    elif kind != "notice":
-        log.warning("an update the session store cannot keep was not stored: %.200r", update)
+# --- reading what was sent ---
 
 
 def entry_of(update: Mapping[str, Any]) -> TurnEntry | None:

@@ -16,7 +16,6 @@ from acp_server.jsonrpc.rpc import ErrorCode, RpcError
 from acp_server.mcp_bridge import merge_servers
 from acp_server.protocol.dispatcher import AcpServer, RequestContext
 from acp_server.protocol.editor import PERMISSION_MODES
-from acp_server.protocol.replay import replay_updates
 from acp_server.protocol.schema import (
     ClientCapabilities,
     CloseSessionRequest,
@@ -119,7 +118,8 @@ async def _restore(context: RequestContext, params: LoadSessionRequest, *, repla
     current = server.sessions.get(params.session_id)
     if current is not None and not current.closed and server.agent.running(params.session_id) is not None:
         raise RpcError(ErrorCode.INVALID_REQUEST, "the session has a prompt running; cancel it first")
-    from acp_server.store import StoreUnavailable  # sqlite3 stays off the start-up path
+    from acp_server.protocol.replay import replay_updates  # with the store: sqlite3 stays off the start-up path
+    from acp_server.store import StoreUnavailable
 
     store = await server.require_store()
     try:

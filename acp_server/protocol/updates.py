@@ -1,5 +1,5 @@
 """Runtime events of one turn as ACP `session/update`s, sent through the connection's fence and recorded, as sent,
-in the turn's log in the session store (as the store's own records: protocol/replay.py).
+in the turn's log in the session store (as the store's own records: protocol/store_log.py).
 
 The per-chunk hot path: plain dicts, no models, one type check per event.
 """
@@ -11,7 +11,7 @@ from typing import Any
 
 from acp_server.jsonrpc.connection import Connection
 from acp_server.protocol.editor import tool_content
-from acp_server.protocol.replay import log_update
+from acp_server.protocol.store_log import log_update
 from acp_server.runtime.model import (
     Notice,
     PlanUpdated,

@@ -14,73 +14,37 @@ A package of small modules, one job each, from the plain values up to the store 
 - `worker`: every SQL transaction, run on a worker thread;
 - `store`: `SessionStore`, the store as the event loop sees it.
 
-The names below are loaded on first use: the protocol edge imports the turn records (and the replay) at start-up to
-render and log turns, while `sqlite3` and the store itself load only when persistence is set up, never at start-up.
+Importing it imports `sqlite3`: the server imports it only when persistence is set up, never at start-up.
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from acp_server.store.migration import ReadLegacy
-    from acp_server.store.records import (
-        LoadedSession,
-        SessionPage,
-        SessionRecord,
-        SessionSummary,
-        StoreUnavailable,
-        TurnRecord,
-        TurnStatus,
-        message_from_json,
-        message_to_json,
-    )
-    from acp_server.store.replay import ReplayEntry, TurnClosed, replay_entries
-    from acp_server.store.sqlite_file import STORE_FILENAME, default_state_dir
-    from acp_server.store.store import FLUSH_INTERVAL_S, STALE_AFTER_S, SessionStore
-    from acp_server.store.turn_log import TurnLog
-    from acp_server.store.turn_records import (
-        AgentText,
-        AgentThought,
-        ContextUsage,
-        PlanSet,
-        ToolCallChanged,
-        ToolCallOpened,
-        TurnEntry,
-        UserChunk,
-    )
-
-# Which module defines each name, for `__getattr__`.
-_HOMES = {
-    "LoadedSession": "records",
-    "SessionPage": "records",
-    "SessionRecord": "records",
-    "SessionSummary": "records",
-    "StoreUnavailable": "records",
-    "TurnRecord": "records",
-    "TurnStatus": "records",
-    "message_from_json": "records",
-    "message_to_json": "records",
-    "ReadLegacy": "migration",
-    "ReplayEntry": "replay",
-    "TurnClosed": "replay",
-    "replay_entries": "replay",
-    "STORE_FILENAME": "sqlite_file",
-    "default_state_dir": "sqlite_file",
-    "FLUSH_INTERVAL_S": "store",
-    "STALE_AFTER_S": "store",
-    "SessionStore": "store",
-    "TurnLog": "turn_log",
-    "AgentText": "turn_records",
-    "AgentThought": "turn_records",
-    "ContextUsage": "turn_records",
-    "PlanSet": "turn_records",
-    "ToolCallChanged": "turn_records",
-    "ToolCallOpened": "turn_records",
-    "TurnEntry": "turn_records",
-    "UserChunk": "turn_records",
-}
+from acp_server.store.migration import ReadLegacy
+from acp_server.store.records import (
+    LoadedSession,
+    SessionPage,
+    SessionRecord,
+    SessionSummary,
+    StoreUnavailable,
+    TurnRecord,
+    TurnStatus,
+    message_from_json,
+    message_to_json,
+)
+from acp_server.store.replay import ReplayEntry, TurnClosed, replay_entries
+from acp_server.store.sqlite_file import STORE_FILENAME, default_state_dir
+from acp_server.store.store import FLUSH_INTERVAL_S, STALE_AFTER_S, SessionStore
+from acp_server.store.turn_log import TurnLog
+from acp_server.store.turn_records import (
+    AgentText,
+    AgentThought,
+    ContextUsage,
+    PlanSet,
+    ToolCallChanged,
+    ToolCallOpened,
+    TurnEntry,
+    UserChunk,
+)
 
 __all__ = [
     "FLUSH_INTERVAL_S",
@@ -111,10 +75,3 @@ __all__ = [
     "message_to_json",
     "replay_entries",
 ]
-
-
-def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{home}"), name)

@@ -12,7 +12,8 @@ from typing import Any
 import orjson
 import pytest
 
-from acp_server.protocol.replay import entry_of, log_update, render, replay_updates
+from acp_server.protocol.replay import entry_of, render, replay_updates
+from acp_server.protocol.store_log import log_update
 from acp_server.runtime.model import Message
 from acp_server.store import STORE_FILENAME, LoadedSession, SessionStore
 
