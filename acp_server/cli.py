@@ -42,13 +42,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     # Imported here so `--help` and `--version` stay instant.
     import anyio
 
-    from acp_server.runtime.providers import UnknownModelError
-    from acp_server.runtime.providers.scripted import ScriptError
+    from acp_server.runtime.model import ModelSpecError
     from acp_server.server import serve_stdio
 
     try:
         anyio.run(serve_stdio, config, backend="asyncio")
-    except (UnknownModelError, ScriptError) as exc:
+    except ModelSpecError as exc:  # an unknown model, or a script that cannot be run
         log.error("%s", exc)  # to stderr and the log file: an editor shows neither, but the file stays
         sys.exit(2)
     except KeyboardInterrupt:

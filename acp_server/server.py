@@ -1,4 +1,5 @@
-"""Composition root: build the provider, tools and server for a configuration, and serve lines or stdio.
+"""Composition root: build the connection, the pieces of its ACP side, the plug-ins and the dispatcher for a
+configuration, hand the dispatcher to the connection, and serve lines or stdio.
 
 `serve(source, sink, config)` is the seam tests and embedders use; `serve_stdio(config)` is what the CLI runs.
 """
@@ -12,9 +13,16 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from acp_server.jsonrpc.connection import Connection
 from acp_server.jsonrpc.transport import LineSink, LineSource, open_stdio
-from acp_server.protocol.dispatcher import AcpServer
-from acp_server.protocol.handlers import METHODS, NOTIFICATIONS, TEST_METHODS
+from acp_server.mcp_bridge import McpRegistry
+from acp_server.protocol.context import Parts
+from acp_server.protocol.dispatcher import AcpDispatcher
+from acp_server.protocol.handlers import METHODS, NOTIFICATIONS
+from acp_server.protocol.plugins import Plugin, observer_of
+from acp_server.protocol.providers import AuthState, ProviderCache
+from acp_server.protocol.session_table import Handshake, SessionTable
+from acp_server.protocol.store_access import StoreAccess
 from acp_server.runtime.child_env import ChildEnvPolicy
 from acp_server.runtime.model import Provider
 from acp_server.runtime.processes import ProcessTable
@@ -25,8 +33,11 @@ from acp_server.runtime.tools.commands import COMMAND_TOOLS
 from acp_server.runtime.tools.delegate import DELEGATE_TOOLS
 from acp_server.runtime.tools.files import FILE_TOOLS
 from acp_server.runtime.tools.plan import PLAN_TOOLS
-from acp_server.runtime.tools.testing import TEST_TOOLS
+from acp_server.sessions.runs import Agent
+from acp_server.sessions.services import TurnServices
 from acp_server.settings.config import Config
+from acp_server.testmode.gates import GATES
+from acp_server.testmode.mode import test_mode
 
 if TYPE_CHECKING:
     from acp_server.transcripts.record import Recorder
@@ -44,10 +55,20 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
 
 def build_server(
     config: Config, on_exit: Callable[[], None] = lambda: None, *, owns_process: bool = False
-) -> AcpServer:
-    """`owns_process`: the server is the whole process (the CLI), so at exit it may kill every descendant."""
+) -> tuple[Connection, AcpDispatcher]:
+    """The connection and the ACP side it serves, with its pieces and plug-ins. `owns_process`: the server is the
+    whole process (the CLI), so at exit it may kill every descendant."""
+    connection = Connection(config.cleanup_deadline)
+    # The scripted model's gates are a product feature (README); the rest of the test machinery is for tests only.
+    plugins: list[Plugin] = [GATES, *([test_mode(connection)] if config.test_mode else [])]
     tools = ToolBox(
-        (*FILE_TOOLS, *COMMAND_TOOLS, *PLAN_TOOLS, *DELEGATE_TOOLS, *(TEST_TOOLS if config.test_mode else ()))
+        (
+            *FILE_TOOLS,
+            *COMMAND_TOOLS,
+            *PLAN_TOOLS,
+            *DELEGATE_TOOLS,
+            *(tool for plugin in plugins for tool in plugin.tools),
+        )
     )
 
     redactor = redactor_for(config.held_secrets)
@@ -56,21 +77,45 @@ def build_server(
         # Every model call's text comes out valid Unicode and without the secrets the server holds.
         return GuardedProvider(open_provider(spec, base_url=config.base_url), redactor)
 
-    methods = {**METHODS, **(TEST_METHODS if config.test_mode else {})}
-    return AcpServer(
-        config,
-        open_model,
-        tools,
-        ProcessTable(ChildEnvPolicy.from_config(config), adopt_orphans=owns_process),
-        methods=methods,
-        notifications=NOTIFICATIONS,
+    methods = {**METHODS}
+    notifications = {**NOTIFICATIONS}
+    for plugin in plugins:
+        replaced = (plugin.methods.keys() & methods.keys()) | (plugin.notifications.keys() & notifications.keys())
+        if replaced:
+            raise ValueError(f"a plug-in may not replace {', '.join(sorted(replaced))}")
+        methods.update(plugin.methods)
+        notifications.update(plugin.notifications)
+    processes = ProcessTable(ChildEnvPolicy.from_config(config), adopt_orphans=owns_process)
+    agent = Agent()
+    handshake = Handshake()
+    providers = ProviderCache(open_model)
+    store = StoreAccess(config, connection.spawn)
+    parts = Parts(
+        config=config,
+        connection=connection,
+        handshake=handshake,
+        sessions=SessionTable(handshake, agent),
+        agent=agent,
+        prompts={},
+        providers=providers,
+        # Builds the default model's provider now: a bad spec or script stops the server here (the CLI exits 2).
+        auth=AuthState(providers, config.model),
+        store=store,
+        mcp=McpRegistry(connection.spawn, ChildEnvPolicy.from_config(config), config.mcp_start_wait),
+        processes=processes,
+        turns=TurnServices(
+            config, agent, connection, providers.get, tools, processes, lambda: store.current, observer_of(plugins)
+        ),
         models=tuple(dict.fromkeys([config.model, *config.models])),
-        on_exit=on_exit,
+        extension_notifications=tuple(method for method in notifications if method.startswith("_")),
     )
+    dispatcher = AcpDispatcher(parts, methods=methods, notifications=notifications, on_exit=on_exit)
+    return connection, dispatcher
 
 
 async def serve(source: LineSource, sink: LineSink, config: Config) -> None:
-    await build_server(config).connection.serve(source, sink)
+    connection, dispatcher = build_server(config)
+    await connection.serve(dispatcher, source, sink)
 
 
 def _arm_exit_watchdog(before_exit: Callable[[], None] = lambda: None) -> None:
@@ -99,15 +144,17 @@ async def serve_stdio(config: Config) -> None:
     recorder = _open_recorder(config.record) if config.record is not None else None
     before_exit = recorder.flush if recorder is not None else lambda: None
     try:
-        server = build_server(config, on_exit=lambda: _arm_exit_watchdog(before_exit), owns_process=True)
-        async with open_stdio(config.max_line_bytes, server.connection.input_closed, STOP_SIGNALS) as (
+        connection, dispatcher = build_server(
+            config, on_exit=lambda: _arm_exit_watchdog(before_exit), owns_process=True
+        )
+        async with open_stdio(config.max_line_bytes, connection.input_closed, STOP_SIGNALS) as (
             stdin_lines,
             stdout_sink,
         ):
             if recorder is None:
-                await server.connection.serve(stdin_lines, stdout_sink)
+                await connection.serve(dispatcher, stdin_lines, stdout_sink)
             else:
-                await server.connection.serve(recorder.source(stdin_lines), recorder.sink(stdout_sink))
+                await connection.serve(dispatcher, recorder.source(stdin_lines), recorder.sink(stdout_sink))
     finally:
         if recorder is not None:
             recorder.close()

@@ -129,8 +129,9 @@ class _Outgoing:
 
 
 class Connection:
-    def __init__(self, dispatcher: Dispatcher, cleanup_deadline: float) -> None:
-        self._dispatcher = dispatcher
+    def __init__(self, cleanup_deadline: float) -> None:
+        # The layer above, handed in by `serve`: it is built with this connection (to send and spawn through it).
+        self._dispatcher: Dispatcher
         self._cleanup_deadline = cleanup_deadline
         self._outbox: deque[bytes] = deque()  # serialised lines, so the backpressure bound is in bytes
         self._outbox_bytes = 0
@@ -149,8 +150,9 @@ class Connection:
 
     # --- serving ---
 
-    async def serve(self, source: LineSource, sink: LineSink) -> None:
+    async def serve(self, dispatcher: Dispatcher, source: LineSource, sink: LineSink) -> None:
         """Read until EOF, then cancel everything, wait for it within the deadline, flush, and return."""
+        self._dispatcher = dispatcher
         async with anyio.create_task_group() as task_group:
             self._task_group = task_group
             task_group.start_soon(self._write_loop, sink)

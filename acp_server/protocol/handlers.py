@@ -2,7 +2,7 @@
 
 Requests are small typed `(context, params)` functions; jsonrpcserver dispatches them (see `rpc.py`). Notifications
 are handled inline by the reader, in arrival order, and never answered, even when invalid. `session/prompt` is
-special in one way only: it is admitted in `AcpServer.prepare`, synchronously, when its line is read. The session
+special in one way only: it is admitted in `AcpDispatcher.prepare`, synchronously, when its line is read. The session
 lifecycle methods live in `session_handlers.py`.
 """
 
@@ -14,7 +14,7 @@ import anyio
 
 from acp_server import __version__
 from acp_server.jsonrpc.rpc import ErrorCode, RpcError
-from acp_server.protocol.dispatcher import AcpServer, Handler, NotificationHandler, RequestContext
+from acp_server.protocol.context import Handler, NotificationHandler, Parts, RequestContext
 from acp_server.protocol.schema import (
     AuthenticateRequest,
     CancelNotification,
@@ -26,7 +26,6 @@ from acp_server.protocol.schema import (
     LoadSessionRequest,
     NewSessionRequest,
     PromptRequest,
-    ScriptedReleaseNotification,
     SetSessionConfigOptionRequest,
     SetSessionModeRequest,
     WireModel,
@@ -45,7 +44,7 @@ from acp_server.protocol.session_handlers import (
 from acp_server.sessions.options import PROMPT_POLICIES
 from acp_server.sessions.turn import execute_prompt
 
-__all__ = ["METHODS", "NOTIFICATIONS", "TEST_METHODS"]
+__all__ = ["METHODS", "NOTIFICATIONS", "NoParams"]
 
 PROTOCOL_VERSION = 1
 
@@ -58,9 +57,9 @@ class NoParams(WireModel):
 
 
 async def initialize(context: RequestContext, params: InitializeRequest) -> dict[str, Any]:
-    # The client's capabilities were recorded in AcpServer.prepare, in reader order.
+    # The client's capabilities were recorded in AcpDispatcher.prepare, in reader order.
     # ACP: answer the requested version if supported, else the latest we support. We speak exactly version 1.
-    stored = context.server.config.store  # loading, listing and resuming need the session store
+    stored = context.parts.config.store  # loading, listing and resuming need the session store
     return {
         "protocolVersion": PROTOCOL_VERSION,
         "agentCapabilities": {
@@ -76,13 +75,13 @@ async def initialize(context: RequestContext, params: InitializeRequest) -> dict
             "_meta": {
                 "acpServer": {
                     "promptPolicies": [policy["value"] for policy in PROMPT_POLICIES],
-                    "defaultPromptPolicy": context.server.config.prompt_policy,
+                    "defaultPromptPolicy": context.parts.config.prompt_policy,
                     "extensionMethods": ["_acp_server/stats"],
-                    "extensionNotifications": ["_scripted/release"],
+                    "extensionNotifications": list(context.parts.extension_notifications),
                 }
             },
         },
-        "authMethods": _auth_methods(context.server),
+        "authMethods": _auth_methods(context.parts),
         "agentInfo": {"name": "acp-server", "title": "acp-server", "version": __version__},
     }
 
@@ -90,20 +89,20 @@ async def initialize(context: RequestContext, params: InitializeRequest) -> dict
 AUTH_METHOD_ID = "api-key"
 
 
-def _auth_methods(server: AcpServer) -> list[dict[str, Any]]:
+def _auth_methods(parts: Parts) -> list[dict[str, Any]]:
     """Offered only while a key is missing: the description says exactly where to put it (ACP `agent` method)."""
-    if server.auth_problem is None:
+    if parts.auth.problem is None:
         return []
-    return [{"id": AUTH_METHOD_ID, "name": "API key", "description": server.auth_problem}]
+    return [{"id": AUTH_METHOD_ID, "name": "API key", "description": parts.auth.problem}]
 
 
 async def authenticate(context: RequestContext, params: AuthenticateRequest) -> dict[str, Any]:
     """Re-read the configuration and environment for the key. Instant, idempotent, never interactive."""
-    server = context.server
+    parts = context.parts
     if params.method_id != AUTH_METHOD_ID:
         raise RpcError(ErrorCode.INVALID_PARAMS, f"Invalid params: methodId: unknown auth method {params.method_id!r}")
-    if server.auth_problem is not None and not server.load_model():
-        raise RpcError(ErrorCode.AUTH_REQUIRED, f"Authentication required: {server.auth_problem}")
+    if parts.auth.problem is not None and not parts.auth.retry():
+        raise RpcError(ErrorCode.AUTH_REQUIRED, f"Authentication required: {parts.auth.problem}")
     return {}
 
 
@@ -111,23 +110,24 @@ async def session_prompt(context: RequestContext, params: PromptRequest) -> dict
     if context.admission_error is not None:
         raise context.admission_error
     assert context.run is not None, "a valid prompt is always admitted or refused in prepare()"
-    return await execute_prompt(context.server.require_model(), context.run)
+    context.parts.auth.require()
+    return await execute_prompt(context.parts.turns, context.run)
 
 
 async def stats(context: RequestContext, params: NoParams) -> dict[str, Any]:
     """Live counts, so tests and users can see that nothing leaks. The request's own task is counted."""
-    server = context.server
-    sessions = list(server.sessions.values())
+    parts = context.parts
+    sessions = list(parts.sessions)
     return {
         "sessions": len(sessions),
-        "runningTurns": server.agent.running_turns,
-        "queuedPrompts": server.agent.queued_prompts(sessions),
-        "pendingClientRequests": server.connection.pending_client_requests,
-        "requestsInFlight": server.connection.requests_in_flight,
+        "runningTurns": parts.agent.running_turns,
+        "queuedPrompts": parts.agent.queued_prompts(sessions),
+        "pendingClientRequests": parts.connection.pending_client_requests,
+        "requestsInFlight": parts.connection.requests_in_flight,
         "tasks": len(anyio.get_running_tasks()),
-        "childProcesses": len(server.processes),
+        "childProcesses": len(parts.processes),
         # Sessions whose MCP servers are not all shut down yet (closed sessions' servers included until they are).
-        "mcpSessions": len(server.mcp),
+        "mcpSessions": len(parts.mcp),
     }
 
 
@@ -148,39 +148,21 @@ METHODS: dict[str, Handler] = {
 }
 
 
-async def scripted_raise(context: RequestContext, params: NoParams) -> dict[str, Any]:
-    """Test mode only: a handler that fails unexpectedly, to prove the error boundary keeps internals private."""
-    raise RuntimeError("secret internal detail /etc/passwd")
-
-
-TEST_METHODS: dict[str, Handler] = {"_scripted/raise": (NoParams, scripted_raise)}
-
-
 # --- notifications ---
 
 
-def session_cancel(server: AcpServer, params: CancelNotification) -> None:
-    server.agent.interrupt(params.session_id)
+def session_cancel(parts: Parts, params: CancelNotification) -> None:
+    parts.agent.interrupt(params.session_id)
 
 
-def cancel_request(server: AcpServer, params: CancelRequestNotification) -> None:
-    run = server.prompts.get(params.request_id)
+def cancel_request(parts: Parts, params: CancelRequestNotification) -> None:
+    run = parts.prompts.get(params.request_id)
     if run is not None:
-        server.agent.cancel_run(run)
+        parts.agent.cancel_run(run)
     # Every other request of ours answers at once, so there is nothing else to cancel: ignored, as ACP allows.
-
-
-def scripted_release(server: AcpServer, params: ScriptedReleaseNotification) -> None:
-    session = server.sessions.get(params.session_id)
-    if session is None:  # a subagent's session lives only in the run registry
-        running = server.agent.running(params.session_id)
-        session = running.session if running is not None else None
-    if session is not None:
-        session.gates.release(params.gate)
 
 
 NOTIFICATIONS: dict[str, NotificationHandler] = {
     "session/cancel": (CancelNotification, session_cancel),
     "$/cancel_request": (CancelRequestNotification, cancel_request),
-    "_scripted/release": (ScriptedReleaseNotification, scripted_release),
 }

@@ -45,7 +45,6 @@ __all__ = [
     "PromptRequest",
     "RequestId",
     "ResourceLink",
-    "ScriptedReleaseNotification",
     "SetSessionConfigOptionRequest",
     "SetSessionModeRequest",
     "TextContent",
@@ -254,13 +253,6 @@ class CancelNotification(WireModel):
 
 class CancelRequestNotification(WireModel):
     request_id: int | str | None
-
-
-class ScriptedReleaseNotification(WireModel):
-    """`_scripted/release`: opens a gate of the scripted model (a product extension, see README)."""
-
-    session_id: str
-    gate: str
 
 
 # --- builders for what we write (plain dicts: they are on the per-chunk hot path) ---

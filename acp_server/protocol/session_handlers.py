@@ -14,7 +14,7 @@ import anyio
 
 from acp_server.jsonrpc.rpc import ErrorCode, RpcError
 from acp_server.mcp_bridge import merge_servers
-from acp_server.protocol.dispatcher import AcpServer, RequestContext
+from acp_server.protocol.context import Parts, RequestContext
 from acp_server.protocol.editor import PERMISSION_MODES
 from acp_server.protocol.schema import (
     ClientCapabilities,
@@ -51,9 +51,9 @@ __all__ = [
 
 
 async def session_new(context: RequestContext, params: NewSessionRequest) -> dict[str, Any]:
-    server = context.server
-    server.require_initialized()
-    server.require_model()
+    parts = context.parts
+    parts.handshake.require_initialized()
+    parts.auth.require()
     _check_directories(params.cwd, params.additional_directories)
     session_id = f"sess_{uuid.uuid4().hex}"
     session = Session(
@@ -61,12 +61,12 @@ async def session_new(context: RequestContext, params: NewSessionRequest) -> dic
         Path(params.cwd),
         tuple(Path(d) for d in params.additional_directories),
         tuple(params.mcp_servers),
-        client=server.client_capabilities or ClientCapabilities(),
-        mode=server.config.permission_mode,
-        model=server.config.model,
-        prompt_policy=server.config.prompt_policy,
+        client=parts.handshake.client_capabilities or ClientCapabilities(),
+        mode=parts.config.permission_mode,
+        model=parts.config.model,
+        prompt_policy=parts.config.prompt_policy,
     )
-    store = await server.open_store()
+    store = await parts.store.open()
     if store is not None:
         store.create_session(
             session_id,
@@ -95,33 +95,33 @@ def _check_directories(cwd: str, additional_directories: list[str]) -> None:
 def _opened(context: RequestContext, session: Session) -> dict[str, Any]:
     """Register a session and answer with its modes and options; its commands follow the response (the client
     learns the session id from the response)."""
-    server = context.server
-    replaced = server.sessions.get(session.session_id)
+    parts = context.parts
+    replaced = parts.sessions.get(session.session_id)
     if replaced is not None and replaced.mcp is not None:
         replaced.mcp.stop()  # a load or resume of an open session: its servers start again with the new one
-    server.sessions[session.session_id] = session
+    parts.sessions.add(session)
     # Connected in the background: the response does not wait (a turn waits for them, bounded; see mcp_bridge).
-    servers = merge_servers(server.config.mcp_servers, session.mcp_servers)
+    servers = merge_servers(parts.config.mcp_servers, session.mcp_servers)
     if servers:
-        server.processes.adopt_orphans()  # stdio MCP servers are children too: their orphans must come to us
-    session.mcp = server.mcp.open(servers, session.cwd, (session.cwd, *session.additional_directories))
-    context.after.append(lambda: _announce_commands(server, session))
-    return {"modes": modes(session), "configOptions": config_options(session, server.models)}
+        parts.processes.adopt_orphans()  # stdio MCP servers are children too: their orphans must come to us
+    session.mcp = parts.mcp.open(servers, session.cwd, (session.cwd, *session.additional_directories))
+    context.after.append(lambda: _announce_commands(parts, session))
+    return {"modes": modes(session), "configOptions": config_options(session, parts.models)}
 
 
 async def _restore(context: RequestContext, params: LoadSessionRequest, *, replay: bool) -> dict[str, Any]:
     """session/load (replay first) and session/resume (no replay): rebuild the session from the store and go on."""
-    server = context.server
-    server.require_initialized()
-    server.require_model()
+    parts = context.parts
+    parts.handshake.require_initialized()
+    parts.auth.require()
     _check_directories(params.cwd, params.additional_directories)
-    current = server.sessions.get(params.session_id)
-    if current is not None and not current.closed and server.agent.running(params.session_id) is not None:
+    current = parts.sessions.get(params.session_id)
+    if current is not None and not current.closed and parts.agent.running(params.session_id) is not None:
         raise RpcError(ErrorCode.INVALID_REQUEST, "the session has a prompt running; cancel it first")
     from acp_server.protocol.replay import replay_updates  # with the store: sqlite3 stays off the start-up path
     from acp_server.store import StoreUnavailable
 
-    store = await server.require_store()
+    store = await parts.store.require()
     try:
         loaded = await store.load(params.session_id)
     except StoreUnavailable as exc:
@@ -138,19 +138,19 @@ async def _restore(context: RequestContext, params: LoadSessionRequest, *, repla
         tuple(Path(d) for d in params.additional_directories),
         tuple(params.mcp_servers),
         history=list(loaded.history),
-        client=server.client_capabilities or ClientCapabilities(),
-        mode=record.mode if record.mode in {m.id for m in PERMISSION_MODES} else server.config.permission_mode,
-        model=stored_model if stored_model in server.models else server.config.model,
+        client=parts.handshake.client_capabilities or ClientCapabilities(),
+        mode=record.mode if record.mode in {m.id for m in PERMISSION_MODES} else parts.config.permission_mode,
+        model=stored_model if stored_model in parts.models else parts.config.model,
         title=record.title,
         title_requested=record.title is not None,
         prompt_policy=stored_policy
         if isinstance(stored_policy, str) and stored_policy in policies
-        else server.config.prompt_policy,
+        else parts.config.prompt_policy,
     )
     if replay:
         # The whole conversation, before the response (ACP); C3 exempts this replay from the turn rule.
         for update in replay_updates(loaded):
-            server.connection.notify("session/update", {"sessionId": session.session_id, "update": update})
+            parts.connection.notify("session/update", {"sessionId": session.session_id, "update": update})
     return _opened(context, session)
 
 
@@ -159,11 +159,11 @@ async def session_fork(context: RequestContext, params: LoadSessionRequest) -> d
     source is copied as interrupted). Answered like session/new; the source is untouched."""
     from acp_server.store import StoreUnavailable
 
-    server = context.server
-    server.require_initialized()
-    server.require_model()
+    parts = context.parts
+    parts.handshake.require_initialized()
+    parts.auth.require()
     _check_directories(params.cwd, params.additional_directories)  # before the copy: no half-made fork
-    store = await server.require_store()
+    store = await parts.store.require()
     new_id = f"sess_{uuid.uuid4().hex}"
     try:
         copied = await store.fork(
@@ -192,9 +192,9 @@ async def session_resume(context: RequestContext, params: LoadSessionRequest) ->
 async def session_list(context: RequestContext, params: ListSessionsRequest) -> dict[str, Any]:
     from acp_server.store import StoreUnavailable
 
-    server = context.server
-    server.require_initialized()
-    store = await server.require_store()
+    parts = context.parts
+    parts.handshake.require_initialized()
+    store = await parts.store.require()
     try:
         page = await store.list_sessions(cwd=params.cwd, cursor=params.cursor)
     except ValueError:
@@ -221,31 +221,32 @@ async def session_list(context: RequestContext, params: ListSessionsRequest) -> 
 async def session_delete(context: RequestContext, params: DeleteSessionRequest) -> dict[str, Any]:
     """Deleted sessions leave `session/list` and cannot be loaded; an unknown id succeeds silently (ACP). A session
     open here is closed first, exactly as `session/close` would."""
-    server = context.server
-    server.require_initialized()
-    if params.session_id in server.sessions and not server.sessions[params.session_id].closed:
-        await _close(server, server.sessions[params.session_id])
-    store = await server.open_store()
+    parts = context.parts
+    parts.handshake.require_initialized()
+    open_session = parts.sessions.get(params.session_id)
+    if open_session is not None and not open_session.closed:
+        await _close(parts, open_session)
+    store = await parts.store.open()
     if store is not None:
         store.delete(params.session_id)
         await store.flush()
     return {}
 
 
-async def _commit(server: AcpServer) -> None:
+async def _commit(parts: Parts) -> None:
     """What a request changed is committed before its response (the store batches only streamed updates), so a
     kill -9 right after the answer cannot undo it. A failed commit is logged by the store and retried with the next
     flush; the change already holds in this process, so the request still succeeds."""
-    if server.store is not None:
-        await server.store.flush()
+    if parts.store.current is not None:
+        await parts.store.current.flush()
 
 
-def _announce_commands(server: AcpServer, session: Session) -> None:
+def _announce_commands(parts: Parts, session: Session) -> None:
     update = {"sessionUpdate": "available_commands_update", "availableCommands": list(AVAILABLE_COMMANDS)}
-    server.connection.notify("session/update", {"sessionId": session.session_id, "update": update})
+    parts.connection.notify("session/update", {"sessionId": session.session_id, "update": update})
 
 
-def _set_mode(server: AcpServer, session: Session, mode_id: str) -> None:
+def _set_mode(parts: Parts, session: Session, mode_id: str) -> None:
     """Modes and the `mode` config option are one setting; the client hears of a change through both."""
     if mode_id not in {m.id for m in PERMISSION_MODES}:
         known = ", ".join(m.id for m in PERMISSION_MODES)
@@ -253,78 +254,78 @@ def _set_mode(server: AcpServer, session: Session, mode_id: str) -> None:
     if session.mode == mode_id:
         return
     session.mode = mode_id
-    if server.store is not None:
-        server.store.set_mode(session.session_id, mode_id)
-    notify = server.connection.notify
+    if parts.store.current is not None:
+        parts.store.current.set_mode(session.session_id, mode_id)
+    notify = parts.connection.notify
     notify(
         "session/update",
         {"sessionId": session.session_id, "update": {"sessionUpdate": "current_mode_update", "currentModeId": mode_id}},
     )
-    update = {"sessionUpdate": "config_option_update", "configOptions": config_options(session, server.models)}
+    update = {"sessionUpdate": "config_option_update", "configOptions": config_options(session, parts.models)}
     notify("session/update", {"sessionId": session.session_id, "update": update})
 
 
 async def session_set_config_option(context: RequestContext, params: SetSessionConfigOptionRequest) -> dict[str, Any]:
-    server = context.server
-    session = server.session(params.session_id)
+    parts = context.parts
+    session = parts.sessions.require(params.session_id)
     value = params.value
     if not isinstance(value, str):
         raise RpcError(ErrorCode.INVALID_PARAMS, f"Invalid params: value: {params.config_id} takes a string value id")
     if params.config_id == MODE_OPTION:
-        _set_mode(server, session, value)
+        _set_mode(parts, session, value)
     elif params.config_id == MODEL_OPTION:
-        if value not in server.models:
+        if value not in parts.models:
             raise RpcError(ErrorCode.INVALID_PARAMS, f"Invalid params: value: unknown model {value!r}")
-        server.provider_for(value)  # a missing key or a bad spec is answered now, not at the next prompt
+        parts.providers.get(value)  # a missing key or a bad spec is answered now, not at the next prompt
         session.model = value
-        if server.store is not None:
-            server.store.set_config(
+        if parts.store.current is not None:
+            parts.store.current.set_config(
                 session.session_id, {MODEL_OPTION: value, PROMPT_POLICY_OPTION: session.prompt_policy}
             )
     elif params.config_id == PROMPT_POLICY_OPTION:
         if value not in {policy["value"] for policy in PROMPT_POLICIES}:
             raise RpcError(ErrorCode.INVALID_PARAMS, f"Invalid params: value: unknown prompt policy {value!r}")
         session.prompt_policy = value
-        _save_options(server, session)
+        _save_options(parts, session)
     else:
         raise RpcError(ErrorCode.INVALID_PARAMS, f"Invalid params: configId: unknown option {params.config_id!r}")
-    await _commit(server)
-    return {"configOptions": config_options(session, server.models)}
+    await _commit(parts)
+    return {"configOptions": config_options(session, parts.models)}
 
 
-def _save_options(server: AcpServer, session: Session) -> None:
-    if server.store is not None:
+def _save_options(parts: Parts, session: Session) -> None:
+    if parts.store.current is not None:
         options = {MODEL_OPTION: session.model, PROMPT_POLICY_OPTION: session.prompt_policy}
-        server.store.set_config(session.session_id, options)
+        parts.store.current.set_config(session.session_id, options)
 
 
 async def session_set_mode(context: RequestContext, params: SetSessionModeRequest) -> dict[str, Any]:
     """Permission modes (ACP session modes); they may change at any time, even mid-turn."""
-    server = context.server
-    _set_mode(server, server.session(params.session_id), params.mode_id)
-    await _commit(server)
+    parts = context.parts
+    _set_mode(parts, parts.sessions.require(params.session_id), params.mode_id)
+    await _commit(parts)
     return {}
 
 
 async def session_close(context: RequestContext, params: CloseSessionRequest) -> dict[str, Any]:
     """ACP: cancel ongoing work "as if session/cancel had been called", then free the session. Its prompts are
     answered (`cancelled`) before this response; the id is refused from the moment the close is read."""
-    server = context.server
-    await _close(server, server.session(params.session_id))
-    await _commit(server)
+    parts = context.parts
+    await _close(parts, parts.sessions.require(params.session_id))
+    await _commit(parts)
     return {}
 
 
-async def _close(server: AcpServer, session: Session) -> None:
+async def _close(parts: Parts, session: Session) -> None:
     session.closed = True
-    runs = [run for run in (server.agent.running(session.session_id), *session.waiting) if run is not None]
-    server.agent.interrupt(session.session_id)
+    runs = [run for run in (parts.agent.running(session.session_id), *session.waiting) if run is not None]
+    parts.agent.interrupt(session.session_id)
     for scope in list(session.background):
         scope.cancel()
     # Each run answers within the cleanup deadline; a little slack for the hand-over between them.
-    with anyio.move_on_after(server.config.cleanup_deadline + 1):
+    with anyio.move_on_after(parts.config.cleanup_deadline + 1):
         for run in runs:
-            await run.ended.wait()
+            await run.wait_ended()
     if session.mcp is not None:
-        await session.mcp.aclose(server.config.cleanup_deadline)
-    server.sessions.pop(session.session_id, None)
+        await session.mcp.aclose(parts.config.cleanup_deadline)
+    parts.sessions.discard(session.session_id)

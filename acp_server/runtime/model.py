@@ -17,6 +17,7 @@ __all__ = [
     "Emit",
     "Message",
     "ModelError",
+    "ModelSpecError",
     "ModelTurn",
     "Notice",
     "PlanEntry",
@@ -49,6 +50,11 @@ INVALID_ARGUMENTS = "__invalid_arguments__"
 
 class ModelError(RuntimeError):
     """A provider failure whose message is meant for the user (endpoint unreachable, model failed mid-stream)."""
+
+
+class ModelSpecError(ValueError):
+    """A model spec (or the script it names) that cannot be used; the message says why. Each provider family raises
+    its own kind, so the server and the CLI refuse them all without knowing any family."""
 
 
 StopReason = Literal["end_turn", "max_tokens", "max_turn_requests", "refusal", "cancelled"]
@@ -225,7 +231,8 @@ class TurnInput:
     probe: Probe
     # Who the model is, where it works, with what (see runtime/system_prompt.py).
     system_prompt: str = ""
-    # Session-scoped helpers a provider may use (the scripted model's gate board); opaque to the runtime.
+    # Session-scoped state a provider may keep (the scripted model's gate board), created by the provider itself;
+    # the session holds it for the provider and is opaque to it.
     session_services: dict[str, Any] = field(default_factory=dict)
 
 

@@ -11,6 +11,10 @@ Admission happens when the reader reads the prompt's line, before any await (`ad
 even from the same write, always finds it: a cancel binds to exactly the prompts admitted before it (the epoch rule
 of INTERRUPTS.md I10). Prompts admitted behind a running turn wait in the session's admission queue.
 
+A turn's whole lifecycle is one `RunState` on its `RunContext`, moved only by named transitions that check the state
+they leave (admit, hand_over, start, claim_cancel, settle, seal, end); `sessions/turn.py` drives them from
+admission to release, and "cancelled" and "the fence is up" are read off the state, never kept beside it.
+
 A steering prompt (the `steer` policy) waits there too, marked `steers`: the running turn hands over to it at its
 next model-call boundary (`hand_over_due`). The hand-over ends the running prompt's turn with `end_turn` with
 everything it did in the history, tool results included, and the steering prompt's turn continues from exactly that
@@ -24,22 +28,22 @@ import enum
 import itertools
 import logging
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 
 from acp_server.jsonrpc.rpc import ErrorCode, RpcError
 from acp_server.protocol.schema import ClientCapabilities, PromptRequest, RequestId
 from acp_server.runtime.model import Message, StopReason
-from acp_server.runtime.providers.scripted import GateBoard
 
 if TYPE_CHECKING:  # the store (and sqlite3) load only when a session needs them, never at start-up
     from acp_server.mcp_bridge.hub import McpHub
     from acp_server.store import TurnLog
 
-__all__ = ["Agent", "RunContext", "RunState", "Session"]
+__all__ = ["Agent", "RunContext", "RunState", "Session", "SessionService", "TransitionError"]
 
 log = logging.getLogger(__name__)
 
@@ -47,11 +51,39 @@ _run_ids = itertools.count(1)
 
 
 class RunState(enum.Enum):
-    ADMITTED = "admitted"  # read from the wire; not started (maybe waiting behind another turn)
+    """Where a prompt turn is in its life. One state, changed only by the transitions on `RunContext`:
+
+    QUEUED -hand_over-> ADMITTED -start-> RUNNING -settle-> SETTLING -seal-> SEALED -end-> ENDED, and a cancel
+    (`claim_cancel`) takes QUEUED, ADMITTED or RUNNING to STOPPING, which seals too (in SETTLING the outcome is
+    decided and stays). Admission (`Agent.admit`) creates the run QUEUED behind a busy session, else ADMITTED.
+    """
+
+    QUEUED = "queued"  # admitted behind another turn of its session, in the session's admission queue
+    ADMITTED = "admitted"  # the session's current prompt; not started yet
     RUNNING = "running"
-    STOPPING = "stopping"  # a cancel arrived; cleanup under way
+    STOPPING = "stopping"  # a cancel claimed it before its outcome was decided: it answers `cancelled`
     SETTLING = "settling"  # the outcome is decided; post-turn work before the response
-    ENDED = "ended"  # answered
+    SEALED = "sealed"  # the fence is up: its response is being queued and nothing it does reaches the client
+    ENDED = "ended"  # answered, and the session handed on
+
+
+# The states a cancel claims (the outcome is not decided yet), and those in which the fence is up.
+_CLAIMABLE = frozenset({RunState.QUEUED, RunState.ADMITTED, RunState.RUNNING})
+_FENCED = frozenset({RunState.SEALED, RunState.ENDED})
+_SEALABLE = frozenset({RunState.RUNNING, RunState.STOPPING, RunState.SETTLING})
+_ENDABLE = frozenset(RunState) - {RunState.ENDED}
+
+
+class TransitionError(RuntimeError):
+    """A lifecycle transition asked of a run in a state it does not leave that way: a bug, never a race."""
+
+
+class SessionService(Protocol):
+    """State a provider keeps per session (the scripted model's gate board), opaque to the session."""
+
+    def turn_ended(self) -> None:
+        """The session's running turn has ended (its response is queued)."""
+        ...
 
 
 @dataclass(eq=False)
@@ -65,7 +97,8 @@ class Session:
     mcp_servers: tuple[dict[str, Any], ...]
     history: list[Message] = field(default_factory=list)
     waiting: deque[RunContext] = field(default_factory=deque)
-    gates: GateBoard = field(default_factory=GateBoard)
+    # Kept here for the provider, by name (see runtime/model.py `TurnInput.session_services`).
+    services: dict[str, SessionService] = field(default_factory=dict)
     turns_started: int = 0
     # What the client can do for this session's tools (its initialize capabilities).
     client: ClientCapabilities = field(default_factory=ClientCapabilities)
@@ -90,31 +123,29 @@ class Session:
 
 @dataclass(eq=False)
 class RunContext:
-    """Everything about one prompt turn. One-shot: created at admission, dropped after the response."""
+    """Everything about one prompt turn. One-shot: created at admission, dropped after the response.
+
+    Its lifecycle is `state`, moved only by the transitions below (`start`, `claim_cancel`, `hand_over`, `settle`,
+    `fail`, `seal`, `end`; admission is `Agent.admit`), each of which checks the state it leaves. Everything else
+    a caller needs to know about the lifecycle (was it cancelled, is the fence up) is derived from that state.
+    """
 
     session: Session
     request_id: RequestId
     request: PromptRequest
     parent_session_id: str | None = None
+    # The slash command this prompt is (`/name argument`), decided once at admission; None for an ordinary prompt.
+    command: tuple[str, str] | None = None
     # Admitted under `steer` behind a running turn: that turn hands over to this prompt at its next model call.
     steers: bool = False
     run_id: int = field(default_factory=lambda: next(_run_ids))
     state: RunState = RunState.ADMITTED
-    # A cancel claimed this turn before its outcome was decided: it answers `cancelled`, whatever surfaced.
-    cancelled: bool = False
     # anyio clock time of the first cancel; the cleanup deadline runs from here and later cancels do not move it.
     cancelled_at: float | None = None
     scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
-    # Set when this turn reaches the front of its session's admission queue.
-    may_start: anyio.Event = field(default_factory=anyio.Event)
-    # Set on a cancel, on the hand-over, and when the work ends: what the prompt handler waits for may have happened.
-    wake: anyio.Event = field(default_factory=anyio.Event)
-    work_done: anyio.Event = field(default_factory=anyio.Event)
-    # Set once the run's response has been queued (see Agent.finish).
-    ended: anyio.Event = field(default_factory=anyio.Event)
-    # The fence: once True, nothing this run does reaches the client.
-    closed: bool = False
-    abandoned: bool = False
+    # The turn's work (the task running the model and tools) has returned; a sealed run whose work has not was
+    # abandoned at the cleanup deadline. Not a state: abandoned work may outlive the turn.
+    work_done: bool = False
     pending_requests: set[int] = field(default_factory=set)
     # Tool calls announced to the client and not yet finished, with their titles.
     open_tool_calls: dict[str, str] = field(default_factory=dict)
@@ -130,14 +161,119 @@ class RunContext:
     error: BaseException | None = None
     # The turn's record in the session store (None without a store): every update the client was sent.
     turn_log: TurnLog | None = None
+    # Set (and replaced) on every change a waiter may be waiting for; see `wait_until`.
+    _changed: anyio.Event = field(default_factory=anyio.Event, init=False, repr=False)
 
     @property
     def session_id(self) -> str:
         return self.session.session_id
 
+    @property
+    def cancelled(self) -> bool:
+        """A cancel claimed this turn before its outcome was decided: it answers `cancelled`, whatever surfaced.
+        (Once sealed, the claim lives on as the outcome.)"""
+        if self.state in _FENCED:
+            return self.outcome == "cancelled"
+        return self.state is RunState.STOPPING
+
+    @property
+    def closed(self) -> bool:
+        """The fence (what the connection checks): once True, nothing this run does reaches the client."""
+        return self.state in _FENCED
+
     def cleanup_deadline(self, grace: float) -> float:
         """The anyio clock time by which cleanup must be over: the first cancel plus the grace period."""
         return float("inf") if self.cancelled_at is None else self.cancelled_at + grace
+
+    async def wait_until(self, condition: Callable[[], bool]) -> None:
+        """Wait until `condition` (of this run's state, work or cancel) holds. Every transition wakes the waiters,
+        which look again: one event for all of them, so none can miss a change that happened before it waited."""
+        while not condition():
+            await self._changed.wait()
+
+    async def wait_ended(self) -> None:
+        """Wait until the run's response is queued and its session handed on."""
+        await self.wait_until(lambda: self.state is RunState.ENDED)
+
+    def _move(self, allowed: frozenset[RunState], to: RunState) -> None:
+        if self.state not in allowed:
+            raise TransitionError(f"run {self.run_id}: no transition from {self.state.value} to {to.value}")
+        self.state = to
+        self._wake()
+
+    def _wake(self) -> None:
+        self._changed.set()
+        self._changed = anyio.Event()
+
+    # --- the transitions ---
+
+    def hand_over(self) -> bool:
+        """The session is handed to this prompt (its predecessor ended): QUEUED -> ADMITTED, or a prompt a cancel
+        claimed while it waited, which then answers at once. False if it has already been answered (skipped)."""
+        if self.state is RunState.ENDED:
+            return False
+        if self.state is RunState.QUEUED:
+            self._move(frozenset({RunState.QUEUED}), RunState.ADMITTED)
+        return True
+
+    def start(self) -> bool:
+        """ADMITTED -> RUNNING: the work may begin. False (and no change) for a prompt a cancel claimed first."""
+        if self.state is RunState.STOPPING:
+            return False
+        self._move(frozenset({RunState.ADMITTED}), RunState.RUNNING)
+        return True
+
+    def claim_cancel(self, now: float) -> None:
+        """A cancel: synchronous, idempotent, no await. An undecided turn (QUEUED, ADMITTED, RUNNING) is claimed:
+        STOPPING, its scope cancelled. In SETTLING the outcome is decided and stays; the cancel only starts the
+        cleanup deadline. A sealed or ended run is past cancelling."""
+        if self.state in _FENCED:
+            return
+        if self.cancelled_at is None:
+            self.cancelled_at = now
+        if self.state in _CLAIMABLE:
+            self._move(_CLAIMABLE, RunState.STOPPING)
+            self.scope.cancel()
+        else:
+            self._wake()  # SETTLING: its prompt handler now waits for the post-turn work only until the deadline
+
+    def settle(self, stop: StopReason | None) -> bool:
+        """The work returned `stop` (None: its scope was cancelled). An undecided running turn decides its outcome:
+        RUNNING -> SETTLING, and True: post-turn work may run, which a late cancel cannot undo. A turn a cancel
+        claimed (or whose scope was cancelled) answers `cancelled`. A sealed run (abandoned) decides nothing."""
+        if self.state is RunState.RUNNING and stop is not None:
+            self.outcome = stop
+            self._move(frozenset({RunState.RUNNING}), RunState.SETTLING)
+            return True
+        if self.state in (RunState.RUNNING, RunState.STOPPING):
+            self.outcome = "cancelled"
+        return False
+
+    def fail(self, error: Exception) -> None:
+        """The work raised. A claimed turn answers `cancelled` (ACP: an abort that surfaces as an error is still
+        `cancelled`); an undecided one fails with `error`; a decided outcome (SETTLING) or a sealed run stays."""
+        if self.state is RunState.STOPPING:
+            self.outcome = "cancelled"
+        elif self.state is RunState.RUNNING and self.outcome is None:
+            self.error = error
+
+    def work_ended(self) -> None:
+        """The work's task returned, whatever the outcome (it may have been abandoned long before)."""
+        self.work_done = True
+        self._wake()
+
+    def seal(self) -> None:
+        """Raise the fence, right before the response is built: from here on nothing this run does reaches the
+        client, and a cancel no longer touches it. A claimed turn's outcome is `cancelled` from now on."""
+        if self.state is RunState.STOPPING:
+            self.outcome = "cancelled"
+        self._move(_SEALABLE, RunState.SEALED)
+
+    def end(self) -> None:
+        """The response is queued: -> ENDED, from SEALED or, for a prompt its handler refused before it started
+        (no credentials), from any earlier state. Idempotent: a late second end changes nothing."""
+        if self.state is not RunState.ENDED:
+            self._move(_ENDABLE, RunState.ENDED)
 
 
 class Agent:
@@ -153,7 +289,13 @@ class Agent:
     def running_turns(self) -> int:
         return len(self._runs)
 
-    def admit(self, session: Session, request_id: RequestId, request: PromptRequest) -> RunContext:
+    def admit(
+        self,
+        session: Session,
+        request_id: RequestId,
+        request: PromptRequest,
+        command: tuple[str, str] | None = None,
+    ) -> RunContext:
         """Admit a prompt the moment its line is read. Synchronous on purpose (see the module docstring).
 
         A prompt for a busy session follows the session's policy (INTERRUPTS.md 6.1): `interrupt` cancels the running
@@ -163,10 +305,9 @@ class Agent:
         waits for the cleanup and runs, whatever the policy.
         """
         current = self._runs.get(session.session_id)
-        run = RunContext(session, request_id, request)
         if current is None:
+            run = RunContext(session, request_id, request, command=command)
             self._runs[session.session_id] = run
-            run.may_start.set()
             return run
         stopping = current.state is RunState.STOPPING
         # Prompts already waiting were admitted while the turn was stopping (under `reject` nothing else waits).
@@ -174,7 +315,8 @@ class Agent:
             raise RpcError(ErrorCode.INVALID_REQUEST, "a prompt is already running in this session")
         if session.prompt_policy == "interrupt":
             self.interrupt(session.session_id)
-        run.steers = session.prompt_policy == "steer" and not stopping
+        steers = session.prompt_policy == "steer" and not stopping
+        run = RunContext(session, request_id, request, command=command, steers=steers, state=RunState.QUEUED)
         session.waiting.append(run)
         return run
 
@@ -183,7 +325,7 @@ class Agent:
         """Should the session's running turn stop at this model-call boundary and hand over? Yes when the next
         prompt that will run is a steering one (a steering prompt claimed by a cancel will not run: skipped)."""
         for waiting in session.waiting:
-            if waiting.state is RunState.ADMITTED and not waiting.cancelled:
+            if waiting.state is RunState.QUEUED:
                 return waiting.steers
         return False
 
@@ -195,12 +337,12 @@ class Agent:
             return
         now = anyio.current_time()
         for waiting in run.session.waiting:
-            self._cancel(waiting, now)
-        self._cancel(run, now)
+            waiting.claim_cancel(now)
+        run.claim_cancel(now)
 
     def cancel_run(self, run: RunContext) -> None:
         """Cancel one prompt only (`$/cancel_request` naming it); other prompts of the session are untouched."""
-        self._cancel(run, anyio.current_time())
+        run.claim_cancel(anyio.current_time())
 
     def register_child(self, run: RunContext) -> None:
         """A subagent's turn, addressable by its own session id (INTERRUPTS.md §6.5)."""
@@ -214,39 +356,24 @@ class Agent:
         for session_id in list(self._runs):
             self.interrupt(session_id)
 
-    @staticmethod
-    def _cancel(run: RunContext, now: float) -> None:
-        if run.state is RunState.ENDED:
-            return
-        if run.cancelled_at is None:
-            run.cancelled_at = now
-        if run.state in (RunState.ADMITTED, RunState.RUNNING):
-            run.cancelled = True
-            run.state = RunState.STOPPING
-            run.scope.cancel()
-        # In SETTLING the outcome is decided and stays; the cancel only starts the cleanup deadline.
-        run.wake.set()
-
-    def finish(self, run: RunContext) -> None:
-        """Called once the run's response is queued: hand the session to the next waiting prompt.
+    def release(self, run: RunContext) -> None:
+        """Called once the run's response is queued: end it and hand the session to the next waiting prompt.
 
         Identity-scoped: a run only ever removes its own registry entry, so a late finisher cannot clear a
         successor's (I19).
         """
-        run.state = RunState.ENDED
-        run.ended.set()
+        run.end()
         session = run.session
         if self._runs.get(session.session_id) is not run:
             if run in session.waiting:
                 session.waiting.remove(run)  # answered while waiting (claimed by a cancel)
             return
-        session.gates.forget_early_releases()
+        for service in session.services.values():
+            service.turn_ended()
         while session.waiting:
             successor = session.waiting.popleft()
-            if successor.state is not RunState.ENDED:
+            if successor.hand_over():
                 self._runs[session.session_id] = successor
-                successor.may_start.set()
-                successor.wake.set()
                 return
         del self._runs[session.session_id]
 

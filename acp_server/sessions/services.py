@@ -20,7 +20,10 @@ from acp_server.settings.config import Config
 if TYPE_CHECKING:
     from acp_server.store import SessionStore
 
-__all__ = ["TurnServices"]
+__all__ = ["Observer", "TurnServices"]
+
+# Told each step a turn takes (the probe events of runtime/model.py): a run, the event and its fields.
+Observer = Callable[[RunContext, str, dict[str, Any]], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +39,8 @@ class TurnServices:
     processes: ProcessTable
     # The session store once it is open (None without one: `--no-store`, or it could not be opened).
     store: Callable[[], SessionStore | None]
+    # Who watches the turns' steps, if anyone (a plug-in: test mode's `_scripted/probe`); None in production.
+    observer: Observer | None = None
 
     def announce_title(self, session: Session, title: str) -> None:
         update = {"sessionUpdate": "session_info_update", "title": title}
@@ -45,7 +50,6 @@ class TurnServices:
             store.set_title(session.session_id, title)
 
     def probe(self, run: RunContext, event: str, **fields: Any) -> None:
-        """A `_scripted/probe` notification (test mode only): what the turn is doing, for black-box tests."""
-        if self.config.test_mode:
-            params = {"sessionId": run.session_id, "prompt": run.request_id, "event": event, **fields}
-            self.connection.notify("_scripted/probe", params)
+        """What the turn is doing, for the observer if there is one (a no-op without)."""
+        if self.observer is not None:
+            self.observer(run, event, fields)

@@ -33,7 +33,7 @@ from acp_server.runtime.ports import ToolError
 from acp_server.runtime.system_prompt import build_system_prompt
 from acp_server.runtime.text_guard import redactor_for
 from acp_server.runtime.tools import ToolBox
-from acp_server.sessions.runs import RunContext, RunState, Session
+from acp_server.sessions.runs import RunContext, Session
 from acp_server.sessions.turn_tools import tool_context, tool_ports
 
 if TYPE_CHECKING:
@@ -80,7 +80,7 @@ class ChildSessions:
         )
         request = PromptRequest.model_validate({"sessionId": child_id, "prompt": [{"type": "text", "text": task}]})
         child = RunContext(child_session, parent.request_id, request, parent_session_id=parent.session_id)
-        child.state = RunState.RUNNING
+        child.start()  # admitted by its parent's `delegate` call: the work begins at once
         progress = _Progress(emit, call_id, child_id)
         await progress.announce()
 
@@ -98,7 +98,7 @@ class ChildSessions:
                         turn_index=0,
                         meta=meta,
                         probe=probe,
-                        session_services={"gates": child_session.gates},
+                        session_services=child_session.services,
                         system_prompt=build_system_prompt(
                             cwd=home.cwd,
                             roots=(home.cwd, *home.additional_directories),

@@ -1,5 +1,7 @@
-"""One prompt turn, from admission to its single response: the turn boundary of INTERRUPTS.md.
+"""One prompt turn, from admission to its release: the turn boundary of INTERRUPTS.md.
 
+The lifecycle in one place: `admit_prompt` (when the reader reads the line), `execute_prompt` (start, work, seal)
+and `release_prompt` (after the response), driving the transitions of the run's state (see runs.py).
 `execute_prompt` waits for the turn's place in its session, starts the work in a task owned by the connection (so
 work that ignores cancellation can be abandoned: a task group cannot exit before its children), then waits for the
 work to end or for a cancel. After a cancel it waits at most until the cleanup deadline, measured from the first
@@ -14,6 +16,7 @@ abort surfaced as; a turn that fails without a cancel answers a JSON-RPC error, 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from datetime import date
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
@@ -24,7 +27,7 @@ from acp_server.jsonrpc.rpc import ErrorCode, RpcError
 from acp_server.protocol.editor import (
     tool_content,
 )
-from acp_server.protocol.schema import EmbeddedResource, PromptRequest, ResourceLink, TextContent
+from acp_server.protocol.schema import EmbeddedResource, PromptRequest, RequestId, ResourceLink, TextContent
 from acp_server.protocol.updates import Reporter, log_update
 from acp_server.runtime.compaction import ContextCompactor
 from acp_server.runtime.loop import run_turn
@@ -40,7 +43,7 @@ from acp_server.runtime.model import (
 from acp_server.runtime.system_prompt import build_system_prompt, read_instructions
 from acp_server.runtime.text_guard import redactor_for
 from acp_server.sessions.options import parse_command
-from acp_server.sessions.runs import RunContext, RunState
+from acp_server.sessions.runs import RunContext, RunState, Session
 from acp_server.sessions.services import TurnServices
 from acp_server.sessions.slash_commands import run_slash_command
 from acp_server.sessions.subagents import ChildSessions
@@ -49,7 +52,7 @@ from acp_server.sessions.turn_tools import bound_probe, tool_context, tool_ports
 if TYPE_CHECKING:
     from acp_server.store import TurnStatus
 
-__all__ = ["execute_prompt", "prompt_text"]
+__all__ = ["admit_prompt", "execute_prompt", "prompt_text", "release_prompt"]
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +86,42 @@ def prompt_text(request: PromptRequest) -> str:
     return "\n".join(parts)
 
 
+def admit_prompt(
+    services: TurnServices, request_id: RequestId, request: PromptRequest, session_of: Callable[[str], Session]
+) -> RunContext:
+    """Admission, the first transition: synchronous, called as the reader reads the prompt's line (see runs.py).
+
+    Refuses what cannot run (content no model here takes, an unknown session, a script the model refuses), decides
+    once whether the prompt is a slash command (kept on the run), and hands it to the run registry, which applies
+    the session's prompt policy.
+    """
+    for index, block in enumerate(request.prompt):
+        if block.type in ("image", "audio"):
+            # Not advertised (promptCapabilities), and never silently dropped: refused, naming the block.
+            raise RpcError(
+                ErrorCode.INVALID_PARAMS,
+                f"Invalid params: prompt.{index}: {block.type} content is not supported by this model",
+            )
+    session = session_of(request.session_id)
+    command = parse_command(prompt_text(request)) if len(request.prompt) == 1 else None
+    if command is None:  # a slash command never reaches the model, so the model has nothing to check
+        problem = services.providers(session.model).check_turn(request.meta or {}, session.turns_started)
+        if problem is not None:
+            raise RpcError(ErrorCode.INVALID_PARAMS, problem)
+    return services.agent.admit(session, request_id, request, command)
+
+
+def release_prompt(services: TurnServices, run: RunContext) -> str | None:
+    """The last transition, once the prompt's response is queued: the run ends and its session passes to the next
+    prompt. Returns the prompt to title the session by after its first ordinary turn that completes (once)."""
+    services.agent.release(run)
+    session = run.session
+    if run.outcome == "end_turn" and run.command is None and session.title is None and not session.title_requested:
+        session.title_requested = True
+        return prompt_text(run.request)
+    return None
+
+
 async def execute_prompt(services: TurnServices, run: RunContext) -> dict[str, Any]:
     store = services.store()
     if store is not None:
@@ -97,19 +136,15 @@ async def execute_prompt(services: TurnServices, run: RunContext) -> dict[str, A
 
 
 async def _execute(services: TurnServices, run: RunContext) -> dict[str, Any]:
-    if not run.may_start.is_set():
-        await run.wake.wait()  # the hand-over or a cancel, whichever comes first
-        run.wake = anyio.Event()
-    if run.cancelled:
+    await run.wait_until(lambda: run.state is not RunState.QUEUED)  # its place in the session, or a cancel
+    if not run.start():
         return _close(services, run)  # claimed before it started: zero model steps
-    run.state = RunState.RUNNING
     services.connection.spawn(_work, services, run)
-    await run.wake.wait()
-    if not run.work_done.is_set():  # woken by a cancel: wait for the cleanup, but not past the deadline
+    await run.wait_until(lambda: run.work_done or run.cancelled_at is not None)
+    if not run.work_done:  # woken by a cancel: wait for the cleanup, but not past the deadline
         with anyio.move_on_at(run.cleanup_deadline(services.config.cleanup_deadline)):
-            await run.work_done.wait()
-        if not run.work_done.is_set():
-            run.abandoned = True
+            await run.wait_until(lambda: run.work_done)
+        if not run.work_done:
             log.warning(
                 "session %s run %d: work still running at the cleanup deadline; abandoned and fenced",
                 run.session_id,
@@ -129,7 +164,7 @@ async def _work(services: TurnServices, run: RunContext) -> None:
         stop: StopReason | None = None
         with run.scope:
             text = prompt_text(run.request)
-            command = parse_command(text) if len(run.request.prompt) == 1 else None
+            command = run.command
             tools = services.tools
             if session.mcp is not None and command is None:
                 # Its MCP servers' tools join the built-ins (see mcp_bridge/hub.py); a slash command uses no tools,
@@ -151,7 +186,7 @@ async def _work(services: TurnServices, run: RunContext) -> None:
                         turn_index=session.turns_started,
                         meta=run.request.meta or {},
                         probe=probe,
-                        session_services={"gates": session.gates},
+                        session_services=session.services,
                         system_prompt=instructions or system_prompt,
                     )
                 )
@@ -193,23 +228,14 @@ async def _work(services: TurnServices, run: RunContext) -> None:
                     hand_over=lambda: services.agent.hand_over_due(session),
                     redactor=redactor_for(services.config.held_secrets),
                 )
-        if run.cancelled or stop is None:
-            run.outcome = "cancelled"
-        else:
-            run.outcome = stop
-            run.state = RunState.SETTLING
-            if model_turn is not None:
-                await model_turn.settle()  # outside the turn's scope: a late cancel cannot undo a decided outcome
+        if run.settle(stop) and model_turn is not None:
+            await model_turn.settle()  # outside the turn's scope: a late cancel cannot undo a decided outcome
     except Exception as exc:
-        if run.cancelled:
-            run.outcome = "cancelled"  # ACP: an abort that surfaces as an error is still `cancelled`
-        elif run.outcome is None:
-            run.error = exc
-        else:
+        if run.state is RunState.SETTLING:
             log.exception("session %s: post-turn work failed; the outcome stands", run.session_id)
+        run.fail(exc)
     finally:
-        run.work_done.set()
-        run.wake.set()
+        run.work_ended()
 
 
 def _close(services: TurnServices, run: RunContext) -> dict[str, Any]:
@@ -234,7 +260,7 @@ def _close(services: TurnServices, run: RunContext) -> dict[str, Any]:
     if run.turn_start is not None:
         run.session.history = _sealed_history(run, note)
     _record(services, run, previous, "cancelled" if cancelled else "failed" if failed else "completed")
-    run.closed = True  # the fence: from here on nothing this run does reaches the client
+    run.seal()  # the fence: from here on nothing this run does reaches the client
     if failed:
         raise _failure(run)
     return {"stopReason": "cancelled" if cancelled else (run.outcome or "end_turn")}

@@ -25,7 +25,11 @@ ALLOWED: dict[str, frozenset[str]] = {
     "sessions": frozenset({"runtime", "store", "mcp_bridge", "settings"}),
     "protocol": frozenset({"", "sessions", "runtime", "store", "mcp_bridge", "jsonrpc", "settings"}),
     "chat": frozenset({""}),  # another program: it reaches the agent over the protocol only
-    "server": frozenset({"protocol", "sessions", "runtime", "jsonrpc", "settings", "transcripts"}),
+    # The test machinery, a plug-in: only the composition root imports it (see the test below).
+    "testmode": frozenset({"protocol", "sessions", "runtime", "jsonrpc", "settings"}),
+    "server": frozenset(
+        {"protocol", "sessions", "runtime", "mcp_bridge", "jsonrpc", "settings", "transcripts", "testmode"}
+    ),
     "doctor": frozenset({"settings", "runtime", "store", "mcp_bridge"}),
     "cli": frozenset({"", "settings", "runtime", "server", "doctor", "chat", "transcripts"}),
     "__main__": frozenset({"cli"}),
@@ -118,6 +122,36 @@ def test_the_known_crossings_are_all_still_there() -> None:
     """An entry of KNOWN_CROSSINGS that no longer crosses is deleted, so the list shows what is left to do."""
     gone = sorted(KNOWN_CROSSINGS - crossings())
     assert not gone, "no longer needed in KNOWN_CROSSINGS: " + ", ".join(f"{a} -> {b}" for a, b in gone)
+
+
+def test_only_the_composition_root_imports_the_test_machinery() -> None:
+    """The test-mode plug-in (acp_server/testmode/) is registered by `server.py`; the core never imports it."""
+    importers = sorted(
+        name
+        for name, targets in dependencies().items()
+        if folder(name) not in ("testmode", "server") and any(folder(target) == "testmode" for target in targets)
+    )
+    assert not importers, "import the test machinery: " + ", ".join(importers)
+
+
+def test_production_code_paths_carry_no_test_hooks() -> None:
+    """Only the composition root asks whether test mode is on (to register the plug-in), and no `_scripted/`
+    method is named outside the plug-in: the core behaves the same in either mode."""
+    for name, tree in modules():
+        if folder(name) in ("testmode", "server", "settings"):  # settings: where `test_mode` is read and checked
+            continue
+        docstrings: set[int] = set()
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+                first = node.body[0]
+                if isinstance(first, ast.Expr):
+                    docstrings.add(id(first.value))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and node.attr == "test_mode":
+                pytest.fail(f"{name} reads test_mode")
+            text = node.value if isinstance(node, ast.Constant) and id(node) not in docstrings else None
+            if isinstance(text, str) and "_scripted/" in text:
+                pytest.fail(f"{name} names {text!r}")
 
 
 def strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:

@@ -23,7 +23,7 @@ from acp_server.protocol.schema import PromptRequest
 from acp_server.runtime.model import Message, ToolCall
 from acp_server.runtime.providers.echo import _chunks
 from acp_server.runtime.providers.scripted import ScriptError, parse_script
-from acp_server.sessions.runs import Agent, RunContext, RunState, Session
+from acp_server.sessions.runs import Agent, RunContext, RunState, Session, TransitionError
 from acp_server.sessions.turn import _sealed_history
 
 
@@ -116,9 +116,11 @@ async def test_busy_session_rejects_a_second_prompt_but_queues_one_behind_a_stop
     agent.interrupt(session.session_id)
     waiting = agent.admit(session, 3, prompt(session))
     assert list(session.waiting) == [waiting] and not waiting.cancelled
-    agent.finish(first)
+    assert waiting.state is RunState.QUEUED
+    woken = waiting._changed  # what its prompt handler waits on
+    agent.release(first)
     assert agent.running(session.session_id) is waiting
-    assert waiting.may_start.is_set() and waiting.wake.is_set()
+    assert (waiting.state, woken.is_set()) == (RunState.ADMITTED, True)
 
 
 async def test_a_cancel_claims_waiting_prompts_admitted_before_it_only() -> None:
@@ -129,28 +131,78 @@ async def test_a_cancel_claims_waiting_prompts_admitted_before_it_only() -> None
     agent.interrupt(session.session_id)
     later = agent.admit(session, 3, prompt(session))
     assert claimed.cancelled and not later.cancelled
-    agent.finish(claimed)  # answered early, while still waiting
+    agent.release(claimed)  # answered early, while still waiting
     assert list(session.waiting) == [later]
-    agent.finish(first)
+    agent.release(first)
     assert agent.running(session.session_id) is later
 
 
-async def test_finish_only_removes_its_own_registry_entry() -> None:
+async def test_release_only_removes_its_own_registry_entry() -> None:
     agent, session = Agent(), make_session()
     first = agent.admit(session, 1, prompt(session))
-    agent.finish(first)
+    agent.release(first)
     second = agent.admit(session, 2, prompt(session))
-    agent.finish(first)  # a late, second finish of the old run
+    agent.release(first)  # a late, second release of the old run
     assert agent.running(session.session_id) is second
 
 
 async def test_cancel_in_the_settlement_window_keeps_the_decided_outcome() -> None:
     agent, session = Agent(), make_session()
     run = agent.admit(session, 1, prompt(session))
-    run.state = RunState.SETTLING
+    assert run.start() and run.settle("end_turn")
+    woken = run._changed  # what its prompt handler waits on
     agent.interrupt(session.session_id)
+    assert run.state is RunState.SETTLING and run.outcome == "end_turn"
     assert not run.cancelled and not run.scope.cancel_called
-    assert run.cancelled_at is not None and run.wake.is_set()
+    assert run.cancelled_at is not None and woken.is_set()
+
+
+async def test_transitions_refuse_a_state_they_do_not_leave() -> None:
+    agent, session = Agent(), make_session()
+    session.prompt_policy = "queue"
+    first = agent.admit(session, 1, prompt(session))
+    queued = agent.admit(session, 2, prompt(session), ("clear", ""))
+    assert (queued.state, queued.command) == (RunState.QUEUED, ("clear", ""))
+    with pytest.raises(TransitionError):
+        queued.start()  # its predecessor has not handed the session over
+    with pytest.raises(TransitionError):
+        queued.seal()  # nothing to seal: it never ran, and no cancel claimed it
+    assert queued.state is RunState.QUEUED
+    assert first.start()
+    with pytest.raises(TransitionError):
+        first.start()
+    assert first.settle("end_turn")
+    first.seal()
+    assert first.closed and not first.cancelled
+    with pytest.raises(TransitionError):
+        first.seal()
+
+
+async def test_a_claimed_turn_answers_cancelled_and_a_sealed_one_decides_nothing_more() -> None:
+    agent, session = Agent(), make_session()
+    run = agent.admit(session, 1, prompt(session))
+    assert run.start()
+    agent.interrupt(session.session_id)
+    assert not run.settle("end_turn")  # the cancel came first: the outcome is `cancelled`, whatever the work says
+    assert run.outcome == "cancelled"
+    run.seal()
+    assert run.closed and run.cancelled
+    run.fail(RuntimeError("a late error of abandoned work"))
+    assert not run.settle("end_turn")
+    assert (run.outcome, run.error, run.state) == ("cancelled", None, RunState.SEALED)
+    agent.interrupt(session.session_id)  # past cancelling: a no-op
+    assert run.state is RunState.SEALED
+    agent.release(run)
+    assert (run.state, agent.running(session.session_id)) == (RunState.ENDED, None)
+
+
+async def test_a_prompt_claimed_before_it_started_never_starts() -> None:
+    agent, session = Agent(), make_session()
+    run = agent.admit(session, 1, prompt(session))
+    agent.interrupt(session.session_id)
+    assert not run.start() and run.state is RunState.STOPPING
+    run.seal()
+    assert run.outcome == "cancelled" and run.closed
 
 
 @pytest.mark.parametrize(
@@ -234,7 +286,7 @@ async def test_queue_policy_waits_first_in_first_out_and_cancels_nothing() -> No
     second = agent.admit(session, 2, prompt(session))
     third = agent.admit(session, 3, prompt(session))
     assert not any(run.cancelled for run in (first, second, third))
-    agent.finish(first)
+    agent.release(first)
     assert agent.running(session.session_id) is second
-    agent.finish(second)
+    agent.release(second)
     assert agent.running(session.session_id) is third

@@ -11,7 +11,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from acp_server.runtime.model import Provider
+from acp_server.runtime.model import ModelSpecError, Provider
 from acp_server.settings.files import (
     KEY_VARIABLES,
     SettingsError,
@@ -26,7 +26,7 @@ __all__ = ["MissingCredentialsError", "UnknownModelError", "open_provider"]
 FAMILIES = ("echo", "scripted[:PATH]", "openai:MODEL", "anthropic:MODEL")
 
 
-class UnknownModelError(ValueError):
+class UnknownModelError(ModelSpecError):
     """The `--model` spec names no provider we have."""
 
 

@@ -24,6 +24,7 @@ from acp_server.runtime.model import (
     Emit,
     Message,
     ModelError,
+    ModelSpecError,
     ModelTurn,
     Probe,
     Reply,
@@ -35,7 +36,7 @@ from acp_server.runtime.model import (
     TurnInput,
 )
 
-__all__ = ["GateBoard", "ScriptError", "ScriptedProvider", "Step", "parse_script"]
+__all__ = ["GATES", "GateBoard", "ScriptError", "ScriptedProvider", "Step", "gate_board", "parse_script"]
 
 ACTIONS = ("say", "think", "sleep", "tool", "gate", "gate_raise", "abort_gate", "fail", "stop", "after_turn_gate")
 MODIFIERS = {
@@ -49,7 +50,7 @@ MODIFIERS = {
 STOP_REASONS = ("end_turn", "max_tokens", "refusal")
 
 
-class ScriptError(ValueError):
+class ScriptError(ModelSpecError):
     """A script that cannot be run, with the step at fault."""
 
 
@@ -123,7 +124,8 @@ class GateBoard:
         else:
             event.set()
 
-    def forget_early_releases(self) -> None:
+    def turn_ended(self) -> None:
+        """The session's running turn has ended: releases that arrived early are forgotten."""
         self._early.clear()
 
     async def wait(self, gate: str, timeout: float | None) -> None:
@@ -137,6 +139,19 @@ class GateBoard:
         finally:
             if self._waiting.get(gate) is event:
                 del self._waiting[gate]
+
+
+# The key of a session's gate board among its session services (`TurnInput.session_services`).
+GATES = "gates"
+
+
+def gate_board(session_services: dict[str, Any]) -> GateBoard:
+    """The session's gate board, made on first use: by its first gate, or by a release that arrives before it."""
+    board = session_services.get(GATES)
+    if board is None:
+        board = session_services[GATES] = GateBoard()
+    assert isinstance(board, GateBoard)
+    return board
 
 
 class ScriptedProvider:
@@ -188,9 +203,7 @@ class ScriptedProvider:
         return None
 
     def open_turn(self, turn: TurnInput) -> ModelTurn:
-        gates = turn.session_services.get("gates")
-        assert isinstance(gates, GateBoard)
-        return _ScriptedTurn(self._script(turn.meta, turn.turn_index), turn, gates)
+        return _ScriptedTurn(self._script(turn.meta, turn.turn_index), turn, gate_board(turn.session_services))
 
 
 class _ScriptedTurn:

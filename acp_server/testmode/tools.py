@@ -1,4 +1,4 @@
-"""Test-only tools (`--test-mode`): work that cooperates with cancellation, ignores it, or hangs in cleanup.
+"""The test tools (`--test-mode`, see mode.py): work that cooperates with cancellation, ignores it, or hangs in cleanup.
 
 They exist so the cancellation invariants of INTERRUPTS.md can be driven black-box; production never offers them.
 Names start with `test_` so they never collide with product tools.

@@ -1,0 +1,69 @@
+"""What a handler receives: the pieces of the connection's ACP side it may use (`Parts`), and for a request, the
+request's own context. Handlers never see the dispatcher (dispatcher.py) that calls them.
+
+`server.py`, the composition root, builds the pieces once per connection; each has one job.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel
+
+from acp_server.jsonrpc.connection import Connection
+from acp_server.jsonrpc.rpc import RpcError
+from acp_server.mcp_bridge import McpRegistry
+from acp_server.protocol.providers import AuthState, ProviderCache
+from acp_server.protocol.schema import RequestId
+from acp_server.protocol.session_table import Handshake, SessionTable
+from acp_server.protocol.store_access import StoreAccess
+from acp_server.runtime.processes import ProcessTable
+from acp_server.sessions.runs import Agent, RunContext
+from acp_server.sessions.services import TurnServices
+from acp_server.settings.config import Config
+
+__all__ = ["Handler", "NotificationHandler", "Parts", "RequestContext"]
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Parts:
+    """One connection's ACP side, in pieces; long-lived, built by `server.py`."""
+
+    config: Config
+    connection: Connection
+    handshake: Handshake
+    sessions: SessionTable
+    # The run registry: session id -> its running turn (sessions/runs.py).
+    agent: Agent
+    # Prompt request id -> its run, so `$/cancel_request` can name a prompt (kept by the dispatcher's admission).
+    prompts: dict[RequestId, RunContext]
+    providers: ProviderCache
+    auth: AuthState
+    store: StoreAccess
+    # Every session's MCP servers, owned by the connection's task group (see mcp_bridge/registry.py).
+    mcp: McpRegistry
+    processes: ProcessTable
+    turns: TurnServices
+    # The model specs a session may pick (the `model` config option), the default first.
+    models: tuple[str, ...]
+    # The notifications beyond ACP's that this server handles (advertised in `initialize`).
+    extension_notifications: tuple[str, ...] = ()
+
+
+@dataclass(eq=False)
+class RequestContext:
+    """Per-request context handed to a handler through jsonrpcserver's `context=`."""
+
+    parts: Parts
+    request_id: RequestId
+    validated_params: BaseModel | None = None
+    run: RunContext | None = None
+    admission_error: RpcError | None = None
+    # Run once the response is queued (e.g. session-scoped updates that must follow the response).
+    after: list[Callable[[], None]] = field(default_factory=list)
+
+
+Handler = tuple[type[BaseModel], Any]
+NotificationHandler = tuple[type[BaseModel], Callable[[Parts, Any], None]]

@@ -1,0 +1,61 @@
+"""The connection's providers by model spec, and ACP authentication: whether the default model's key is found."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from acp_server.jsonrpc.rpc import ErrorCode, RpcError
+from acp_server.runtime.model import ModelSpecError, Provider
+from acp_server.runtime.providers import MissingCredentialsError
+
+__all__ = ["AuthState", "ProviderCache"]
+
+
+class ProviderCache:
+    """The provider for each model spec, built on first use and shared by every session that picks it."""
+
+    def __init__(self, open_model: Callable[[str], Provider]) -> None:
+        self._open_model = open_model
+        self._providers: dict[str, Provider] = {}
+
+    def get(self, spec: str) -> Provider:
+        """The spec's provider; a missing key or a bad spec is the client's error to fix."""
+        provider = self._providers.get(spec)
+        if provider is None:
+            try:
+                provider = self._open_model(spec)
+            except MissingCredentialsError as exc:
+                raise RpcError(ErrorCode.AUTH_REQUIRED, f"Authentication required: {exc}") from None
+            except ModelSpecError as exc:
+                raise RpcError(ErrorCode.INVALID_PARAMS, f"Invalid params: {exc}") from None
+            self._providers[spec] = provider
+        return provider
+
+    def reload(self, spec: str) -> None:
+        """Build the spec's provider again, now (raises `MissingCredentialsError` while its key is missing)."""
+        self._providers[spec] = self._open_model(spec)
+
+
+class AuthState:
+    """Until the default model's credentials are found: why not (ACP authentication; `authenticate` retries)."""
+
+    def __init__(self, providers: ProviderCache, default_model: str) -> None:
+        self._providers = providers
+        self._default_model = default_model
+        self.problem: str | None = None
+        self.retry()
+
+    def retry(self) -> bool:
+        """Build the default model's provider; False (with `problem`) while its key is missing. The configuration
+        file is read again each time, so a key added meanwhile is found."""
+        try:
+            self._providers.reload(self._default_model)
+        except MissingCredentialsError as exc:
+            self.problem = str(exc)
+            return False
+        self.problem = None
+        return True
+
+    def require(self) -> None:
+        if self.problem is not None:
+            raise RpcError(ErrorCode.AUTH_REQUIRED, f"Authentication required: {self.problem}")

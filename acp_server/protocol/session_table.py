@@ -1,0 +1,68 @@
+"""The connection's handshake (what `initialize` told us) and its table of open sessions, looked up by id."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from acp_server.jsonrpc.rpc import ErrorCode, RpcError
+from acp_server.protocol.schema import ClientCapabilities
+from acp_server.sessions.runs import Agent, Session
+
+__all__ = ["Handshake", "SessionTable"]
+
+
+class Handshake:
+    """The client's capabilities from `initialize`: None until it has been read (recorded in reader order)."""
+
+    def __init__(self) -> None:
+        self.client_capabilities: ClientCapabilities | None = None
+
+    def require_initialized(self) -> None:
+        if self.client_capabilities is None:
+            raise RpcError(
+                ErrorCode.INVALID_REQUEST,
+                "Invalid request: the connection is not initialized; send initialize first",
+            )
+
+
+class SessionTable:
+    """The sessions the client opened on this connection, by id. A subagent's session is not here: it lives only
+    in the run registry, while its turn runs."""
+
+    def __init__(self, handshake: Handshake, agent: Agent) -> None:
+        self._handshake = handshake
+        self._agent = agent
+        self._sessions: dict[str, Session] = {}
+
+    def __contains__(self, session_id: str) -> bool:
+        return session_id in self._sessions
+
+    def __iter__(self) -> Iterator[Session]:
+        return iter(list(self._sessions.values()))
+
+    def __len__(self) -> int:
+        return len(self._sessions)
+
+    def get(self, session_id: str) -> Session | None:
+        return self._sessions.get(session_id)
+
+    def add(self, session: Session) -> None:
+        """Register a session, in place of one with the same id (a load or resume of an open session)."""
+        self._sessions[session.session_id] = session
+
+    def discard(self, session_id: str) -> None:
+        self._sessions.pop(session_id, None)
+
+    def require(self, session_id: str) -> Session:
+        """The open session a request names, or the error the client gets for it."""
+        self._handshake.require_initialized()
+        session = self._sessions.get(session_id)
+        if session is None or session.closed:
+            running = self._agent.running(session_id)
+            if running is not None and running.parent_session_id is not None:
+                # INTERRUPTS.md 6.7: clients never created child sessions; they may only cancel them.
+                raise RpcError(
+                    ErrorCode.INVALID_PARAMS, "Invalid params: a subagent's session accepts only session/cancel"
+                )
+            raise RpcError(ErrorCode.RESOURCE_NOT_FOUND, f"unknown session: {session_id}")
+        return session

@@ -1,0 +1,64 @@
+"""The session store of a connection: opened on first need (never on the `initialize` path), and why not, if it
+cannot be. A server without a store still serves sessions, without persistence."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from acp_server.jsonrpc.rpc import ErrorCode, RpcError
+from acp_server.settings.config import Config
+
+if TYPE_CHECKING:
+    from acp_server.store import SessionStore
+
+__all__ = ["StoreAccess"]
+
+log = logging.getLogger(__name__)
+
+Spawn = Callable[[Callable[[], Coroutine[Any, Any, Any]]], None]
+
+
+class StoreAccess:
+    """`current` is the store once it is open, else None (`--no-store`, not needed yet, or unavailable)."""
+
+    def __init__(self, config: Config, spawn: Spawn) -> None:
+        self._config = config
+        # Starts the store's flusher, a task of the connection's.
+        self._spawn = spawn
+        self.current: SessionStore | None = None
+        self.problem: str | None = None if config.store else "sessions are not stored (--no-store)"
+        self._tried = not config.store
+        self._lock = anyio.Lock()
+
+    async def open(self) -> SessionStore | None:
+        """The session store, opened once (in a worker thread) with its flusher started. A store that cannot be
+        opened is reported and left untouched; the server keeps serving sessions without persistence."""
+        async with self._lock:
+            if not self._tried:
+                self._tried = True
+                from acp_server.protocol.replay import entry_of
+                from acp_server.store import STORE_FILENAME, SessionStore, StoreUnavailable, default_state_dir
+
+                directory = Path(self._config.state_dir) if self._config.state_dir else default_state_dir()
+                path = directory / STORE_FILENAME
+                try:
+                    # A store written before the turn records (schema 1) holds v1 updates: it is upgraded by reading
+                    # them as this edge reads the updates it logs.
+                    self.current = await anyio.to_thread.run_sync(lambda: SessionStore.open(path, read_legacy=entry_of))
+                except StoreUnavailable as exc:
+                    self.problem = f"the session store is unavailable: {exc}"
+                    log.error("%s; sessions will not be saved", self.problem)
+                else:
+                    self._spawn(self.current.run_flusher)
+        return self.current
+
+    async def require(self) -> SessionStore:
+        store = await self.open()
+        if store is None:
+            raise RpcError(ErrorCode.INTERNAL_ERROR, f"Stored sessions are not available: {self.problem}")
+        return store

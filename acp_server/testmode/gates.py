@@ -1,0 +1,33 @@
+"""`_scripted/release`: the client opens a gate of the scripted model (runtime/providers/scripted.py), by session id.
+
+A product extension (README): the scripted model is how editor integrations are tested, so this part of the plug-in
+is registered whatever the mode. The gate board is the session's own, kept among its session services.
+"""
+
+from __future__ import annotations
+
+from acp_server.protocol.context import Parts
+from acp_server.protocol.plugins import Plugin
+from acp_server.protocol.schema import WireModel
+from acp_server.runtime.providers.scripted import gate_board
+
+__all__ = ["GATES", "ScriptedReleaseNotification"]
+
+
+class ScriptedReleaseNotification(WireModel):
+    """`_scripted/release`: opens a gate of the scripted model (a product extension, see README)."""
+
+    session_id: str
+    gate: str
+
+
+def scripted_release(parts: Parts, params: ScriptedReleaseNotification) -> None:
+    session = parts.sessions.get(params.session_id)
+    if session is None:  # a subagent's session lives only in the run registry
+        running = parts.agent.running(params.session_id)
+        session = running.session if running is not None else None
+    if session is not None:
+        gate_board(session.services).release(params.gate)
+
+
+GATES = Plugin(notifications={"_scripted/release": (ScriptedReleaseNotification, scripted_release)})

@@ -1,0 +1,121 @@
+"""The pieces `AcpDispatcher` is built from: the session table, the provider cache, authentication, plug-ins."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from acp_server.jsonrpc.rpc import ErrorCode, RpcError
+from acp_server.protocol.plugins import Plugin, observer_of
+from acp_server.protocol.providers import AuthState, ProviderCache
+from acp_server.protocol.schema import ClientCapabilities, PromptRequest
+from acp_server.protocol.session_table import Handshake, SessionTable
+from acp_server.runtime.model import Provider
+from acp_server.runtime.providers import MissingCredentialsError, UnknownModelError
+from acp_server.runtime.providers.echo import EchoProvider
+from acp_server.runtime.providers.scripted import ScriptError
+from acp_server.sessions.runs import Agent, RunContext, Session
+
+
+def make_session(name: str = "s") -> Session:
+    return Session(name, Path("/tmp"), (), ())
+
+
+def code_of(excinfo: pytest.ExceptionInfo[RpcError]) -> int:
+    return int(excinfo.value.code)
+
+
+async def test_the_session_table_answers_each_wrong_id_with_its_own_error() -> None:
+    handshake, agent = Handshake(), Agent()
+    table = SessionTable(handshake, agent)
+    with pytest.raises(RpcError) as before:
+        table.require("s")
+    assert code_of(before) == ErrorCode.INVALID_REQUEST  # initialize comes first
+    handshake.client_capabilities = ClientCapabilities()
+    session = make_session()
+    table.add(session)
+    assert table.require("s") is session and "s" in table and list(table) == [session] and len(table) == 1
+    with pytest.raises(RpcError) as unknown:
+        table.require("nope")
+    assert code_of(unknown) == ErrorCode.RESOURCE_NOT_FOUND
+    child_session = make_session("child")
+    request = PromptRequest.model_validate({"sessionId": "child", "prompt": []})
+    agent.register_child(RunContext(child_session, 1, request, parent_session_id="s"))
+    with pytest.raises(RpcError) as child:
+        table.require("child")
+    assert code_of(child) == ErrorCode.INVALID_PARAMS  # a subagent's session accepts only session/cancel
+    session.closed = True
+    with pytest.raises(RpcError) as closed:
+        table.require("s")
+    assert code_of(closed) == ErrorCode.RESOURCE_NOT_FOUND
+    table.discard("s")
+    assert table.get("s") is None
+
+
+def test_providers_are_built_once_per_spec_and_a_bad_spec_is_the_clients_error() -> None:
+    built: list[str] = []
+
+    def open_model(spec: str) -> Provider:
+        built.append(spec)
+        if spec == "unknown":
+            raise UnknownModelError("unknown model")
+        if spec == "bad-script":
+            raise ScriptError("step 0: nonsense")
+        if spec == "keyless":
+            raise MissingCredentialsError("set THE_KEY")
+        return EchoProvider()
+
+    providers = ProviderCache(open_model)
+    assert providers.get("echo") is providers.get("echo") and built == ["echo"]
+    for spec, code in [
+        ("unknown", ErrorCode.INVALID_PARAMS),
+        ("bad-script", ErrorCode.INVALID_PARAMS),
+        ("keyless", ErrorCode.AUTH_REQUIRED),
+    ]:
+        with pytest.raises(RpcError) as refused:
+            providers.get(spec)
+        assert code_of(refused) == code, spec
+
+
+def test_authentication_is_required_until_a_retry_finds_the_key() -> None:
+    key: dict[str, str] = {}
+
+    def open_model(spec: str) -> Provider:
+        if "key" not in key:
+            raise MissingCredentialsError("set THE_KEY")
+        return EchoProvider()
+
+    auth = AuthState(ProviderCache(open_model), "echo")
+    assert auth.problem == "set THE_KEY"
+    with pytest.raises(RpcError) as refused:
+        auth.require()
+    assert code_of(refused) == ErrorCode.AUTH_REQUIRED
+    assert not auth.retry()
+    key["key"] = "found"
+    assert auth.retry() and auth.problem is None
+    auth.require()
+
+
+def test_a_bad_default_model_stops_the_server_at_start() -> None:
+    def open_model(spec: str) -> Provider:
+        raise ScriptError("cannot read script")
+
+    with pytest.raises(ScriptError):
+        AuthState(ProviderCache(open_model), "scripted:/nonexistent")
+
+
+async def test_the_plugins_observers_are_told_in_registration_order() -> None:
+    heard: list[tuple[str, str, dict[str, Any]]] = []
+    session = make_session()
+    run = RunContext(session, 1, PromptRequest.model_validate({"sessionId": "s", "prompt": []}))
+
+    def observer(name: str) -> Plugin:
+        return Plugin(observer=lambda run, event, fields: heard.append((name, event, fields)))
+
+    assert observer_of([Plugin(), Plugin()]) is None
+    combined = observer_of([observer("a"), Plugin(), observer("b")])
+    assert combined is not None
+    combined(run, "step_started", {"step": 0})
+    assert heard == [("a", "step_started", {"step": 0}), ("b", "step_started", {"step": 0})]

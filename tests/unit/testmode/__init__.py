@@ -1,0 +1,1 @@
+"""Unit tests of `acp_server.testmode`, the test-machinery plug-in."""

@@ -1,0 +1,52 @@
+"""`_scripted/release` and the session's gate board: an early release is kept until the running turn ends."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anyio
+
+from acp_server.protocol.schema import PromptRequest
+from acp_server.runtime.providers.scripted import GATES, gate_board
+from acp_server.sessions.runs import Agent, RunContext, Session
+from acp_server.testmode.gates import GATES as GATES_PLUGIN
+from acp_server.testmode.gates import ScriptedReleaseNotification
+
+
+class _Parts:
+    """The two pieces the release handler uses."""
+
+    def __init__(self, sessions: dict[str, Session], agent: Agent) -> None:
+        self.sessions = sessions
+        self.agent = agent
+
+
+def release(parts: _Parts, session_id: str, gate: str) -> None:
+    _, handler = GATES_PLUGIN.notifications["_scripted/release"]
+    params = ScriptedReleaseNotification.model_validate({"sessionId": session_id, "gate": gate})
+    handler(parts, params)  # type: ignore[arg-type]  # a stand-in with just what the handler reads
+
+
+async def test_an_early_release_opens_its_gate_until_the_running_turn_ends() -> None:
+    agent, session = Agent(), Session("s", Path("/tmp"), (), ())
+    parts = _Parts({"s": session}, agent)
+    run = agent.admit(session, 1, PromptRequest.model_validate({"sessionId": "s", "prompt": []}))
+    release(parts, "s", "g")  # before any gate board exists: made for it
+    assert GATES in session.services
+    with anyio.fail_after(1):
+        await gate_board(session.services).wait("g", None)  # the early release opened it
+    release(parts, "s", "late")
+    agent.release(run)  # the turn ended: its early releases are forgotten
+    with anyio.move_on_after(0.05) as waited:
+        await gate_board(session.services).wait("late", None)
+    assert waited.cancelled_caught
+
+
+async def test_a_release_finds_a_subagents_session_in_the_run_registry() -> None:
+    agent, child = Agent(), Session("child", Path("/tmp"), (), ())
+    request = PromptRequest.model_validate({"sessionId": "child", "prompt": []})
+    agent.register_child(RunContext(child, 1, request, parent_session_id="s"))
+    release(_Parts({}, agent), "child", "g")
+    with anyio.fail_after(1):
+        await gate_board(child.services).wait("g", None)
+    release(_Parts({}, agent), "gone", "g")  # no such session: nothing happens
