@@ -2,7 +2,8 @@
 
 The server streams up to ~1M chunks/s and stores every one, so the per-update cost decides whether persistence is
 affordable. Three views of it, on a real SQLite file in a temporary directory:
-- append: `TurnLog.append` alone, as the event loop pays it (orjson encode into a buffer), in bursts of 50,000;
+- append: recording an update in the turn log alone, as the event loop pays it (`protocol.store_log.log_update`: the
+  update read into a record, encoded into a buffer), in bursts of 50,000;
 - flush: the flush of each burst divided by its size (the worker thread's share: orjson encode + SQLite);
 - streaming: a loop building and appending updates while `run_flusher` commits every 50 ms, as in the server,
   minus the same loop without the store: the process CPU (all threads) and wall time persistence adds per chunk.
@@ -15,6 +16,7 @@ Figures are printed, not asserted. Run alone: `python -m bench.store [--updates 
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 import tempfile
 import time
@@ -26,8 +28,10 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 
+from acp_server.protocol.replay import replay_updates
+from acp_server.protocol.store_log import log_update
 from acp_server.runtime.model import Message, ToolCall
-from acp_server.store import STORE_FILENAME, SessionStore, replay_updates
+from acp_server.store import STORE_FILENAME, SessionStore
 from bench.report import Figure, format_table
 
 __all__ = ["StoreResult", "main", "run"]
@@ -86,7 +90,7 @@ async def _append_and_flush(store: SessionStore, updates: int) -> tuple[float, f
     for _ in range(bursts):
         started = time.perf_counter()
         for _ in range(burst):
-            turn.append(update)
+            log_update(turn, update)
         appended = time.perf_counter()
         assert await store.flush()
         appending += appended - started
@@ -101,7 +105,7 @@ async def _streaming(store: SessionStore, updates: int, persist: bool) -> tuple[
     store.create_session(f"stream-{persist}", "/bench")
     turn = store.begin_turn(f"stream-{persist}", [{"type": "text", "text": "go"}], "go")
     sink: list[dict[str, Any]] = []
-    append = turn.append if persist else sink.append
+    append = functools.partial(log_update, turn) if persist else sink.append
     cpu, wall = time.process_time(), time.perf_counter()
     async with anyio.create_task_group() as tg:
         tg.start_soon(store.run_flusher)
@@ -127,19 +131,22 @@ async def _long_session(store: SessionStore) -> tuple[int, int]:
         for r in range(REPLIES_PER_TURN):
             message_id = f"msg_{t:04}_{r:02}"
             for c in range(CHUNKS_PER_REPLY):
-                turn.append(_chunk(f"word{c} ", message_id))
+                log_update(turn, _chunk(f"word{c} ", message_id))
             text = "".join(f"word{c} " for c in range(CHUNKS_PER_REPLY))
             if r < REPLIES_PER_TURN - 1:
                 call = ToolCall(f"call_{t}_{r}", "read_file", {"path": f"src/module_{r}.py"})
-                turn.append({"sessionUpdate": "tool_call", "toolCallId": call.id, "title": "Read file", "kind": "read"})
+                log_update(
+                    turn, {"sessionUpdate": "tool_call", "toolCallId": call.id, "title": "Read file", "kind": "read"}
+                )
                 output = f"contents of module {r}\n" * 20
-                turn.append(
+                log_update(
+                    turn,
                     {
                         "sessionUpdate": "tool_call_update",
                         "toolCallId": call.id,
                         "status": "completed",
                         "content": [{"type": "content", "content": {"type": "text", "text": output}}],
-                    }
+                    },
                 )
                 added += [Message("assistant", text, (call,)), Message("tool", output, tool_call_id=call.id)]
             else:

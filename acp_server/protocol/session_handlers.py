@@ -117,7 +117,8 @@ async def _restore(context: RequestContext, params: LoadSessionRequest, *, repla
     current = parts.sessions.get(params.session_id)
     if current is not None and not current.closed and parts.agent.running(params.session_id) is not None:
         raise RpcError(ErrorCode.INVALID_REQUEST, "the session has a prompt running; cancel it first")
-    from acp_server.store import StoreUnavailable, replay_updates  # sqlite3 stays off the start-up path
+    from acp_server.protocol.replay import replay_updates  # with the store: sqlite3 stays off the start-up path
+    from acp_server.store import StoreUnavailable
 
     store = await parts.store.require()
     try:

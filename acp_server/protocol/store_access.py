@@ -41,11 +41,15 @@ class StoreAccess:
         async with self._lock:
             if not self._tried:
                 self._tried = True
+                from acp_server.protocol.replay import entry_of
                 from acp_server.store import STORE_FILENAME, SessionStore, StoreUnavailable, default_state_dir
 
                 directory = Path(self._config.state_dir) if self._config.state_dir else default_state_dir()
+                path = directory / STORE_FILENAME
                 try:
-                    self.current = await anyio.to_thread.run_sync(SessionStore.open, directory / STORE_FILENAME)
+                    # A store written before the turn records (schema 1) holds v1 updates: it is upgraded by reading
+                    # them as this edge reads the updates it logs.
+                    self.current = await anyio.to_thread.run_sync(lambda: SessionStore.open(path, read_legacy=entry_of))
                 except StoreUnavailable as exc:
                     self.problem = f"the session store is unavailable: {exc}"
                     log.error("%s; sessions will not be saved", self.problem)

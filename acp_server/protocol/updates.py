@@ -1,5 +1,6 @@
-"""The core's events as ACP v1 `session/update`s: a turn's (sent through the connection's fence and recorded, exactly
-as sent, in the turn's log in the session store) and a session's own (title, mode, config options, commands).
+"""The core's events as ACP v1 `session/update`s: a turn's (sent through the connection's fence and recorded, as sent,
+in the turn's log in the session store, as the store's own records: protocol/store_log.py) and a session's own
+(title, mode, config options, commands).
 
 This is the one place a `session/update` is built. The per-chunk hot path: plain dicts, no models, one type check
 per event.
@@ -13,6 +14,7 @@ from typing import Any
 from acp_server.jsonrpc.connection import Connection
 from acp_server.protocol.editor import tool_content
 from acp_server.protocol.options import available_commands, config_options
+from acp_server.protocol.store_log import log_update
 from acp_server.runtime.model import (
     Notice,
     PlanUpdated,
@@ -29,7 +31,7 @@ from acp_server.runtime.model import (
 from acp_server.sessions.edge import CommandsAvailable, ConfigChanged, ModeChanged, SessionEvent, TitleChanged
 from acp_server.sessions.runs import RunContext
 
-__all__ = ["TurnUpdates", "session_update"]
+__all__ = ["TurnUpdates", "log_update", "session_update"]
 
 
 class TurnUpdates:
@@ -54,16 +56,15 @@ class TurnUpdates:
             "method": "session/update",
             "params": {"sessionId": self._session_id, "update": update},
         }
-        if await self._connection.send_fenced(message, run) and run.turn_log is not None:
-            run.turn_log.append(update)  # exactly what the client was sent, in wire order
+        if await self._connection.send_fenced(message, run):
+            log_update(run.turn_log, update)  # what the client was sent, in wire order
 
     def send_now(self, event: TurnEvent) -> None:
         update = self._render(event)
         if update is None:
             return
         self._connection.notify("session/update", {"sessionId": self._session_id, "update": update})
-        if self._run.turn_log is not None:
-            self._run.turn_log.append(update)
+        log_update(self._run.turn_log, update)
 
     def _render(self, event: TurnEvent) -> dict[str, Any] | None:
         update: dict[str, Any]

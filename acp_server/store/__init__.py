@@ -2,11 +2,15 @@
 
 A package of small modules, one job each, from the plain values up to the store the server holds:
 
+- `turn_records`: what a turn showed the client, as the project's own records (text, thoughts, tool calls, plans),
+  and the row format they are stored in;
 - `records`: the frozen records handed out, `TurnStatus`, `StoreUnavailable`, the model history as JSON;
-- `replay`: the updates replayed on `session/load` and the rebuilt model history (INTERRUPTS.md §6 decision 6);
+- `replay`: the records replayed on `session/load` (the protocol edge renders them) and the rebuilt model history
+  (docs/interrupts.md decision 6);
 - `leases`: which process owns a running turn, and whether it is still there;
 - `turn_log`: the in-memory buffer each turn appends to, and the row format a flush writes;
 - `sqlite_file`: where the file lives, its schema, opening it without ever damaging it;
+- `migration`: upgrading a store an older version wrote (schema 1 kept `session/update` payloads);
 - `worker`: every SQL transaction, run on a worker thread;
 - `store`: `SessionStore`, the store as the event loop sees it.
 
@@ -15,6 +19,7 @@ Importing it imports `sqlite3`: the server imports it only when persistence is s
 
 from __future__ import annotations
 
+from acp_server.store.migration import ReadLegacy
 from acp_server.store.records import (
     LoadedSession,
     SessionPage,
@@ -26,26 +31,47 @@ from acp_server.store.records import (
     message_from_json,
     message_to_json,
 )
-from acp_server.store.replay import replay_updates
+from acp_server.store.replay import ReplayEntry, TurnClosed, replay_entries
 from acp_server.store.sqlite_file import STORE_FILENAME, default_state_dir
 from acp_server.store.store import FLUSH_INTERVAL_S, STALE_AFTER_S, SessionStore
 from acp_server.store.turn_log import TurnLog
+from acp_server.store.turn_records import (
+    AgentText,
+    AgentThought,
+    ContextUsage,
+    PlanSet,
+    ToolCallChanged,
+    ToolCallOpened,
+    TurnEntry,
+    UserChunk,
+)
 
 __all__ = [
     "FLUSH_INTERVAL_S",
     "STALE_AFTER_S",
     "STORE_FILENAME",
+    "AgentText",
+    "AgentThought",
+    "ContextUsage",
     "LoadedSession",
+    "PlanSet",
+    "ReadLegacy",
+    "ReplayEntry",
     "SessionPage",
     "SessionRecord",
     "SessionStore",
     "SessionSummary",
     "StoreUnavailable",
+    "ToolCallChanged",
+    "ToolCallOpened",
+    "TurnClosed",
+    "TurnEntry",
     "TurnLog",
     "TurnRecord",
     "TurnStatus",
+    "UserChunk",
     "default_state_dir",
     "message_from_json",
     "message_to_json",
-    "replay_updates",
+    "replay_entries",
 ]

@@ -3,6 +3,7 @@
 Kept apart from the SQL so a reader of `session/load` or `session/list` sees what a stored session is without the
 machinery that stores it: the frozen records, how a turn can end, the error a store that cannot be used raises, the
 model history as JSON (`runtime.model.Message` encoded by `message_to_json`), and the opaque `session/list` cursor.
+What a turn showed the client is a list of turn records (turn_records.py).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any, Literal
 import orjson
 
 from acp_server.runtime.model import Message, ToolCall
+from acp_server.store.turn_records import TurnEntry
 
 __all__ = [
     "LoadedSession",
@@ -71,13 +73,14 @@ class TurnRecord:
     started_at: str
     ended_at: str | None
     prompt_text: str
-    # The exact `update` objects the client was sent, in order, starting with the prompt's user_message_chunks.
-    updates: list[dict[str, Any]]
+    # What the client was shown, in order, starting with the prompt's blocks (`UserChunk`s).
+    entries: list[TurnEntry]
 
 
 @dataclass(frozen=True, slots=True)
 class LoadedSession:
-    """Everything `session/load` needs: replay `replay_updates(loaded)`, then continue from `history`."""
+    """Everything `session/load` needs: replay `replay_entries(loaded)` (rendered by the protocol edge), then continue
+    from `history`."""
 
     session: SessionRecord
     turns: list[TurnRecord]

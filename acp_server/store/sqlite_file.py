@@ -6,7 +6,8 @@ persistence. The file is ours only when it says so (`application_id`), and a new
 
 Layout: `sessions` (one row per session; `deleted` is a tombstone, content rows are removed), `turns` (status, stop
 reason, the prompt as the model saw it, and the messages the turn added to the model history), `updates` (per turn,
-JSON arrays of update objects in commit order, zlib-compressed from 4 KiB), `owners` (the leases).
+JSON arrays of turn records in commit order, zlib-compressed from 4 KiB), `owners` (the leases). Schema 2; a store of
+schema 1 (which kept `session/update` payloads instead of records) is upgraded when it is opened (migration.py).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pathlib import Path
 from acp_server.store.records import StoreUnavailable
 
 __all__ = [
+    "SCHEMA_VERSION",
     "SESSION_COLUMNS",
     "STORE_FILENAME",
     "connect",
@@ -32,7 +34,7 @@ __all__ = [
 STORE_FILENAME = "sessions.sqlite3"
 
 _APPLICATION_ID = 0x41435053  # "ACPS": tells our file from somebody else's SQLite database
-_SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: turn records (turn_records.py) instead of update objects
 _BUSY_TIMEOUT_S = 5.0
 
 _SCHEMA = """
@@ -104,7 +106,7 @@ def create_schema(conn: sqlite3.Connection) -> None:
         if statement.strip():
             conn.execute(statement)
     conn.execute(f"PRAGMA application_id = {_APPLICATION_ID}")
-    conn.execute(f"PRAGMA user_version = {_SCHEMA_VERSION}")
+    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
 
 # --- opening helpers ---
@@ -136,24 +138,24 @@ _INSPECT = (
 )
 
 
-def validate(conn: sqlite3.Connection, path: Path, *, check: bool) -> bool:
-    """Is this our store (True), or a new, empty file (False)? One statement, so one consistent read: another
-    process may be creating the schema right now. Raises StoreUnavailable for anything else."""
+def validate(conn: sqlite3.Connection, path: Path, *, check: bool) -> int:
+    """The schema version of our store, or 0 for a new, empty file. One statement, so one consistent read: another
+    process may be creating (or upgrading) the schema right now. Raises StoreUnavailable for anything else."""
     application_id, version, tables = conn.execute(_INSPECT).fetchone()
     if application_id == 0 and version == 0 and tables == 0:
-        return False
+        return 0
     if application_id != _APPLICATION_ID:
         raise StoreUnavailable(f"session store {path}: an SQLite database, but not an acp-server store; left untouched")
-    if version > _SCHEMA_VERSION:
+    if version > SCHEMA_VERSION:
         raise StoreUnavailable(
-            f"session store {path}: written by a newer acp-server (schema {version} > {_SCHEMA_VERSION});"
+            f"session store {path}: written by a newer acp-server (schema {version} > {SCHEMA_VERSION});"
             " it was left untouched"
         )
     if check:
         problems = [row[0] for row in conn.execute("PRAGMA quick_check(5)")]
         if problems != ["ok"]:
             raise StoreUnavailable(f"session store {path}: corrupt ({'; '.join(problems)}); it was left untouched")
-    return True
+    return int(version)
 
 
 def enter_wal(conn: sqlite3.Connection) -> None:

@@ -7,8 +7,9 @@
   settings) takes the whole buffer and commits it in ONE transaction on a worker thread (worker.py); the event loop
   never waits for SQLite. A kill -9 loses what was appended since the last commit: at most the 50 ms interval plus
   the commit's duration, and only streamed updates (what a request changed is committed before its response).
-- **Plain rows, no schema objects** (layer 2 of ARCHITECTURE.md): updates are the exact `update` objects the client
-  was sent; the model-visible history is `runtime.model.Message` encoded by `message_to_json` (records.py).
+- **Plain rows, no schema objects** (layer 2 of ARCHITECTURE.md): what a turn showed the client is the project's
+  own turn records (turn_records.py), which the protocol edge renders on load; the model-visible history is
+  `runtime.model.Message` encoded by `message_to_json` (records.py).
 - **Several processes share one store** (one server per editor window). Each registers an owner row (a lease,
   leases.py). Turns left `running` by an owner that is gone are marked `interrupted` at open, on load, and every few
   seconds; a live owner's turns never are. On the same machine the process check decides (a laptop that slept for an
@@ -34,6 +35,7 @@ import orjson
 
 from acp_server.runtime.model import Message
 from acp_server.store.leases import Identity, own_identity
+from acp_server.store.migration import ReadLegacy
 from acp_server.store.records import (
     LoadedSession,
     SessionPage,
@@ -45,6 +47,7 @@ from acp_server.store.records import (
 )
 from acp_server.store.sqlite_file import SESSION_COLUMNS, connect, enter_wal, validate
 from acp_server.store.turn_log import Batch, TurnLog, new_turn_id
+from acp_server.store.turn_records import UserChunk
 from acp_server.store.worker import StoreWorker
 
 __all__ = ["FLUSH_INTERVAL_S", "STALE_AFTER_S", "SessionStore"]
@@ -71,13 +74,22 @@ class SessionStore:
     Reads (`load`, `list_sessions`) and `fork` flush first, so they see everything this process wrote.
     """
 
-    def __init__(self, path: Path, conn: sqlite3.Connection, identity: Identity, owner_id: str, stale: float) -> None:
+    def __init__(
+        self,
+        path: Path,
+        conn: sqlite3.Connection,
+        identity: Identity,
+        owner_id: str,
+        stale: float,
+        *,
+        read_legacy: ReadLegacy | None = None,
+    ) -> None:
         self.path = path
         self.owner_id = owner_id
         # The worker's connection and identity: held here too so a test can trace statements or forge owners.
         self._conn = conn
         self._identity = identity
-        self._worker = StoreWorker(path, conn, identity, owner_id, stale)
+        self._worker = StoreWorker(path, conn, identity, owner_id, stale, read_legacy=read_legacy)
         self._ops: list[tuple[str, tuple[Any, ...]]] = []
         self._dirty: list[TurnLog] = []
         self._failed: Batch | None = None
@@ -93,11 +105,18 @@ class SessionStore:
 
     @classmethod
     def open(
-        cls, path: str | os.PathLike[str], *, check: bool = True, stale_after: float = STALE_AFTER_S
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        check: bool = True,
+        stale_after: float = STALE_AFTER_S,
+        read_legacy: ReadLegacy | None = None,
     ) -> SessionStore:
         """Open (creating if absent) the store at `path`, register this process as an owner, and mark turns of
         owners that are gone `interrupted`. Blocking (a quick_check reads the whole file): call it before serving or
-        in a worker thread. Raises StoreUnavailable, leaving the file untouched, when it cannot be used."""
+        in a worker thread. Raises StoreUnavailable, leaving the file untouched, when it cannot be used.
+        `read_legacy` reads the update objects of a store written before schema 2 (migration.py): with it such a
+        store is upgraded, without it refused."""
         store_path = Path(path)
         conn = connect(store_path)
         try:
@@ -107,7 +126,7 @@ class SessionStore:
             conn.execute("PRAGMA journal_size_limit = 67108864")
             identity = own_identity()
             owner_id = uuid.uuid4().hex
-            store = cls(store_path, conn, identity, owner_id, stale_after)
+            store = cls(store_path, conn, identity, owner_id, stale_after, read_legacy=read_legacy)
             swept = store._worker.register()
         except sqlite3.Error as exc:
             conn.close()
@@ -173,7 +192,7 @@ class SessionStore:
     def begin_turn(
         self, session_id: str, prompt: Sequence[Mapping[str, Any]], prompt_text: str, *, message_id: str | None = None
     ) -> TurnLog:
-        """Start a `running` turn: its first updates are the prompt's blocks as `user_message_chunk`s (one message).
+        """Start a `running` turn: its first records are the prompt's blocks (`UserChunk`s of one message).
         `prompt_text` is the user message as the model saw it (used if the turn is interrupted)."""
         turn = TurnLog(session_id, new_turn_id(), self._dirty)
         now = utc_now()
@@ -187,7 +206,7 @@ class SessionStore:
         self._ops.append((_TOUCH, (now, session_id)))
         user_message = message_id or f"msg_{uuid.uuid4().hex}"
         for block in prompt:
-            turn.append({"sessionUpdate": "user_message_chunk", "content": block, "messageId": user_message})
+            turn.append(UserChunk(user_message, dict(block)))
         return turn
 
     def finish_turn(
@@ -255,7 +274,7 @@ class SessionStore:
 
     @property
     def buffered(self) -> int:
-        """Updates appended and not yet committed (for stats)."""
+        """Records appended and not yet committed (for stats)."""
         pending = sum(turn.buffered for turn in self._dirty)
         return pending + (0 if self._failed is None else self._failed.update_count())
 
@@ -310,7 +329,7 @@ class SessionStore:
         additional_directories: Sequence[str] | None = None,
         mcp_servers: Sequence[Mapping[str, Any]] | None = None,
     ) -> bool:
-        """Copy a session (settings, turns, updates, history) under `new_id`; a turn still running is copied as
+        """Copy a session (settings, turns, their records, history) under `new_id`; a turn still running is copied as
         `interrupted`. False when the source is unknown or deleted; ValueError when `new_id` exists."""
         await self.flush()
         overrides = (

@@ -1,10 +1,10 @@
-"""The hot path of the session store: buffering each turn's updates in memory until a flush commits them.
+"""The hot path of the session store: buffering each turn's records in memory until a flush commits them.
 
-The server streams up to ~1M chunks/s and every `session/update` it sends is stored, so `TurnLog.append` only encodes
-the update into an in-memory buffer. A flush takes the whole buffer as one `Batch` and commits it in ONE transaction on
-a worker thread, one row per turn (a JSON array of up to 1 MiB of that turn's new updates, zlib-compressed when
-large), not one row per chunk, so its cost barely depends on how finely the model streamed. This module holds the
-buffer and the row format; it never touches SQLite.
+The server streams up to ~1M chunks/s and everything it shows the client is stored, so `TurnLog.append` only encodes
+the record (turn_records.py) into an in-memory buffer. A flush takes the whole buffer as one `Batch` and commits it in
+ONE transaction on a worker thread, one row per turn (a JSON array of up to 1 MiB of that turn's new records,
+zlib-compressed when large), not one row per chunk, so its cost barely depends on how finely the model streamed. This
+module holds the buffer and the row format; it never touches SQLite.
 """
 
 from __future__ import annotations
@@ -13,13 +13,15 @@ import logging
 import time
 import uuid
 import zlib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
-__all__ = ["Batch", "TurnLog", "decode_updates", "new_turn_id", "update_rows"]
+from acp_server.store.turn_records import TurnEntry, decode_entry, encode_entry
+
+__all__ = ["Batch", "TurnLog", "decode_entries", "decode_row", "encode_row", "new_turn_id", "update_rows"]
 
 log = logging.getLogger(__name__)
 
@@ -31,9 +33,9 @@ _COMPRESS_FROM = 4096  # bytes of JSON
 
 
 class TurnLog:
-    """One turn's stream of updates into the store: `append` each update exactly as it is sent to the client.
+    """One turn's stream of records into the store: `append` each thing the client is shown, in the order it is sent.
 
-    Cheap and synchronous: the update is encoded at once (so the caller may reuse or drop it) straight into a
+    Cheap and synchronous: the record is encoded at once (so the caller may reuse or drop it) straight into a
     growing JSON array for the next flush. A bytearray, not a list of objects: keeping tens of thousands of small
     dicts or bytes alive until the flush costs several times more per chunk (allocator and garbage collector).
     Appends after `SessionStore.finish_turn` are ignored, like the run's fence.
@@ -51,14 +53,37 @@ class TurnLog:
         self._queued = False
         self._done = False
 
-    def append(self, update: Mapping[str, Any]) -> None:
+    def append(self, entry: TurnEntry) -> None:
         if self._done:
             return
         try:
-            data = orjson.dumps(update)
+            data = orjson.dumps(encode_entry(entry))
         except TypeError:
-            log.warning("session %s: an update that is not JSON was not stored: %.200r", self.session_id, update)
+            log.warning("session %s: a record that is not JSON was not stored: %.200r", self.session_id, entry)
             return
+        self._add(data)
+
+    def append_text(self, message_id: str, text: str, thought: bool = False) -> None:
+        """`append(AgentText(message_id, text))` (or `AgentThought`): the same row, without building the record.
+        The hot path, one per streamed chunk, so written out in full (each call saved shows in chunks/s)."""
+        if self._done:
+            return
+        try:
+            data = orjson.dumps(("thought" if thought else "agent", message_id, text))
+        except TypeError:
+            log.warning("session %s: a chunk that is not text was not stored: %.200r", self.session_id, text)
+            return
+        if not self._queued:
+            self._queued = True
+            self._dirty.append(self)
+        buf = self._buf
+        buf += data
+        buf += b","
+        self._count += 1
+        if len(buf) >= _ROW_BYTES:
+            self._seal()
+
+    def _add(self, data: bytes) -> None:
         if not self._queued:
             self._queued = True
             self._dirty.append(self)
@@ -94,10 +119,10 @@ class TurnLog:
 
 @dataclass(slots=True)
 class Batch:
-    """What one flush commits, in one transaction: statements in call order, then each turn's new updates."""
+    """What one flush commits, in one transaction: statements in call order, then each turn's new records."""
 
     ops: list[tuple[str, tuple[Any, ...]]]
-    updates: list[tuple[str, int, bytearray]]  # turn id, how many updates, their JSON array
+    updates: list[tuple[str, int, bytearray]]  # turn id, how many records, their JSON array
     heartbeat: bool
     sweep: bool
     first_taken: float = field(default_factory=time.monotonic)
@@ -128,12 +153,23 @@ def update_rows(updates: Sequence[tuple[str, int, bytearray]]) -> Iterator[tuple
         yield turn_id, count, zlib.compress(data, 1) if len(data) >= _COMPRESS_FROM else bytes(data), turn_id
 
 
-def decode_updates(data: bytes) -> list[dict[str, Any]]:
+def decode_row(data: bytes) -> list[Any]:
     """A stored row: a JSON array, or (from _COMPRESS_FROM bytes on) the same zlib-compressed."""
     decoded = orjson.loads(data if data[:1] == b"[" else zlib.decompress(data))
     if not isinstance(decoded, list):
-        raise ValueError("a stored update row is not a list")
+        raise ValueError("a stored row is not a list")
     return decoded
+
+
+def decode_entries(data: bytes) -> list[TurnEntry]:
+    """A stored row's records; ValueError (or zlib.error) when it is not one this module wrote."""
+    return [decode_entry(row) for row in decode_row(data)]
+
+
+def encode_row(items: Sequence[Any]) -> bytes:
+    """A row of already-built JSON values, compressed like a flush's (for the schema migration)."""
+    data = orjson.dumps(list(items))
+    return zlib.compress(data, 1) if len(data) >= _COMPRESS_FROM else data
 
 
 def new_turn_id() -> str:

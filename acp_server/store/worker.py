@@ -8,17 +8,19 @@ snapshot, a fork's copy, the final write at close.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sqlite3
 import time
 import zlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, cast
 
 import orjson
 
 from acp_server.store.leases import Identity, owner_alive
+from acp_server.store.migration import ReadLegacy, upgrade
 from acp_server.store.records import (
     LoadedSession,
     SessionPage,
@@ -31,8 +33,9 @@ from acp_server.store.records import (
     utc_now,
 )
 from acp_server.store.replay import rebuild_history
-from acp_server.store.sqlite_file import SESSION_COLUMNS, create_schema, validate
-from acp_server.store.turn_log import Batch, decode_updates, new_turn_id, update_rows
+from acp_server.store.sqlite_file import SCHEMA_VERSION, SESSION_COLUMNS, create_schema, validate
+from acp_server.store.turn_log import Batch, decode_row, new_turn_id, update_rows
+from acp_server.store.turn_records import TurnEntry, decode_entry
 
 __all__ = ["StoreWorker"]
 
@@ -47,54 +50,69 @@ class StoreWorker:
     """The store's connection and the transactions run on it. Not thread-safe: `SessionStore` runs one job at a time
     (under its lock, or before serving and after the last flush)."""
 
-    def __init__(self, path: Path, conn: sqlite3.Connection, identity: Identity, owner_id: str, stale: float) -> None:
+    def __init__(
+        self,
+        path: Path,
+        conn: sqlite3.Connection,
+        identity: Identity,
+        owner_id: str,
+        stale: float,
+        *,
+        read_legacy: ReadLegacy | None = None,
+    ) -> None:
         self.path = path
         self.owner_id = owner_id
         self._conn = conn
         self._identity = identity
         self._stale_after = stale
+        self._read_legacy = read_legacy
 
-    def register(self) -> int:
-        """While the store opens: create the schema if the file is new, take this process's lease and mark turns of
-        owners that are gone `interrupted`, in one write transaction. How many turns were marked."""
+    @contextlib.contextmanager
+    def _transaction(self, begin: str = "BEGIN IMMEDIATE") -> Iterator[sqlite3.Connection]:
+        """One transaction on the connection: committed when the block ends, rolled back when it raises (anything,
+        a cancellation included). IMMEDIATE takes the write lock at once, so a writer never fails half way for a
+        lock another process holds; a plain BEGIN is a read snapshot."""
         conn = self._conn
-        conn.execute("BEGIN IMMEDIATE")
+        conn.execute(begin)
         try:
-            if not validate(conn, self.path, check=False):  # again, under the write lock: still new?
-                create_schema(conn)
-            self.heartbeat(time.time())
-            swept = self.sweep(time.time())
+            yield conn
             conn.execute("COMMIT")
         except BaseException:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             raise
-        return swept
+
+    def register(self) -> int:
+        """While the store opens: create the schema if the file is new (or upgrade an older one), take this
+        process's lease and mark turns of owners that are gone `interrupted`, in one write transaction. How many
+        turns were marked."""
+        with self._transaction() as conn:
+            version = validate(conn, self.path, check=False)  # again, under the write lock: still new? still old?
+            if version == 0:
+                create_schema(conn)
+            elif version < SCHEMA_VERSION:
+                upgrade(conn, self.path, version, self._read_legacy)
+            self.heartbeat(time.time())
+            return self.sweep(time.time())
 
     def finish(self, batch: Batch) -> None:
-        conn = self._conn
         try:
             self.commit(batch)
-            conn.execute("BEGIN IMMEDIATE")
-            conn.execute(
-                "UPDATE turns SET status = 'interrupted', ended_at = ? WHERE status = 'running' AND owner_id = ?",
-                (utc_now(), self.owner_id),
-            )
-            conn.execute("DELETE FROM owners WHERE owner_id = ?", (self.owner_id,))
-            conn.execute("COMMIT")
+            with self._transaction() as conn:
+                conn.execute(
+                    "UPDATE turns SET status = 'interrupted', ended_at = ? WHERE status = 'running' AND owner_id = ?",
+                    (utc_now(), self.owner_id),
+                )
+                conn.execute("DELETE FROM owners WHERE owner_id = ?", (self.owner_id,))
         except sqlite3.Error as exc:
             log.error("session store %s: the final write failed: %s", self.path, exc)
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
         finally:
-            conn.close()
+            self._conn.close()
 
     def commit(self, batch: Batch) -> None:
         if batch.empty:
             return
-        conn = self._conn
-        conn.execute("BEGIN IMMEDIATE")
-        try:
+        with self._transaction() as conn:
             for sql, params in batch.ops:
                 conn.execute(sql, params)
             if batch.updates:
@@ -103,11 +121,6 @@ class StoreWorker:
             if batch.heartbeat:
                 self.heartbeat(wall)
             swept = self.sweep(wall) if batch.sweep else 0
-            conn.execute("COMMIT")
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
         if swept:
             log.info("session store: %d turn(s) of processes that are gone marked interrupted", swept)
 
@@ -144,16 +157,8 @@ class StoreWorker:
         return cursor.rowcount
 
     def sweep_now(self) -> int:
-        conn = self._conn
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            swept = self.sweep(time.time())
-            conn.execute("COMMIT")
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
-        return swept
+        with self._transaction():
+            return self.sweep(time.time())
 
     def load(self, session_id: str) -> LoadedSession | None:
         conn = self._conn
@@ -162,8 +167,7 @@ class StoreWorker:
             (session_id, self.owner_id),
         ).fetchone():
             self.sweep_now()  # a turn of another process: find out whether that process is still there
-        conn.execute("BEGIN")  # one read snapshot for the session, its turns and their updates
-        try:
+        with self._transaction("BEGIN"):  # one read snapshot for the session, its turns and their updates
             row = conn.execute(
                 f"SELECT {SESSION_COLUMNS} FROM sessions WHERE id = ? AND deleted = 0", (session_id,)
             ).fetchone()
@@ -179,12 +183,10 @@ class StoreWorker:
                 " WHERE t.session_id = ? ORDER BY t.seq, u.seq",
                 (session_id,),
             ).fetchall()
-        finally:
-            conn.execute("COMMIT")
-        updates: dict[str, list[dict[str, Any]]] = {}
+        entries: dict[str, list[TurnEntry]] = {}
         try:
             for turn_id, data in update_rows:
-                updates.setdefault(turn_id, []).extend(decode_updates(data))
+                entries.setdefault(turn_id, []).extend(self._entries(decode_row(data)))
         except (ValueError, zlib.error) as exc:
             raise StoreUnavailable(f"session store {self.path}: session {session_id} is unreadable ({exc})") from exc
         turns = [
@@ -196,7 +198,7 @@ class StoreWorker:
                 started_at=r[4],
                 ended_at=r[5],
                 prompt_text=r[6],
-                updates=updates.get(r[0], []),
+                entries=entries.get(r[0], []),
             )
             for r in turn_rows
         ]
@@ -204,6 +206,17 @@ class StoreWorker:
             return LoadedSession(_session_record(row), turns, rebuild_history(turns, turn_rows))
         except (ValueError, KeyError, TypeError) as exc:
             raise StoreUnavailable(f"session store {self.path}: session {session_id} is unreadable ({exc})") from exc
+
+    def _entries(self, items: Sequence[Any]) -> Iterator[TurnEntry]:
+        for item in items:
+            if isinstance(item, dict) and self._read_legacy is not None:
+                # An update object: written after the upgrade by a process of the old version that had the store
+                # open already (a new process refuses a store of a newer schema, an old one does not look again).
+                entry = self._read_legacy(item)
+                if entry is not None:
+                    yield entry
+            else:
+                yield decode_entry(item)
 
     def list_page(self, cwd: str | None, after: tuple[str, str] | None, limit: int) -> SessionPage:
         where = "deleted = 0 AND parent_id IS NULL"
@@ -224,10 +237,8 @@ class StoreWorker:
         return SessionPage(page, encode_cursor(page[-1].updated_at, page[-1].session_id) if more else None)
 
     def fork(self, source: str, new_id: str, overrides: tuple[str | None, bytes | None, bytes | None]) -> bool:
-        conn = self._conn
         now = utc_now()
-        conn.execute("BEGIN IMMEDIATE")
-        try:
+        with self._transaction() as conn:
             if conn.execute("SELECT 1 FROM sessions WHERE id = ? AND deleted = 0", (new_id,)).fetchone():
                 raise ValueError(f"session {new_id} already exists")
             cwd, directories, servers = overrides
@@ -238,8 +249,7 @@ class StoreWorker:
                 (new_id, cwd, directories, servers, now, now, source),
             ).rowcount
             if not copied:
-                conn.execute("ROLLBACK")
-                return False
+                return False  # nothing was written: committing the empty transaction is its rollback
             turns = conn.execute(
                 "SELECT turn_id, owner_id, status, stop_reason, error, started_at, ended_at, prompt_text, messages,"
                 " replaces FROM turns WHERE session_id = ? ORDER BY seq",
@@ -270,11 +280,6 @@ class StoreWorker:
                     " ORDER BY seq",
                     (new_turn, old_id),
                 )
-            conn.execute("COMMIT")
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
         return True
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import signal
 import time
 from collections.abc import Iterator
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import orjson
 import pytest
 
 from acp_server.sessions.slash_commands import TITLE_INSTRUCTIONS
@@ -22,6 +24,7 @@ from tests.conftest import StartServer
 from tests.support.fake_openai import FakeOpenAI, text_reply
 from tests.support.harness import RawClient, scaled
 
+LEGACY_STORE = Path(__file__).resolve().parents[2] / "fixtures" / "stores" / "v1"
 SESSION_SCOPED = {"available_commands_update", "session_info_update", "current_mode_update", "config_option_update"}
 
 
@@ -314,3 +317,32 @@ async def test_fork_copies_the_conversation_into_a_new_session_and_leaves_the_so
     assert source_texts == ["shared past"]
     unknown = await server.call("session/fork", {"sessionId": "sess_nope", "cwd": "/tmp"})
     assert unknown["error"]["code"] == -32002
+
+
+async def test_a_store_written_before_the_turn_records_is_upgraded_and_replays_as_before(
+    start_server: StartServer, tmp_path: Path
+) -> None:
+    """fixtures/stores/v1: written by the server of commit 04257f4 (schema 1: stored update payloads), with what that
+    server replayed (tests/support/make_legacy_store.py made both). Today's server upgrades it when it opens it."""
+    shutil.copyfile(LEGACY_STORE / "sessions.sqlite3", tmp_path / "sessions.sqlite3")
+    expected = orjson.loads((LEGACY_STORE / "expected.json").read_bytes())
+    server = await start(start_server, tmp_path)
+    roles = ("completed", "cancelled", "failed", "interrupted")
+    for role in roles:
+        old = expected[role]
+        response, replayed = await load(server, old["sessionId"], str(tmp_path))
+        assert replayed == [u for u in old["updates"] if u["sessionUpdate"] not in SESSION_SCOPED], role
+        assert response["result"]["modes"] == old["response"]["modes"], role
+    listed = (await server.call("session/list", {}))["result"]["sessions"]
+    shown = [(s["sessionId"], s.get("title")) for s in expected["list"]["sessions"]]
+    assert [(s["sessionId"], s.get("title")) for s in listed] == shown
+    # The upgraded sessions go on: the model is given their history, the interrupted turn's included.
+    interrupted = expected["interrupted"]["sessionId"]
+    again = await server.response(await server.prompt(interrupted, [{"say": "going on"}]))
+    assert again["result"]["stopReason"] == "end_turn"
+    await server.close()
+    second = await start(start_server, tmp_path)  # upgraded once: the next server reads schema 2 as it is
+    _, replayed = await load(second, interrupted, str(tmp_path))
+    old_replay = [u for u in expected["interrupted"]["updates"] if u["sessionUpdate"] not in SESSION_SCOPED]
+    assert replayed[: len(old_replay)] == old_replay
+    assert [u["content"]["text"] for u in replayed[len(old_replay) :] if "content" in u] == ["go", "going on"]

@@ -2,11 +2,11 @@
 processes sharing one store need a real second process, not a second connection in the test's own.
 
 `python -m tests.support.store_writer MODE DB [ARGS]`, with MODE:
-- `stream SESSION`: one running turn appended to continuously (each update's `_meta` holds its sequence number and
-  the wall-clock time of the append), the flusher running; prints `ready` once the first is committed; never ends.
-- `hold SESSION`: one running turn with three updates, committed; prints `ready`; then idles with its lease renewed.
+- `stream SESSION`: one running turn appended to continuously (each text record's `meta` holds its sequence number
+  and the wall-clock time of the append), the flusher running; prints `ready` once the first is committed; never ends.
+- `hold SESSION`: one running turn with three records, committed; prints `ready`; then idles with its lease renewed.
 - `open`: open the store and close it again (many at once race to create a new store).
-- `sessions PREFIX COUNT UPDATES`: COUNT sessions written concurrently by tasks, UPDATES updates each, every turn
+- `sessions PREFIX COUNT UPDATES`: COUNT sessions written concurrently by tasks, UPDATES records each, every turn
   finished `completed`; exits 0 when all is committed.
 """
 
@@ -20,16 +20,11 @@ import anyio
 import anyio.lowlevel
 
 from acp_server.runtime.model import Message
-from acp_server.store import SessionStore
+from acp_server.store import AgentText, SessionStore
 
 
-def chunk(session_id: str, seq: int) -> dict[str, object]:
-    return {
-        "sessionUpdate": "agent_message_chunk",
-        "content": {"type": "text", "text": f"{session_id}:{seq} "},
-        "messageId": "msg_1",
-        "_meta": {"seq": seq, "t": time.time()},
-    }
+def chunk(session_id: str, seq: int) -> AgentText:
+    return AgentText("msg_1", f"{session_id}:{seq} ", {"seq": seq, "t": time.time()})
 
 
 async def stream(store: SessionStore, session_id: str) -> None:

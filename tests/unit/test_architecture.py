@@ -115,11 +115,6 @@ def test_the_known_crossings_are_all_still_there() -> None:
     assert not gone, "no longer needed in KNOWN_CROSSINGS: " + ", ".join(f"{a} -> {b}" for a, b in gone)
 
 
-# Modules outside `protocol/` that still build a `session/update` (a dict with a "sessionUpdate" key); the list only
-# shrinks, like KNOWN_CROSSINGS. The store keeps v1 payloads until it stores its own turn records (issue 11 item 6a).
-KNOWN_UPDATE_BUILDERS: frozenset[str] = frozenset({"acp_server.store.replay", "acp_server.store.store"})
-
-
 def update_builders() -> set[str]:
     """Modules outside the protocol edge with a dict display keyed "sessionUpdate". Reading one (`.get`, a
     comparison: the chat client, the transcript tools) is not building one."""
@@ -136,12 +131,8 @@ def update_builders() -> set[str]:
 
 
 def test_only_the_protocol_edge_builds_session_updates() -> None:
-    assert not sorted(update_builders() - KNOWN_UPDATE_BUILDERS)
-
-
-def test_the_known_update_builders_are_all_still_there() -> None:
-    gone = sorted(KNOWN_UPDATE_BUILDERS - update_builders())
-    assert not gone, "no longer needed in KNOWN_UPDATE_BUILDERS: " + ", ".join(gone)
+    """The core emits typed events and the store keeps its own records; `protocol/` alone renders them for the wire."""
+    assert not sorted(update_builders())
 
 
 def test_only_the_composition_root_imports_the_test_machinery() -> None:

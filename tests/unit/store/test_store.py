@@ -1,7 +1,8 @@
 """The session store (acp_server/store/) on real SQLite files: what is written comes back exactly, what is buffered
 is committed in one transaction by a flush, a kill -9 loses at most the last 100 ms, processes sharing a store never
 interrupt each other's live turns, a corrupt file is left byte for byte as it was, and replay closes cancelled and
-interrupted turns as INTERRUPTS.md §6 decision 6 says. Child processes run tests/support/store_writer.py."""
+interrupted turns as docs/interrupts.md decision 6 says, and a store written before the turn records is upgraded.
+Child processes run tests/support/store_writer.py; tests/unit/protocol/test_replay.py renders the records as v1."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator
+import zlib
+from collections.abc import AsyncIterator, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -23,17 +25,27 @@ import anyio.lowlevel
 import orjson
 import pytest
 
-from acp_server.runtime.model import Message, ToolCall
+from acp_server.runtime.model import DiffOutput, Message, PlanEntry, TerminalOutput, TextOutput, ToolCall
 from acp_server.store import (
     STORE_FILENAME,
+    AgentText,
+    AgentThought,
+    ContextUsage,
     LoadedSession,
+    PlanSet,
     SessionStore,
     StoreUnavailable,
+    ToolCallChanged,
+    ToolCallOpened,
+    TurnClosed,
+    TurnEntry,
+    UserChunk,
     default_state_dir,
     message_from_json,
     message_to_json,
-    replay_updates,
+    replay_entries,
 )
+from acp_server.store.turn_records import decode_entry, encode_entry
 from tests.support.harness import scaled
 
 pytestmark = pytest.mark.timeout(60)
@@ -42,8 +54,8 @@ ROOT = Path(__file__).resolve().parents[3]
 PROMPT = [{"type": "text", "text": "hello"}, {"type": "resource_link", "uri": "file:///a.py", "name": "a.py"}]
 
 
-def text_chunk(text: str, message_id: str = "msg_a") -> dict[str, Any]:
-    return {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": text}, "messageId": message_id}
+def text_chunk(text: str, message_id: str = "msg_a") -> AgentText:
+    return AgentText(message_id, text)
 
 
 def raw(db: Path) -> sqlite3.Connection:
@@ -69,6 +81,11 @@ async def store(db: Path) -> AsyncIterator[SessionStore]:
     opened = SessionStore.open(db)
     yield opened
     await opened.aclose()
+
+
+def meta_of(entry: TurnEntry) -> dict[str, Any]:
+    assert isinstance(entry, AgentText) and entry.meta is not None
+    return entry.meta
 
 
 async def loaded(store: SessionStore, session_id: str) -> LoadedSession:
@@ -108,12 +125,12 @@ async def test_a_session_round_trips_through_close_and_reopen(db: Path) -> None:
         config={"model": "echo"},
     )
     first = store.begin_turn("s1", PROMPT, "hello\n[file a.py]", message_id="msg_user1")
-    sent = [
+    sent: list[TurnEntry] = [
         text_chunk("Hel"),
         text_chunk("lo"),
-        {"sessionUpdate": "tool_call", "toolCallId": "c1", "title": "Read a.py", "kind": "read", "status": "pending"},
-        {"sessionUpdate": "tool_call_update", "toolCallId": "c1", "status": "completed", "content": []},
-        {"sessionUpdate": "plan", "entries": [{"content": "x", "priority": "high", "status": "pending"}]},
+        ToolCallOpened("c1", "Read a.py", "read", "pending"),
+        ToolCallChanged("c1", "completed", ()),
+        PlanSet((PlanEntry("x", "high", "pending"),)),
     ]
     for update in sent:
         first.append(update)
@@ -141,12 +158,12 @@ async def test_a_session_round_trips_through_close_and_reopen(db: Path) -> None:
     assert (session.mode, session.config, session.title) == ("accept_edits", {"model": "echo"}, None)
     assert [t.status for t in result.turns] == ["completed", "completed"]
     assert [t.stop_reason for t in result.turns] == ["end_turn", "end_turn"]
-    user_chunks = [{"sessionUpdate": "user_message_chunk", "content": b, "messageId": "msg_user1"} for b in PROMPT]
-    assert result.turns[0].updates == user_chunks + sent
-    assert result.turns[1].updates[1:] == [text_chunk("Sure", "msg_b")]
-    assert result.turns[1].updates[0]["sessionUpdate"] == "user_message_chunk"
+    user_chunks = [UserChunk("msg_user1", b) for b in PROMPT]
+    assert result.turns[0].entries == user_chunks + sent
+    assert result.turns[1].entries[1:] == [text_chunk("Sure", "msg_b")]
+    assert isinstance(result.turns[1].entries[0], UserChunk)
     assert result.history == first_messages + second_messages
-    assert replay_updates(result) == result.turns[0].updates + result.turns[1].updates
+    assert replay_entries(result) == result.turns[0].entries + result.turns[1].entries
 
 
 async def test_an_unknown_session_loads_as_none(store: SessionStore) -> None:
@@ -184,17 +201,18 @@ async def test_appends_after_finish_are_not_stored(store: SessionStore) -> None:
     turn.append(text_chunk("before"))
     store.finish_turn(turn, "cancelled", stop_reason="cancelled")
     turn.append(text_chunk("after the fence"))
-    assert (await loaded(store, "s")).turns[0].updates == [text_chunk("before")]
+    assert (await loaded(store, "s")).turns[0].entries == [text_chunk("before")]
 
 
-async def test_an_update_that_is_not_json_is_skipped_and_the_rest_are_kept(store: SessionStore) -> None:
+async def test_a_record_that_is_not_json_is_skipped_and_the_rest_are_kept(store: SessionStore) -> None:
     store.create_session("s", "/w")
     turn = store.begin_turn("s", [], "")
     turn.append(text_chunk("a"))
-    turn.append({"sessionUpdate": "agent_message_chunk", "content": object()})
+    turn.append(ToolCallOpened("c1", "Run", raw_input={"x": object()}))
+    turn.append_text("msg_a", object())  # type: ignore[arg-type]  # what a careless caller could pass
     turn.append(text_chunk("b"))
     assert await store.flush()
-    assert (await loaded(store, "s")).turns[0].updates == [text_chunk("a"), text_chunk("b")]
+    assert (await loaded(store, "s")).turns[0].entries == [text_chunk("a"), text_chunk("b")]
 
 
 async def test_a_long_burst_is_stored_in_bounded_compressed_rows_and_read_back_in_order(
@@ -203,7 +221,7 @@ async def test_a_long_burst_is_stored_in_bounded_compressed_rows_and_read_back_i
     store.create_session("s", "/w")
     turn = store.begin_turn("s", [], "")
     for n in range(30_000):  # ~3 MB of JSON in one flush
-        turn.append({**text_chunk(f"{n} "), "_meta": {"n": n}})
+        turn.append(AgentText("msg_a", f"{n} " + "-" * 64, {"n": n}))
     assert await store.flush()
     conn = raw(db)
     try:
@@ -213,7 +231,7 @@ async def test_a_long_burst_is_stored_in_bounded_compressed_rows_and_read_back_i
     assert len(rows) >= 3
     assert sum(r[0] for r in rows) == 30_000
     assert all(r[2] != b"[" and r[1] < 200_000 for r in rows)  # compressed, each a bounded share of the burst
-    assert [u["_meta"]["n"] for u in (await loaded(store, "s")).turns[0].updates] == list(range(30_000))
+    assert [meta_of(u)["n"] for u in (await loaded(store, "s")).turns[0].entries] == list(range(30_000))
 
 
 def test_the_default_state_dir_is_the_users_state_directory_for_acp_server() -> None:
@@ -258,7 +276,7 @@ async def test_a_flush_commits_everything_buffered_in_one_transaction(store: Ses
     store._conn.set_trace_callback(None)
     assert [s for s in statements if s.startswith(("BEGIN", "COMMIT", "ROLLBACK"))] == ["BEGIN IMMEDIATE", "COMMIT"]
     for index in range(5):
-        assert len((await loaded(store, f"s{index}")).turns[0].updates) == 102  # 2 prompt blocks + 100 chunks
+        assert len((await loaded(store, f"s{index}")).turns[0].entries) == 102  # 2 prompt blocks + 100 chunks
 
 
 async def test_a_flush_blocked_by_another_writer_keeps_the_batch_and_the_next_commits_it_in_order(
@@ -278,7 +296,7 @@ async def test_a_flush_blocked_by_another_writer_keeps_the_batch_and_the_next_co
         other.execute("ROLLBACK")
         other.close()
     assert await store.flush()
-    assert [u["content"]["text"] for u in (await loaded(store, "s")).turns[0].updates] == ["first", "second"]
+    assert (await loaded(store, "s")).turns[0].entries == [text_chunk("first"), text_chunk("second")]
 
 
 async def test_the_commit_runs_off_the_event_loop(store: SessionStore, db: Path) -> None:
@@ -377,13 +395,14 @@ async def test_kill_9_loses_at_most_the_last_100_ms_and_the_turn_becomes_interru
         await store.aclose()
     turn = result.turns[0]
     assert turn.status == "interrupted"
-    chunks = [u for u in turn.updates if u["sessionUpdate"] == "agent_message_chunk"]
-    assert [c["_meta"]["seq"] for c in chunks] == list(range(len(chunks)))  # a prefix, nothing missing inside
+    chunks = [u for u in turn.entries if isinstance(u, AgentText)]
+    assert [meta_of(c)["seq"] for c in chunks] == list(range(len(chunks)))  # a prefix, nothing missing inside
     assert len(chunks) > 1000  # it really was streaming
-    last_stored = chunks[-1]["_meta"]["t"]
+    last_stored = meta_of(chunks[-1])["t"]
     assert last_stored >= killed_at - 0.1, f"lost {killed_at - last_stored:.3f} s before the kill"
-    replayed = replay_updates(result)
-    assert replayed[-1]["content"]["text"] == "[interrupted]"
+    replayed = replay_entries(result)
+    assert replayed[-1] == TurnClosed(turn.turn_id, "interrupted")
+    assert replayed[-1].note == "[interrupted]"
     assert result.history[0] == Message("user", "go")
     assert result.history[1].content.endswith("[interrupted]")
 
@@ -397,7 +416,7 @@ async def test_a_live_owners_running_turn_is_never_interrupted_and_a_dead_owners
             assert await store.sweep() == 0
             result = await loaded(store, "theirs")
             assert result.turns[0].status == "running"
-            assert replay_updates(result) == result.turns[0].updates  # no closing chunk for a live turn
+            assert replay_entries(result) == result.turns[0].entries  # no closing chunk for a live turn
             assert result.history == []
             kill(writer)
             assert (await loaded(store, "theirs")).turns[0].status == "interrupted"
@@ -413,7 +432,7 @@ async def test_twenty_sessions_writing_concurrently_lose_nothing(db: Path) -> No
         store.create_session(session_id, "/w")
         turn = store.begin_turn(session_id, [{"type": "text", "text": session_id}], session_id)
         for seq in range(500):
-            turn.append({**text_chunk(f"{seq} "), "_meta": {"seq": seq}})
+            turn.append(AgentText("msg_a", f"{seq} ", {"seq": seq}))
             if seq % 7 == 0:
                 await anyio.lowlevel.checkpoint()
         store.finish_turn(turn, "completed", messages=[Message("user", session_id)])
@@ -431,7 +450,7 @@ async def test_twenty_sessions_writing_concurrently_lose_nothing(db: Path) -> No
         for index in range(20):
             result = await loaded(reopened, f"s{index}")
             assert result.turns[0].status == "completed"
-            assert [u["_meta"]["seq"] for u in result.turns[0].updates[1:]] == list(range(500))
+            assert [meta_of(u)["seq"] for u in result.turns[0].entries[1:]] == list(range(500))
             assert result.history == [Message("user", f"s{index}")]
     finally:
         await reopened.aclose()
@@ -450,7 +469,7 @@ async def test_two_processes_writing_twenty_sessions_at_once_lose_nothing(db: Pa
             for index in range(10):
                 result = await loaded(store, f"{prefix}-{index}")
                 assert result.turns[0].status == "completed"
-                assert [u["_meta"]["seq"] for u in result.turns[0].updates[1:]] == list(range(400))
+                assert [meta_of(u)["seq"] for u in result.turns[0].entries[1:]] == list(range(400))
         assert count_rows(db, "SELECT count(*) FROM owners") == 1  # both children released their leases
     finally:
         await store.aclose()
@@ -735,7 +754,7 @@ async def test_a_fork_copies_history_and_updates_and_leaves_the_source_alone(sto
     source, copy = await loaded(store, "src"), await loaded(store, "copy")
     assert (copy.session.cwd, copy.session.mode, copy.session.title) == ("/elsewhere", "bypass", "Original")
     assert copy.session.forked_from == "src"
-    assert [t.updates for t in copy.turns] == [t.updates for t in source.turns]
+    assert [t.entries for t in copy.turns] == [t.entries for t in source.turns]
     assert {t.turn_id for t in copy.turns}.isdisjoint(t.turn_id for t in source.turns)
     assert [t.status for t in source.turns] == ["completed", "running"]
     assert [t.status for t in copy.turns] == ["completed", "interrupted"]
@@ -746,10 +765,10 @@ async def test_a_fork_copies_history_and_updates_and_leaves_the_source_alone(sto
         await store.fork("src", "copy")
 
 
-# --- replay (INTERRUPTS.md §6 decision 6) ---
+# --- replay (docs/interrupts.md decision 6) ---
 
 
-async def test_replay_closes_cancelled_and_interrupted_turns_with_a_marked_chunk(store: SessionStore) -> None:
+async def test_replay_closes_cancelled_and_interrupted_turns(store: SessionStore) -> None:
     store.create_session("s", "/w")
     cancelled = store.begin_turn("s", PROMPT, "hello")
     cancelled.append(text_chunk("partial"))
@@ -757,39 +776,24 @@ async def test_replay_closes_cancelled_and_interrupted_turns_with_a_marked_chunk
         cancelled, "cancelled", stop_reason="cancelled", messages=[Message("user", "hello"), Message("assistant", "x")]
     )
     completed = store.begin_turn("s", [{"type": "text", "text": "ok"}], "ok")
-    completed.append({"sessionUpdate": "notice", "severity": "info", "title": "live only"})
+    completed.append(ToolCallOpened("c1", "Read", "read", "pending"))
+    completed.append(ToolCallChanged("c1", "completed", (TextOutput("fine"),)))
     store.finish_turn(completed, "completed", stop_reason="end_turn")
     crashed = store.begin_turn("s", [{"type": "text", "text": "go"}], "go")
-    crashed.append({"sessionUpdate": "tool_call", "toolCallId": "c9", "title": "Run tests", "kind": "execute"})
+    crashed.append(ToolCallOpened("c9", "Run tests", "execute"))
     crashed.append(text_chunk("running tests", "msg_c"))
     await store.flush()
     conn = store._conn  # the process dies here: its turn is left running, then found gone
     conn.execute("UPDATE turns SET status = 'interrupted' WHERE turn_id = ?", (crashed.turn_id,))
     result = await loaded(store, "s")
-    replayed = replay_updates(result)
     turns = result.turns
-    closing = {
-        status: {
-            "sessionUpdate": "agent_message_chunk",
-            "content": {"type": "text", "text": f"[{status}]"},
-            "messageId": f"msg_{turn.turn_id}_end",
-            "_meta": {"acpServer": {"turnStatus": status}},
-        }
-        for status, turn in (("cancelled", turns[0]), ("interrupted", turns[2]))
-    }
-    failed_tool_call = {
-        "sessionUpdate": "tool_call_update",
-        "toolCallId": "c9",
-        "status": "failed",
-        "content": [{"type": "content", "content": {"type": "text", "text": "The tool call was interrupted."}}],
-    }
-    assert replayed == [
-        *turns[0].updates,
-        closing["cancelled"],
-        turns[1].updates[0],  # the user message; the notice is not replayed
-        *turns[2].updates,
-        failed_tool_call,
-        closing["interrupted"],
+    assert replay_entries(result) == [
+        *turns[0].entries,
+        TurnClosed(turns[0].turn_id, "cancelled"),
+        *turns[1].entries,  # completed: nothing added, its tool call finished
+        *turns[2].entries,
+        ToolCallChanged("c9", "failed", (TextOutput("The tool call was interrupted."),)),
+        TurnClosed(turns[2].turn_id, "interrupted"),
     ]
     assert result.history[-2:] == [
         Message("user", "go"),
@@ -797,19 +801,154 @@ async def test_replay_closes_cancelled_and_interrupted_turns_with_a_marked_chunk
     ]
 
 
-async def test_coalesced_replay_merges_chunks_of_one_message_and_keeps_the_text(store: SessionStore) -> None:
+# --- turn records and the schema-1 upgrade ---
+
+EVERY_KIND: list[TurnEntry] = [
+    UserChunk("msg_u", {"type": "image", "data": "AAAA", "mimeType": "image/png"}),
+    AgentText("msg_1", "hello"),
+    AgentText("msg_1", "with meta", {"k": [1, 2]}),
+    AgentThought("msg_2", "hmm"),
+    AgentThought("msg_2", "hmm", {"k": None}),
+    ToolCallOpened("c1", "Edit a.py", "edit", "pending", {"path": "a.py"}, ("/w/a.py",)),
+    ToolCallOpened("c2", None),
+    ToolCallChanged("c1", "in_progress", locations=("/w/a.py", "/w/b.py"), meta={"acpServer": {"child": "s2"}}),
+    ToolCallChanged(
+        "c1",
+        "completed",
+        (TextOutput("ok"), DiffOutput("/w/a.py", None, "new\n"), DiffOutput("/w/b.py", "a", "b"), TerminalOutput("t1")),
+        raw_output={"exit": 0},
+    ),
+    ToolCallChanged("c2"),
+    PlanSet((PlanEntry("one", "high", "completed"), PlanEntry("two", "low", "in_progress"))),
+    PlanSet(()),
+    ContextUsage(1200, 200_000),
+]
+
+
+def test_every_kind_of_record_round_trips_through_its_row() -> None:
+    rows = orjson.loads(orjson.dumps([encode_entry(e) for e in EVERY_KIND]))
+    assert [decode_entry(r) for r in rows] == EVERY_KIND
+
+
+@pytest.mark.parametrize("row", [["nope", 1], ["agent"], ["agent", "m", "t", None, "extra"], {"tag": "agent"}, 3])
+def test_decode_entry_refuses_what_it_did_not_write(row: Any) -> None:
+    with pytest.raises(ValueError, match="not a stored turn record"):
+        decode_entry(row)
+
+
+async def test_every_kind_of_record_comes_back_from_the_file_in_order(db: Path) -> None:
+    store = SessionStore.open(db)
     store.create_session("s", "/w")
-    turn = store.begin_turn("s", [{"type": "text", "text": "hi"}], "hi", message_id="msg_u")
-    for piece in ("a", "b", "c"):
-        turn.append(text_chunk(piece, "msg_1"))
-    turn.append({"sessionUpdate": "agent_thought_chunk", "content": {"type": "text", "text": "t"}, "messageId": "m2"})
-    for piece in ("d", "e"):
-        turn.append(text_chunk(piece, "msg_3"))
+    turn = store.begin_turn("s", [], "")
+    for entry in EVERY_KIND:
+        turn.append(entry)
+    turn.append_text("msg_3", "fast", True)
+    turn.append_text("msg_3", "path")
     store.finish_turn(turn, "completed")
-    replayed = replay_updates(await loaded(store, "s"), coalesce=True)
-    assert replayed == [
-        {"sessionUpdate": "user_message_chunk", "content": {"type": "text", "text": "hi"}, "messageId": "msg_u"},
-        text_chunk("abc", "msg_1"),
-        {"sessionUpdate": "agent_thought_chunk", "content": {"type": "text", "text": "t"}, "messageId": "m2"},
-        text_chunk("de", "msg_3"),
+    await store.aclose()
+    reopened = SessionStore.open(db)
+    try:
+        entries = (await loaded(reopened, "s")).turns[0].entries
+    finally:
+        await reopened.aclose()
+    assert entries == [*EVERY_KIND, AgentThought("msg_3", "fast"), AgentText("msg_3", "path")]
+
+
+def schema_1_store(db: Path, rows: list[list[Any]]) -> None:
+    """A store as schema 1 left it: one session, one completed turn, its updates in the given rows."""
+    SessionStore.open(db).close()
+    conn = raw(db)
+    try:
+        conn.execute("DELETE FROM owners")
+        conn.execute(
+            "INSERT INTO sessions (id, cwd, additional_directories, mcp_servers, created_at, updated_at, mode, config)"
+            " VALUES ('s', '/w', '[]', '[]', '2026-01-01T00:00:00.000000Z', '2026-01-01T00:00:00.000000Z', 'default',"
+            " '{}')"
+        )
+        conn.execute(
+            "INSERT INTO turns (turn_id, session_id, owner_id, status, started_at, prompt_text, messages)"
+            " VALUES ('t1', 's', 'gone', 'completed', '2026-01-01T00:00:00.000000Z', 'p', '[]')"
+        )
+        for row in rows:
+            data = orjson.dumps(row)
+            conn.execute(
+                "INSERT INTO updates (turn_id, n, data) VALUES ('t1', ?, ?)",
+                (len(row), zlib.compress(data, 1) if len(data) >= 4096 else data),
+            )
+        conn.execute("PRAGMA user_version = 1")
+    finally:
+        conn.close()
+
+
+def read_legacy(update: Mapping[str, Any]) -> TurnEntry | None:
+    """A stand-in for the protocol edge's reader: text chunks, and nothing for anything else."""
+    if update.get("sessionUpdate") == "agent_message_chunk":
+        return AgentText(update["messageId"], update["content"]["text"])
+    return None
+
+
+def legacy_chunk(text: str) -> dict[str, Any]:
+    return {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": text}, "messageId": "m"}
+
+
+async def test_a_schema_1_store_is_upgraded_in_one_transaction_when_opened(db: Path) -> None:
+    big = [legacy_chunk(f"{n} ") for n in range(500)]  # compressed, like a flush's big rows
+    small = [[legacy_chunk(f"r{n}")] for n in range(70)]  # more rows than the upgrade reads at a time
+    schema_1_store(
+        db, [[legacy_chunk("a"), {"sessionUpdate": "notice", "title": "live only"}], big, [{"x": 1}], *small]
+    )
+    statements: list[str] = []
+    store = SessionStore.open(db, read_legacy=read_legacy)
+    try:
+        assert count_rows(db, "PRAGMA user_version") == 2
+        assert count_rows(db, "SELECT count(*) FROM updates") == 72  # the row with nothing kept is gone
+        assert count_rows(db, "SELECT sum(n) FROM updates") == 571
+        store._conn.set_trace_callback(statements.append)
+        result = await loaded(store, "s")
+    finally:
+        await store.aclose()
+    assert result.turns[0].entries == [
+        AgentText("m", "a"),
+        *(AgentText("m", f"{n} ") for n in range(500)),
+        *(AgentText("m", f"r{n}") for n in range(70)),
     ]
+    assert not any("user_version" in s for s in statements)  # upgraded once, at open
+    reopened = SessionStore.open(db)  # schema 2 now: no reader needed
+    try:
+        assert (await loaded(reopened, "s")).turns[0].entries == result.turns[0].entries
+    finally:
+        await reopened.aclose()
+
+
+def update_rows_of(db: Path) -> list[tuple[Any, ...]]:
+    conn = raw(db)
+    try:
+        return conn.execute("SELECT seq, turn_id, n, data FROM updates ORDER BY seq").fetchall()
+    finally:
+        conn.close()
+
+
+def test_a_failed_upgrade_leaves_the_schema_1_store_as_it_was(db: Path) -> None:
+    schema_1_store(db, [[legacy_chunk("a")], [legacy_chunk("b"), legacy_chunk("c")]])
+    before = update_rows_of(db)
+    seen: list[str] = []
+
+    def broken(update: Mapping[str, Any]) -> TurnEntry | None:
+        seen.append(update["content"]["text"])
+        if len(seen) == 2:
+            raise RuntimeError("a reader that fails half way")
+        return read_legacy(update)
+
+    with pytest.raises(RuntimeError, match="half way"):
+        SessionStore.open(db, read_legacy=broken)
+    assert seen == ["a", "b"]  # the first row was rewritten, then rolled back
+    assert update_rows_of(db) == before
+    assert count_rows(db, "PRAGMA user_version") == 1
+    assert count_rows(db, "SELECT count(*) FROM owners") == 0
+
+
+def test_a_schema_1_store_without_a_reader_is_refused_and_left_untouched(db: Path) -> None:
+    schema_1_store(db, [[legacy_chunk("a")]])
+    message = open_refused(db)
+    assert "older acp-server (schema 1)" in message and "untouched" in message
+    assert count_rows(db, "PRAGMA user_version") == 1
