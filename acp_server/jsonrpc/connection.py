@@ -37,7 +37,7 @@ from acp_server.jsonrpc.rpc import (
     error_message,
 )
 from acp_server.jsonrpc.transport import LineSink, LineSource, Oversized
-from acp_server.runtime.text_guard import sanitize_json
+from acp_server.valid_unicode import sanitize_json
 
 __all__ = ["ClientRequestError", "Connection", "Dispatcher", "Fence"]
 

