@@ -203,8 +203,8 @@ class PermissionGate:
     """Decides whether a tool may edit or execute: by the session's mode, its remembered answers, or by asking."""
 
     def __init__(self, session: Session, request: ClientRequest, on_behalf_of: str | None = None) -> None:
-        """`on_behalf_of` is the `delegate` tool call a subagent's questions belong to (INTERRUPTS.md §6.7): the
-        question names the child's own tool call, and its `_meta` names the parent's call the client can see."""
+        """`on_behalf_of` is the `delegate` tool call a subagent's questions belong to (docs/interrupts.md, decision
+        7): the question names the child's own tool call, and its `_meta` names the parent's call the client can see."""
         self._session = session
         self._request = request
         self._meta = {"acpServer": {"parentToolCallId": on_behalf_of}} if on_behalf_of is not None else None

@@ -60,7 +60,7 @@ class SessionTable:
         if session is None or session.closed:
             running = self._agent.running(session_id)
             if running is not None and running.parent_session_id is not None:
-                # INTERRUPTS.md 6.7: clients never created child sessions; they may only cancel them.
+                # docs/interrupts.md, decision 7: clients never created child sessions; they may only cancel them.
                 raise RpcError(
                     ErrorCode.INVALID_PARAMS, "Invalid params: a subagent's session accepts only session/cancel"
                 )

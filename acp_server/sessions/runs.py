@@ -9,7 +9,7 @@ running session".
 
 Admission happens when the reader reads the prompt's line, before any await (`admit`), so a cancel read after it,
 even from the same write, always finds it: a cancel binds to exactly the prompts admitted before it (the epoch rule
-of INTERRUPTS.md I10). Prompts admitted behind a running turn wait in the session's admission queue.
+of docs/interrupts.md I10). Prompts admitted behind a running turn wait in the session's admission queue.
 
 A turn's whole lifecycle is one `RunState` on its `RunContext`, moved only by named transitions that check the state
 they leave (admit, hand_over, start, claim_cancel, settle, seal, end); `sessions/turn.py` drives them from
@@ -308,9 +308,9 @@ class Agent:
     ) -> RunContext:
         """Admit a prompt the moment its line is read. Synchronous on purpose (see the module docstring).
 
-        A prompt for a busy session follows the session's policy (INTERRUPTS.md 6.1): `interrupt` cancels the running
-        turn (and everything admitted before it) as a `session/cancel` read here would, then waits for the cleanup
-        and runs; `queue` waits its turn, first in first out; `steer` waits too, marked so the running turn hands
+        A prompt for a busy session follows the session's policy (docs/interrupts.md, decision 1): `interrupt` cancels
+        the running turn (and everything admitted before it) as a `session/cancel` read here would, then waits for the
+        cleanup and runs; `queue` waits its turn, first in first out; `steer` waits too, marked so the running turn hands
         over to it at its next model-call boundary; `reject` is refused. A prompt for a turn that is already stopping
         waits for the cleanup and runs, whatever the policy.
         """
@@ -355,7 +355,7 @@ class Agent:
         run.claim_cancel(anyio.current_time())
 
     def register_child(self, run: RunContext) -> None:
-        """A subagent's turn, addressable by its own session id (INTERRUPTS.md §6.5)."""
+        """A subagent's turn, addressable by its own session id (docs/interrupts.md, decision 5)."""
         self._runs[run.session_id] = run
 
     def unregister_child(self, run: RunContext) -> None:

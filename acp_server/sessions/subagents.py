@@ -2,10 +2,10 @@
 
 The child gets its own session id and run context (`parent_session_id` set) in the run registry, so a
 `session/cancel` naming the child stops the child alone. Its turn runs in a cancel scope nested inside the parent's
-turn, so cancelling the parent cancels the child, and the child's children, before the parent answers (INTERRUPTS.md
-I16). Clients never created the child, so it never speaks under its own id (INTERRUPTS.md §6.7): its progress shows
-in the parent's `delegate` tool call, whose `_meta` names the child, and its requests to the editor go out under the
-parent's session id, fenced by the parent's turn.
+turn, so cancelling the parent cancels the child, and the child's children, before the parent answers
+(docs/interrupts.md I16). Clients never created the child, so it never speaks under its own id (decision 7 there): its
+progress shows in the parent's `delegate` tool call, whose `_meta` names the child, and its requests to the editor go
+out under the parent's session id, fenced by the parent's turn.
 """
 
 from __future__ import annotations

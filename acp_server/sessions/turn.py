@@ -1,4 +1,4 @@
-"""One prompt turn, from admission to its release: the turn boundary of INTERRUPTS.md.
+"""One prompt turn, from admission to its release: the turn boundary of docs/interrupts.md.
 
 The lifecycle in one place: `admit_prompt` (when the reader reads the line), `execute_prompt` (start, work, seal)
 and `release_prompt` (after the response), driving the transitions of the run's state (see runs.py).

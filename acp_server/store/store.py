@@ -7,7 +7,7 @@
   settings) takes the whole buffer and commits it in ONE transaction on a worker thread (worker.py); the event loop
   never waits for SQLite. A kill -9 loses what was appended since the last commit: at most the 50 ms interval plus
   the commit's duration, and only streamed updates (what a request changed is committed before its response).
-- **Plain rows, no schema objects** (layer 2 of ARCHITECTURE.md): what a turn showed the client is the project's
+- **Plain rows, no schema objects** (store/ in docs/architecture.md): what a turn showed the client is the project's
   own turn records (turn_records.py), which the protocol edge renders on load; the model-visible history is
   `runtime.model.Message` encoded by `message_to_json` (records.py).
 - **Several processes share one store** (one server per editor window). Each registers an owner row (a lease,

@@ -1,6 +1,6 @@
 """The test tools (`--test-mode`, see mode.py): work that cooperates with cancellation, ignores it, or hangs in cleanup.
 
-They exist so the cancellation invariants of INTERRUPTS.md can be driven black-box; production never offers them.
+They exist so the cancellation invariants of docs/interrupts.md can be driven black-box; production never offers them.
 Names start with `test_` so they never collide with product tools.
 """
 

@@ -1,5 +1,5 @@
-"""Guards on the architecture (ARCHITECTURE.md): layers, where asyncio and jsonrpcserver may appear, stdout hygiene,
-module docstrings, and a start-up that imports nothing heavy. Checked with `ast`, so a violation fails fast."""
+"""Guards on the architecture (docs/architecture.md): layers, where asyncio and jsonrpcserver may appear, stdout
+hygiene, module docstrings, and a start-up that imports nothing heavy. Checked with `ast`, so a violation fails fast."""
 
 from __future__ import annotations
 
