@@ -310,9 +310,9 @@ class Agent:
 
         A prompt for a busy session follows the session's policy (docs/interrupts.md, decision 1): `interrupt` cancels
         the running turn (and everything admitted before it) as a `session/cancel` read here would, then waits for the
-        cleanup and runs; `queue` waits its turn, first in first out; `steer` waits too, marked so the running turn hands
-        over to it at its next model-call boundary; `reject` is refused. A prompt for a turn that is already stopping
-        waits for the cleanup and runs, whatever the policy.
+        cleanup and runs; `queue` waits its turn, first in first out; `steer` waits too, marked so the running turn
+        hands over to it at its next model-call boundary; `reject` is refused. A prompt for a turn that is already
+        stopping waits for the cleanup and runs, whatever the policy.
         """
         current = self._runs.get(session.session_id)
         if current is None:
