@@ -34,7 +34,7 @@ from acp_server.runtime.tools.commands import COMMAND_TOOLS
 from acp_server.runtime.tools.delegate import DELEGATE_TOOLS
 from acp_server.runtime.tools.files import FILE_TOOLS
 from acp_server.runtime.tools.plan import PLAN_TOOLS
-from acp_server.sessions.runs import Agent
+from acp_server.sessions.runs import RunRegistry
 from acp_server.sessions.services import TurnServices
 from acp_server.settings.config import Config
 from acp_server.testmode.gates import GATES
@@ -87,7 +87,7 @@ def build_server(
         methods.update(plugin.methods)
         notifications.update(plugin.notifications)
     processes = ProcessTable(ChildEnvPolicy.from_config(config), adopt_orphans=owns_process)
-    agent = Agent()
+    runs = RunRegistry()
     handshake = Handshake()
     providers = ProviderCache(open_model)
     store = StoreAccess(config, connection.spawn)
@@ -95,8 +95,8 @@ def build_server(
         config=config,
         connection=connection,
         handshake=handshake,
-        sessions=SessionTable(handshake, agent),
-        agent=agent,
+        sessions=SessionTable(handshake, runs),
+        runs=runs,
         prompts={},
         providers=providers,
         # Builds the default model's provider now: a bad spec or script stops the server here (the CLI exits 2).
@@ -106,7 +106,7 @@ def build_server(
         processes=processes,
         turns=TurnServices(
             config,
-            agent,
+            runs,
             # The core's way out: its events rendered as ACP v1, the editor's side of its tools.
             AcpEdge(connection, config, processes),
             providers.get,

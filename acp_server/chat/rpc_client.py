@@ -18,7 +18,7 @@ import orjson
 from anyio.abc import ByteReceiveStream, ByteSendStream, TaskGroup
 from anyio.streams.buffered import BufferedByteReceiveStream
 
-__all__ = ["AgentGoneError", "RpcClient", "RpcError"]
+__all__ = ["AgentGoneError", "ResponseError", "RpcClient"]
 
 MAX_LINE_BYTES = 64 * 1024 * 1024
 METHOD_NOT_FOUND = -32601
@@ -28,7 +28,7 @@ RequestHandler = Callable[[str, Any, Any], Awaitable[Any]]  # (method, params, i
 NotificationHandler = Callable[[str, Any], None]  # (method, params)
 
 
-class RpcError(Exception):
+class ResponseError(Exception):
     """An error response: from the agent to one of our requests, or ours to one of its requests."""
 
     def __init__(self, code: int, message: str) -> None:
@@ -80,7 +80,7 @@ class RpcClient:
                 raise AgentGoneError("the agent closed its output")
 
     async def request(self, method: str, params: Any) -> Any:
-        """Send a request and return its result; an error response raises RpcError."""
+        """Send a request and return its result; an error response raises ResponseError."""
         request_id = next(self._ids)
         pending = self._pending[request_id] = _Pending()
         try:
@@ -93,7 +93,7 @@ class RpcClient:
             raise AgentGoneError(f"the agent stopped before answering {method}")
         if "error" in message:
             error = message["error"] if isinstance(message["error"], dict) else {}
-            raise RpcError(int(error.get("code", INTERNAL_ERROR)), str(error.get("message", "unknown error")))
+            raise ResponseError(int(error.get("code", INTERNAL_ERROR)), str(error.get("message", "unknown error")))
         return message.get("result")
 
     async def notify(self, method: str, params: Any) -> None:
@@ -129,7 +129,7 @@ class RpcClient:
         reply: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id}
         try:
             reply["result"] = await self._on_request(method, params, request_id)
-        except RpcError as exc:
+        except ResponseError as exc:
             reply["error"] = {"code": exc.code, "message": exc.message}
         await self._write(reply)
 

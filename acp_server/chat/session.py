@@ -24,7 +24,7 @@ from acp_server import __version__
 from acp_server.chat.agent_process import AgentProcess
 from acp_server.chat.permissions import Questions
 from acp_server.chat.render import Renderer
-from acp_server.chat.rpc_client import RpcClient, RpcError
+from acp_server.chat.rpc_client import ResponseError, RpcClient
 from acp_server.chat.terminal import LineInput
 
 __all__ = ["ChatError", "Conversation", "ExitRequestedError"]
@@ -102,7 +102,7 @@ class Conversation:
     async def _on_request(self, method: str, params: Any, request_id: Any) -> Any:
         if method == "session/request_permission":
             return await self._questions.ask(params, request_id)
-        raise RpcError(METHOD_NOT_FOUND, f"this client does not offer {method}")
+        raise ResponseError(METHOD_NOT_FOUND, f"this client does not offer {method}")
 
     # --- the conversation ---
 
@@ -124,7 +124,7 @@ class Conversation:
                     "clientInfo": {"name": "acp-server-chat", "title": "acp-server chat", "version": __version__},
                 },
             )
-        except RpcError as exc:
+        except ResponseError as exc:
             raise ChatError(f"the agent refused to initialize: {exc.message}") from None
         init = init if isinstance(init, dict) else {}
         if init.get("protocolVersion") != PROTOCOL_VERSION:
@@ -136,7 +136,7 @@ class Conversation:
             self._agent_name = str(info.get("title") or info.get("name") or self._agent_name)
         try:
             session = await self.rpc.request("session/new", {"cwd": os.getcwd(), "mcpServers": []})
-        except RpcError as exc:
+        except ResponseError as exc:
             if exc.code == AUTH_REQUIRED:
                 raise ChatError(_auth_advice(init.get("authMethods"))) from None
             raise ChatError(f"the agent could not start a session: {exc.message}") from None
@@ -154,7 +154,7 @@ class Conversation:
             result = await self.rpc.request(
                 "session/prompt", {"sessionId": self._session_id, "prompt": [{"type": "text", "text": text}]}
             )
-        except RpcError as exc:
+        except ResponseError as exc:
             self._renderer.error(f"error: {exc.message}")
             return None
         finally:

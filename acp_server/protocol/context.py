@@ -20,7 +20,7 @@ from acp_server.protocol.schema import RequestId
 from acp_server.protocol.session_table import Handshake, SessionTable
 from acp_server.protocol.store_access import StoreAccess
 from acp_server.runtime.processes import ProcessTable
-from acp_server.sessions.runs import Agent, RunContext
+from acp_server.sessions.runs import RunContext, RunRegistry
 from acp_server.sessions.services import TurnServices
 from acp_server.settings.config import Config
 
@@ -36,7 +36,7 @@ class Parts:
     handshake: Handshake
     sessions: SessionTable
     # The run registry: session id -> its running turn (sessions/runs.py).
-    agent: Agent
+    runs: RunRegistry
     # Prompt request id -> its run, so `$/cancel_request` can name a prompt (kept by the dispatcher's admission).
     prompts: dict[RequestId, RunContext]
     providers: ProviderCache

@@ -54,7 +54,7 @@ class AcpDispatcher:
         self._notifications = notifications
         self._on_exit = on_exit
         # What admission, release and titles use.
-        self.agent = parts.agent
+        self.runs = parts.runs
         self.prompts = parts.prompts
         self.connection = parts.connection
         self.sessions = parts.sessions
@@ -152,7 +152,7 @@ class AcpDispatcher:
         handler(self.parts, validated)
 
     def closing(self) -> None:
-        self.agent.interrupt_all()
+        self.runs.interrupt_all()
         self.parts.mcp.stop_all()  # their shutdowns run alongside the turns' cleanup
 
     async def drain(self) -> None:

@@ -124,8 +124,8 @@ async def stats(context: RequestContext, params: NoParams) -> dict[str, Any]:
     sessions = list(parts.sessions)
     return {
         "sessions": len(sessions),
-        "runningTurns": parts.agent.running_turns,
-        "queuedPrompts": parts.agent.queued_prompts(sessions),
+        "runningTurns": parts.runs.running_turns,
+        "queuedPrompts": parts.runs.queued_prompts(sessions),
         "pendingClientRequests": parts.connection.pending_client_requests,
         "requestsInFlight": parts.connection.requests_in_flight,
         "tasks": len(anyio.get_running_tasks()),
@@ -156,13 +156,13 @@ METHODS: dict[str, Handler] = {
 
 
 def session_cancel(parts: Parts, params: CancelNotification) -> None:
-    parts.agent.interrupt(params.session_id)
+    parts.runs.interrupt(params.session_id)
 
 
 def cancel_request(parts: Parts, params: CancelRequestNotification) -> None:
     run = parts.prompts.get(params.request_id)
     if run is not None:
-        parts.agent.cancel_run(run)
+        parts.runs.cancel_run(run)
     # Every other request of ours answers at once, so there is nothing else to cancel: ignored, as ACP allows.
 
 

@@ -115,7 +115,7 @@ async def _restore(context: RequestContext, params: LoadSessionRequest, *, repla
     parts.auth.require()
     _check_directories(params.cwd, params.additional_directories)
     current = parts.sessions.get(params.session_id)
-    if current is not None and not current.closed and parts.agent.running(params.session_id) is not None:
+    if current is not None and not current.closed and parts.runs.running(params.session_id) is not None:
         raise RpcError(ErrorCode.INVALID_REQUEST, "the session has a prompt running; cancel it first")
     from acp_server.protocol.replay import replay_updates  # with the store: sqlite3 stays off the start-up path
     from acp_server.store import StoreUnavailable
@@ -221,7 +221,7 @@ async def session_delete(context: RequestContext, params: DeleteSessionRequest) 
     parts.handshake.require_initialized()
     open_session = parts.sessions.get(params.session_id)
     if open_session is not None and not open_session.closed:
-        await _close(parts, open_session)
+        await _close_session(parts, open_session)
     store = await parts.store.open()
     if store is not None:
         store.delete(params.session_id)
@@ -321,15 +321,15 @@ async def session_close(context: RequestContext, params: CloseSessionRequest) ->
     """ACP: cancel ongoing work "as if session/cancel had been called", then free the session. Its prompts are
     answered (`cancelled`) before this response; the id is refused from the moment the close is read."""
     parts = context.parts
-    await _close(parts, parts.sessions.require(params.session_id))
+    await _close_session(parts, parts.sessions.require(params.session_id))
     await _commit(parts)
     return {}
 
 
-async def _close(parts: Parts, session: Session) -> None:
+async def _close_session(parts: Parts, session: Session) -> None:
     session.closed = True
-    runs = [run for run in (parts.agent.running(session.session_id), *session.waiting) if run is not None]
-    parts.agent.interrupt(session.session_id)
+    runs = [run for run in (parts.runs.running(session.session_id), *session.waiting) if run is not None]
+    parts.runs.interrupt(session.session_id)
     for scope in list(session.background):
         scope.cancel()
     # Each run answers within the cleanup deadline; a little slack for the hand-over between them.

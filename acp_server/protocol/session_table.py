@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 from acp_server.jsonrpc.rpc import ErrorCode, RpcError
 from acp_server.protocol.schema import ClientCapabilities
-from acp_server.sessions.runs import Agent, Session
+from acp_server.sessions.runs import RunRegistry, Session
 
 __all__ = ["Handshake", "SessionTable"]
 
@@ -29,9 +29,9 @@ class SessionTable:
     """The sessions the client opened on this connection, by id. A subagent's session is not here: it lives only
     in the run registry, while its turn runs."""
 
-    def __init__(self, handshake: Handshake, agent: Agent) -> None:
+    def __init__(self, handshake: Handshake, runs: RunRegistry) -> None:
         self._handshake = handshake
-        self._agent = agent
+        self._runs = runs
         self._sessions: dict[str, Session] = {}
 
     def __contains__(self, session_id: str) -> bool:
@@ -58,7 +58,7 @@ class SessionTable:
         self._handshake.require_initialized()
         session = self._sessions.get(session_id)
         if session is None or session.closed:
-            running = self._agent.running(session_id)
+            running = self._runs.running(session_id)
             if running is not None and running.parent_session_id is not None:
                 # docs/interrupts.md, decision 7: clients never created child sessions; they may only cancel them.
                 raise RpcError(

@@ -2,8 +2,8 @@
 
 The defect this module exists to avoid (seed RFC-0023): an agent that keeps "the active run" in an instance field
 cancels the wrong session, or nothing, when several sessions run at once, and an interrupt that takes a lock held
-by the streaming turn never arrives. Here the `Agent` holds frozen configuration and one lookup table, session id ->
-the running turn's `RunContext`; every piece of run state lives on that context, and `interrupt(session_id)` is
+by the streaming turn never arrives. Here the `RunRegistry` holds frozen configuration and one lookup table, session
+id -> the running turn's `RunContext`; every piece of run state lives on that context, and `interrupt(session_id)` is
 synchronous: look up, mark stopping, cancel the turn's scope, return. No lock, no await, no fallback to "the only
 running session".
 
@@ -43,7 +43,15 @@ if TYPE_CHECKING:  # the store (and sqlite3) load only when a session needs them
     from acp_server.mcp_bridge.hub import McpHub
     from acp_server.store import TurnLog
 
-__all__ = ["Agent", "PromptRejectedError", "RunContext", "RunState", "Session", "SessionService", "TransitionError"]
+__all__ = [
+    "PromptRejectedError",
+    "RunContext",
+    "RunRegistry",
+    "RunState",
+    "Session",
+    "SessionService",
+    "TransitionError",
+]
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +73,7 @@ class RunState(enum.Enum):
 
     QUEUED -hand_over-> ADMITTED -start-> RUNNING -settle-> SETTLING -seal-> SEALED -end-> ENDED, and a cancel
     (`claim_cancel`) takes QUEUED, ADMITTED or RUNNING to STOPPING, which seals too (in SETTLING the outcome is
-    decided and stays). Admission (`Agent.admit`) creates the run QUEUED behind a busy session, else ADMITTED.
+    decided and stays). Admission (`RunRegistry.admit`) creates the run QUEUED behind a busy session, else ADMITTED.
     """
 
     QUEUED = "queued"  # admitted behind another turn of its session, in the session's admission queue
@@ -136,7 +144,7 @@ class RunContext:
     """Everything about one prompt turn. One-shot: created at admission, dropped after the response.
 
     Its lifecycle is `state`, moved only by the transitions below (`start`, `claim_cancel`, `hand_over`, `settle`,
-    `fail`, `seal`, `end`; admission is `Agent.admit`), each of which checks the state it leaves. Everything else
+    `fail`, `seal`, `end`; admission is `RunRegistry.admit`), each of which checks the state it leaves. Everything else
     a caller needs to know about the lifecycle (was it cancelled, is the fence up) is derived from that state.
     """
 
@@ -286,7 +294,7 @@ class RunContext:
             self._move(_ENDABLE, RunState.ENDED)
 
 
-class Agent:
+class RunRegistry:
     """The run registry: session id -> the running turn's RunContext. Holds no run state of its own."""
 
     def __init__(self) -> None:

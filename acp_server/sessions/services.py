@@ -14,7 +14,7 @@ from acp_server.runtime.model import Provider
 from acp_server.runtime.processes import ProcessTable
 from acp_server.runtime.tools import ToolBox
 from acp_server.sessions.edge import Edge, TitleChanged
-from acp_server.sessions.runs import Agent, RunContext, Session
+from acp_server.sessions.runs import RunContext, RunRegistry, Session
 from acp_server.settings.config import Config
 
 if TYPE_CHECKING:
@@ -31,7 +31,7 @@ class TurnServices:
     """What a turn needs from the server; all of it long-lived and shared, none of it holding turn state."""
 
     config: Config
-    agent: Agent
+    runs: RunRegistry
     # The protocol side of the connection: where the turn's events go, and the editor's side of its tools.
     edge: Edge
     # The provider for a session's model spec (built once per spec, shared by sessions).

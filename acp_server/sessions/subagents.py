@@ -87,7 +87,7 @@ class ChildSessions:
         def probe(event: str, **fields: Any) -> None:
             services.probe(child, event, **fields)
 
-        services.agent.register_child(child)
+        services.runs.register_child(child)
         try:
             with child.scope:
                 provider = services.providers(home.model)
@@ -131,7 +131,7 @@ class ChildSessions:
             await progress.finish(answer)
             return answer
         finally:
-            services.agent.unregister_child(child)
+            services.runs.unregister_child(child)
 
 
 class _Progress:

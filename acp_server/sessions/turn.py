@@ -5,7 +5,7 @@ and `release_prompt` (after the response), driving the transitions of the run's 
 `execute_prompt` waits for the turn's place in its session, starts the work in a task owned by the connection (so
 work that ignores cancellation can be abandoned: a task group cannot exit before its children), then waits for the
 work to end or for a cancel. After a cancel it waits at most until the cleanup deadline, measured from the first
-cancel, and abandons whatever is still running. `_close` then retracts the turn's outstanding client requests,
+cancel, and abandons whatever is still running. `_seal` then retracts the turn's outstanding client requests,
 fails its open tool calls, commits its history, and raises the fence, all synchronously, so every update of the
 turn is queued before its response and nothing of it after.
 
@@ -80,13 +80,13 @@ def admit_prompt(
         problem = services.providers(session.model).check_turn(prompt.meta, session.turns_started)
         if problem is not None:
             raise PromptRejectedError(problem, invalid_params=True)
-    return services.agent.admit(session, request_id, prompt, command)
+    return services.runs.admit(session, request_id, prompt, command)
 
 
 def release_prompt(services: TurnServices, run: RunContext) -> str | None:
     """The last transition, once the prompt's response is queued: the run ends and its session passes to the next
     prompt. Returns the prompt to title the session by after its first ordinary turn that completes (once)."""
-    services.agent.release(run)
+    services.runs.release(run)
     session = run.session
     if (
         run.outcome == StopReason.END_TURN
@@ -115,7 +115,7 @@ async def execute_prompt(services: TurnServices, run: RunContext) -> StopReason:
 async def _execute(services: TurnServices, run: RunContext) -> StopReason:
     await run.wait_until(lambda: run.state is not RunState.QUEUED)  # its place in the session, or a cancel
     if not run.start():
-        return _close(services, run)  # claimed before it started: zero model steps
+        return _seal(services, run)  # claimed before it started: zero model steps
     services.edge.spawn(_work, services, run)
     await run.wait_until(lambda: run.work_done or run.cancelled_at is not None)
     if not run.work_done:  # woken by a cancel: wait for the cleanup, but not past the deadline
@@ -128,7 +128,7 @@ async def _execute(services: TurnServices, run: RunContext) -> StopReason:
                 run.run_id,
             )
             services.probe(run, "step_exited", reason="abandoned")
-    return _close(services, run)
+    return _seal(services, run)
 
 
 async def _work(services: TurnServices, run: RunContext) -> None:
@@ -202,7 +202,7 @@ async def _work(services: TurnServices, run: RunContext) -> None:
                     probe=probe,
                     max_requests=services.config.max_turn_requests,
                     compactor=compactor,
-                    hand_over=lambda: services.agent.hand_over_due(session),
+                    hand_over=lambda: services.runs.hand_over_due(session),
                     redactor=redactor_for(services.config.held_secrets),
                 )
         if run.settle(stop) and model_turn is not None:
@@ -215,7 +215,7 @@ async def _work(services: TurnServices, run: RunContext) -> None:
         run.work_ended()
 
 
-def _close(services: TurnServices, run: RunContext) -> StopReason:
+def _seal(services: TurnServices, run: RunContext) -> StopReason:
     """Everything between the end of the work and the response. Synchronous: nothing can slip in between."""
     edge = services.edge
     for request_id in list(run.pending_requests):

@@ -49,7 +49,7 @@ class Config:
     # Test mode swaps nothing in the cancellation logic: it only adds the test tools and the probe notifications.
     test_mode: bool = False
     max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
-    # What a prompt for a busy session does (agent.Agent.admit): interrupt, queue, reject or steer.
+    # What a prompt for a busy session does (agent.RunRegistry.admit): interrupt, queue, reject or steer.
     prompt_policy: PromptPolicy = PromptPolicy.INTERRUPT
     # The permission mode new sessions start in.
     permission_mode: PermissionMode = PermissionMode.DEFAULT

@@ -24,7 +24,7 @@ class ScriptedReleaseNotification(WireModel):
 def scripted_release(parts: Parts, params: ScriptedReleaseNotification) -> None:
     session = parts.sessions.get(params.session_id)
     if session is None:  # a subagent's session lives only in the run registry
-        running = parts.agent.running(params.session_id)
+        running = parts.runs.running(params.session_id)
         session = running.session if running is not None else None
     if session is not None:
         gate_board(session.services).release(params.gate)

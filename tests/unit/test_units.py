@@ -25,7 +25,7 @@ from acp_server.runtime.model import Message, StopReason, ToolCall
 from acp_server.runtime.providers.echo import _chunks
 from acp_server.runtime.providers.scripted import ScriptError, parse_script
 from acp_server.sessions.commands import Prompt
-from acp_server.sessions.runs import Agent, RunContext, RunState, Session, TransitionError
+from acp_server.sessions.runs import RunContext, RunRegistry, RunState, Session, TransitionError
 from acp_server.sessions.turn import _sealed_history
 from acp_server.settings.choices import PromptPolicy
 
@@ -94,7 +94,7 @@ def prompt(session: Session) -> Prompt:
 
 
 async def test_interrupt_marks_stopping_cancels_the_scope_and_is_idempotent() -> None:
-    agent, session = Agent(), make_session()
+    agent, session = RunRegistry(), make_session()
     run = agent.admit(session, 1, prompt(session))
     agent.interrupt(session.session_id)
     first = run.cancelled_at
@@ -104,7 +104,7 @@ async def test_interrupt_marks_stopping_cancels_the_scope_and_is_idempotent() ->
 
 
 async def test_interrupt_of_unknown_or_idle_sessions_touches_nothing() -> None:
-    agent, a, b = Agent(), make_session("a"), make_session("b")
+    agent, a, b = RunRegistry(), make_session("a"), make_session("b")
     run = agent.admit(a, 1, prompt(a))
     agent.interrupt("nope")
     agent.interrupt(b.session_id)
@@ -112,7 +112,7 @@ async def test_interrupt_of_unknown_or_idle_sessions_touches_nothing() -> None:
 
 
 async def test_busy_session_rejects_a_second_prompt_but_queues_one_behind_a_stopping_turn() -> None:
-    agent, session = Agent(), make_session()
+    agent, session = RunRegistry(), make_session()
     session.prompt_policy = PromptPolicy.REJECT
     first = agent.admit(session, 1, prompt(session))
     with pytest.raises(Exception, match="already running"):
@@ -128,7 +128,7 @@ async def test_busy_session_rejects_a_second_prompt_but_queues_one_behind_a_stop
 
 
 async def test_a_cancel_claims_waiting_prompts_admitted_before_it_only() -> None:
-    agent, session = Agent(), make_session()
+    agent, session = RunRegistry(), make_session()
     first = agent.admit(session, 1, prompt(session))
     agent.interrupt(session.session_id)
     claimed = agent.admit(session, 2, prompt(session))
@@ -142,7 +142,7 @@ async def test_a_cancel_claims_waiting_prompts_admitted_before_it_only() -> None
 
 
 async def test_release_only_removes_its_own_registry_entry() -> None:
-    agent, session = Agent(), make_session()
+    agent, session = RunRegistry(), make_session()
     first = agent.admit(session, 1, prompt(session))
     agent.release(first)
     second = agent.admit(session, 2, prompt(session))
@@ -151,7 +151,7 @@ async def test_release_only_removes_its_own_registry_entry() -> None:
 
 
 async def test_cancel_in_the_settlement_window_keeps_the_decided_outcome() -> None:
-    agent, session = Agent(), make_session()
+    agent, session = RunRegistry(), make_session()
     run = agent.admit(session, 1, prompt(session))
     assert run.start() and run.settle(StopReason.END_TURN)
     woken = run._changed  # what its prompt handler waits on
@@ -162,7 +162,7 @@ async def test_cancel_in_the_settlement_window_keeps_the_decided_outcome() -> No
 
 
 async def test_transitions_refuse_a_state_they_do_not_leave() -> None:
-    agent, session = Agent(), make_session()
+    agent, session = RunRegistry(), make_session()
     session.prompt_policy = PromptPolicy.QUEUE
     first = agent.admit(session, 1, prompt(session))
     queued = agent.admit(session, 2, prompt(session), ("clear", ""))
@@ -183,7 +183,7 @@ async def test_transitions_refuse_a_state_they_do_not_leave() -> None:
 
 
 async def test_a_claimed_turn_answers_cancelled_and_a_sealed_one_decides_nothing_more() -> None:
-    agent, session = Agent(), make_session()
+    agent, session = RunRegistry(), make_session()
     run = agent.admit(session, 1, prompt(session))
     assert run.start()
     agent.interrupt(session.session_id)
@@ -203,7 +203,7 @@ async def test_a_claimed_turn_answers_cancelled_and_a_sealed_one_decides_nothing
 
 
 async def test_a_prompt_claimed_before_it_started_never_starts() -> None:
-    agent, session = Agent(), make_session()
+    agent, session = RunRegistry(), make_session()
     run = agent.admit(session, 1, prompt(session))
     agent.interrupt(session.session_id)
     assert not run.start() and run.state is RunState.STOPPING
@@ -276,7 +276,7 @@ async def test_sealed_history_of_a_completed_turn_is_the_turn_as_it_was() -> Non
 
 
 async def test_interrupt_policy_cancels_the_running_turn_and_everything_admitted_before() -> None:
-    agent, session = Agent(), make_session()
+    agent, session = RunRegistry(), make_session()
     first = agent.admit(session, 1, prompt(session))
     second = agent.admit(session, 2, prompt(session))
     assert first.cancelled and first.state is RunState.STOPPING and not second.cancelled
@@ -286,7 +286,7 @@ async def test_interrupt_policy_cancels_the_running_turn_and_everything_admitted
 
 
 async def test_queue_policy_waits_first_in_first_out_and_cancels_nothing() -> None:
-    agent, session = Agent(), make_session()
+    agent, session = RunRegistry(), make_session()
     session.prompt_policy = PromptPolicy.QUEUE
     first = agent.admit(session, 1, prompt(session))
     second = agent.admit(session, 2, prompt(session))

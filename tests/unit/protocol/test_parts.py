@@ -17,7 +17,7 @@ from acp_server.runtime.model import Provider
 from acp_server.runtime.providers import MissingCredentialsError, UnknownModelError
 from acp_server.runtime.providers.echo import EchoProvider
 from acp_server.runtime.providers.scripted import ScriptError
-from acp_server.sessions.runs import Agent, RunContext, Session
+from acp_server.sessions.runs import RunContext, RunRegistry, Session
 
 
 def make_session(name: str = "s") -> Session:
@@ -29,7 +29,7 @@ def code_of(excinfo: pytest.ExceptionInfo[RpcError]) -> int:
 
 
 async def test_the_session_table_answers_each_wrong_id_with_its_own_error() -> None:
-    handshake, agent = Handshake(), Agent()
+    handshake, agent = Handshake(), RunRegistry()
     table = SessionTable(handshake, agent)
     with pytest.raises(RpcError) as before:
         table.require("s")

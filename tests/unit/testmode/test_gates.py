@@ -9,7 +9,7 @@ import anyio
 from acp_server.protocol.prompts import prompt_command
 from acp_server.protocol.schema import PromptRequest
 from acp_server.runtime.providers.scripted import GATES, gate_board
-from acp_server.sessions.runs import Agent, RunContext, Session
+from acp_server.sessions.runs import RunContext, RunRegistry, Session
 from acp_server.testmode.gates import GATES as GATES_PLUGIN
 from acp_server.testmode.gates import ScriptedReleaseNotification
 
@@ -17,9 +17,9 @@ from acp_server.testmode.gates import ScriptedReleaseNotification
 class _Parts:
     """The two pieces the release handler uses."""
 
-    def __init__(self, sessions: dict[str, Session], agent: Agent) -> None:
+    def __init__(self, sessions: dict[str, Session], runs: RunRegistry) -> None:
         self.sessions = sessions
-        self.agent = agent
+        self.runs = runs
 
 
 def release(parts: _Parts, session_id: str, gate: str) -> None:
@@ -29,7 +29,7 @@ def release(parts: _Parts, session_id: str, gate: str) -> None:
 
 
 async def test_an_early_release_opens_its_gate_until_the_running_turn_ends() -> None:
-    agent, session = Agent(), Session("s", Path("/tmp"), (), ())
+    agent, session = RunRegistry(), Session("s", Path("/tmp"), (), ())
     parts = _Parts({"s": session}, agent)
     run = agent.admit(session, 1, prompt_command(PromptRequest.model_validate({"sessionId": "s", "prompt": []})))
     release(parts, "s", "g")  # before any gate board exists: made for it
@@ -44,7 +44,7 @@ async def test_an_early_release_opens_its_gate_until_the_running_turn_ends() -> 
 
 
 async def test_a_release_finds_a_subagents_session_in_the_run_registry() -> None:
-    agent, child = Agent(), Session("child", Path("/tmp"), (), ())
+    agent, child = RunRegistry(), Session("child", Path("/tmp"), (), ())
     request = prompt_command(PromptRequest.model_validate({"sessionId": "child", "prompt": []}))
     agent.register_child(RunContext(child, 1, request, parent_session_id="s"))
     release(_Parts({}, agent), "child", "g")
