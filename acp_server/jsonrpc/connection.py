@@ -69,7 +69,7 @@ class Fence(Protocol):
     """What a turn exposes to the connection: whether it has been answered, and its requests in flight."""
 
     @property
-    def closed(self) -> bool: ...
+    def fenced(self) -> bool: ...
 
     @property
     def pending_requests(self) -> set[int]: ...
@@ -268,7 +268,7 @@ class Connection:
             if self._has_space.is_set():
                 self._has_space = anyio.Event()
             await self._has_space.wait()
-        if fence.closed:
+        if fence.fenced:
             return False
         self.send(message)
         return True
@@ -324,7 +324,7 @@ class Connection:
             # written, best effort, because a client that still reads stdout must learn of them.
             self.send({"jsonrpc": "2.0", "id": next(self._ids), "method": method, "params": params})
             raise ClientRequestError(method, ErrorCode.REQUEST_CANCELLED, "connection closed")
-        if fence is not None and fence.closed:
+        if fence is not None and fence.fenced:
             raise ClientRequestError(method, ErrorCode.REQUEST_CANCELLED, "the turn has ended")
         request_id = next(self._ids)
         entry = _Outgoing(method)

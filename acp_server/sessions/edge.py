@@ -130,7 +130,7 @@ class TurnOutput:
 
     async def __call__(self, event: TurnEvent) -> None:
         run = self._run
-        if run.closed:
+        if run.fenced:
             return
         if type(event) is TextDelta:
             run.streamed_text.append(event.text)

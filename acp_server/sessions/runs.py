@@ -195,9 +195,11 @@ class RunContext:
         return self.state is RunState.STOPPING
 
     @property
-    def closed(self) -> bool:
+    def fenced(self) -> bool:
         """The fence (what the connection checks): once True, nothing this run does reaches the client."""
-        return self.state in _FENCED
+        # Identity tests, not a set lookup: read twice for every streamed chunk, and Enum.__hash__ is Python code.
+        state = self.state
+        return state is RunState.SEALED or state is RunState.ENDED
 
     def cleanup_deadline(self, grace: float) -> float:
         """The anyio clock time by which cleanup must be over: the first cancel plus the grace period."""

@@ -177,7 +177,7 @@ async def test_transitions_refuse_a_state_they_do_not_leave() -> None:
         first.start()
     assert first.settle(StopReason.END_TURN)
     first.seal()
-    assert first.closed and not first.cancelled
+    assert first.fenced and not first.cancelled
     with pytest.raises(TransitionError):
         first.seal()
 
@@ -192,7 +192,7 @@ async def test_a_claimed_turn_answers_cancelled_and_a_sealed_one_decides_nothing
     )  # the cancel came first: the outcome is `cancelled`, whatever the work says
     assert run.outcome == "cancelled"
     run.seal()
-    assert run.closed and run.cancelled
+    assert run.fenced and run.cancelled
     run.fail(RuntimeError("a late error of abandoned work"))
     assert not run.settle(StopReason.END_TURN)
     assert (run.outcome, run.error, run.state) == ("cancelled", None, RunState.SEALED)
@@ -208,7 +208,7 @@ async def test_a_prompt_claimed_before_it_started_never_starts() -> None:
     agent.interrupt(session.session_id)
     assert not run.start() and run.state is RunState.STOPPING
     run.seal()
-    assert run.outcome == "cancelled" and run.closed
+    assert run.outcome == "cancelled" and run.fenced
 
 
 @pytest.mark.parametrize(
