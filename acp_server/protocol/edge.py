@@ -1,5 +1,5 @@
 """The protocol side of the core's `Edge` (sessions/edge.py) for one ACP v1 connection: where a turn's events are
-rendered and sent, and the editor's side of its tools. The composition root (`AcpServer`) builds it and hands it to
+rendered and sent, and the editor's side of its tools. The composition root (`server.py`) builds it and hands it to
 the core inside the `TurnServices`.
 """
 

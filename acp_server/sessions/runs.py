@@ -2,8 +2,8 @@
 
 The defect this module exists to avoid (seed RFC-0023): an agent that keeps "the active run" in an instance field
 cancels the wrong session, or nothing, when several sessions run at once, and an interrupt that takes a lock held
-by the streaming turn never arrives. Here the `RunRegistry` holds frozen configuration and one lookup table, session
-id -> the running turn's `RunContext`; every piece of run state lives on that context, and `interrupt(session_id)` is
+by the streaming turn never arrives. Here the `RunRegistry` holds one lookup table, session id
+-> the running turn's `RunContext`; every piece of run state lives on that context, and `interrupt(session_id)` is
 synchronous: look up, mark stopping, cancel the turn's scope, return. No lock, no await, no fallback to "the only
 running session".
 
@@ -12,7 +12,7 @@ even from the same write, always finds it: a cancel binds to exactly the prompts
 of docs/interrupts.md I10). Prompts admitted behind a running turn wait in the session's admission queue.
 
 A turn's whole lifecycle is one `RunState` on its `RunContext`, moved only by named transitions that check the state
-they leave (admit, hand_over, start, claim_cancel, settle, seal, end); `sessions/turn.py` drives them from
+they leave (admit, hand_over, start, claim_cancel, settle, fail, seal, end); `sessions/turn.py` drives them from
 admission to release, and "cancelled" and "the fence is up" are read off the state, never kept beside it.
 
 A steering prompt (the `steer` policy) waits there too, marked `steers`: the running turn hands over to it at its

@@ -1,9 +1,9 @@
 """The server's frozen configuration: read once at start-up, shared by everything, changed by nothing.
 
 Per-turn state lives on the turn's run context and per-session state on the session (docs/architecture.md);
-this object holds only what a flag, an environment variable or the config file decided (cli.py merges them, in that
-order of precedence). The choices of the enumerated settings live here too, so the command line, the config file's
-checks and `doctor` agree on them without importing each other.
+this object holds only what a flag, an environment variable or the config file decided (settings/command_line.py
+merges them, in that order of precedence). The choices of the enumerated settings are the enums of
+settings/choices.py, so the command line, the config file's checks and `doctor` agree on them.
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """Settings that live outside the command line: where `config.toml` is, and the providers' credentials.
 
-Precedence is flags > environment > file > defaults (cli.py merges them; config_checks.py checks the file). The file
-sits in the user's config directory (`platformdirs`, e.g. `~/.config/acp-server/config.toml`), or wherever
-`ACP_SERVER_CONFIG` points. It is read at start-up (a missing file costs one failed `open`) and the provider tables
-again by `authenticate`, so a user who adds a key need not restart the editor. A broken file is reported, never
-rewritten.
+Precedence is flags > environment > file > defaults (settings/command_line.py merges them; settings/checks.py checks
+the file). The file sits in the user's config directory (`platformdirs`, e.g. `~/.config/acp-server/config.toml`),
+or wherever `ACP_SERVER_CONFIG` points. It is read at start-up (a missing file costs one failed `open`) and the
+provider tables again by `authenticate`, so a user who adds a key need not restart the editor. A broken file is
+reported, never rewritten.
 
     [providers.openai]
     api_key = "sk-..."              # or api_key_env = "MY_OPENAI_KEY"
@@ -112,7 +112,7 @@ MAX_ATTEMPTS = 10
 
 
 def timeout_value_problem(key: str, value: Any) -> str | None:
-    """What is wrong with a timeout key's value, in words, or None. config_checks reports it; the provider ignores
+    """What is wrong with a timeout key's value, in words, or None. settings/checks.py reports it; the provider ignores
     the value (its default applies)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         kinds = {bool: "true/false", str: "text", list: "a list", dict: "a table"}

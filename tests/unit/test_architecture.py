@@ -104,6 +104,56 @@ def test_every_layer_imports_only_what_its_rules_allow() -> None:
     assert not violations, "\n".join(f"{name} imports {target}" for name, target in violations)
 
 
+def update_builders() -> set[str]:
+    """Modules outside the protocol edge with a dict display keyed "sessionUpdate". Reading one (`.get`, a
+    comparison: the chat client, the transcript tools) is not building one."""
+    return {
+        name
+        for name, tree in modules()
+        if folder(name) != "protocol"
+        and any(
+            isinstance(node, ast.Dict)
+            and any(isinstance(key, ast.Constant) and key.value == "sessionUpdate" for key in node.keys)
+            for node in ast.walk(tree)
+        )
+    }
+
+
+def test_only_the_protocol_edge_builds_session_updates() -> None:
+    """The core emits typed events and the store keeps its own records; `protocol/` alone renders them for the wire."""
+    assert not sorted(update_builders())
+
+
+def test_only_the_composition_root_imports_the_test_machinery() -> None:
+    """The test-mode plug-in (acp_server/testmode/) is registered by `server.py`; the core never imports it."""
+    importers = sorted(
+        name
+        for name, targets in dependencies().items()
+        if folder(name) not in ("testmode", "server") and any(folder(target) == "testmode" for target in targets)
+    )
+    assert not importers, "import the test machinery: " + ", ".join(importers)
+
+
+def test_production_code_paths_carry_no_test_hooks() -> None:
+    """Only the composition root asks whether test mode is on (to register the plug-in), and no `_scripted/`
+    method is named outside the plug-in: the core behaves the same in either mode."""
+    for name, tree in modules():
+        if folder(name) in ("testmode", "server", "settings"):  # settings: where `test_mode` is read and checked
+            continue
+        docstrings: set[int] = set()
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+                first = node.body[0]
+                if isinstance(first, ast.Expr):
+                    docstrings.add(id(first.value))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and node.attr == "test_mode":
+                pytest.fail(f"{name} reads test_mode")
+            text = node.value if isinstance(node, ast.Constant) and id(node) not in docstrings else None
+            if isinstance(text, str) and "_scripted/" in text:
+                pytest.fail(f"{name} names {text!r}")
+
+
 def strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
     """Tarjan's algorithm, iterative: the groups of modules that reach each other (a cycle), largest first."""
     index: dict[str, int] = {}

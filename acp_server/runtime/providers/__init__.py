@@ -1,8 +1,8 @@
 """Model providers, one module per family. `open_provider` maps a `--model` spec to one, importing lazily.
 
-`echo` and `scripted` need nothing. `openai:MODEL` and `anthropic:MODEL` need credentials (settings.py); when a key
-is missing, `MissingCredentialsError` says exactly where to put it, and the server offers ACP authentication instead of
-failing (the user adds the key, then the editor calls `authenticate`).
+`echo` and `scripted` need nothing. `openai:MODEL` and `anthropic:MODEL` need credentials (settings/files.py); when a
+key is missing, `MissingCredentialsError` says exactly where to put it, and the server offers ACP authentication
+instead of failing (the user adds the key, then the editor calls `authenticate`).
 """
 
 from __future__ import annotations
