@@ -11,4 +11,7 @@ the agent's stdin/stdout, never by importing the server. `acp_server.chat.app.ma
 - `render`: session updates as lines of text; `style`: colours, diffs and plans.
 - `permissions`: permission requests answered at the keyboard, withdrawn by a cancel.
 - `session`: the conversation: handshake, turns, Ctrl-C.
+
+May import nothing of the server but the package's version: it is another program, and reaches the agent over
+the protocol only.
 """

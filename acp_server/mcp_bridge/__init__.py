@@ -12,6 +12,8 @@ Named `mcp_bridge` so it never shadows the SDK's `mcp` package. Importing this p
     hub.py         one session's servers; the tools of a turn and what the user must be told
     registry.py    every session's servers on a connection: shutdown at EOF, kill at exit
     probe.py       start a server, list its tools, stop it (for `acp-server doctor`)
+
+May import `runtime`, `settings` and the package's version (its client name); never `sessions` or `protocol`.
 """
 
 from __future__ import annotations

@@ -15,6 +15,8 @@ A package of small modules, one job each, from the plain values up to the store 
 - `store`: `SessionStore`, the store as the event loop sees it.
 
 Importing it imports `sqlite3`: the server imports it only when persistence is set up, never at start-up.
+
+May import `runtime` (the model's messages) and `settings` only: it knows no wire shapes.
 """
 
 from __future__ import annotations

@@ -6,4 +6,6 @@ a bug report, a regression test and a scenario of docs/interrupts.md can all be 
 (what a recording must never hold), `record` (`--record FILE`), `engine` and `agent_process` (replaying a transcript
 against a spawned agent), `replay` (the `acp-server replay` command) and `testing` (`assert_replays` for pytest).
 Nothing here is imported unless asked for: serving without `--record` never pays for it.
+
+May import `jsonrpc` (line framing) and `settings` only; it drives an agent as any client would.
 """
