@@ -34,6 +34,7 @@ __all__ = [
     "EditorTerminalRunner",
     "PermissionGate",
     "SplitFileSystem",
+    "tool_call_update",
     "tool_content",
 ]
 
@@ -43,6 +44,31 @@ ClientRequest = Callable[[str, dict[str, Any]], Awaitable[Any]]
 TERMINAL_OUTPUT_LIMIT = 256 * 1024
 # How long an answer to terminal/kill is awaited when no cleanup deadline is running (a command that timed out).
 KILL_ANSWER_WAIT = 5.0
+
+
+def tool_call_update(
+    call_id: str,
+    status: str | None,
+    content: Sequence[ToolContent] | None,
+    locations: Sequence[str] | None,
+    *,
+    raw_output: Any = None,
+    meta: Any = None,
+) -> dict[str, Any]:
+    """A `tool_call_update` with the fields that are set, in the order the client has always seen them: one builder
+    for the live turn (protocol/updates.py) and for a stored turn replayed (protocol/replay.py)."""
+    update: dict[str, Any] = {"sessionUpdate": "tool_call_update", "toolCallId": call_id}
+    if status is not None:
+        update["status"] = status
+    if content is not None:
+        update["content"] = [tool_content(c) for c in content]
+    if locations is not None:
+        update["locations"] = [{"path": path} for path in locations]
+    if raw_output is not None:
+        update["rawOutput"] = raw_output
+    if meta is not None:
+        update["_meta"] = meta
+    return update
 
 
 def tool_content(content: ToolContent) -> dict[str, Any]:

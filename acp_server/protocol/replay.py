@@ -14,7 +14,7 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from acp_server.protocol.editor import tool_content
+from acp_server.protocol.editor import tool_call_update
 from acp_server.runtime.model import DiffOutput, PlanEntry, TerminalOutput, TextOutput, ToolContent
 from acp_server.store.replay import ReplayEntry, TurnClosed, replay_entries
 from acp_server.store.turn_records import (
@@ -200,18 +200,9 @@ def _opened(entry: ToolCallOpened) -> dict[str, Any]:
 
 
 def _changed(entry: ToolCallChanged) -> dict[str, Any]:
-    update: dict[str, Any] = {"sessionUpdate": "tool_call_update", "toolCallId": entry.call_id}
-    if entry.status is not None:
-        update["status"] = entry.status
-    if entry.content is not None:
-        update["content"] = [tool_content(c) for c in entry.content]
-    if entry.locations is not None:
-        update["locations"] = [{"path": path} for path in entry.locations]
-    if entry.raw_output is not None:
-        update["rawOutput"] = entry.raw_output
-    if entry.meta is not None:
-        update["_meta"] = entry.meta
-    return update
+    return tool_call_update(
+        entry.call_id, entry.status, entry.content, entry.locations, raw_output=entry.raw_output, meta=entry.meta
+    )
 
 
 def _plan_shown(entry: PlanSet) -> dict[str, Any]:

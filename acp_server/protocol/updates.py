@@ -12,7 +12,7 @@ import uuid
 from typing import Any
 
 from acp_server.jsonrpc.connection import Connection
-from acp_server.protocol.editor import tool_content
+from acp_server.protocol.editor import tool_call_update, tool_content
 from acp_server.protocol.options import available_commands, config_options
 from acp_server.protocol.store_log import log_update
 from acp_server.runtime.model import (
@@ -104,15 +104,7 @@ class TurnUpdates:
             if event.locations:
                 update["locations"] = [{"path": path} for path in event.locations]
         elif isinstance(event, ToolCallUpdated):
-            update = {"sessionUpdate": "tool_call_update", "toolCallId": event.call_id}
-            if event.status is not None:
-                update["status"] = event.status
-            if event.content is not None:
-                update["content"] = [tool_content(c) for c in event.content]
-            if event.locations is not None:
-                update["locations"] = [{"path": path} for path in event.locations]
-            if event.meta is not None:
-                update["_meta"] = event.meta
+            update = tool_call_update(event.call_id, event.status, event.content, event.locations, meta=event.meta)
         elif isinstance(event, ToolCallFinished):
             shown = event.content if event.content is not None else (TextOutput(event.output),)
             update = {
