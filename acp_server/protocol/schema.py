@@ -41,6 +41,7 @@ __all__ = [
     "KeptObject",
     "ListSessionsRequest",
     "LoadSessionRequest",
+    "LogoutRequest",
     "Meta",
     "NewSessionRequest",
     "PermissionOptionKind",
@@ -181,6 +182,10 @@ class InitializeRequest(WireModel):
 
 class AuthenticateRequest(WireModel):
     method_id: str
+
+
+class LogoutRequest(WireModel):
+    pass
 
 
 class NewSessionRequest(WireModel):
