@@ -4,6 +4,7 @@ block represented, none silently dropped) and as the store keeps them.
 
 from __future__ import annotations
 
+from typing import Any
 from urllib.parse import unquote, urlparse
 
 from acp_server.protocol.schema import ClientCapabilities, EmbeddedResource, PromptRequest, ResourceLink, TextContent
@@ -52,4 +53,17 @@ def prompt_text(request: PromptRequest) -> str:
 
 
 def client_tools(capabilities: ClientCapabilities) -> ClientTools:
-    return ClientTools(capabilities.fs.read_text_file, capabilities.fs.write_text_file, capabilities.terminal)
+    session, elicitation = capabilities.session, capabilities.elicitation
+    return ClientTools(
+        capabilities.fs.read_text_file,
+        capabilities.fs.write_text_file,
+        capabilities.terminal,
+        notices=_advertised(session, "notices"),
+        compaction=_advertised(session, "compaction"),
+        elicitation=_advertised(elicitation, "form"),
+    )
+
+
+def _advertised(capabilities: Any, name: str) -> bool:
+    """ACP: `{}` advertises a capability; omitted, `null` or malformed means it is not."""
+    return isinstance(capabilities, dict) and isinstance(capabilities.get(name), dict)

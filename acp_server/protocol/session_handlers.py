@@ -27,7 +27,7 @@ from acp_server.protocol.schema import (
     SetSessionConfigOptionRequest,
     SetSessionModeRequest,
 )
-from acp_server.sessions.edge import CommandsAvailable, ConfigChanged, ModeChanged
+from acp_server.sessions.edge import CommandsAvailable, ConfigChanged, ModeChanged, TitleChanged
 from acp_server.sessions.options import MODE_OPTION, MODEL_OPTION, PROMPT_POLICY_OPTION, SLASH_COMMANDS
 from acp_server.sessions.runs import Session
 from acp_server.settings.choices import PermissionMode, PromptPolicy
@@ -87,9 +87,10 @@ def _check_directories(cwd: str, additional_directories: list[str]) -> None:
             raise RpcError(ErrorCode.INVALID_PARAMS, f"Invalid params: {where}: not a directory: {directory!r}")
 
 
-def _opened(context: RequestContext, session: Session) -> dict[str, Any]:
-    """Register a session and answer with its modes and options; its commands follow the response (the client
-    learns the session id from the response)."""
+def _opened(context: RequestContext, session: Session, *, replayed: bool = False) -> dict[str, Any]:
+    """Register a session and answer with its modes and options. Its commands follow the response (the client
+    learns the session id from the response), except after a replay (`session/load`): there the commands and the
+    title belong to the replay, before the response, and nothing follows it."""
     parts = context.parts
     replaced = parts.sessions.get(session.session_id)
     if replaced is not None and replaced.mcp is not None:
@@ -100,7 +101,12 @@ def _opened(context: RequestContext, session: Session) -> dict[str, Any]:
     if servers:
         parts.processes.adopt_orphans()  # stdio MCP servers are children too: their orphans must come to us
     session.mcp = parts.mcp.open(servers, session.cwd, (session.cwd, *session.additional_directories))
-    context.after.append(lambda: _announce_commands(parts, session))
+    if replayed:
+        _announce_commands(parts, session)
+        if session.title is not None:
+            parts.turns.edge.session_event(session.session_id, TitleChanged(session.title))
+    else:
+        context.after.append(lambda: _announce_commands(parts, session))
     return {"modes": modes(session.mode), "configOptions": _config_options(parts, session)}
 
 
@@ -144,10 +150,11 @@ async def _restore(context: RequestContext, params: LoadSessionRequest, *, repla
         prompt_policy=_known(PromptPolicy, stored_policy, parts.config.prompt_policy),
     )
     if replay:
-        # The whole conversation, before the response (ACP); C3 exempts this replay from the turn rule.
-        for update in replay_updates(loaded):
+        # The whole conversation, before the response (ACP); C3 exempts this replay from the turn rule. The usage
+        # the session last reported is in it (stored as sent); the commands and the title close it (`_opened`).
+        for update in replay_updates(loaded, notices=session.client.notices):
             parts.connection.notify("session/update", {"sessionId": session.session_id, "update": update})
-    return _opened(context, session)
+    return _opened(context, session, replayed=replay)
 
 
 async def session_fork(context: RequestContext, params: LoadSessionRequest) -> dict[str, Any]:

@@ -14,8 +14,10 @@ from typing import Any
 from acp_server.jsonrpc.connection import Connection
 from acp_server.protocol.editor import tool_call_update, tool_content
 from acp_server.protocol.options import available_commands, config_options
+from acp_server.protocol.schema import notice_update
 from acp_server.protocol.store_log import log_update
 from acp_server.runtime.model import (
+    Compaction,
     Notice,
     PlanUpdated,
     ReplyStarted,
@@ -31,18 +33,19 @@ from acp_server.runtime.model import (
 from acp_server.sessions.edge import CommandsAvailable, ConfigChanged, ModeChanged, SessionEvent, TitleChanged
 from acp_server.sessions.runs import RunContext
 
-__all__ = ["TurnUpdates", "log_update", "session_update"]
+__all__ = ["TurnUpdates", "compaction_update", "log_update", "session_update"]
 
 
 class TurnUpdates:
     """One turn's events as `session/update`s, through the fence (the `TurnSink` of `sessions/edge.py`)."""
 
-    __slots__ = ("_connection", "_message_id", "_run", "_session_id", "_thought_id")
+    __slots__ = ("_client", "_connection", "_message_id", "_run", "_session_id", "_thought_id")
 
     def __init__(self, connection: Connection, run: RunContext) -> None:
         self._connection = connection
         self._run = run
         self._session_id = run.session_id
+        self._client = run.session.client
         self._message_id = ""
         self._thought_id = ""
 
@@ -75,11 +78,14 @@ class TurnUpdates:
                 "messageId": self._message_id,
             }
         elif type(event) is Notice:
-            update = {
-                "sessionUpdate": "agent_message_chunk",
-                "content": {"type": "text", "text": event.text},
-                "messageId": f"msg_{uuid.uuid4().hex}",
-            }
+            update = self._notice(event)
+        elif type(event) is Compaction:
+            if self._client.compaction:
+                update = compaction_update(event)
+            elif event.notice is not None:
+                update = self._notice(event.notice)
+            else:
+                return None  # its start, or its failure: the turn's error says what went wrong
         elif type(event) is ThoughtDelta:
             update = {
                 "sessionUpdate": "agent_thought_chunk",
@@ -125,6 +131,32 @@ class TurnUpdates:
         else:  # pragma: no cover - the event union is closed
             raise TypeError(f"unknown turn event {event!r}")
         return update
+
+    def _notice(self, event: Notice) -> dict[str, Any]:
+        """A `notice` where the client advertised `session.notices`, else a message of its own, as before."""
+        if self._client.notices:
+            return notice_update(
+                event.title or event.text.strip(), event.text.strip() if event.title else None, event.severity
+            )
+        return {
+            "sessionUpdate": "agent_message_chunk",
+            "content": {"type": "text", "text": event.text},
+            "messageId": f"msg_{uuid.uuid4().hex}",
+        }
+
+
+def compaction_update(event: Compaction) -> dict[str, Any]:
+    """ACP `compaction_update` (only for a client that advertised `session.compaction`): the compaction by its id."""
+    update: dict[str, Any] = {
+        "sessionUpdate": "compaction_update",
+        "compactionId": event.compaction_id,
+        "status": event.status,
+    }
+    if event.summary is not None:
+        update["summary"] = [{"type": "text", "text": event.summary}]
+    if event.error is not None:
+        update["error"] = event.error
+    return update
 
 
 def session_update(event: SessionEvent) -> dict[str, Any]:
