@@ -9,11 +9,17 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from acp_server.jsonrpc.connection import Connection
-from acp_server.protocol.editor import EditorFileSystem, EditorTerminalRunner, PermissionGate, SplitFileSystem
+from acp_server.protocol.editor import (
+    EditorFileSystem,
+    EditorQuestions,
+    EditorTerminalRunner,
+    PermissionGate,
+    SplitFileSystem,
+)
 from acp_server.protocol.updates import TurnUpdates, session_update
 from acp_server.runtime.local_commands import LocalCommandRunner
 from acp_server.runtime.local_fs import LocalFileSystem
-from acp_server.runtime.ports import CommandRunner
+from acp_server.runtime.ports import CommandRunner, NoQuestions, Questions
 from acp_server.runtime.processes import ProcessTable
 from acp_server.sessions.edge import Ports, SessionEvent
 from acp_server.sessions.runs import RunContext
@@ -65,4 +71,7 @@ class AcpEdge:
             if session.client.terminals
             else LocalCommandRunner(self._processes, deadline)
         )
-        return Ports(fs, commands, PermissionGate(session, request, on_behalf_of), request)
+        questions: Questions = (
+            EditorQuestions(request, session.session_id, on_behalf_of) if session.client.elicitation else NoQuestions()
+        )
+        return Ports(fs, commands, PermissionGate(session, request, on_behalf_of), request, questions)

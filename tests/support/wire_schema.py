@@ -56,6 +56,7 @@ AGENT_TO_CLIENT = {
     "session/request_permission",
     "fs/read_text_file",
     "fs/write_text_file",
+    "elicitation/create",
 } | {f"terminal/{verb}" for verb in ("create", "output", "release", "wait_for_exit", "kill")}
 
 
