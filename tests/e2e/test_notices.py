@@ -181,3 +181,28 @@ async def test_nothing_follows_the_load_response_commands_and_title_belong_to_th
     [info] = [u for u in before if u["sessionUpdate"] == "session_info_update"]
     assert info["title"] == "Release notes"
     assert kinds.index("user_message_chunk") < kinds.index("available_commands_update")
+
+
+async def test_the_usage_a_session_reported_is_replayed_before_the_load_response(
+    start_server: StartServer, model: FakeOpenAI, tmp_path: Path
+) -> None:
+    config = tmp_path / "config.toml"
+    config.write_text("[providers.openai]\ncontext_window = 1000\n")
+    model.set_default(text_reply("an answer", usage=(300, 20)))
+    env = {"OPENAI_API_KEY": "sk-test", "ACP_SERVER_CONFIG": str(config), "ACP_SERVER_STATE_DIR": str(tmp_path)}
+    args = ("--model", "openai:fake", "--base-url", model.base_url)
+    first = await start_server(*args, env=env)
+    await first.initialize()
+    session = await first.new_session(str(tmp_path))
+    await first.call("session/prompt", ask(session, "hi"), timeout=scaled(30))
+    [used] = first.updates(session, "usage_update")
+    await first.close()
+
+    second = await start_server(*args, env=env)
+    await second.initialize()
+    request_id = await second.request("session/load", {"sessionId": session, "cwd": str(tmp_path), "mcpServers": []})
+    assert "result" in await second.response(request_id)
+    await asyncio.sleep(W_QUIET)
+    at = next(i for i, m in enumerate(second.received) if is_response(m, request_id))
+    assert [m for m in second.received[at + 1 :] if m.get("method") == "session/update"] == []
+    assert second.updates(session, "usage_update") == [used]
