@@ -54,6 +54,11 @@ def check_media(request: PromptRequest, model: str, accepts: frozenset[str]) -> 
                 f"{where}: {kind} content is not supported by the model {model}; if it takes {kind}s, list it in "
                 f'config.toml as models = [{{ model = "{model}", input = ["text", "{kind}"] }}] (README, Images)',
             )
+        if kind == "image" and block.mime_type not in IMAGE_TYPES.values():
+            raise RpcError(
+                ErrorCode.INVALID_PARAMS,
+                f"{where}: mimeType {block.mime_type!r}: the models take PNG, JPEG, GIF and WebP images",
+            )
         if not block.mime_type.startswith(f"{kind}/"):
             raise RpcError(ErrorCode.INVALID_PARAMS, f"{where}: mimeType {block.mime_type!r} is not an {kind} type")
         try:

@@ -123,6 +123,29 @@ async def test_a_pasted_image_reaches_the_openai_model_as_a_data_url_part(
     assert "".join(client.texts(session)) == "a red dot"
 
 
+async def test_a_sound_reaches_an_openai_model_set_to_take_audio_and_a_malformed_block_is_refused(
+    start_server: StartServer, openai: FakeOpenAI, tmp_path: Path, workdir: Path
+) -> None:
+    openai.script(fake_openai.text_reply("a beep"))
+    config = 'models = [{ model = "openai:gpt-audio", input = ["text", "audio"] }]\n'
+    client, initialized = await openai_agent(start_server, openai, tmp_path, spec="openai:gpt-audio", config=config)
+    assert prompt_capabilities(initialized) == {"image": False, "audio": True, "embeddedContext": True}
+    session = await client.new_session(str(workdir))
+    sound = {"type": "audio", "mimeType": "audio/mpeg", "data": base64.b64encode(b"ID3beep").decode()}
+    for bad, why in (
+        ({**sound, "data": "not base64!"}, "prompt.1: data is not base64"),
+        ({**sound, "mimeType": "image/png"}, "prompt.1: mimeType 'image/png' is not an audio type"),
+        (IMAGE, "prompt.1: image content is not supported by the model openai:gpt-audio"),
+    ):
+        refused = await prompt(client, session, [{"type": "text", "text": "hear"}, bad])
+        assert refused["error"]["code"] == -32602 and why in refused["error"]["message"], refused
+    assert openai.requests == []
+    assert (await prompt(client, session, [{"type": "text", "text": "hear"}, sound]))["result"][
+        "stopReason"
+    ] == "end_turn"
+    assert fake_openai.images_sent(openai.requests[0]) == [("user", "mp3", b"ID3beep")]
+
+
 async def test_a_pasted_image_reaches_the_anthropic_model_as_a_base64_block(
     start_server: StartServer, anthropic: FakeAnthropic, tmp_path: Path, workdir: Path
 ) -> None:
@@ -139,6 +162,10 @@ async def test_a_pasted_image_reaches_the_anthropic_model_as_a_base64_block(
         {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PNG_B64}},
     ]
     assert fake_anthropic.images_sent(anthropic.requests[0]) == [("user", "image/png", PNG)]
+    svg = {"type": "image", "mimeType": "image/svg+xml", "data": base64.b64encode(b"<svg/>").decode()}
+    refused = await prompt(client, session, [svg])
+    assert refused["error"]["code"] == -32602 and "PNG, JPEG, GIF and WebP" in refused["error"]["message"]
+    assert not any("image/svg+xml" in str(r.body) for r in anthropic.requests)  # (a title request may follow)
 
 
 async def test_a_linked_image_file_is_read_beneath_the_session_directories_and_an_embedded_blob_is_sent(
