@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from acp_server.runtime.attachments import MAX_IMAGE_BYTES
 from tests.conftest import StartServer
 from tests.support import fake_anthropic, fake_openai
 from tests.support.fake_anthropic import FakeAnthropic
@@ -177,6 +178,7 @@ async def test_a_linked_image_file_is_read_beneath_the_session_directories_and_a
     outside = tmp_path / "secret.png"
     outside.write_bytes(PNG)
     (workdir / "sneaky.png").symlink_to(outside)
+    (workdir / "huge.png").write_bytes(PNG + bytes(MAX_IMAGE_BYTES))
     openai.script(fake_openai.text_reply("seen"))
     client, _ = await openai_agent(start_server, openai, tmp_path)
     session = await client.new_session(str(workdir))
@@ -188,6 +190,7 @@ async def test_a_linked_image_file_is_read_beneath_the_session_directories_and_a
         link(workdir / "notes.png"),
         link(outside),
         link(workdir / "sneaky.png"),
+        link(workdir / "huge.png"),
         embedded,
     ]
     assert (await prompt(client, session, blocks))["result"] == {"stopReason": "end_turn"}
@@ -203,6 +206,9 @@ async def test_a_linked_image_file_is_read_beneath_the_session_directories_and_a
     assert f"[The image {outside} is not shown: " in text
     assert f"[The image {workdir / 'sneaky.png'} is not shown: " in text
     assert text.count("outside the session's directories") == 2
+    assert (
+        f"[The image {workdir / 'huge.png'} is not shown: " in text and f"larger than {MAX_IMAGE_BYTES} bytes" in text
+    )
     assert "[The user attached the image file:///x/dot.png (image/png)]" in text
 
 
