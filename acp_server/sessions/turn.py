@@ -172,6 +172,10 @@ async def _work(services: TurnServices, run: RunContext) -> None:
                     )
                 )
 
+            # Read before the turn touches the history (a linked image file is read from disk): a cancel while it
+            # is read leaves the history as it was.
+            # (A slash command is one text block: it has no attachments to read.)
+            user_message = await _user_message(text, run.prompt, session)
             run.messages = list(session.history)
             run.turn_start = len(run.messages)
             if command is not None:
@@ -185,7 +189,7 @@ async def _work(services: TurnServices, run: RunContext) -> None:
             else:
                 model_turn = open_model("")
                 session.turns_started += 1
-                run.messages.append(await _user_message(text, run.prompt, session))
+                run.messages.append(user_message)
                 run.turn_start = len(run.messages)
                 ports = tool_ports(services, run)
                 children = ChildSessions(services, run, run, tools)
