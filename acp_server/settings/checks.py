@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from acp_server.settings.config import LOG_LEVELS, PERMISSION_MODE_IDS, PROMPT_POLICY_IDS
+from acp_server.settings.config import LOG_LEVELS, PERMISSION_MODE_IDS, PROMPT_POLICY_IDS, SANDBOX_MODE_IDS
 from acp_server.settings.files import DEFAULT_TIMEOUTS, KEY_VARIABLES, TIMEOUT_KEYS, timeout_value_problem
 
 __all__ = ["FILE_ONLY_FORBIDDEN", "MODEL_FAMILIES", "FileSettings", "Problem", "load_settings", "model_spec_problem"]
@@ -219,6 +219,8 @@ class _Checker:
             "store": _bool,
             "log_level": _choice(LOG_LEVELS),
             "log_file": paths.log_file,
+            "sandbox": _choice(SANDBOX_MODE_IDS),
+            "sandbox_network": _bool,
         }
         self.paths = paths
 
