@@ -47,6 +47,8 @@ log = logging.getLogger(__name__)
 
 # The Landlock ABI that can refuse TCP bind and connect.
 NETWORK_ABI = 4
+# The system call's number, the same on every architecture that has it.
+_SYS_LANDLOCK_CREATE_RULESET = 444
 # Writable in workspace-write besides the roots and the temp directory: POSIX shared memory and semaphores.
 _SHARED_MEMORY = "/dev/shm"
 
@@ -70,10 +72,7 @@ def landlock_support() -> Support:
         import landlockpy
     except ImportError as exc:
         return Support(0, f"the landlockpy package cannot be imported ({exc}): pip install landlockpy")
-    try:
-        abi = landlockpy.abi_version()
-    except OSError as exc:
-        return Support(0, f"the kernel refused to say whether it has Landlock ({exc})")
+    abi = _landlock_abi()
     if abi < 1:
         return Support(
             0,
@@ -81,6 +80,21 @@ def landlock_support() -> Support:
             "enabled (CONFIG_SECURITY_LANDLOCK, and `landlock` in the lsm= boot list)",
         )
     return Support(abi, package_dir=str(Path(landlockpy.__file__).resolve().parent.parent))
+
+
+def _landlock_abi() -> int:
+    """landlock_create_ruleset(NULL, 0, LANDLOCK_CREATE_RULESET_VERSION): the kernel's Landlock ABI, or 0 (ENOSYS: too
+    old; EOPNOTSUPP: disabled at boot). Asked directly rather than through landlockpy, whose libc lookup
+    (ctypes.util.find_library) runs `ldconfig -p`: a child process the server's start-up need not pay for."""
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.syscall.restype = ctypes.c_long
+        answer = int(libc.syscall(_SYS_LANDLOCK_CREATE_RULESET, None, ctypes.c_size_t(0), ctypes.c_uint32(1)))
+    except (OSError, AttributeError):
+        return 0
+    return max(answer, 0)
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from acp_server.runtime.sandbox import NETWORK_ABI, landlock_support
@@ -141,7 +142,7 @@ async def test_workspace_write_lets_commands_write_only_in_the_roots_and_the_tem
         refused(outcome, "workspace-write")
     assert not (places.home / ".bashrc").exists()
     assert not (places.home / ".profile").exists()
-    assert not etc_file.exists()
+    assert not await anyio.Path(etc_file).exists()
     assert list(places.elsewhere.iterdir()) == []
 
 

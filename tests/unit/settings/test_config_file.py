@@ -165,6 +165,28 @@ SETTINGS = [
         (True, None),
         lambda c: (c.log_to_file, c.log_file),
     ),
+    Setting(
+        "sandbox",
+        'sandbox = "read-only"',
+        "read-only",
+        ("ACP_SERVER_SANDBOX", "off"),
+        "off",
+        ["--sandbox", "workspace-write"],
+        "workspace-write",
+        "workspace-write",
+        lambda c: c.sandbox,
+    ),
+    Setting(
+        "sandbox_network",
+        "sandbox_network = false",
+        False,
+        ("ACP_SERVER_SANDBOX_NETWORK", "1"),
+        True,
+        ["--no-sandbox-network"],
+        False,
+        True,
+        lambda c: c.sandbox_network,
+    ),
 ]
 
 
