@@ -8,6 +8,7 @@ everything it starts, with no privileges and no namespaces. The `sandbox` settin
   `cwd` and additional directories), the temp directory (`$TMPDIR`, `/tmp`) and `/dev/shm` may be written, plus
   the harmless devices (`/dev/null`, `/dev/zero`, `/dev/full`, the terminal). `~/.bashrc`, `/etc`, another
   project: refused (EACCES), for the command and for everything it starts, for ever.
+  `sandbox_writable` names more directories (`~/.cache`, `~/.cargo`: tools that insist on their caches).
 - `read-only`: nothing may be written but those devices.
 - `off`: as before, the user's full rights.
 
@@ -106,13 +107,15 @@ class Sandbox:
     network: bool
     abi: int
     package_dir: str
+    # More directories writable in workspace-write (the `sandbox_writable` setting).
+    extra: tuple[str, ...] = ()
 
     def command(self, argv: Sequence[str], roots: Sequence[Path]) -> list[str]:
         """`argv` run by the launcher, confined to write only in `roots` and the temp directory (workspace-write)
         or nowhere (read-only)."""
         writable: list[str] = []
         if self.mode is SandboxMode.WORKSPACE_WRITE:
-            writable = [*dict.fromkeys([*(str(root) for root in roots), *_temp_dirs()])]
+            writable = [*dict.fromkeys([*(str(root) for root in roots), *_temp_dirs(), *self.extra])]
             _warn_if_launcher_writable(tuple(writable), self.package_dir)
         args = [f"--write={path}" for path in writable]
         if not self.network:
@@ -123,6 +126,8 @@ class Sandbox:
         """What it does, for `doctor`, the start-up log and the model."""
         if self.mode is SandboxMode.WORKSPACE_WRITE:
             what = "local commands may write only in the session's directories and the temp directory"
+            if self.extra:
+                what += f" (and {', '.join(self.extra)})"
         else:
             what = "local commands may write nothing"
         if self.network:
@@ -150,7 +155,7 @@ def sandbox_for(config: Config, support: Support | None = None) -> Sandbox | Non
             found.reason,
         )
         return None
-    sandbox = Sandbox(config.sandbox, config.sandbox_network, found.abi, found.package_dir)
+    sandbox = _sandbox(config, found)
     if not config.sandbox_network and found.abi < NETWORK_ABI:
         log.warning("sandbox: %s", sandbox.words())
     else:
@@ -165,8 +170,12 @@ def describe(config: Config, support: Support | None = None) -> tuple[bool, str]
     found = landlock_support() if support is None else support
     if found.abi < 1:
         return False, f"not possible here: {found.reason}; local commands run with your full rights"
-    words = Sandbox(config.sandbox, config.sandbox_network, found.abi, found.package_dir).words()
+    words = _sandbox(config, found).words()
     return True, f"{words} (commands an editor runs in its own terminals are not confined by acp-server)"
+
+
+def _sandbox(config: Config, found: Support) -> Sandbox:
+    return Sandbox(config.sandbox, config.sandbox_network, found.abi, found.package_dir, config.sandbox_writable)
 
 
 def _temp_dirs() -> list[str]:

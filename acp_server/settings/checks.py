@@ -184,6 +184,9 @@ class _Paths:
     def path(self, value: Any) -> str:
         return str(self.base / Path(_text(value)).expanduser())
 
+    def paths(self, value: Any) -> list[str]:
+        return [self.path(item) for item in _texts(value)]
+
     def log_file(self, value: Any) -> str | bool:
         if isinstance(value, bool):
             return value
@@ -221,6 +224,7 @@ class _Checker:
             "log_file": paths.log_file,
             "sandbox": _choice(SANDBOX_MODE_IDS),
             "sandbox_network": _bool,
+            "sandbox_writable": paths.paths,
         }
         self.paths = paths
 

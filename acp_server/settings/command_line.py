@@ -123,6 +123,13 @@ def _parser(
         "(env ACP_SERVER_SANDBOX_NETWORK=0; file: sandbox_network = false)",
     )
     add(
+        "--sandbox-writable",
+        action="append",
+        metavar="DIR",
+        help="one more directory sandboxed commands may write in workspace-write, e.g. ~/.cache; repeat for more "
+        f"(env ACP_SERVER_SANDBOX_WRITABLE, separated by {os.pathsep!r}; file: sandbox_writable = [...])",
+    )
+    add(
         "--cleanup-deadline",
         type=_non_negative_seconds,
         metavar="SECONDS",
@@ -220,6 +227,11 @@ class _Merge:
         raise ValueError(f"must be one of {', '.join((*_TRUE, *_FALSE))}")
 
 
+def _paths(text: str) -> list[str]:
+    """A list of directories in one variable, separated like PATH."""
+    return [part for part in text.split(os.pathsep) if part.strip()]
+
+
 def _log_file(flag: Any, env: Mapping[str, str], file: FileSettings) -> tuple[bool, str | None]:
     """(log to a file?, which one; None = the default place). flag > ACP_SERVER_LOG_FILE > file > on, default."""
     if flag is False:
@@ -291,6 +303,10 @@ def load(
                 SandboxMode.WORKSPACE_WRITE,
                 pick.choice(SANDBOX_MODE_IDS),
             )
+        ),
+        sandbox_writable=tuple(
+            os.path.abspath(os.path.expanduser(path))
+            for path in pick(args.sandbox_writable, "ACP_SERVER_SANDBOX_WRITABLE", "sandbox_writable", [], _paths)
         ),
         sandbox_network=pick(
             args.sandbox_network, "ACP_SERVER_SANDBOX_NETWORK", "sandbox_network", True, _Merge.switch

@@ -90,3 +90,5 @@ class Config:
     sandbox: SandboxMode = SandboxMode.WORKSPACE_WRITE
     # Whether sandboxed commands may use the network (off: TCP bind and connect refused, where the kernel can).
     sandbox_network: bool = True
+    # More directories sandboxed commands may write in workspace-write (caches: `~/.cache`, `~/.cargo`), absolute.
+    sandbox_writable: tuple[str, ...] = ()

@@ -171,6 +171,17 @@ async def test_read_only_refuses_writes_in_the_roots_and_the_temp_directory_but_
     assert (places.root / "readme.txt").read_text() == "kept\n"
 
 
+@needs_landlock
+async def test_a_directory_named_by_sandbox_writable_is_writable_too(start_server: StartServer, places: Places) -> None:
+    cache = places.home / ".cache"
+    cache.mkdir()
+    client = await start(start_server, places, "--sandbox-writable", str(cache))
+    session_id = await session_in(client, places)
+    cached, elsewhere = await run_all(client, session_id, ["echo kept > ~/.cache/f", f"echo x > {places.elsewhere}/f"])
+    assert cached[0] == 0 and (cache / "f").read_text() == "kept\n", cached
+    refused(elsewhere, "workspace-write")
+
+
 def _listener() -> socket.socket:
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
