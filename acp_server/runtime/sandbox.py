@@ -69,6 +69,8 @@ def landlock_support() -> Support:
     """Asked once per process (a system call, and ctypes): whether Landlock can confine a command here."""
     if sys.platform != "linux":
         return Support(0, f"Landlock is a Linux feature and this is {sys.platform}")
+    if not sys.executable:
+        return Support(0, "this Python (embedded) names no interpreter to start the sandbox's launcher with")
     try:
         import landlockpy
     except ImportError as exc:
@@ -189,7 +191,7 @@ def _boot(package_dir: str) -> str:
     """The launcher's `-c` program: the path to this package and to landlockpy, set by hand since `-S` skips
     site-packages, then the launcher's main."""
     here = str(Path(__file__).resolve().parents[2])
-    path = list(dict.fromkeys([here, package_dir]))
+    path = [entry for entry in dict.fromkeys([here, package_dir]) if entry]  # never "": the current directory
     return f"import sys;sys.path[:0]={path!r};from acp_server.runtime.sandbox_exec import main;main(sys.argv[1:])"
 
 
