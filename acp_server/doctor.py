@@ -282,7 +282,8 @@ def check_log_file(config: Config) -> Check:
 
 
 def check_sandbox(config: Config) -> Check:
-    """OK when local commands are confined; WARN when they run with the user's rights (asked for, or no choice)."""
+    """OK when local commands are confined as asked; WARN when they run with the user's rights (asked for, or no
+    choice), or when the network was to be closed and the kernel cannot."""
     from acp_server.runtime.sandbox import describe
 
     active, words = describe(config)

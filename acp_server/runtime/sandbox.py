@@ -166,14 +166,16 @@ def sandbox_for(config: Config, support: Support | None = None) -> Sandbox | Non
 
 
 def describe(config: Config, support: Support | None = None) -> tuple[bool, str]:
-    """(active?, in words) for `doctor`: the same decision as `sandbox_for`, without the log."""
+    """(all that was asked for in force?, in words) for `doctor`: the same decision as `sandbox_for`, without the
+    log. False when commands are unconfined, or when the network was to be closed and the kernel cannot."""
     if config.sandbox is SandboxMode.OFF:
         return False, "off: local commands run with your full rights"
     found = landlock_support() if support is None else support
     if found.abi < 1:
         return False, f"not possible here: {found.reason}; local commands run with your full rights"
     words = _sandbox(config, found).words()
-    return True, f"{words} (commands an editor runs in its own terminals are not confined by acp-server)"
+    complete = config.sandbox_network or found.abi >= NETWORK_ABI
+    return complete, f"{words} (commands an editor runs in its own terminals are not confined by acp-server)"
 
 
 def _sandbox(config: Config, found: Support) -> Sandbox:

@@ -49,6 +49,8 @@ def test_a_kernel_that_cannot_refuse_tcp_is_said_to_leave_the_network_open(caplo
         sandbox = sandbox_for(Config(sandbox_network=False), Support(3, package_dir="/x"))
     assert sandbox is not None and not sandbox.network
     assert "network NOT restricted" in caplog.records[0].getMessage()
+    complete, words = describe(Config(sandbox_network=False), Support(3, package_dir="/x"))
+    assert not complete and "workspace-write through Landlock ABI 3" in words  # doctor's WARN: half of what was asked
 
 
 def test_the_launcher_gets_the_roots_and_temp_dirs_in_workspace_write_and_nothing_in_read_only(tmp_path: Path) -> None:
