@@ -16,7 +16,11 @@ everything it starts, with no privileges and no namespaces. The `sandbox` settin
 ABI 10) and, from ABI 6, connecting to abstract Unix sockets outside the sandbox. Landlock does not confine
 connecting to a Unix socket by path before ABI 9 (the D-Bus session bus, a tmux, docker or ssh-agent socket):
 a service outside the sandbox reached that way acts with its own rights. Set-user-ID programs (`sudo`) gain nothing
-inside (no_new_privs).
+inside (no_new_privs). On ABI 1 (Linux 5.13 to 5.18) moving or linking a file into another directory is refused even
+inside the roots (EXDEV); ABI 2 allows it.
+
+The cost: the launcher is a second Python start per command, about 70 ms of CPU (most of it importing landlockpy,
+whose libc lookup runs `ldconfig -p`), small beside a model's turn.
 
 Where no sandbox is possible (not Linux, a kernel before 5.13 or without Landlock enabled, the package missing),
 commands run as before; `sandbox_for` says so on stderr when the server starts, and `doctor` reports it.
