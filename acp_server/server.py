@@ -20,6 +20,7 @@ from acp_server.protocol.context import Parts
 from acp_server.protocol.dispatcher import AcpDispatcher
 from acp_server.protocol.edge import AcpEdge
 from acp_server.protocol.handlers import METHODS, NOTIFICATIONS
+from acp_server.protocol.model_choices import ModelChoices
 from acp_server.protocol.plugins import Plugin, observer_of
 from acp_server.protocol.providers import AuthState, ProviderCache
 from acp_server.protocol.session_table import Handshake, SessionTable
@@ -115,7 +116,7 @@ def build_server(
             lambda: store.current,
             observer_of(plugins),
         ),
-        models=tuple(dict.fromkeys([config.model, *config.models])),
+        models=ModelChoices(config, providers, connection.spawn),
         extension_notifications=tuple(method for method in notifications if method.startswith("_")),
     )
     dispatcher = AcpDispatcher(parts, methods=methods, notifications=notifications, on_exit=on_exit)

@@ -31,6 +31,7 @@ from acp_server.protocol.schema import (
     WireModel,
 )
 from acp_server.protocol.session_handlers import (
+    discover_models,
     session_close,
     session_delete,
     session_fork,
@@ -60,6 +61,8 @@ async def initialize(context: RequestContext, params: InitializeRequest) -> dict
     # The client's capabilities were recorded in AcpDispatcher.prepare, in reader order.
     # ACP: answer the requested version if supported, else the latest we support. We speak exactly version 1.
     stored = context.parts.config.store  # loading, listing and resuming need the session store
+    # The endpoints' models lists, cached or asked for in the background: a session/new right behind offers them.
+    context.after.append(lambda: discover_models(context.parts))
     return {
         "protocolVersion": PROTOCOL_VERSION,
         "agentCapabilities": {

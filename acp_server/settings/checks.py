@@ -209,6 +209,7 @@ class _Checker:
         self.top: dict[str, Callable[[Any], Any]] = {
             "model": _model,
             "models": _models,
+            "model_discovery": _bool,
             "base_url": _url,
             "permission_mode": _choice(PERMISSION_MODE_IDS),
             "prompt_policy": _choice(PROMPT_POLICY_IDS),

@@ -141,6 +141,12 @@ def _parser(
         "(env ACP_SERVER_NO_STORE=1; file: store = false)",
     )
     add(
+        "--model-discovery",
+        action=argparse.BooleanOptionalAction,
+        help="offer the models the configured endpoints list besides the configured ones (default on; "
+        "--no-model-discovery asks no endpoint; env ACP_SERVER_MODEL_DISCOVERY=0; file: model_discovery = false)",
+    )
+    add(
         "--log-level",
         choices=LOG_LEVELS,
         help="for stderr and the log file (default warning; env ACP_SERVER_LOG; file: log_level)",
@@ -292,6 +298,9 @@ def load(
             _non_negative_seconds,
         ),
         models=tuple(file.values.get("models", ())),
+        model_discovery=pick(
+            args.model_discovery, "ACP_SERVER_MODEL_DISCOVERY", "model_discovery", True, _Merge.switch
+        ),
         held_secrets=tuple(held_secrets(file.raw, env)),
         secret_variables=tuple(secret_variables(file.raw)),
         env_deny=file.env_deny,

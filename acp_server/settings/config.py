@@ -74,6 +74,9 @@ class Config:
     mcp_start_wait: float = DEFAULT_MCP_START_WAIT
     # The choices of the `model` config option besides `model` itself (the file's `models = [...]`).
     models: tuple[str, ...] = ()
+    # Whether the endpoints of the configured models are asked for their models lists, which then join the `model`
+    # option's choices (cached in the state directory; `--no-model-discovery` turns it off).
+    model_discovery: bool = True
     # The secrets the server itself holds (settings.held_secrets: provider keys, the file's keys and MCP secrets),
     # longest first: removed from every child process's environment and redacted from tool output and model text.
     held_secrets: tuple[str, ...] = ()
