@@ -136,32 +136,14 @@ class ModelChoices:
         return [self._listings[key] for key in self._endpoints.items() if key in self._listings]
 
     async def _refresh(self, on_change: Callable[[], None]) -> None:
-        from acp_server.runtime.providers.catalog import Listing, merge_choices
+        """Ask every endpoint at once (one slow endpoint delays no other's list), then keep and announce."""
+        from acp_server.runtime.providers.catalog import merge_choices
 
         dropped: list[tuple[str, str]] = []
         try:
-            for family, spec in self._families.items():
-                lister = self._lister(spec)
-                if lister is None:
-                    log.info("model discovery: %s: %s", family, self.outcomes.get(family, "no endpoint"))
-                    continue
-                endpoint = str(lister.models_endpoint())
-                self._endpoints[family] = endpoint
-                try:
-                    models: tuple[str, ...] = await lister.list_models()
-                except Exception as exc:  # a ModelError line, or anything unforeseen: a list is a nicety
-                    self.outcomes[family] = str(exc) or type(exc).__name__
-                    if self._listings.pop((family, endpoint), None) is not None:
-                        dropped.append((family, endpoint))
-                    log.warning(
-                        "model discovery: %s; offering the configured models only",
-                        self.outcomes[family],
-                        exc_info=not _expected(exc),
-                    )
-                    continue
-                self.outcomes[family] = f"{len(models)} models listed by {endpoint}"
-                self._listings[family, endpoint] = Listing(family, endpoint, models, time.time())
-                log.info("model discovery: %s", self.outcomes[family])
+            async with anyio.create_task_group() as listing:
+                for family, spec in self._families.items():
+                    listing.start_soon(self._list, family, spec, dropped)
             if self._cache is not None:
                 cache, listings = self._cache, dict(self._listings)
                 await anyio.to_thread.run_sync(lambda: cache.update(listings, dropped))
@@ -171,6 +153,31 @@ class ModelChoices:
         if merged != self.current:
             self.current = merged
             on_change()
+
+    async def _list(self, family: str, spec: str, dropped: list[tuple[str, str]]) -> None:
+        from acp_server.runtime.providers.catalog import Listing
+
+        lister = self._lister(spec)
+        if lister is None:
+            log.info("model discovery: %s: %s", family, self.outcomes.get(family, "no endpoint"))
+            return
+        endpoint = str(lister.models_endpoint())
+        self._endpoints[family] = endpoint
+        try:
+            models: tuple[str, ...] = await lister.list_models()
+        except Exception as exc:  # a ModelError line, or anything unforeseen: a list is a nicety
+            self.outcomes[family] = str(exc) or type(exc).__name__
+            if self._listings.pop((family, endpoint), None) is not None:
+                dropped.append((family, endpoint))
+            log.warning(
+                "model discovery: %s; offering the configured models only",
+                self.outcomes[family],
+                exc_info=not _expected(exc),
+            )
+            return
+        self.outcomes[family] = f"{len(models)} models listed by {endpoint}"
+        self._listings[family, endpoint] = Listing(family, endpoint, models, time.time())
+        log.info("model discovery: %s", self.outcomes[family])
 
 
 def _expected(exc: Exception) -> bool:
