@@ -15,7 +15,7 @@ import stat
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import orjson
 import pytest
@@ -24,7 +24,7 @@ from tests.conftest import StartServer
 from tests.e2e.test_endpoint_timeouts import closed_port
 from tests.support import fake_anthropic
 from tests.support.fake_anthropic import FakeAnthropic
-from tests.support.fake_openai import FakeOpenAI, text_reply
+from tests.support.fake_openai import FakeOpenAI, ListBehaviour, text_reply
 from tests.support.harness import T_WAIT, W_QUIET, RawClient, scaled
 
 pytestmark = pytest.mark.timeout(120)
@@ -104,11 +104,15 @@ async def open_session(client: RawClient, cwd: Path) -> tuple[str, dict[str, Any
     return response["result"]["sessionId"], response
 
 
+def read_if_there(path: Path) -> str:
+    return path.read_text() if path.exists() else ""
+
+
 async def wait_for_log(path: Path, text: str, timeout: float) -> str:
     """The log file's text once it holds `text` (the same lines as stderr, which is read only at exit)."""
     deadline = time.monotonic() + timeout
     while True:
-        found = path.read_text() if path.exists() else ""
+        found = read_if_there(path)
         if text in found:
             return found
         assert time.monotonic() < deadline, f"{text!r} never reached the log:\n{found[-2000:]}"
@@ -125,7 +129,7 @@ DISCOVERED = [
 
 
 def serve_lists(openai_endpoint: FakeOpenAI, anthropic_endpoint: FakeAnthropic, *, held: bool = False) -> None:
-    behaviour = "held" if held else "list"
+    behaviour: ListBehaviour = "held" if held else "list"
     # The configured model is listed too (no duplicate), and an embedding model is left out.
     openai_endpoint.serve_models(
         "fake-model", "qwen2.5-coder:7b", "nomic-embed-text", "meta-llama/llama-3.3-70b", behaviour=behaviour
@@ -230,10 +234,10 @@ async def test_a_warm_cache_lists_the_discovered_models_in_session_new_and_holds
 
 @pytest.mark.parametrize("failure", ["down", "fail", "garbage", "hang"])
 async def test_an_endpoint_that_cannot_list_leaves_the_configured_models_and_says_why(
-    start_server: StartServer, openai_endpoint: FakeOpenAI, tmp_path: Path, failure: str
+    start_server: StartServer, openai_endpoint: FakeOpenAI, tmp_path: Path, failure: ListBehaviour | Literal["down"]
 ) -> None:
     if failure != "down":
-        openai_endpoint.serve_models("other-model", behaviour=failure)  # type: ignore[arg-type]
+        openai_endpoint.serve_models("other-model", behaviour=failure)
     url = f"http://127.0.0.1:{closed_port()}/v1" if failure == "down" else openai_endpoint.base_url
     config = write_config(tmp_path, url, None, 'models = ["openai:configured-too"]', quick=True)
     log_file = tmp_path / "acp-server.log"

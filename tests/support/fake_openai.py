@@ -38,6 +38,7 @@ import orjson
 __all__ = [
     "FakeModelServer",
     "FakeOpenAI",
+    "ListBehaviour",
     "Received",
     "ServerReply",
     "chunk",

@@ -21,6 +21,7 @@ import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 import orjson
 
@@ -30,6 +31,7 @@ __all__ = [
     "Listing",
     "ListingCache",
     "ListingError",
+    "endpoint_key",
     "merge_choices",
     "model_ids",
 ]
@@ -46,6 +48,14 @@ MAX_ID_CHARS = 200
 # Models no chat can use, by the words their ids carry on every endpoint that lists them.
 _NOT_CHAT = re.compile(r"embed|whisper|tts|dall-e|moderation|transcribe", re.IGNORECASE)
 _UNPRINTABLE = re.compile(r"[\x00-\x20\x7f]")
+
+
+def endpoint_key(url: str) -> str:
+    """An endpoint as its list is kept: scheme, host, port and path; never credentials, a query or a final `/`."""
+    parts = urlsplit(url.rstrip("/"))
+    host = parts.hostname or ""
+    netloc = f"{host}:{parts.port}" if parts.port else host
+    return urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", ""))
 
 
 class ListingError(ValueError):

@@ -25,7 +25,7 @@ import anyio
 import orjson
 
 from acp_server.runtime.model import INVALID_ARGUMENTS, Emit, ModelError
-from acp_server.runtime.providers.catalog import ListingError, model_ids
+from acp_server.runtime.providers.catalog import ListingError, endpoint_key, model_ids
 from acp_server.settings.files import DEFAULT_TIMEOUTS, EndpointTimeouts
 
 __all__ = ["HttpProvider", "describe_failure", "import_sdk", "one_line", "parse_arguments"]
@@ -108,7 +108,7 @@ class HttpProvider:
     def models_endpoint(self) -> str:
         """The endpoint a models list is kept under: the configured URL without credentials, query or final `/`
         (the same before and after the client exists, unlike `endpoint`)."""
-        return _display_url(self.base_url or self.DEFAULT_BASE_URL)
+        return endpoint_key(self.base_url or self.DEFAULT_BASE_URL)
 
     async def list_models(self) -> tuple[str, ...]:
         """The chat models the endpoint lists, through the provider's own client (its headers, key and base URL),

@@ -155,6 +155,17 @@ SETTINGS = [
         lambda c: c.store,
     ),
     Setting(
+        "model_discovery",
+        "model_discovery = false",
+        False,
+        ("ACP_SERVER_MODEL_DISCOVERY", "1"),
+        True,
+        ["--no-model-discovery"],
+        False,
+        True,
+        lambda c: c.model_discovery,
+    ),
+    Setting(
         "log_file",
         'log_file = "/var/tmp/from-file.log"',
         (True, "/var/tmp/from-file.log"),
