@@ -104,8 +104,11 @@ async def authenticate(context: RequestContext, params: AuthenticateRequest) -> 
     parts = context.parts
     if params.method_id != AUTH_METHOD_ID:
         raise RpcError(ErrorCode.INVALID_PARAMS, f"Invalid params: methodId: unknown auth method {params.method_id!r}")
-    if parts.auth.problem is not None and not parts.auth.retry():
-        raise RpcError(ErrorCode.AUTH_REQUIRED, f"Authentication required: {parts.auth.problem}")
+    if parts.auth.problem is not None:
+        if not parts.auth.retry():
+            raise RpcError(ErrorCode.AUTH_REQUIRED, f"Authentication required: {parts.auth.problem}")
+        parts.models.credentials_changed()  # the endpoints that could not be asked without a key can be now
+        context.after.append(lambda: discover_models(parts))
     return {}
 
 

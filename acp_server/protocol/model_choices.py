@@ -97,6 +97,12 @@ class ModelChoices:
             self._attempted_at = now
             self._spawn(lambda: self._refresh(on_change))
 
+    def credentials_changed(self) -> None:
+        """A key was found (`authenticate`): the endpoints that had none are asked at the next `start`."""
+        if not self._refreshing:
+            self._attempted_at = None
+            self._loaded = False  # their endpoints, and what the cache holds for them, are read again
+
     def _endpoint_items(self) -> list[tuple[str, str]]:
         return list(self._endpoints.items())
 
