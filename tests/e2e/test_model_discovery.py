@@ -25,7 +25,7 @@ from tests.e2e.test_endpoint_timeouts import closed_port
 from tests.support import fake_anthropic
 from tests.support.fake_anthropic import FakeAnthropic
 from tests.support.fake_openai import FakeOpenAI, ListBehaviour, text_reply
-from tests.support.harness import T_WAIT, W_QUIET, RawClient, scaled
+from tests.support.harness import T_ACK, T_EXIT, T_WAIT, W_QUIET, RawClient, scaled
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -228,6 +228,10 @@ async def test_a_warm_cache_lists_the_discovered_models_in_session_new_and_holds
     )
     assert "result" in chosen, chosen
     await second.quiet(W_QUIET, lambda m: bool(option_updates(second, session)))
+    # Loaded again, the session keeps the discovered model it was switched to.
+    loaded = await second.call("session/load", {"sessionId": session, "cwd": str(tmp_path), "mcpServers": []})
+    model = next(o for o in loaded["result"]["configOptions"] if o["id"] == "model")
+    assert model["currentValue"] == "openai:meta-llama/llama-3.3-70b"
     assert len(openai_endpoint.model_list_requests) == 1
     assert len(anthropic_endpoint.model_list_requests) == 1
 
@@ -282,3 +286,25 @@ async def test_discovery_turned_off_asks_no_endpoint(
         "session/set_config_option", {"sessionId": session, "configId": "model", "value": "openai:other-model"}
     )
     assert refused["error"]["code"] == -32602
+
+
+async def test_a_listing_in_flight_delays_neither_a_cancel_nor_the_exit(
+    start_server: StartServer, openai_endpoint: FakeOpenAI, tmp_path: Path
+) -> None:
+    openai_endpoint.serve_models("fake-model", "other-model", behaviour="held")  # never released
+    config = write_config(tmp_path, openai_endpoint.base_url, None, 'models = ["openai:fake-model"]')
+    client = await start_server(
+        "--model", "scripted", "--test-mode", "--cleanup-deadline", "10", env=env_for(config, tmp_path / "state")
+    )
+    session, created = await open_session(client, tmp_path)
+    assert model_values(created["result"]["configOptions"]) == ["scripted", "openai:fake-model"]
+    assert await openai_endpoint.wait_model_list_requests(1, T_LISTED)
+    prompt = await client.prompt(session, [{"say": "a"}, {"gate": "g1"}, {"say": "b"}])
+    await client.probe("gate_reached", sessionId=session, gate="g1")
+    sent = await client.cancel(session)
+    response = await client.response(prompt)
+    assert response["result"] == {"stopReason": "cancelled"}
+    assert client.arrival_time(response) - sent <= T_ACK  # at once, far below the 10 s cleanup deadline
+    code, took = await client.close()  # the listing is still held: it is abandoned, not awaited
+    assert code == 0 and took <= T_EXIT
+    assert option_updates(client, session) == []
