@@ -56,6 +56,7 @@ class ModelChoices:
         self._loaded = False
         self._refreshing = False
         self._attempted_at: float | None = None
+        self._again = False  # credentials changed while a refresh ran: start another after it
         # What the last refresh found per family: a count, or why there is none (for logs and tests).
         self.outcomes: dict[str, str] = {}
 
@@ -98,10 +99,11 @@ class ModelChoices:
             self._spawn(lambda: self._refresh(on_change))
 
     def credentials_changed(self) -> None:
-        """A key was found (`authenticate`): the endpoints that had none are asked at the next `start`."""
-        if not self._refreshing:
-            self._attempted_at = None
-            self._loaded = False  # their endpoints, and what the cache holds for them, are read again
+        """A key was found (`authenticate`): the endpoints that had none are asked at the next `start`, or at the
+        end of the refresh running now (which may have asked before the key was there)."""
+        self._attempted_at = None
+        self._loaded = False  # their endpoints, and what the cache holds for them, are read again
+        self._again = self._refreshing
 
     def _endpoint_items(self) -> list[tuple[str, str]]:
         return list(self._endpoints.items())
@@ -159,6 +161,9 @@ class ModelChoices:
         if merged != self.current:
             self.current = merged
             on_change()
+        if self._again:
+            self._again = False
+            self.start(on_change)
 
     async def _list(self, family: str, spec: str, dropped: list[tuple[str, str]]) -> None:
         from acp_server.runtime.providers.catalog import Listing

@@ -308,3 +308,30 @@ async def test_a_listing_in_flight_delays_neither_a_cancel_nor_the_exit(
     code, took = await client.close()  # the listing is still held: it is abandoned, not awaited
     assert code == 0 and took <= T_EXIT
     assert option_updates(client, session) == []
+
+
+async def test_an_endpoint_asked_without_a_key_is_asked_again_once_authenticate_finds_one(
+    start_server: StartServer, anthropic_endpoint: FakeAnthropic, tmp_path: Path
+) -> None:
+    anthropic_endpoint.serve_models("claude-fake", "claude-opus-4-1")
+    config = tmp_path / "config.toml"
+    table = f'[providers.anthropic]\nbase_url = "{anthropic_endpoint.base_url}"\n'
+    config.write_text(table)
+    env = {**env_for(config, tmp_path / "state"), "ANTHROPIC_API_KEY": ""}
+    client = await start_server("--model", "anthropic:claude-fake", env=env)
+    await client.initialize()
+    refused = await client.call("session/new", {"cwd": str(tmp_path), "mcpServers": []})
+    assert refused["error"]["code"] == -32000
+    config.write_text(table + f'api_key = "{ANTHROPIC_KEY}"\n')
+    assert "result" in await client.call("authenticate", {"methodId": "api-key"})
+    created = await client.call("session/new", {"cwd": str(tmp_path), "mcpServers": []})
+    session = created["result"]["sessionId"]
+
+    def offered() -> list[str]:
+        updates = option_updates(client, session)
+        latest = updates[-1]["params"]["update"] if updates else created["result"]
+        return model_values(latest["configOptions"])
+
+    await client.wait_for(lambda m: offered() == ["anthropic:claude-fake", "anthropic:claude-opus-4-1"], T_LISTED)
+    assert len(anthropic_endpoint.model_list_requests) == 1  # not before the key was there
+    assert ANTHROPIC_KEY not in (tmp_path / "state" / "model-lists.json").read_text()

@@ -119,3 +119,29 @@ async def test_no_discovery_without_an_endpoint_family_or_when_turned_off(tmp_pa
         assert choices.current == choices.configured
     assert lister.asked == 0
     assert not (tmp_path / CACHE_FILENAME).exists()
+
+
+async def test_credentials_found_during_a_refresh_start_another_after_it(tmp_path: Path) -> None:
+    held, first_asked = anyio.Event(), anyio.Event()
+    asked: list[int] = []
+
+    class HeldLister(Lister):
+        async def list_models(self) -> tuple[str, ...]:
+            asked.append(len(asked))
+            if len(asked) == 1:
+                first_asked.set()
+                await held.wait()
+                raise ModelError("the model endpoint answered 401: the key was refused")  # asked with the old key
+            return ("m", "other")
+
+    lister = HeldLister([])
+    config = Config(model="openai:m", state_dir=str(tmp_path))
+    async with anyio.create_task_group() as group:
+        choices = ModelChoices(config, ProviderCache(lambda spec: lister), spawner(group))
+        choices.start(lambda: None)
+        await first_asked.wait()
+        choices.credentials_changed()  # the running refresh may have asked without the new key
+        choices.start(lambda: None)  # a refresh runs: nothing more now
+        held.set()
+    assert asked == [0, 1]
+    assert choices.current == ("openai:m", "openai:other")
