@@ -83,14 +83,17 @@ class ModelChoices:
         from acp_server.runtime.providers.catalog import LIST_TTL
 
         if not self._loaded:
+            before = self.current
             self._loaded = True
             self._load()
+            if self.current != before:  # read again after `authenticate`: open sessions hear of it
+                on_change()
         now = time.time()
         if self._refreshing or (self._attempted_at is not None and now - self._attempted_at < LIST_TTL):
             return
         stale = [
             family
-            for family, endpoint in self._endpoint_items()
+            for family, endpoint in self._endpoints.items()
             if (listing := self._listings.get((family, endpoint))) is None or not listing.fresh(now)
         ]
         if stale or len(self._endpoints) < len(self._families):
@@ -104,9 +107,6 @@ class ModelChoices:
         self._attempted_at = None
         self._loaded = False  # their endpoints, and what the cache holds for them, are read again
         self._again = self._refreshing
-
-    def _endpoint_items(self) -> list[tuple[str, str]]:
-        return list(self._endpoints.items())
 
     def _load(self) -> None:
         from acp_server.runtime.providers.catalog import CACHE_FILENAME, ListingCache, merge_choices

@@ -78,7 +78,8 @@ async def test_a_stale_list_is_offered_at_once_and_dropped_when_the_endpoint_fai
         assert choices.current == ("openai:configured", "openai:cached-model")  # before any request
         assert choices.accepts("openai:cached-model") and not choices.accepts("openai:never-listed")
     assert lister.asked == 1
-    assert changes == [("openai:configured",)]
+    # Each change is announced: the cached list taken, then taken away.
+    assert changes == [("openai:configured", "openai:cached-model"), ("openai:configured",)]
     assert choices.outcomes["openai"] == "the model endpoint is down"
     assert orjson.loads((state / CACHE_FILENAME).read_bytes())["endpoints"] == []
     async with anyio.create_task_group() as group:
@@ -86,7 +87,7 @@ async def test_a_stale_list_is_offered_at_once_and_dropped_when_the_endpoint_fai
     assert lister.asked == 1
 
 
-async def test_a_fresh_list_is_not_asked_for_and_a_refreshed_one_is_announced_once(tmp_path: Path) -> None:
+async def test_a_fresh_list_is_not_asked_for_and_each_change_is_announced(tmp_path: Path) -> None:
     state = tmp_path / "state"
     write_cache(state, ["cached-model"], age=1)
     lister = Lister([("configured", "new-model")])
@@ -95,7 +96,7 @@ async def test_a_fresh_list_is_not_asked_for_and_a_refreshed_one_is_announced_on
     async with anyio.create_task_group() as group:
         choices = ModelChoices(config, ProviderCache(lambda spec: lister), spawner(group))
         await run_start(choices, changes)
-    assert lister.asked == 0 and changes == []
+    assert lister.asked == 0 and changes == [("openai:configured", "openai:cached-model")]
     assert choices.offered("openai:configured") == ("openai:configured", "openai:cached-model")
     assert choices.offered("openai:gone") == ("openai:configured", "openai:cached-model", "openai:gone")
 
@@ -104,7 +105,7 @@ async def test_a_fresh_list_is_not_asked_for_and_a_refreshed_one_is_announced_on
         later = ModelChoices(config, ProviderCache(lambda spec: lister), spawner(group))
         await run_start(later, changes)
     assert lister.asked == 1
-    assert changes == [("openai:configured", "openai:new-model")]
+    assert changes[1:] == [("openai:configured", "openai:cached-model"), ("openai:configured", "openai:new-model")]
 
 
 async def test_no_discovery_without_an_endpoint_family_or_when_turned_off(tmp_path: Path) -> None:
