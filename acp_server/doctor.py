@@ -107,6 +107,8 @@ def check_model(config: Config) -> list[Check]:
             ScriptedProvider.from_file(Path(rest))
         except ScriptError as exc:
             return [_fail("model", str(exc))]
+    if family == "scripted":
+        return [_ok("model", "scripted (the built-in demo script; scripted:PATH plays your own)")]
     return [_ok("model", config.model)]
 
 
