@@ -58,3 +58,49 @@ def test_doctor_says_bare_scripted_plays_the_built_in_demo() -> None:
     report = doctor("--model", "scripted")
     assert report.code == 0, report.text
     assert "built-in demo" in report.line("OK   model:")
+
+
+def test_a_bare_server_in_a_terminal_says_on_stderr_what_it_is_and_how_to_chat() -> None:
+    controller, terminal = pty.openpty()
+    process = subprocess.Popen(
+        server_command(),
+        stdin=terminal,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, **isolated_env()},
+        start_new_session=True,
+    )
+    os.close(terminal)
+    try:
+        assert process.stderr is not None
+        said = b""
+        deadline = time.monotonic() + scaled(10)
+        while b"acp-server chat" not in said and time.monotonic() < deadline:
+            ready, _, _ = select.select([process.stderr], [], [], 0.1)
+            if ready:
+                said += os.read(process.stderr.fileno(), 4096)
+        text = said.decode()
+        assert "Agent Client Protocol" in text and "stdin/stdout" in text and "acp-server chat" in text, text
+        # It still serves whoever types (or pastes) a message; Ctrl-D ends the input.
+        os.write(controller, b'{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":1}}\n\x04')
+        out, _ = process.communicate(timeout=scaled(20))
+        assert process.returncode == 0
+        lines = out.splitlines()
+        assert len(lines) == 1 and b'"id":1' in lines[0] and b'"result"' in lines[0], "stdout holds the protocol only"
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        os.close(controller)
+
+
+def test_a_server_whose_stdin_is_not_a_terminal_says_nothing_on_stderr() -> None:
+    result = subprocess.run(
+        server_command(),
+        input=b"",
+        capture_output=True,
+        env={**os.environ, **isolated_env()},
+        timeout=scaled(20),
+        check=False,
+    )
+    assert (result.returncode, result.stdout, result.stderr) == (0, b"", b"")
