@@ -104,3 +104,48 @@ def test_a_server_whose_stdin_is_not_a_terminal_says_nothing_on_stderr() -> None
         check=False,
     )
     assert (result.returncode, result.stdout, result.stderr) == (0, b"", b"")
+
+
+def chat(tmp_path: Path, *args: str, stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(
+        server_command("chat", *args),
+        input=stdin,
+        capture_output=True,
+        cwd=tmp_path,
+        env={**os.environ, **isolated_env(), "NO_COLOR": "1"},
+        timeout=scaled(30),
+        check=False,
+    )
+
+
+def test_chat_passes_the_server_flags_it_takes_to_the_built_in_agent(tmp_path: Path) -> None:
+    script = tmp_path / "write.json"
+    script.write_text('[{"tool": "write_file", "args": {"path": "f.txt", "content": "x"}}, {"say": "tried"}]')
+    state = tmp_path / "state"
+    # read_only refuses the edit without asking; the sessions go to the directory given.
+    result = chat(
+        tmp_path,
+        "--model",
+        f"scripted:{script}",
+        "--permission-mode",
+        "read_only",
+        "--state-dir",
+        str(state),
+        "write it",
+    )
+    assert result.returncode == 0, result.stderr
+    shown = result.stdout.decode()
+    assert "failed" in shown and "tried" in shown and "Reject" not in shown, shown
+    assert not (tmp_path / "f.txt").exists()
+    assert (state / "sessions.sqlite3").is_file()
+    # The same prompt in the default mode asks (and, with nobody to answer, is rejected): the flag made the difference.
+    asked = chat(tmp_path, "--model", f"scripted:{script}", "--no-store", "write it")
+    assert asked.returncode == 0 and "→ Reject" in asked.stdout.decode(), asked.stdout
+
+
+def test_chat_refuses_a_bad_server_flag_value_saying_why_and_a_server_flag_with_another_agent(tmp_path: Path) -> None:
+    bad = chat(tmp_path, "--prompt-policy", "whenever", "hello")
+    assert bad.returncode == 2
+    assert "--prompt-policy" in bad.stderr.decode() and "whenever" in bad.stderr.decode()
+    other = chat(tmp_path, "--agent", f"{sys.executable} -m acp_server", "--permission-mode", "bypass", "hello")
+    assert other.returncode == 2 and "--permission-mode" in other.stderr.decode()
