@@ -149,3 +149,25 @@ def test_chat_refuses_a_bad_server_flag_value_saying_why_and_a_server_flag_with_
     assert "--prompt-policy" in bad.stderr.decode() and "whenever" in bad.stderr.decode()
     other = chat(tmp_path, "--agent", f"{sys.executable} -m acp_server", "--permission-mode", "bypass", "hello")
     assert other.returncode == 2 and "--permission-mode" in other.stderr.decode()
+
+
+def test_the_readme_names_the_instruction_files_the_server_reads() -> None:
+    from acp_server.runtime.system_prompt import INSTRUCTION_FILES, MAX_INSTRUCTION_CHARS
+
+    readme = (REPO / "README.md").read_text()
+    for name in INSTRUCTION_FILES:
+        assert f"`{name}`" in readme
+    assert f"{MAX_INSTRUCTION_CHARS:,}" in readme
+
+
+@pytest.mark.parametrize("document", ["README.md", "docs/architecture.md", "docs/interrupts.md"])
+def test_the_documents_point_only_at_files_inside_the_repository(document: str) -> None:
+    path = REPO / document
+    text = path.read_text()
+    targets = re.findall(r"\]\(([^)#\s]+)", text) + re.findall(r"`(\.\.?/[^`\s]+)`", text)
+    assert "../shared" not in text and "/work/" not in text
+    for target in targets:
+        if re.match(r"[a-z]+:", target):
+            continue  # a web address
+        resolved = (path.parent / target).resolve()
+        assert resolved.is_relative_to(REPO) and resolved.exists(), f"{document} points at {target}"
