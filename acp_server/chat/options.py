@@ -57,7 +57,7 @@ def parse_options(argv: Sequence[str]) -> ChatOptions:
         help="the agent to run, as a shell-like command line (default: this acp-server)",
     )
     server = parser.add_argument_group(
-        "the built-in agent's flags", "passed on to `acp-server` as they are (see `acp-server --help`); not with --agent"
+        "the built-in agent's flags", "passed on to `acp-server` as they are (`acp-server --help`); not with --agent"
     )
     for flag, metavar, what in SERVER_FLAGS:
         server.add_argument(flag, metavar=metavar, help=what)
@@ -78,9 +78,7 @@ def parse_options(argv: Sequence[str]) -> ChatOptions:
             forwarded += [flag, value]
     forwarded += [flag for flag, _ in SERVER_SWITCHES if getattr(args, _dest(flag))]
     if args.agent is not None and forwarded:
-        parser.error(
-            f"{forwarded[0]} is a flag of the built-in agent; with --agent, put the agent's flags in CMD"
-        )
+        parser.error(f"{forwarded[0]} is a flag of the built-in agent; with --agent, put the agent's flags in CMD")
     if args.agent is not None:
         try:
             agent = tuple(shlex.split(args.agent))
