@@ -22,6 +22,7 @@ SUBCOMMANDS: dict[str, str] = {
     "doctor": "acp_server.doctor",
     "chat": "acp_server.chat.app",
     "replay": "acp_server.transcripts.replay",
+    "sessions": "acp_server.stored_sessions",
 }
 
 # What a bare `acp-server` says when its stdin is a terminal.

@@ -325,6 +325,11 @@ class SessionStore:
         await self.flush()
         return await self._locked(self._worker.prune, retention)
 
+    async def held_elsewhere(self, session_id: str) -> bool:
+        """Whether another live process has the session open (an editor window using it)."""
+        await self.flush()
+        return await self._locked(self._worker.held_elsewhere, session_id)
+
     async def overview(self, cwd: str | None = None, limit: int = 50) -> list[SessionOverview]:
         """The most recently updated sessions for a person (`acp-server sessions list`)."""
         await self.flush()

@@ -355,6 +355,14 @@ class StoreWorker:
                 conn.execute("DELETE FROM turns WHERE session_id = ?", (member,))
                 conn.execute("DELETE FROM sessions WHERE id = ?", (member,))
 
+    def held_elsewhere(self, session_id: str) -> bool:
+        """Whether another live process has the session open (the sweep runs first)."""
+        self.sweep_now()
+        row = self._conn.execute(
+            "SELECT 1 FROM holds WHERE session_id = ? AND owner_id != ? LIMIT 1", (session_id, self.owner_id)
+        ).fetchone()
+        return row is not None
+
     def overview(self, cwd: str | None, limit: int) -> list[SessionOverview]:
         """The most recently updated top-level sessions, with their turn counts and whether another live process has
         them open (the sweep runs first)."""
