@@ -43,7 +43,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         sys.exit(importlib.import_module(SUBCOMMANDS[args[0]]).main(args[1:]))
     loaded = load(args, subcommands=tuple(SUBCOMMANDS))
     config = loaded.config
-    if sys.stdin.isatty():
+    if sys.stdin is not None and sys.stdin.isatty():
         # A person ran it by hand: an editor never gives the agent a terminal. stdout stays the protocol's.
         sys.stderr.write(TERMINAL_NOTICE)
         sys.stderr.flush()
