@@ -116,6 +116,14 @@ def stored(state: Path) -> set[str]:
         conn.close()
 
 
+async def gone(state: Path, sessions: set[str]) -> None:
+    """Wait (up to a safety bound) for a background prune to remove `sessions`; the caller asserts what is left."""
+    for _ in range(int(scaled(5) / 0.05)):
+        if not sessions & stored(state):
+            return
+        await asyncio.sleep(0.05)
+
+
 async def echo_server(start_server: StartServer, state: Path, *args: str) -> RawClient:
     server = await start_server("--model", "echo", *args, env={"ACP_SERVER_STATE_DIR": str(state)})
     await server.initialize()
@@ -126,6 +134,7 @@ async def test_a_server_prunes_old_empty_and_expired_sessions_when_it_opens_the_
     start_server: StartServer, tmp_path: Path
 ) -> None:
     first = await echo_server(start_server, tmp_path)
+    marker = await first.new_session(str(tmp_path))  # never prompted: the next server's prune removes it
     abandoned = await first.new_session(str(tmp_path))  # never prompted
     recent = await first.new_session(str(tmp_path))  # never prompted, but young
     old = await first.new_session(str(tmp_path))
@@ -133,8 +142,11 @@ async def test_a_server_prunes_old_empty_and_expired_sessions_when_it_opens_the_
     used = await first.new_session(str(tmp_path))
     assert (await first.call("session/prompt", ask(used, "from last week")))["result"]
     assert (await first.close())[0] == 0
+    backdate(tmp_path, marker, minutes=30)
     live = await echo_server(start_server, tmp_path)  # another editor window, still open
     held = await live.new_session(str(tmp_path))
+    await gone(tmp_path, {marker})  # this window's own prune has run; what follows is the next server's doing
+    assert marker not in stored(tmp_path)
     backdate(tmp_path, abandoned, minutes=30)
     backdate(tmp_path, held, minutes=30)
     backdate(tmp_path, old, days=40)
@@ -142,10 +154,7 @@ async def test_a_server_prunes_old_empty_and_expired_sessions_when_it_opens_the_
     later = await echo_server(start_server, tmp_path, "--keep-sessions-days", "30")
     assert stored(tmp_path) >= {abandoned, old}, "nothing is pruned before the store is needed"
     await later.new_session(str(tmp_path))  # opens the store: the prune runs beside it
-    for _ in range(int(scaled(5) / 0.05)):  # the prune is in the background: wait for it, up to a safety bound
-        if not {abandoned, old} & stored(tmp_path):
-            break
-        await asyncio.sleep(0.05)
+    await gone(tmp_path, {abandoned, old})
     remaining = stored(tmp_path)
     assert abandoned not in remaining and old not in remaining
     assert {recent, used, held} <= remaining
