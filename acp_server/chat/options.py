@@ -26,6 +26,7 @@ SERVER_FLAGS: tuple[tuple[str, str, str], ...] = (
     ("--base-url", "URL", "an OpenAI-compatible endpoint"),
     ("--permission-mode", "MODE", "default, accept_edits, bypass or read_only"),
     ("--prompt-policy", "POLICY", "interrupt, queue, reject or steer"),
+    ("--sandbox", "MODE", "workspace-write, read-only or off: how local commands are confined"),
     ("--max-turn-requests", "N", "model calls per turn"),
     ("--cleanup-deadline", "SECONDS", "how long a cancelled turn's cleanup may take"),
     ("--mcp-start-wait", "SECONDS", "how long a turn waits for a starting MCP server"),
@@ -35,6 +36,7 @@ SERVER_FLAGS: tuple[tuple[str, str, str], ...] = (
 )
 SERVER_SWITCHES: tuple[tuple[str, str], ...] = (
     ("--no-store", "keep the session in memory only"),
+    ("--no-sandbox-network", "sandboxed commands get no network"),
     ("--no-log-file", "no log file"),
 )
 

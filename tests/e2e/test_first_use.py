@@ -171,3 +171,18 @@ def test_the_documents_point_only_at_files_inside_the_repository(document: str) 
             continue  # a web address
         resolved = (path.parent / target).resolve()
         assert resolved.is_relative_to(REPO) and resolved.exists(), f"{document} points at {target}"
+
+
+def test_every_flag_chat_passes_on_is_one_the_server_takes(tmp_path: Path) -> None:
+    from acp_server.chat.options import SERVER_FLAGS, SERVER_SWITCHES
+    from acp_server.settings.command_line import load
+
+    samples = {"--model": "echo", "--base-url": "http://localhost:1/v1", "--permission-mode": "read_only"}
+    samples |= {"--prompt-policy": "queue", "--sandbox": "off", "--log-level": "info", "--state-dir": str(tmp_path)}
+    samples |= {"--log-file": str(tmp_path / "log"), "--max-turn-requests": "3"}
+    samples |= {"--cleanup-deadline": "1", "--mcp-start-wait": "1"}
+    assert set(samples) == {flag for flag, _, _ in SERVER_FLAGS}
+    argv = [part for flag, value in samples.items() for part in (flag, value)]
+    argv += [flag for flag, _ in SERVER_SWITCHES]
+    config = load(argv, env={"ACP_SERVER_CONFIG": str(tmp_path / "absent.toml")}).config  # a flag it lacks exits
+    assert (config.permission_mode, config.prompt_policy, config.store) == ("read_only", "queue", False)
