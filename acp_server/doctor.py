@@ -108,9 +108,10 @@ def check_model(config: Config) -> list[Check]:
             ScriptedProvider.from_file(Path(rest))
         except ScriptError as exc:
             return [_fail("model", str(exc))]
-    if family == "scripted":
-        return [_ok("model", "scripted (the built-in demo script; scripted:PATH plays your own)")]
-    return [_ok("model", config.model)]
+    takes = ", ".join(kind for kind in ("text", "image", "audio") if kind in config.accepts(config.model))
+    if family == "scripted" and not rest:
+        return [_ok("model", f"scripted: the built-in demo script, scripted:PATH plays your own (takes {takes})")]
+    return [_ok("model", f"{config.model} (takes {takes}; see README, Images)")]
 
 
 def check_package(family: str) -> Check:

@@ -60,11 +60,13 @@ async def initialize(context: RequestContext, params: InitializeRequest) -> dict
     # The client's capabilities were recorded in AcpDispatcher.prepare, in reader order.
     # ACP: answer the requested version if supported, else the latest we support. We speak exactly version 1.
     stored = context.parts.config.store  # loading, listing and resuming need the session store
+    # Images (sounds) when any model a session may pick takes them; a prompt for one that does not is refused then.
+    taken = frozenset().union(*(context.parts.config.accepts(spec) for spec in context.parts.models))
     return {
         "protocolVersion": PROTOCOL_VERSION,
         "agentCapabilities": {
             "loadSession": stored,
-            "promptCapabilities": {"image": False, "audio": False, "embeddedContext": True},
+            "promptCapabilities": {"image": "image" in taken, "audio": "audio" in taken, "embeddedContext": True},
             "mcpCapabilities": {"http": True, "sse": True},  # stdio always (ACP); see acp_server/mcp_bridge
             "sessionCapabilities": {
                 "additionalDirectories": {},
