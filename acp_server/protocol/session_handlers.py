@@ -156,7 +156,7 @@ async def _restore(context: RequestContext, params: LoadSessionRequest, *, repla
 
     store = await parts.store.require()
     try:
-        loaded = await store.load(params.session_id)
+        loaded = await store.load(params.session_id, hold=True)  # held before the read: pruning leaves it
     except StoreUnavailable as exc:
         raise RpcError(ErrorCode.INTERNAL_ERROR, f"cannot read the session store: {exc}") from None
     if loaded is None:
@@ -361,6 +361,8 @@ async def session_close(context: RequestContext, params: CloseSessionRequest) ->
     answered (`cancelled`) before this response; the id is refused from the moment the close is read."""
     parts = context.parts
     await _close_session(parts, parts.sessions.require(params.session_id))
+    if parts.store.current is not None:
+        parts.store.current.release(params.session_id)  # closed: pruning may remove it again
     await _commit(parts)
     return {}
 

@@ -132,6 +132,8 @@ class Session:
     offered_models: tuple[str, ...] | None = None
     title: str | None = None
     title_requested: bool = False
+    # The text of the session's first ordinary prompt: what the title is made from, whichever turn completes first.
+    first_prompt: str | None = None
     # The last context usage the provider reported (tokens used, window), so a turn can compact before it starts.
     context_usage: tuple[int, int] | None = None
     # Set by session/close: the id is refused from then on, even while the close is still settling.

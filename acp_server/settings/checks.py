@@ -133,6 +133,20 @@ def _seconds(value: Any) -> float:
     return float(value)
 
 
+def _whole_or_zero(value: Any) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        found = str(value) if isinstance(value, int) and not isinstance(value, bool) else _kind(value)
+        raise _InvalidError(f"expected a whole number, zero or more (0: no limit), found {found}")
+    return value
+
+
+def _days(value: Any) -> float:
+    if not isinstance(value, int | float) or isinstance(value, bool) or value < 0 or math.isnan(value):
+        found = str(value) if isinstance(value, int | float) and not isinstance(value, bool) else _kind(value)
+        raise _InvalidError(f"expected a number of days, zero or more (0: no limit), found {found}")
+    return float(value)
+
+
 def _bool(value: Any) -> bool:
     if not isinstance(value, bool):
         raise _InvalidError(f"expected true or false, found {_kind(value)}")
@@ -267,6 +281,8 @@ class _Checker:
             "max_turn_requests": _positive_int,
             "state_dir": paths.path,
             "store": _bool,
+            "keep_sessions_days": _days,
+            "keep_sessions": _whole_or_zero,
             "log_level": _choice(LOG_LEVELS),
             "log_file": paths.log_file,
             "sandbox": _choice(SANDBOX_MODE_IDS),
