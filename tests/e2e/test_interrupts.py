@@ -73,7 +73,7 @@ async def test_a_paced_stream_is_cut_off_between_chunks_by_a_cancel(server: RawC
     chunks and no chunk of that turn follows its response."""
     a = await server.new_session()
     prompt = await server.prompt(a, [{"say": "p ", "repeat": 1000, "every": 0.02}])
-    await server.wait_for(lambda m: m.get("method") == "session/update" and m["params"]["sessionId"] == a)
+    await server.wait_for(chunk("p "))
     t0 = await server.cancel(a)
     response = await server.response(prompt)
     assert server.arrival_time(response) - t0 <= T_ACK
