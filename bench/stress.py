@@ -58,7 +58,7 @@ class StressResult:
     def cancel_p99_ms(self) -> float:
         return percentile(self.cancel_ms, 99) if self.cancel_ms else 0.0
 
-    def figures(self, cancel_target_ms: float | None = None) -> list[Figure]:
+    def figures(self, cancel_target_ms: float | None = CANCEL_TARGET_MS) -> list[Figure]:
         paced = (
             f" ({self.sessions} sessions at {self.rate:g} chunks/s)" if self.rate else f" ({self.sessions} sessions)"
         )
@@ -253,7 +253,7 @@ def main(argv: Sequence[str] | None = None) -> StressResult:
             store=not options.no_store,
         )
     )
-    print(format_table(result.figures(CANCEL_TARGET_MS)))
+    print(format_table(result.figures()))
     for problem in result.problems[:20]:
         print("PROBLEM:", problem)
     return result
