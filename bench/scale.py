@@ -9,8 +9,9 @@ once every session streams, for `--seconds`:
 - chunks/s is every `agent_message_chunk` line read, over the window (N x rate when the server keeps up);
 - CPU per chunk is the server's CPU time over the window (all its threads, /proc/<pid>/task/*/schedstat, in ns)
   divided by those chunks; the single-session level is the figure the others are compared with;
-- cancel latency: `--cancels` times a second (at most one per session every two seconds), a random streaming session is sent `session/cancel`, timed from the
-  write to the read of its `cancelled` response, and the session is prompted again at once, so N stay busy.
+- cancel latency: `--cancels` times a second (at most one per session every two seconds), a random streaming
+  session is sent `session/cancel`, timed from the write to the read of its `cancelled` response, and the session
+  is prompted again at once, so N stay busy.
 At the end every session is cancelled, all prompts must be answered, and `_acp_server/stats` must show no running
 turn: anything else is a problem.
 
