@@ -127,6 +127,9 @@ class Session:
     permission_rules: dict[str, bool] = field(default_factory=dict)
     # The model spec this session talks to (the `model` config option) and its title (`session_info_update`).
     model: str = ""
+    # The `model` option's choices this session's client was last told of; None until the response that opened the
+    # session is sent (a changed list is announced only after it, see protocol/model_choices.py).
+    offered_models: tuple[str, ...] | None = None
     title: str | None = None
     title_requested: bool = False
     # The last context usage the provider reported (tokens used, window), so a turn can compact before it starts.
