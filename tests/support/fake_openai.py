@@ -78,6 +78,8 @@ class ServerReply:
     headers: tuple[tuple[str, str], ...] = ()
     # True: read the request, then send nothing at all (not even headers) until the client goes away.
     silent: bool = False
+    # Seconds between events: a model streaming at 1/every events per second (0: all in one write).
+    every: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,7 +205,10 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header(name, value)
         self.end_headers()
         try:
-            self.wfile.write(self._encode(reply))
+            if reply.every:
+                self._send_paced(reply)
+            else:
+                self.wfile.write(self._encode(reply))
         except OSError:
             self.close_connection = True
             return
@@ -214,6 +219,23 @@ class _Handler(BaseHTTPRequestHandler):
             # Shut down without the terminating chunk: the client sees the body cut short.
             with contextlib.suppress(OSError):
                 self.connection.shutdown(socket.SHUT_RDWR)
+
+    def _send_paced(self, reply: ServerReply) -> None:
+        """One event every `reply.every` seconds; a client that goes away mid-stream is noted like a held one."""
+        state = self.server.state
+        for index, (event, data) in enumerate(reply.events):
+            if index and state.stopping.wait(reply.every):
+                raise OSError("the fake server is stopping")
+            try:
+                self.wfile.write(_http_chunk(_sse(event, data)))
+                self.wfile.flush()
+            except OSError:
+                with state.lock:
+                    state.disconnects.append(time.monotonic())
+                state.disconnected.set()
+                raise
+        if reply.ending == "done":
+            self.wfile.write((_http_chunk(b"data: [DONE]\n\n") if reply.done_marker else b"") + b"0\r\n\r\n")
 
     def _encode(self, reply: ServerReply) -> bytes:
         """One HTTP chunk per SSE event, as the real servers flush them, sent in one write."""
@@ -427,15 +449,20 @@ def raw_reply(chunks: Sequence[Any], ending: Ending = "done") -> ServerReply:
 
 
 def text_reply(
-    *pieces: str, finish: str = "stop", usage: tuple[int, int] | None = None, ending: Ending = "done"
+    *pieces: str,
+    finish: str = "stop",
+    usage: tuple[int, int] | None = None,
+    ending: Ending = "done",
+    every: float = 0.0,
 ) -> ServerReply:
-    """Text in one chunk per piece. With ending "hang" or "drop" the finish and usage chunks are not sent."""
+    """Text in one chunk per piece (`every` seconds apart, if given). With ending "hang" or "drop" the finish and
+    usage chunks are not sent."""
     chunks: list[Any] = [_opening(), *(chunk({"content": p}) for p in pieces)]
     if ending == "done":
         chunks.append(chunk({}, finish))
         if usage is not None:
             chunks.append(usage_chunk(*usage))
-    return raw_reply(chunks, ending)
+    return ServerReply(events=_events(chunks), ending=ending, every=every)
 
 
 def reasoning_reply(thoughts: Sequence[str], pieces: Sequence[str], *, field: str = "reasoning_content") -> ServerReply:

@@ -55,8 +55,8 @@ ACTIONS = (
     "describe_input",
 )
 MODIFIERS = {
-    "say": {"repeat"},
-    "think": {"repeat"},
+    "say": {"repeat", "every"},
+    "think": {"repeat", "every"},
     "tool": {"args"},
     "gate": {"timeout"},
     "gate_raise": {"timeout"},
@@ -127,6 +127,7 @@ class Step:
     repeat: int = 1
     args: dict[str, Any] | None = None
     timeout: float | None = None
+    every: float = 0.0  # seconds between repeated chunks: a model streaming at 1/every chunks/s
 
 
 def parse_script(raw: Any) -> tuple[Step, ...]:
@@ -161,7 +162,10 @@ def _parse_step(index: int, raw: Any) -> Step:
     timeout = raw.get("timeout")
     if timeout is not None and (not isinstance(timeout, (int, float)) or isinstance(timeout, bool)):
         raise ScriptError(f"{where}: timeout takes a number of seconds")
-    return Step(action, value, repeat, args, None if timeout is None else float(timeout))
+    every = raw.get("every", 0.0)
+    if not isinstance(every, (int, float)) or isinstance(every, bool) or every < 0:
+        raise ScriptError(f"{where}: every takes a number of seconds")
+    return Step(action, value, repeat, args, None if timeout is None else float(timeout), float(every))
 
 
 class GateBoard:
@@ -322,7 +326,10 @@ class _ScriptedTurn:
             await self._describe(self._messages, emit, text)
         elif action in ("say", "think"):
             event = TextDelta(step.value) if action == "say" else ThoughtDelta(step.value)
-            for _ in range(step.repeat):
+            every = step.every
+            for count in range(step.repeat):
+                if every and count:
+                    await anyio.sleep(every)  # paced like a model's stream: cancellable between chunks
                 await emit(event)
             if action == "say":
                 text.append(step.value * step.repeat)
