@@ -346,3 +346,18 @@ def test_answering_initialize_imports_nothing_heavy() -> None:
     assert '"protocolVersion":1' in answer, result.stderr
     assert '"authMethods":[]' in answer  # the provider was built: its SDK is what must wait
     assert heavy == ""
+
+
+@pytest.mark.timeout(60)
+def test_jsonrpcserver_and_oslash_still_import_whole_after_rpc_took_only_their_cores() -> None:
+    # rpc.py loads their cores without their package __init__; anyone importing the packages later gets them whole,
+    # sharing the very classes the server uses.
+    code = (
+        "import sys, acp_server.jsonrpc.rpc as rpc;"
+        "core = 'jsonrpcserver' in sys.modules or 'oslash' in sys.modules or 'oslash.maybe' in sys.modules;"
+        "import jsonrpcserver, oslash;"
+        "print(core, callable(jsonrpcserver.async_dispatch_to_response), oslash.Left is rpc.Left,"
+        " jsonrpcserver.Success is rpc.Success, oslash.Just(1).map(lambda x: x + 1) == oslash.Just(2))"
+    )
+    result = subprocess.run([sys.executable, "-W", "ignore", "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.split() == ["False", "True", "True", "True", "True"]
