@@ -14,7 +14,7 @@ import sys
 import time
 from collections.abc import Sequence
 
-from bench import cancel, cancel_tool, chunks, memory, provider, sessions, startup
+from bench import cancel, cancel_tool, chunks, first_prompt, memory, provider, sessions, startup
 from bench.report import Figure, format_table
 
 __all__ = ["main"]
@@ -42,6 +42,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ("cancel_tool", lambda: cancel_tool.main([f"--iterations={options.tool_cancels}"])),
         ("memory", lambda: memory.main([f"--sessions={options.sessions}"])),
         ("provider", lambda: provider.main([])),
+        ("first_prompt", lambda: first_prompt.main([])),
         ("sessions", lambda: sessions.main([])),
     )
     for name, bench in sections:
