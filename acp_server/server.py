@@ -20,6 +20,7 @@ from acp_server.protocol.context import Parts
 from acp_server.protocol.dispatcher import AcpDispatcher
 from acp_server.protocol.edge import AcpEdge
 from acp_server.protocol.handlers import METHODS, NOTIFICATIONS
+from acp_server.protocol.model_choices import ModelChoices
 from acp_server.protocol.plugins import Plugin, observer_of
 from acp_server.protocol.providers import AuthState, ProviderCache
 from acp_server.protocol.session_table import Handshake, SessionTable
@@ -28,6 +29,7 @@ from acp_server.runtime.child_env import ChildEnvPolicy
 from acp_server.runtime.model import Provider
 from acp_server.runtime.processes import ProcessTable
 from acp_server.runtime.providers import open_provider
+from acp_server.runtime.sandbox import sandbox_for
 from acp_server.runtime.text_guard import GuardedProvider, redactor_for
 from acp_server.runtime.tools import ToolBox
 from acp_server.runtime.tools.commands import COMMAND_TOOLS
@@ -108,14 +110,15 @@ def build_server(
             config,
             runs,
             # The core's way out: its events rendered as ACP v1, the editor's side of its tools.
-            AcpEdge(connection, config, processes),
+            # Decided once: which sandbox local commands get (said on stderr when none can be had).
+            AcpEdge(connection, config, processes, sandbox_for(config)),
             providers.get,
             tools,
             processes,
             lambda: store.current,
             observer_of(plugins),
         ),
-        models=tuple(dict.fromkeys([config.model, *config.models])),
+        models=ModelChoices(config, providers, connection.spawn),
         extension_notifications=tuple(method for method in notifications if method.startswith("_")),
     )
     dispatcher = AcpDispatcher(parts, methods=methods, notifications=notifications, on_exit=on_exit)

@@ -1,6 +1,7 @@
 """The ACP side of one connection behind the `Dispatcher` interface the connection calls (prepare, answer, notify,
 closing, exiting): it admits prompts as their lines are read, routes requests and notifications to their handlers,
-titles sessions after their first turn, and winds everything down at EOF.
+titles sessions after their first turn (the model's title, else the first prompt's first words), and winds everything
+down at EOF.
 
 The pieces it works with (the session table, the providers, authentication, the store, the run registry) are built
 by the composition root (`server.py`) and handed in as `Parts`; the handlers get the same pieces, never this
@@ -27,10 +28,10 @@ from acp_server.jsonrpc.rpc import (
     validation_message,
 )
 from acp_server.protocol.context import Handler, NotificationHandler, Parts, RequestContext
-from acp_server.protocol.prompts import prompt_command
+from acp_server.protocol.prompts import check_media, prompt_command
 from acp_server.protocol.schema import InitializeRequest, PromptRequest
 from acp_server.sessions.runs import PromptRejectedError, Session
-from acp_server.sessions.slash_commands import first_title
+from acp_server.sessions.slash_commands import first_title, prompt_title
 from acp_server.sessions.turn import admit_prompt, release_prompt
 
 __all__ = ["AcpDispatcher"]
@@ -85,14 +86,11 @@ class AcpDispatcher:
             return  # the handler validates again and answers -32602
         context.validated_params = prompt
         try:
-            for index, block in enumerate(prompt.prompt):
-                if block.type in ("image", "audio"):
-                    # Not advertised (promptCapabilities), and never silently dropped: refused, naming the block.
-                    raise RpcError(
-                        ErrorCode.INVALID_PARAMS,
-                        f"Invalid params: prompt.{index}: {block.type} content is not supported by this model",
-                    )
-            command = prompt_command(prompt)
+            model = self.session(prompt.session_id).model
+            accepts = self.parts.config.accepts(model)
+            # An image for a model that takes none is never silently dropped: refused, naming the block and model.
+            check_media(prompt, model, accepts)
+            command = prompt_command(prompt, accepts)
             context.run = admit_prompt(self.turns, context.request_id, prompt.session_id, command, self.session)
         except RpcError as exc:
             context.admission_error = exc
@@ -128,12 +126,18 @@ class AcpDispatcher:
         with anyio.CancelScope() as scope:
             session.background.add(scope)
             try:
-                title = await first_title(self.provider_for(session.model), session.session_id, first_prompt)
-            except Exception as exc:  # a title is a nicety: log and move on (cancellation is not caught here)
-                log.warning("session %s: no title: %s", session.session_id, exc)
-                return
+                title: str | None = await first_title(
+                    self.provider_for(session.model), session.session_id, first_prompt
+                )
+            except Exception as exc:  # a title is a nicety (cancellation is not caught here): the first words then
+                log.warning(
+                    "session %s: the model gave no title (%s); using the prompt's first words", session.session_id, exc
+                )
+                title = prompt_title(first_prompt)
             finally:
                 session.background.discard(scope)
+            if title is None:
+                return
             if session.title is None and session.session_id in self.sessions:
                 session.title = title
                 self.turns.announce_title(session, title)

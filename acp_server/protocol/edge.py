@@ -15,6 +15,7 @@ from acp_server.runtime.local_commands import LocalCommandRunner
 from acp_server.runtime.local_fs import LocalFileSystem
 from acp_server.runtime.ports import CommandRunner
 from acp_server.runtime.processes import ProcessTable
+from acp_server.runtime.sandbox import Sandbox
 from acp_server.sessions.edge import Ports, SessionEvent
 from acp_server.sessions.runs import RunContext
 from acp_server.settings.config import Config
@@ -25,10 +26,14 @@ __all__ = ["AcpEdge"]
 class AcpEdge:
     """ACP v1 over one connection."""
 
-    def __init__(self, connection: Connection, config: Config, processes: ProcessTable) -> None:
+    def __init__(
+        self, connection: Connection, config: Config, processes: ProcessTable, sandbox: Sandbox | None = None
+    ) -> None:
+        """`sandbox`: how local commands are confined (None: not at all), decided once at start-up."""
         self._connection = connection
         self._config = config
         self._processes = processes
+        self._sandbox = sandbox
 
     def turn_sink(self, run: RunContext) -> TurnUpdates:
         return TurnUpdates(self._connection, run)
@@ -63,6 +68,6 @@ class AcpEdge:
         commands: CommandRunner = (
             EditorTerminalRunner(request, session.session_id, deadline)
             if session.client.terminals
-            else LocalCommandRunner(self._processes, deadline)
+            else LocalCommandRunner(self._processes, deadline, self._sandbox, roots)
         )
         return Ports(fs, commands, PermissionGate(session, request, on_behalf_of), request)

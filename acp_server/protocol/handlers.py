@@ -31,6 +31,7 @@ from acp_server.protocol.schema import (
     WireModel,
 )
 from acp_server.protocol.session_handlers import (
+    discover_models,
     session_close,
     session_delete,
     session_fork,
@@ -61,7 +62,12 @@ async def initialize(context: RequestContext, params: InitializeRequest) -> dict
     # The client's capabilities were recorded in AcpDispatcher.prepare, in reader order.
     # ACP: answer the requested version if supported, else the latest we support. We speak exactly version 1.
     parts = context.parts
-    stored = parts.config.store  # loading, listing and resuming need the session store
+    stored = context.parts.config.store  # loading, listing and resuming need the session store
+    # The endpoints' models lists: the cached ones now, a refresh in the background (never awaited); a session/new
+    # right behind offers them.
+    discover_models(context.parts)
+    # Images (sounds) when any model a session may pick takes them; a prompt for one that does not is refused then.
+    taken = frozenset().union(*(context.parts.config.accepts(spec) for spec in context.parts.models.current))
     # The default model, warmed once this answer is out (protocol/warmup.py); a session on another model warms its
     # own when it opens.
     warm = (warm_up, parts.providers, parts.turns.tools, parts.config.model)
@@ -70,7 +76,7 @@ async def initialize(context: RequestContext, params: InitializeRequest) -> dict
         "protocolVersion": PROTOCOL_VERSION,
         "agentCapabilities": {
             "loadSession": stored,
-            "promptCapabilities": {"image": False, "audio": False, "embeddedContext": True},
+            "promptCapabilities": {"image": "image" in taken, "audio": "audio" in taken, "embeddedContext": True},
             "mcpCapabilities": {"http": True, "sse": True},  # stdio always (ACP); see acp_server/mcp_bridge
             "sessionCapabilities": {
                 "additionalDirectories": {},
@@ -107,8 +113,11 @@ async def authenticate(context: RequestContext, params: AuthenticateRequest) -> 
     parts = context.parts
     if params.method_id != AUTH_METHOD_ID:
         raise RpcError(ErrorCode.INVALID_PARAMS, f"Invalid params: methodId: unknown auth method {params.method_id!r}")
-    if parts.auth.problem is not None and not parts.auth.retry():
-        raise RpcError(ErrorCode.AUTH_REQUIRED, f"Authentication required: {parts.auth.problem}")
+    if parts.auth.problem is not None:
+        if not parts.auth.retry():
+            raise RpcError(ErrorCode.AUTH_REQUIRED, f"Authentication required: {parts.auth.problem}")
+        parts.models.credentials_changed()  # the endpoints that could not be asked without a key can be now
+        context.after.append(lambda: discover_models(parts))
     return {}
 
 

@@ -85,7 +85,7 @@ async def run_turn(
         for call in reply.tool_calls:
             await anyio.lowlevel.checkpoint()
             result = await _run_tool_call(call, tools, emit, tool_context(call), probe, redactor=redactor)
-            messages.append(Message("tool", result.output, tool_call_id=call.id))
+            messages.append(Message("tool", result.output, tool_call_id=call.id, media=result.media))
     return StopReason.MAX_TURN_REQUESTS
 
 
@@ -134,7 +134,7 @@ async def _run_tool_call(
     output = redactor.redact(sanitize_text(result.output))
     content = None if result.content is None else guard_tool_content(result.content, redactor)
     raw_output = _guard_json(result.raw_output, redactor)
-    return await _finish(emit, call, ToolResult(output, result.ok, raw_output, content).capped())
+    return await _finish(emit, call, ToolResult(output, result.ok, raw_output, content, result.media).capped())
 
 
 def _guarded_emit(emit: Emit, redactor: Redactor) -> Emit:

@@ -23,10 +23,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from acp_server.settings.config import LOG_LEVELS, PERMISSION_MODE_IDS, PROMPT_POLICY_IDS
+from acp_server.settings.config import INPUT_KINDS, LOG_LEVELS, PERMISSION_MODE_IDS, PROMPT_POLICY_IDS, SANDBOX_MODE_IDS
 from acp_server.settings.files import DEFAULT_TIMEOUTS, KEY_VARIABLES, TIMEOUT_KEYS, timeout_value_problem
 
-__all__ = ["FILE_ONLY_FORBIDDEN", "MODEL_FAMILIES", "FileSettings", "Problem", "load_settings", "model_spec_problem"]
+__all__ = [
+    "FILE_ONLY_FORBIDDEN",
+    "MODEL_FAMILIES",
+    "FileSettings",
+    "Problem",
+    "input_kinds",
+    "load_settings",
+    "model_spec_problem",
+]
 
 MODEL_FAMILIES = ("echo", "scripted", "openai", "anthropic")
 # Settings a file must not hold, with the reason given to the user.
@@ -124,6 +132,20 @@ def _seconds(value: Any) -> float:
     return float(value)
 
 
+def _whole_or_zero(value: Any) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        found = str(value) if isinstance(value, int) and not isinstance(value, bool) else _kind(value)
+        raise _InvalidError(f"expected a whole number, zero or more (0: no limit), found {found}")
+    return value
+
+
+def _days(value: Any) -> float:
+    if not isinstance(value, int | float) or isinstance(value, bool) or value < 0 or math.isnan(value):
+        found = str(value) if isinstance(value, int | float) and not isinstance(value, bool) else _kind(value)
+        raise _InvalidError(f"expected a number of days, zero or more (0: no limit), found {found}")
+    return float(value)
+
+
 def _bool(value: Any) -> bool:
     if not isinstance(value, bool):
         raise _InvalidError(f"expected true or false, found {_kind(value)}")
@@ -164,13 +186,51 @@ def _model(value: Any) -> str:
     return text
 
 
+def input_kinds(value: Any, family: str) -> tuple[str, ...]:
+    """An `input` setting: what a model takes in a prompt, a list of "text", "image", "audio". Raises
+    `_InvalidError` (a ValueError) saying what is wrong."""
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise _InvalidError(f'expected a list such as ["text", "image"], found {_kind(value)}')
+    unknown = [item for item in value if item not in INPUT_KINDS]
+    if unknown:
+        raise _InvalidError(f"unknown kind {unknown[0]!r}: expected some of {', '.join(INPUT_KINDS)}")
+    if family == "anthropic" and "audio" in value:
+        raise _InvalidError("the Anthropic Messages API takes no audio; leave audio out")
+    return tuple(dict.fromkeys(value))
+
+
 def _models(value: Any) -> list[str]:
-    listed = _texts(value)
-    for spec in listed:
+    """`models`: specs, or tables `{ model = "openai:llava", input = ["text", "image"] }` (see `_model_input`)."""
+    if not isinstance(value, list):
+        raise _InvalidError(f"expected a list of model specs, found {_kind(value)}")
+    listed = []
+    for item in value:
+        spec = item.get("model") if isinstance(item, dict) else item
+        if not isinstance(spec, str):
+            raise _InvalidError('expected model specs, or tables { model = "openai:NAME", input = ["text", "image"] }')
         problem = model_spec_problem(spec)
         if problem:
             raise _InvalidError(problem)
+        if isinstance(item, dict):
+            for key in item:
+                if key not in ("model", "input"):
+                    raise _InvalidError(f"{spec}: unknown key {key!r} (a model's table has model and input)")
+            if "input" in item:
+                try:
+                    input_kinds(item["input"], spec.partition(":")[0])
+                except _InvalidError as exc:
+                    raise _InvalidError(f"{spec}: input: {exc}") from None
+        listed.append(spec)
     return listed
+
+
+def _model_input(value: list[Any]) -> dict[str, tuple[str, ...]]:
+    """The `input` of each `models` table entry (already checked by `_models`), by spec."""
+    return {
+        item["model"]: input_kinds(item["input"], item["model"].partition(":")[0])
+        for item in value
+        if isinstance(item, dict) and "input" in item
+    }
 
 
 class _Paths:
@@ -182,6 +242,9 @@ class _Paths:
 
     def path(self, value: Any) -> str:
         return str(self.base / Path(_text(value)).expanduser())
+
+    def paths(self, value: Any) -> list[str]:
+        return [self.path(item) for item in _texts(value)]
 
     def log_file(self, value: Any) -> str | bool:
         if isinstance(value, bool):
@@ -195,7 +258,7 @@ _TABLES = ("providers", "mcp_servers", "tools")
 _TOOLS_KEYS = ("env_deny",)
 # An environment variable's name, or a shell-style pattern of names (`AWS_*`, `*_TOKEN`).
 _ENV_PATTERN = re.compile(r"[A-Za-z0-9_*?\[\]!-]+")
-_PROVIDER_KEYS = ("api_key", "api_key_env", "base_url", "context_window", *TIMEOUT_KEYS)
+_PROVIDER_KEYS = ("api_key", "api_key_env", "base_url", "context_window", "input", *TIMEOUT_KEYS)
 _STDIO_KEYS = ("type", "command", "args", "env", "cwd")
 _REMOTE_KEYS = ("type", "url", "headers")
 
@@ -208,6 +271,7 @@ class _Checker:
         self.top: dict[str, Callable[[Any], Any]] = {
             "model": _model,
             "models": _models,
+            "model_discovery": _bool,
             "base_url": _url,
             "permission_mode": _choice(PERMISSION_MODE_IDS),
             "prompt_policy": _choice(PROMPT_POLICY_IDS),
@@ -216,8 +280,13 @@ class _Checker:
             "max_turn_requests": _positive_int,
             "state_dir": paths.path,
             "store": _bool,
+            "keep_sessions_days": _days,
+            "keep_sessions": _whole_or_zero,
             "log_level": _choice(LOG_LEVELS),
             "log_file": paths.log_file,
+            "sandbox": _choice(SANDBOX_MODE_IDS),
+            "sandbox_network": _bool,
+            "sandbox_writable": paths.paths,
         }
         self.paths = paths
 
@@ -246,6 +315,9 @@ class _Checker:
                     values[key] = self.top[key](value)
                 except _InvalidError as exc:
                     self.problem(key, f"{exc}; {self._consequence(key)}")
+                else:
+                    if key == "models":
+                        values["model_input"] = _model_input(value)
         return values
 
     @staticmethod
@@ -282,6 +354,12 @@ class _Checker:
                     if problem:
                         default = getattr(DEFAULT_TIMEOUTS, TIMEOUT_KEYS[key])
                         self.problem(f"{where}.{key}", f"{problem}; ignored (the default, {default:g}, applies)")
+                    continue
+                if key == "input":
+                    try:
+                        input_kinds(value, family)
+                    except _InvalidError as exc:
+                        self.problem(f"{where}.input", f"{exc}; ignored (the default applies)")
                     continue
                 if key not in checks:
                     self.unknown(f"{where}.{key}", _PROVIDER_KEYS)

@@ -17,15 +17,18 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from acp_server import __version__
-from acp_server.settings.checks import FileSettings, load_settings
-from acp_server.settings.choices import PermissionMode, PromptPolicy
+from acp_server.settings.checks import FileSettings, input_kinds, load_settings
+from acp_server.settings.choices import PermissionMode, PromptPolicy, SandboxMode
 from acp_server.settings.config import (
     DEFAULT_CLEANUP_DEADLINE,
+    DEFAULT_KEEP_SESSIONS,
+    DEFAULT_KEEP_SESSIONS_DAYS,
     DEFAULT_MAX_TURN_REQUESTS,
     DEFAULT_MCP_START_WAIT,
     LOG_LEVELS,
     PERMISSION_MODE_IDS,
     PROMPT_POLICY_IDS,
+    SANDBOX_MODE_IDS,
     Config,
 )
 from acp_server.settings.files import config_file, held_secrets, secret_variables
@@ -69,6 +72,26 @@ def _at_least_one(text: str) -> int:
     return value
 
 
+def _non_negative_days(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of days: {text!r}") from None
+    if value < 0 or math.isnan(value):
+        raise argparse.ArgumentTypeError(f"must be zero or more days: {text!r}")
+    return value
+
+
+def _zero_or_more(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be zero or more: {text!r}")
+    return value
+
+
 def _parser(
     prog: str, extend: Callable[[argparse.ArgumentParser], None] | None, subcommands: Sequence[str]
 ) -> argparse.ArgumentParser:
@@ -109,6 +132,26 @@ def _parser(
         "(env ACP_SERVER_PROMPT_POLICY; file: prompt_policy)",
     )
     add(
+        "--sandbox",
+        choices=SANDBOX_MODE_IDS,
+        help="how local commands are confined: workspace-write (the default where the kernel can: writes only in "
+        "the session's directories and the temp directory), read-only, or off (your full rights) "
+        "(env ACP_SERVER_SANDBOX; file: sandbox)",
+    )
+    add(
+        "--sandbox-network",
+        action=argparse.BooleanOptionalAction,
+        help="--no-sandbox-network also refuses sandboxed commands TCP connections and listening sockets "
+        "(env ACP_SERVER_SANDBOX_NETWORK=0; file: sandbox_network = false)",
+    )
+    add(
+        "--sandbox-writable",
+        action="append",
+        metavar="DIR",
+        help="one more directory sandboxed commands may write in workspace-write, e.g. ~/.cache; repeat for more "
+        f"(env ACP_SERVER_SANDBOX_WRITABLE, separated by {os.pathsep!r}; file: sandbox_writable = [...])",
+    )
+    add(
         "--cleanup-deadline",
         type=_non_negative_seconds,
         metavar="SECONDS",
@@ -139,6 +182,26 @@ def _parser(
         action=argparse.BooleanOptionalAction,
         help="--no-store keeps sessions in memory only: nothing is written, nothing can be loaded later "
         "(env ACP_SERVER_NO_STORE=1; file: store = false)",
+    )
+    add(
+        "--model-discovery",
+        action=argparse.BooleanOptionalAction,
+        help="offer the models the configured endpoints list besides the configured ones (default on; "
+        "--no-model-discovery asks no endpoint; env ACP_SERVER_MODEL_DISCOVERY=0; file: model_discovery = false)",
+    )
+    add(
+        "--keep-sessions-days",
+        type=_non_negative_days,
+        metavar="DAYS",
+        help="remove stored sessions not updated for this many days, 0 for never (default "
+        f"{DEFAULT_KEEP_SESSIONS_DAYS:g}; env ACP_SERVER_KEEP_SESSIONS_DAYS; file: keep_sessions_days)",
+    )
+    add(
+        "--keep-sessions",
+        type=_zero_or_more,
+        metavar="N",
+        help="keep at most this many stored sessions, the most recently updated, 0 for no limit (default "
+        f"{DEFAULT_KEEP_SESSIONS}; env ACP_SERVER_KEEP_SESSIONS; file: keep_sessions)",
     )
     add(
         "--log-level",
@@ -206,6 +269,11 @@ class _Merge:
         raise ValueError(f"must be one of {', '.join((*_TRUE, *_FALSE))}")
 
 
+def _paths(text: str) -> list[str]:
+    """A list of directories in one variable, separated like PATH."""
+    return [part for part in text.split(os.pathsep) if part.strip()]
+
+
 def _log_file(flag: Any, env: Mapping[str, str], file: FileSettings) -> tuple[bool, str | None]:
     """(log to a file?, which one; None = the default place). flag > ACP_SERVER_LOG_FILE > file > on, default."""
     if flag is False:
@@ -269,6 +337,22 @@ def load(
                 pick.choice(PROMPT_POLICY_IDS),
             )
         ),
+        sandbox=SandboxMode(
+            pick(
+                args.sandbox,
+                "ACP_SERVER_SANDBOX",
+                "sandbox",
+                SandboxMode.WORKSPACE_WRITE,
+                pick.choice(SANDBOX_MODE_IDS),
+            )
+        ),
+        sandbox_writable=tuple(
+            os.path.abspath(os.path.expanduser(path))
+            for path in pick(args.sandbox_writable, "ACP_SERVER_SANDBOX_WRITABLE", "sandbox_writable", [], _paths)
+        ),
+        sandbox_network=pick(
+            args.sandbox_network, "ACP_SERVER_SANDBOX_NETWORK", "sandbox_network", True, _Merge.switch
+        ),
         max_turn_requests=pick(
             args.max_turn_requests,
             "ACP_SERVER_MAX_TURN_REQUESTS",
@@ -280,6 +364,16 @@ def load(
         base_url=pick(args.base_url, "ACP_SERVER_BASE_URL", None, None, str),
         state_dir=pick(args.state_dir, "ACP_SERVER_STATE_DIR", "state_dir", None, str),
         store=_store(args.store, pick),
+        keep_sessions_days=pick(
+            args.keep_sessions_days,
+            "ACP_SERVER_KEEP_SESSIONS_DAYS",
+            "keep_sessions_days",
+            DEFAULT_KEEP_SESSIONS_DAYS,
+            _non_negative_days,
+        ),
+        keep_sessions=pick(
+            args.keep_sessions, "ACP_SERVER_KEEP_SESSIONS", "keep_sessions", DEFAULT_KEEP_SESSIONS, _zero_or_more
+        ),
         record=pick(args.record, "ACP_SERVER_RECORD", None, None, str),
         log_to_file=log_to_file,
         log_file=log_file,
@@ -292,8 +386,26 @@ def load(
             _non_negative_seconds,
         ),
         models=tuple(file.values.get("models", ())),
+        model_discovery=pick(
+            args.model_discovery, "ACP_SERVER_MODEL_DISCOVERY", "model_discovery", True, _Merge.switch
+        ),
+        model_input=tuple(file.values.get("model_input", {}).items()),
+        family_input=_family_input(file.raw),
         held_secrets=tuple(held_secrets(file.raw, env)),
         secret_variables=tuple(secret_variables(file.raw)),
         env_deny=file.env_deny,
     )
     return Loaded(config, file, args)
+
+
+def _family_input(document: Mapping[str, Any]) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """`input` of each `[providers.FAMILY]` table, where it is usable (settings/checks.py reports the rest)."""
+    providers = document.get("providers")
+    found = []
+    for family, section in providers.items() if isinstance(providers, dict) else ():
+        if isinstance(section, dict) and "input" in section:
+            try:
+                found.append((str(family), input_kinds(section["input"], str(family))))
+            except ValueError:
+                continue
+    return tuple(found)

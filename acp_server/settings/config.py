@@ -11,32 +11,55 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from acp_server.settings.choices import PermissionMode, PromptPolicy
+from acp_server.settings.choices import PermissionMode, PromptPolicy, SandboxMode
 
 __all__ = [
     "DEFAULT_CLEANUP_DEADLINE",
+    "DEFAULT_INPUT",
+    "DEFAULT_KEEP_SESSIONS",
+    "DEFAULT_KEEP_SESSIONS_DAYS",
     "DEFAULT_MAX_LINE_BYTES",
     "DEFAULT_MAX_TURN_REQUESTS",
     "DEFAULT_MCP_START_WAIT",
+    "INPUT_KINDS",
     "LOG_LEVELS",
     "PERMISSION_MODE_IDS",
     "PROMPT_POLICY_IDS",
+    "SANDBOX_MODE_IDS",
     "Config",
+    "SandboxMode",
 ]
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 # The enums' spellings, as the command line and the config file's checks list them.
 PERMISSION_MODE_IDS = tuple(mode.value for mode in PermissionMode)
 PROMPT_POLICY_IDS = tuple(policy.value for policy in PromptPolicy)
+SANDBOX_MODE_IDS = tuple(mode.value for mode in SandboxMode)
 DEFAULT_MAX_TURN_REQUESTS = 50
 
 DEFAULT_CLEANUP_DEADLINE = 2.0
+# Session retention, applied when the store opens: sessions not updated for this many days go, and the oldest past
+# this many (0 for either: no limit). Sessions that never got a prompt go after ten minutes (store.records).
+DEFAULT_KEEP_SESSIONS_DAYS = 90.0
+DEFAULT_KEEP_SESSIONS = 500
 # Long enough for a typical `npx`/`uvx` MCP server's first start (a package download included); a server that hangs
 # delays only the turns of its first ten seconds.
 DEFAULT_MCP_START_WAIT = 10.0
 # ACP puts no limit on a line; 64 MiB keeps a runaway client from exhausting memory while leaving room for the
 # 50 MiB messages (large embedded files) that editors do send.
 DEFAULT_MAX_LINE_BYTES = 64 * 1024 * 1024
+
+# What a model may take in a prompt, and what each family takes unless the config file says otherwise (`input` of a
+# `models` entry, or of `[providers.FAMILY]`). Current OpenAI and Claude models read images, and a local model that
+# does not is told so with one line of config; `echo` only echoes text; `scripted` takes everything, so clients and
+# tests can exercise images and sounds without a real model.
+INPUT_KINDS = ("text", "image", "audio")
+DEFAULT_INPUT: dict[str, tuple[str, ...]] = {
+    "echo": ("text",),
+    "scripted": INPUT_KINDS,
+    "openai": ("text", "image"),
+    "anthropic": ("text", "image"),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +84,10 @@ class Config:
     state_dir: str | None = None
     # False keeps sessions in memory only (`--no-store`).
     store: bool = True
+    # Retention: sessions not updated for `keep_sessions_days` days are removed, and the oldest past the
+    # `keep_sessions` most recent (0: no limit), when the store is opened; never one a live process has open.
+    keep_sessions_days: float = DEFAULT_KEEP_SESSIONS_DAYS
+    keep_sessions: int = DEFAULT_KEEP_SESSIONS
     # Where to write a transcript of every line in and out (`--record FILE`); None records nothing.
     record: str | None = None
     # Whether logs also go to a rotating file (editors hide or drop stderr); `log_file` None means the default place,
@@ -74,6 +101,13 @@ class Config:
     mcp_start_wait: float = DEFAULT_MCP_START_WAIT
     # The choices of the `model` config option besides `model` itself (the file's `models = [...]`).
     models: tuple[str, ...] = ()
+    # Whether the endpoints of the configured models are asked for their models lists, which then join the `model`
+    # option's choices (cached in the state directory; `--no-model-discovery` turns it off).
+    model_discovery: bool = True
+    # What a model takes in a prompt ("text", "image", "audio"), where the file says: by model spec (`input` of a
+    # `models` entry) and by family (`input` of `[providers.FAMILY]`); see `accepts`.
+    model_input: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    family_input: tuple[tuple[str, tuple[str, ...]], ...] = ()
     # The secrets the server itself holds (settings.held_secrets: provider keys, the file's keys and MCP secrets),
     # longest first: removed from every child process's environment and redacted from tool output and model text.
     held_secrets: tuple[str, ...] = ()
@@ -82,3 +116,17 @@ class Config:
     secret_variables: tuple[str, ...] = ()
     # `[tools] env_deny` of the file: more variables kept from child processes, by name or `PREFIX_*` pattern.
     env_deny: tuple[str, ...] = ()
+    # How local commands are confined (runtime/sandbox.py): the careful choice by default; where the kernel offers
+    # no sandbox, commands run as before and the server says so at start and in `doctor`.
+    sandbox: SandboxMode = SandboxMode.WORKSPACE_WRITE
+    # Whether sandboxed commands may use the network (off: TCP bind and connect refused, where the kernel can).
+    sandbox_network: bool = True
+    # More directories sandboxed commands may write in workspace-write (caches: `~/.cache`, `~/.cargo`), absolute.
+    sandbox_writable: tuple[str, ...] = ()
+
+    def accepts(self, spec: str) -> frozenset[str]:
+        """What the model `spec` takes in a prompt: its `models` entry's `input`, else its family's, else the
+        family's default (`DEFAULT_INPUT`). Text always."""
+        family = spec.partition(":")[0]
+        kinds = dict(self.model_input).get(spec) or dict(self.family_input).get(family) or DEFAULT_INPUT.get(family)
+        return frozenset(("text", *(kinds or ())))

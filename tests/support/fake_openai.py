@@ -10,11 +10,17 @@ below produce them in the wire format the real API streams. The server records e
 headers, JSON body) and every time a client closed a connection in the middle of a reply it was holding open, so a
 test can assert what the model was sent and that a cancel really closed the HTTP connection.
 
+`GET .../models` (model discovery) is answered apart from the scripted queue, so it never takes a reply meant for a
+model call: `FakeModelServer.serve_models` sets the list it answers (or makes it fail, hang or answer garbage), and
+those requests are recorded apart too (`model_list_requests`). Until a test sets one, the list is a 404, as from a
+server without it.
+
 `FakeModelServer` knows HTTP and SSE only; `tests/support/fake_anthropic.py` builds Anthropic Messages replies for it.
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import select
 import socket
@@ -33,10 +39,12 @@ import orjson
 __all__ = [
     "FakeModelServer",
     "FakeOpenAI",
+    "ListBehaviour",
     "Received",
     "ServerReply",
     "chunk",
     "error",
+    "images_sent",
     "raw_reply",
     "reasoning_reply",
     "refusal_reply",
@@ -49,6 +57,9 @@ __all__ = [
 # How a reply ends once its events are written: normally ("done"), or by holding the connection open until the
 # client goes away ("hang"), or by cutting the connection with the chunked body unfinished ("drop").
 Ending = Literal["done", "hang", "drop"]
+# How `GET .../models` answers: with the list, with it once the test calls `release_models`, an error status, never
+# (held open until the client goes), or a body that is not a list.
+ListBehaviour = Literal["list", "held", "fail", "hang", "garbage"]
 
 MODEL = "fake-model"
 
@@ -93,6 +104,10 @@ class _State:
     stopping: threading.Event = field(default_factory=threading.Event)
     # The last reply's wire bytes: a benchmark's default reply of 10,000 chunks is encoded once, not per request.
     encoded: tuple[ServerReply, bytes] | None = None
+    # GET .../models: the body it answers with and how (None: 404), and the requests it got.
+    model_list: tuple[ListBehaviour, Any] | None = None
+    model_list_requests: list[Received] = field(default_factory=list)
+    models_released: threading.Event = field(default_factory=threading.Event)
 
     def __post_init__(self) -> None:
         self.arrived = threading.Condition(self.lock)
@@ -136,6 +151,38 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_error(reply)
         else:
             self._send_stream(reply)
+
+    def do_GET(self) -> None:
+        state = self.server.state
+        with state.lock:
+            headers = {k.lower(): v for k, v in self.headers.items()}
+            received = Received(self.path, headers, {}, int(self.client_address[1]))
+            listed = self.path.partition("?")[0].endswith("/models")
+            if listed:
+                state.model_list_requests.append(received)
+                state.arrived.notify_all()
+            answer = state.model_list if listed else None
+        if answer is None:
+            self._send_error(error(404, f"fake server: nothing at {self.path}"))
+            return
+        behaviour, body = answer
+        if behaviour == "held":
+            while not state.models_released.wait(0.01):
+                if state.stopping.is_set():
+                    return
+        if behaviour == "hang":
+            self._hold_until_client_leaves()
+        elif behaviour == "fail":
+            self._send_error(error(500, "fake server: the models list failed", kind="server_error"))
+        elif behaviour == "garbage":
+            payload = b"<html>not a models list</html>"
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+        else:
+            self._send_error(ServerReply(status=200, body=body))
 
     def _send_error(self, reply: ServerReply) -> None:
         payload = orjson.dumps(reply.body)
@@ -258,6 +305,21 @@ class FakeModelServer:
         with self._server.state.lock:
             self._server.state.queue.extend(replies)
 
+    def serve_models(self, *ids: str, behaviour: ListBehaviour = "list") -> None:
+        """What `GET .../models` answers from now on: these ids in the family's list shape, or a failure."""
+        with self._server.state.lock:
+            self._server.state.model_list = (behaviour, self.models_body(ids))
+
+    def release_models(self) -> None:
+        """Let held models-list requests (behaviour "held") answer."""
+        self._server.state.models_released.set()
+
+    @staticmethod
+    def models_body(ids: Sequence[str]) -> dict[str, Any]:
+        """A models list as OpenAI (and Ollama, vLLM, LM Studio, OpenRouter) answer it."""
+        data = [{"id": name, "object": "model", "created": 1_700_000_000, "owned_by": "fake"} for name in ids]
+        return {"object": "list", "data": data}
+
     def set_default(self, reply: ServerReply | None) -> None:
         """The reply for any request once the queue is empty (benchmarks send many alike)."""
         with self._server.state.lock:
@@ -277,6 +339,22 @@ class FakeModelServer:
         def wait() -> bool:
             with state.arrived:
                 return state.arrived.wait_for(lambda: len(state.requests) >= count, timeout)
+
+        arrived: bool = await anyio.to_thread.run_sync(wait, abandon_on_cancel=True)
+        return arrived
+
+    @property
+    def model_list_requests(self) -> list[Received]:
+        with self._server.state.lock:
+            return list(self._server.state.model_list_requests)
+
+    async def wait_model_list_requests(self, count: int, timeout: float) -> bool:
+        """Wait (without blocking the event loop) until `count` models-list requests have arrived."""
+        state = self._server.state
+
+        def wait() -> bool:
+            with state.arrived:
+                return state.arrived.wait_for(lambda: len(state.model_list_requests) >= count, timeout)
 
         arrived: bool = await anyio.to_thread.run_sync(wait, abandon_on_cancel=True)
         return arrived
@@ -413,3 +491,32 @@ def error(
     headers = () if retry_after_ms is None else (("retry-after-ms", str(retry_after_ms)),)
     body = {"error": {"message": message, "type": kind, "param": None, "code": None}}
     return ServerReply(status=status, body=body, headers=headers)
+
+
+# --- image parts (Chat Completions vision and audio input) ---
+
+
+def images_sent(received: Received) -> list[tuple[str, str, bytes]]:
+    """Every image (`image_url` part) and sound (`input_audio` part) a Chat Completions request carried, in order, as
+    (role of its message, mime type or audio format, decoded bytes). Each part is checked to have the shape the API
+    takes (a base64 data URL; wav or mp3 audio): a malformed one fails the test here, as the real endpoint would
+    answer 400."""
+    found = []
+    for message in received.body.get("messages", []):
+        content = message.get("content")
+        if not isinstance(content, list):
+            continue
+        assert message["role"] == "user", f"only user messages carry content parts: {message['role']}"
+        for part in content:
+            if part["type"] == "image_url":
+                url = part["image_url"]["url"]
+                header, _, data = url.partition(",")
+                assert header.startswith("data:image/") and header.endswith(";base64"), url[:60]
+                found.append((message["role"], header[5:-7], base64.b64decode(data, validate=True)))
+            elif part["type"] == "input_audio":
+                audio = part["input_audio"]
+                assert audio["format"] in ("wav", "mp3"), audio["format"]
+                found.append((message["role"], audio["format"], base64.b64decode(audio["data"], validate=True)))
+            else:
+                assert part["type"] == "text" and isinstance(part["text"], str), part
+    return found

@@ -33,7 +33,9 @@ ALLOWED: dict[str, frozenset[str]] = {
         {"protocol", "sessions", "runtime", "mcp_bridge", "jsonrpc", "settings", "transcripts", "testmode"}
     ),
     "doctor": frozenset({"settings", "runtime", "store", "mcp_bridge"}),
-    "cli": frozenset({"", "settings", "runtime", "server", "doctor", "chat", "transcripts"}),
+    # `acp-server sessions`: the store for people, beside doctor.
+    "stored_sessions": frozenset({"settings", "store"}),
+    "cli": frozenset({"", "settings", "runtime", "server", "doctor", "stored_sessions", "chat", "transcripts"}),
     "__main__": frozenset({"cli"}),
 }
 # No crossing of these rules is tolerated: `sessions` reaches neither `protocol` nor `jsonrpc`; it defines the `Edge`

@@ -25,6 +25,7 @@ import anyio
 import orjson
 
 from acp_server.runtime.model import INVALID_ARGUMENTS, Emit, ModelError
+from acp_server.runtime.providers.catalog import ListingError, endpoint_key, model_ids
 from acp_server.settings.files import DEFAULT_TIMEOUTS, EndpointTimeouts
 
 __all__ = ["HttpProvider", "describe_failure", "import_sdk", "one_line", "parse_arguments"]
@@ -32,6 +33,13 @@ __all__ = ["HttpProvider", "describe_failure", "import_sdk", "one_line", "parse_
 log = logging.getLogger(__name__)
 
 MAX_DETAIL_CHARS = 300
+# How each SDK's endpoint lists its models (path below the base URL, query), and how long a listing may take at
+# most: it runs in the background, and a slow endpoint only means the configured models are offered alone.
+MODEL_LISTS: dict[str, tuple[str, dict[str, object]]] = {
+    "openai": ("/models", {}),
+    "anthropic": ("/v1/models", {"limit": 1000}),
+}
+MAX_LIST_SECONDS = 10.0
 # Things that look like credentials, for error texts that quote them back ("Incorrect API key provided: sk-...").
 _SECRET_PATTERN = re.compile(r"\b(?:sk|rk|pk)-[\w*.\-]{4,}|\bBearer\s+\S+", re.IGNORECASE)
 
@@ -106,6 +114,36 @@ class HttpProvider:
         """The endpoint as the user configured it, minus any credentials in it."""
         url = str(self._client.base_url) if self._client is not None else self.base_url or self.DEFAULT_BASE_URL
         return _display_url(url)
+
+    def models_endpoint(self) -> str:
+        """The endpoint a models list is kept under: the configured URL without credentials, query or final `/`
+        (the same before and after the client exists, unlike `endpoint`)."""
+        return endpoint_key(self.base_url or self.DEFAULT_BASE_URL)
+
+    async def list_models(self) -> tuple[str, ...]:
+        """The chat models the endpoint lists, through the provider's own client (its headers, key and base URL),
+        within a bound; any failure is one `ModelError` line without the key. A cancel stays a cancel."""
+        client = await self.client()
+        path, params = MODEL_LISTS[self.SDK]
+        limits = self.timeouts
+        bound = min(MAX_LIST_SECONDS, limits.connect + limits.first_byte, limits.total)
+        body: object = None
+        failure: Exception | None = None
+        with anyio.move_on_after(bound) as waiting:
+            try:
+                body = await client.get(path, cast_to=object, options={"params": params, "timeout": bound})
+            except Exception as exc:
+                failure = exc
+        await anyio.lowlevel.checkpoint_if_cancelled()
+        if waiting.cancelled_caught:
+            raise ModelError(f"the model endpoint {self.endpoint()} did not list its models within {bound:g} s")
+        if failure is not None:
+            log.debug("listing the models failed", exc_info=failure)
+            raise ModelError(self.describe(failure, streaming=False)) from None
+        try:
+            return model_ids(body)
+        except ListingError as exc:
+            raise ModelError(f"the model endpoint {self.endpoint()} answered {path}, but {exc}") from None
 
     def describe(self, exc: BaseException, *, streaming: bool) -> str:
         return describe_failure(exc, endpoint=self.endpoint(), streaming=streaming, secret=self._api_key)

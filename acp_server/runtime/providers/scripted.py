@@ -2,7 +2,9 @@
 
 Plugin authors point their editor integration at `acp-server --model scripted:PATH` (or put a script in a
 prompt's `_meta.scripted`) and get text, thoughts, tool calls, delays, gates that hold a turn open until released,
-failures and chosen stop reasons, the same way every time. The README documents the format.
+failures and chosen stop reasons, the same way every time. The README documents the format. Bare `--model scripted`
+plays `DEMO_TURNS`, a short built-in demo (streamed text, a thought, a plan, a tool call), so the spec that `doctor`
+accepts also answers every prompt.
 
 A gate blocks like a network read: cancellably. `gate_raise` models an HTTP client that throws its own error
 when the stream is aborted, which the server must still report as `cancelled`; `abort_gate` one whose teardown is
@@ -11,6 +13,7 @@ slow, so a test can hold a cancelled turn's cleanup open for as long as it needs
 
 from __future__ import annotations
 
+import base64
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -36,9 +39,21 @@ from acp_server.runtime.model import (
     TurnInput,
 )
 
-__all__ = ["GATES", "GateBoard", "ScriptError", "ScriptedProvider", "Step", "gate_board", "parse_script"]
+__all__ = ["DEMO_TURNS", "GATES", "GateBoard", "ScriptError", "ScriptedProvider", "Step", "gate_board", "parse_script"]
 
-ACTIONS = ("say", "think", "sleep", "tool", "gate", "gate_raise", "abort_gate", "fail", "stop", "after_turn_gate")
+ACTIONS = (
+    "say",
+    "think",
+    "sleep",
+    "tool",
+    "gate",
+    "gate_raise",
+    "abort_gate",
+    "fail",
+    "stop",
+    "after_turn_gate",
+    "describe_input",
+)
 MODIFIERS = {
     "say": {"repeat"},
     "think": {"repeat"},
@@ -49,6 +64,48 @@ MODIFIERS = {
 }
 # What a script's `stop` step may end a reply with (a model's own reasons, not the loop's or a cancel's).
 STOP_REASONS = (StopReason.END_TURN, StopReason.MAX_TOKENS, StopReason.REFUSAL)
+
+
+# What bare `--model scripted` plays: the first prompt of a session gets the first turn, every later one the second.
+# Deterministic, and harmless in any directory: the only tools it calls are the plan and a listing of the session's
+# directory (reading never asks for permission).
+DEMO_TURNS: tuple[list[dict[str, Any]], ...] = (
+    [
+        {"think": "The user is trying the built-in demo script; show what a turn can carry."},
+        {"say": "Hello from acp-server's built-in demo script. "},
+        {"say": "This reply streams in pieces, "},
+        {"say": "the way a model's does.\n\n"},
+        {
+            "tool": "update_plan",
+            "args": {
+                "entries": [
+                    {"content": "Stream a reply", "status": "completed"},
+                    {"content": "Show a plan", "status": "in_progress"},
+                    {"content": "List the working directory", "status": "pending"},
+                ]
+            },
+        },
+        {"say": "That was a plan. Next, a tool call that lists the working directory:\n\n"},
+        {"tool": "list_files", "args": {"path": "."}},
+        {
+            "tool": "update_plan",
+            "args": {
+                "entries": [
+                    {"content": "Stream a reply", "status": "completed"},
+                    {"content": "Show a plan", "status": "completed"},
+                    {"content": "List the working directory", "status": "completed"},
+                ]
+            },
+        },
+        {"say": "Done. Start acp-server with --model openai:MODEL or anthropic:MODEL for a real model, or with "},
+        {"say": "--model scripted:PATH to play your own script."},
+    ],
+    [
+        {"think": "A later prompt of the demo."},
+        {"say": "This is the built-in demo script (--model scripted); it plays the same turns every time. "},
+        {"say": "Start acp-server with a real model (--model openai:MODEL or anthropic:MODEL) to talk to one."},
+    ],
+)
 
 
 class ScriptError(ModelSpecError):
@@ -171,6 +228,11 @@ class ScriptedProvider:
         self._last_parsed: tuple[object, tuple[Step, ...]] | None = None
 
     @classmethod
+    def demo(cls) -> ScriptedProvider:
+        """Bare `--model scripted`: the built-in demo turns."""
+        return cls([parse_script(turn) for turn in DEMO_TURNS])
+
+    @classmethod
     def from_file(cls, path: Path) -> ScriptedProvider:
         try:
             raw = orjson.loads(path.read_bytes())
@@ -216,8 +278,10 @@ class _ScriptedTurn:
         self._turn = turn
         self._gates = gates
         self._probe: Probe = turn.probe
+        self._messages: Sequence[Message] = ()  # the conversation of the current model call (describe_input)
 
     async def respond(self, messages: Sequence[Message], tools: Sequence[ToolSpec], emit: Emit) -> Reply:
+        self._messages = messages
         text: list[str] = []
         while self._position < len(self._steps):
             index, step = self._position, self._steps[self._position]
@@ -238,9 +302,25 @@ class _ScriptedTurn:
                 return reply
         return Reply("".join(text))
 
+    async def _describe(self, messages: Sequence[Message], emit: Emit, text: list[str]) -> None:
+        """`describe_input`: say what the model was shown besides text, one line each, so a client can check that
+        its images (sounds) arrived: `image image/png 8 bytes from the user` (or `from the tool call ID`)."""
+        lines = [
+            f"{m.kind} {m.mime_type} {len(base64.b64decode(m.data))} bytes from "
+            + ("the user" if message.role == "user" else f"the tool call {message.tool_call_id}")
+            for message in messages
+            for m in message.media
+            if m.kind in self._turn.accepts
+        ]
+        said = "\n".join(lines) or "no media"
+        text.append(said)
+        await emit(TextDelta(said))
+
     async def _play(self, index: int, step: Step, emit: Emit, text: list[str]) -> Reply | None:
         action = step.action
-        if action in ("say", "think"):
+        if action == "describe_input":
+            await self._describe(self._messages, emit, text)
+        elif action in ("say", "think"):
             event = TextDelta(step.value) if action == "say" else ThoughtDelta(step.value)
             for _ in range(step.repeat):
                 await emit(event)

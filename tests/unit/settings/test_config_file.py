@@ -7,6 +7,7 @@ the end-to-end ones start the real server over stdio and read what it answers.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -155,6 +156,39 @@ SETTINGS = [
         lambda c: c.store,
     ),
     Setting(
+        "model_discovery",
+        "model_discovery = false",
+        False,
+        ("ACP_SERVER_MODEL_DISCOVERY", "1"),
+        True,
+        ["--no-model-discovery"],
+        False,
+        True,
+        lambda c: c.model_discovery,
+    ),
+    Setting(
+        "keep_sessions_days",
+        "keep_sessions_days = 30",
+        30.0,
+        ("ACP_SERVER_KEEP_SESSIONS_DAYS", "7.5"),
+        7.5,
+        ["--keep-sessions-days", "0"],
+        0.0,
+        90.0,
+        lambda c: c.keep_sessions_days,
+    ),
+    Setting(
+        "keep_sessions",
+        "keep_sessions = 20",
+        20,
+        ("ACP_SERVER_KEEP_SESSIONS", "0"),
+        0,
+        ["--keep-sessions", "5"],
+        5,
+        500,
+        lambda c: c.keep_sessions,
+    ),
+    Setting(
         "log_file",
         'log_file = "/var/tmp/from-file.log"',
         (True, "/var/tmp/from-file.log"),
@@ -164,6 +198,39 @@ SETTINGS = [
         (True, "/var/tmp/from-flag.log"),
         (True, None),
         lambda c: (c.log_to_file, c.log_file),
+    ),
+    Setting(
+        "sandbox",
+        'sandbox = "read-only"',
+        "read-only",
+        ("ACP_SERVER_SANDBOX", "off"),
+        "off",
+        ["--sandbox", "workspace-write"],
+        "workspace-write",
+        "workspace-write",
+        lambda c: c.sandbox,
+    ),
+    Setting(
+        "sandbox_network",
+        "sandbox_network = false",
+        False,
+        ("ACP_SERVER_SANDBOX_NETWORK", "1"),
+        True,
+        ["--no-sandbox-network"],
+        False,
+        True,
+        lambda c: c.sandbox_network,
+    ),
+    Setting(
+        "sandbox_writable",
+        'sandbox_writable = ["/srv/cache", "~/.cargo"]',
+        ("/srv/cache", str(Path.home() / ".cargo")),
+        ("ACP_SERVER_SANDBOX_WRITABLE", f"/srv/b{os.pathsep}/srv/c"),
+        ("/srv/b", "/srv/c"),
+        ["--sandbox-writable", "/srv/d", "--sandbox-writable", "/srv/e"],
+        ("/srv/d", "/srv/e"),
+        (),
+        lambda c: c.sandbox_writable,
     ),
 ]
 
@@ -334,6 +401,45 @@ def test_a_wrong_env_deny_is_reported_and_what_can_be_read_is_still_denied(
     assert loaded.config.env_deny == denied
 
 
+def test_what_a_model_takes_comes_from_its_models_entry_then_its_provider_then_the_default(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        'models = ["openai:gpt-4o", { model = "openai:llama3", input = ["text"] },'
+        ' { model = "openai:gpt-audio", input = ["text", "image", "audio"] }]\n'
+        '[providers.anthropic]\ninput = ["text"]\n',
+    )
+    loaded = load(["--model", "echo"], env={**NO_KEYS, "ACP_SERVER_CONFIG": str(path)})
+    assert loaded.file.problems == ()
+    config = loaded.config
+    assert config.models == ("openai:gpt-4o", "openai:llama3", "openai:gpt-audio")
+    assert config.accepts("openai:gpt-4o") == {"text", "image"}  # the OpenAI-compatible default
+    assert config.accepts("openai:llama3") == {"text"}
+    assert config.accepts("openai:gpt-audio") == {"text", "image", "audio"}
+    assert config.accepts("anthropic:claude-x") == {"text"}  # [providers.anthropic] input
+    assert Config().accepts("anthropic:claude-x") == {"text", "image"}
+    assert Config().accepts("echo") == {"text"}
+    assert Config().accepts("scripted:turns.json") == {"text", "image", "audio"}
+
+
+@pytest.mark.parametrize(
+    ("text", "key", "message"),
+    [
+        ('models = [{ model = "openai:x", input = ["text", "video"] }]', "models", "unknown kind 'video'"),
+        ('models = [{ model = "anthropic:x", input = ["audio"] }]', "models", "takes no audio"),
+        ('models = [{ model = "openai:x", inputs = ["text"] }]', "models", "unknown key 'inputs'"),
+        ('models = [{ input = ["text"] }]', "models", "expected model specs, or tables"),
+        ('[providers.openai]\ninput = "image"', "providers.openai.input", "expected a list"),
+    ],
+)
+def test_a_wrong_input_setting_is_reported_naming_what_is_wrong(
+    tmp_path: Path, text: str, key: str, message: str
+) -> None:
+    loaded = load([], env={**NO_KEYS, "ACP_SERVER_CONFIG": str(write(tmp_path, text + "\n"))})
+    problems = {p.key: p.message for p in loaded.file.problems}
+    assert message in problems[key]
+    assert loaded.config.model_input == () and loaded.config.family_input == ()
+
+
 # --- problems, in plain words ---
 
 
@@ -427,3 +533,12 @@ async def test_a_bad_value_is_reported_and_the_server_starts_with_the_default(
     await server.close()
     assert f"{path}: permission_mode: expected one of default, accept_edits, bypass, read_only" in server.stderr_text
     assert "modle: unknown setting, ignored (did you mean 'model'?)" in server.stderr_text
+
+
+@pytest.mark.parametrize("line", ["keep_sessions = -1", "keep_sessions = 2.5", 'keep_sessions_days = "a month"'])
+def test_a_bad_retention_value_in_the_file_is_reported_and_the_default_keeps(tmp_path: Path, line: str) -> None:
+    path = write(tmp_path, line + "\n")
+    loaded = load([], env={"ACP_SERVER_CONFIG": str(path)})
+    assert (loaded.config.keep_sessions, loaded.config.keep_sessions_days) == (500, 90.0)
+    (problem,) = loaded.file.problems
+    assert problem.key == line.split(maxsplit=1)[0] and "zero or more" in problem.message
