@@ -25,7 +25,7 @@ from typing import Any
 
 import orjson
 
-from bench import cancel, cancel_tool, chunks, memory, provider, scale, sessions, startup, stress
+from bench import cancel, cancel_tool, chunks, first_prompt, memory, provider, scale, sessions, startup, stress
 from bench.plot import plot_scale
 from bench.report import Figure, format_table
 
@@ -105,6 +105,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ("cancel_tool", lambda: cancel_tool.main([f"--iterations={options.tool_cancels}"])),
         ("memory", lambda: memory.main([f"--sessions={options.sessions}"])),
         ("provider", lambda: provider.main(["--chunks=500", "--turns=1", "--cancels=2"] if q else [])),
+        ("first_prompt", lambda: first_prompt.main(["--spawns=2", "--warm=3"] if q else [])),
         ("sessions", lambda: sessions.main(["--news=5", "--messages=20", "--chunks=500"] if q else [])),
         ("stress", lambda: stress.main([f"--sessions={options.sessions}", "--rounds=1" if q else "--rounds=2"])),
         ("scale", lambda: scaled("scripted", options.levels)),

@@ -27,6 +27,7 @@ from acp_server.protocol.schema import (
     SetSessionConfigOptionRequest,
     SetSessionModeRequest,
 )
+from acp_server.protocol.warmup import warm_up
 from acp_server.sessions.edge import CommandsAvailable, ConfigChanged, ModeChanged
 from acp_server.sessions.options import MODE_OPTION, MODEL_OPTION, PROMPT_POLICY_OPTION, SLASH_COMMANDS
 from acp_server.sessions.runs import Session
@@ -105,6 +106,8 @@ def _opened(context: RequestContext, session: Session) -> dict[str, Any]:
     context.after.append(lambda: _announce_commands(parts, session))
     answered = parts.models.offered(session.model)
     context.after.append(lambda: _offered(parts, session, answered))
+    # The session's model, warmed while the person types its first prompt (protocol/warmup.py).
+    context.after.append(lambda: parts.connection.spawn(warm_up, parts.providers, parts.turns.tools, session.model))
     return {"modes": modes(session.mode), "configOptions": _config_options(parts, session)}
 
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import math
 import re
-import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -466,6 +465,8 @@ def load_settings(path: Path) -> FileSettings:
     except OSError as exc:
         reason = exc.strerror or str(exc)
         return _unreadable(path, f"cannot read the file ({reason})")
+    import tomllib  # only when there is a file: most start-ups find none and never pay for the parser
+
     try:
         document = tomllib.loads(data.decode())
     except UnicodeDecodeError:

@@ -71,6 +71,7 @@ class HttpProvider:
         # The SDK's objects, made on first use; typed Any so the SDK stays out of this module's imports.
         self._client: Any = None
         self.stream_cls: Any = None  # the SDK's AsyncStream[object]: chunks stay plain dicts
+        self._setting_up = anyio.Lock()
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(model={self.model!r}, base_url={self.base_url!r})"  # never the key
@@ -79,27 +80,36 @@ class HttpProvider:
         return None
 
     async def client(self) -> Any:
-        """The provider's one client, made on first use."""
+        """The provider's one client, made on first use: the SDK imported and the client built in worker threads
+        (together most of a second on a quiet machine), so the event loop keeps serving every other session."""
         if self._client is None:
-            sdk = await import_sdk(self.SDK, self.MISSING_SDK)
-            if self._client is None:  # another session's first turn may have made it while this one waited
-                limits = self.timeouts
-                # The socket timeouts are only a backstop: the first-byte and between-chunks bounds are
-                # `stream_reply`'s own (a scope per attempt, a watchdog per reply), so it can tell which one fired.
-                # The SDK retries nothing: the attempts are ours, so each one gets its own first-byte bound and all
-                # of them the total bound.
-                patience = max(limits.first_byte, limits.between_chunks)
-                try:
-                    self._client = getattr(sdk, self.CLIENT)(
-                        api_key=self._api_key,
-                        base_url=self.base_url,
-                        max_retries=0,
-                        timeout=sdk.Timeout(patience, connect=limits.connect, pool=limits.connect),
-                    )
-                except Exception as exc:  # e.g. no API key: the SDK refuses to build a client
-                    raise ModelError(one_line(f"cannot set up the {self.SDK} client: {exc}", self._api_key)) from exc
-                self.stream_cls = sdk.AsyncStream[object]
+            async with self._setting_up:  # one set-up at a time: a second first turn waits for the first's client
+                if self._client is None:
+                    sdk = await import_sdk(self.SDK, self.MISSING_SDK)
+                    client = await anyio.to_thread.run_sync(self._new_client, sdk, abandon_on_cancel=True)
+                    self.stream_cls = sdk.AsyncStream[object]
+                    self._client = client
         return self._client
+
+    async def warm(self) -> None:
+        """Import the SDK and build the client now, in the background, so the first turn finds them ready."""
+        await self.client()
+
+    def _new_client(self, sdk: ModuleType) -> Any:
+        limits = self.timeouts
+        # The socket timeouts are only a backstop: the first-byte and between-chunks bounds are `stream_reply`'s
+        # own (a scope per attempt, a watchdog per reply), so it can tell which one fired. The SDK retries nothing:
+        # the attempts are ours, so each one gets its own first-byte bound and all of them the total bound.
+        patience = max(limits.first_byte, limits.between_chunks)
+        try:
+            return getattr(sdk, self.CLIENT)(
+                api_key=self._api_key,
+                base_url=self.base_url,
+                max_retries=0,
+                timeout=sdk.Timeout(patience, connect=limits.connect, pool=limits.connect),
+            )
+        except Exception as exc:  # e.g. no API key: the SDK refuses to build a client
+            raise ModelError(one_line(f"cannot set up the {self.SDK} client: {exc}", self._api_key)) from exc
 
     def endpoint(self) -> str:
         """The endpoint as the user configured it, minus any credentials in it."""
