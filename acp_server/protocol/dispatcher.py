@@ -1,6 +1,7 @@
 """The ACP side of one connection behind the `Dispatcher` interface the connection calls (prepare, answer, notify,
 closing, exiting): it admits prompts as their lines are read, routes requests and notifications to their handlers,
-titles sessions after their first turn, and winds everything down at EOF.
+titles sessions after their first turn (the model's title, else the first prompt's first words), and winds everything
+down at EOF.
 
 The pieces it works with (the session table, the providers, authentication, the store, the run registry) are built
 by the composition root (`server.py`) and handed in as `Parts`; the handlers get the same pieces, never this
@@ -30,7 +31,7 @@ from acp_server.protocol.context import Handler, NotificationHandler, Parts, Req
 from acp_server.protocol.prompts import check_media, prompt_command
 from acp_server.protocol.schema import InitializeRequest, PromptRequest
 from acp_server.sessions.runs import PromptRejectedError, Session
-from acp_server.sessions.slash_commands import first_title
+from acp_server.sessions.slash_commands import first_title, prompt_title
 from acp_server.sessions.turn import admit_prompt, release_prompt
 
 __all__ = ["AcpDispatcher"]
@@ -125,12 +126,18 @@ class AcpDispatcher:
         with anyio.CancelScope() as scope:
             session.background.add(scope)
             try:
-                title = await first_title(self.provider_for(session.model), session.session_id, first_prompt)
-            except Exception as exc:  # a title is a nicety: log and move on (cancellation is not caught here)
-                log.warning("session %s: no title: %s", session.session_id, exc)
-                return
+                title: str | None = await first_title(
+                    self.provider_for(session.model), session.session_id, first_prompt
+                )
+            except Exception as exc:  # a title is a nicety (cancellation is not caught here): the first words then
+                log.warning(
+                    "session %s: the model gave no title (%s); using the prompt's first words", session.session_id, exc
+                )
+                title = prompt_title(first_prompt)
             finally:
                 session.background.discard(scope)
+            if title is None:
+                return
             if session.title is None and session.session_id in self.sessions:
                 session.title = title
                 self.turns.announce_title(session, title)

@@ -26,6 +26,7 @@ class ProviderCache:
         self._providers: dict[str, Provider] = {}
         # Set by `logout`: no provider that takes credentials is built again until `authenticate`.
         self.logged_out = False
+        self._warming: set[str] = set()  # the specs whose warm-up has started (protocol/warmup.py)
 
     def get(self, spec: str) -> Provider:
         """The spec's provider; a missing key or a bad spec is the client's error to fix."""
@@ -47,6 +48,13 @@ class ProviderCache:
         self.logged_out = True
         for spec in [spec for spec in self._providers if needs_credentials(spec)]:
             del self._providers[spec]
+
+    def first_warm_up(self, spec: str) -> bool:
+        """True the first time it is asked for a spec: that caller warms it up, later ones need not."""
+        if spec in self._warming:
+            return False
+        self._warming.add(spec)
+        return True
 
     def reload(self, spec: str) -> None:
         """Build the spec's provider again, now (raises `MissingCredentialsError` while its key is missing)."""
