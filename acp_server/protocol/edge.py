@@ -21,7 +21,7 @@ from acp_server.runtime.local_commands import LocalCommandRunner
 from acp_server.runtime.local_fs import LocalFileSystem
 from acp_server.runtime.ports import CommandRunner, NoQuestions, Questions
 from acp_server.runtime.processes import ProcessTable
-from acp_server.runtime.sandbox import Sandbox
+from acp_server.runtime.sandbox import Sandbox, Unconfined
 from acp_server.sessions.edge import Ports, SessionEvent
 from acp_server.sessions.runs import RunContext
 from acp_server.settings.config import Config
@@ -33,9 +33,14 @@ class AcpEdge:
     """ACP v1 over one connection."""
 
     def __init__(
-        self, connection: Connection, config: Config, processes: ProcessTable, sandbox: Sandbox | None = None
+        self,
+        connection: Connection,
+        config: Config,
+        processes: ProcessTable,
+        sandbox: Sandbox | Unconfined | None = None,
     ) -> None:
-        """`sandbox`: how local commands are confined (None: not at all), decided once at start-up."""
+        """`sandbox`: how local commands are confined (None: not at all; Unconfined: asked for, but impossible
+        here), decided once at start-up."""
         self._connection = connection
         self._config = config
         self._processes = processes
