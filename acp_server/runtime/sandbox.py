@@ -8,14 +8,17 @@ everything it starts, with no privileges and no namespaces. The `sandbox` settin
   `cwd` and additional directories), the temp directory (`$TMPDIR`, `/tmp`) and `/dev/shm` may be written, plus
   the harmless devices (`/dev/null`, `/dev/zero`, `/dev/full`, the terminal). `~/.bashrc`, `/etc`, another
   project: refused (EACCES), for the command and for everything it starts, for ever.
-  `sandbox_writable` names more directories (`~/.cache`, `~/.cargo`: tools that insist on their caches).
+  `sandbox_writable` names more directories (`~/.cache/pip`: tools that insist on their caches).
 - `read-only`: nothing may be written but those devices.
 - `off`: as before, the user's full rights.
 
 `sandbox_network = false` also refuses TCP connections and listening sockets (Landlock ABI 4, Linux 6.7; UDP from
 ABI 10) and, from ABI 6, connecting to abstract Unix sockets outside the sandbox. Landlock does not confine
 connecting to a Unix socket by path before ABI 9 (the D-Bus session bus, a tmux, docker or ssh-agent socket):
-a service outside the sandbox reached that way acts with its own rights. Set-user-ID programs (`sudo`) gain nothing
+a service outside the sandbox reached that way acts with its own rights (`systemd-run --user` starts a process
+outside it), which `doctor` names. Whatever the network, from ABI 6 a command may signal only processes of its own
+domain (Scope.SIGNAL): not the editor, the server or the user's other processes; the server, outside, can still
+kill it. Before ABI 3 truncate(2) is not controlled, and `doctor` warns. Set-user-ID programs (`sudo`) gain nothing
 inside (no_new_privs). On ABI 1 (Linux 5.13 to 5.18) moving or linking a file into another directory is refused even
 inside the roots (EXDEV); ABI 2 allows it.
 
@@ -23,14 +26,20 @@ The cost: the launcher is a second Python start per command, about 70 ms of CPU 
 whose libc lookup runs `ldconfig -p`), small beside a model's turn.
 
 Where no sandbox is possible (not Linux, a kernel before 5.13 or without Landlock enabled, the package missing),
-commands run as before; `sandbox_for` says so on stderr when the server starts, and `doctor` reports it.
+it depends on who chose the mode. Set by name (flag, variable, file: `Config.sandbox_explicit`), it fails closed:
+every `run_command` is refused with a tool error saying why (`Unconfined(refuse=True)`), and `doctor` FAILs. Left
+at the default, commands run as before, `sandbox_for` says so on stderr when the server starts, `doctor` warns, and
+each result tells the model the command was not sandboxed.
 
 Each command goes through a small launcher (runtime/sandbox_exec.py) that confines itself, then execs
 `/bin/sh -c LINE`: the server itself stays unconfined (each session has its own roots), and no Python code runs in
 a forked child of the threaded server (`preexec_fn` is not safe there). The launcher runs isolated (`-I -S`: no
 environment variables, no site-packages, no current directory on its path), so nothing a command wrote in a root can
-change it. Nothing, that is, unless the server's own code lives in a root (an editable install of a project the
-agent works on): then a command could edit the launcher, and that is logged once per set of roots.
+change it. Nothing, that is, unless what it runs before it confines itself lies in a writable directory: the
+server's code (an editable install in the project the agent works on; a uvx install in `~/.cache/uv`), landlockpy,
+the standard library or the interpreter (by its path and resolved). Then a command could edit the launcher and run
+the commands after it unconfined, so such a directory is never writable (fails closed): it is dropped from the
+rules, said on stderr once per set of directories, and named by `doctor` when `sandbox_writable` holds it.
 """
 
 from __future__ import annotations

@@ -148,7 +148,8 @@ def _parser(
         "--sandbox-writable",
         action="append",
         metavar="DIR",
-        help="one more directory sandboxed commands may write in workspace-write, e.g. ~/.cache; repeat for more "
+        help="one more directory sandboxed commands may write in workspace-write, absolute or ~/..., e.g. "
+        "~/.cache/pip; never one holding acp-server, landlockpy or the interpreter; repeat for more "
         f"(env ACP_SERVER_SANDBOX_WRITABLE, separated by {os.pathsep!r}; file: sandbox_writable = [...])",
     )
     add(

@@ -203,3 +203,22 @@ def test_a_sandboxed_command_cannot_signal_a_process_outside_it_but_can_its_own(
     finally:
         outside.kill()
         outside.wait()
+
+
+@needs_landlock
+def test_without_network_the_session_bus_address_is_not_passed_on(tmp_path: Path) -> None:
+    env = {"PATH": "/usr/bin:/bin", "DBUS_SESSION_BUS_ADDRESS": "unix:path=/run/user/1/bus"}
+    said = []
+    for network in (True, False):
+        sandbox = Sandbox(SandboxMode.WORKSPACE_WRITE, network, SUPPORTED.abi, SUPPORTED.package_dir)
+        result = subprocess.run(
+            sandbox.command(["/bin/sh", "-c", "echo ${DBUS_SESSION_BUS_ADDRESS-unset}"], [tmp_path]),
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=scaled(30),
+            check=False,
+        )
+        said.append(result.stdout.strip())
+    assert said == ["unix:path=/run/user/1/bus", "unset"]
