@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 import orjson
 from jsonrpcserver import Error, Success
 from jsonrpcserver.async_main import dispatch_to_response
+from jsonrpcserver.sentinels import NODATA
 from oslash.either import Left
 from pydantic import BaseModel, ValidationError
 
@@ -234,7 +235,8 @@ async def dispatch(request: IncomingRequest, methods: dict[str, JsonRpcMethod], 
         error = response._error
         if error.code == ErrorCode.METHOD_NOT_FOUND:
             return error_message(request.id, error.code, f"Method not found: {request.method}")
-        return error_message(request.id, error.code, error.message)
+        data = getattr(error, "data", None)
+        return error_message(request.id, error.code, error.message, None if data is NODATA else data)
     # One request in, so one response out (jsonrpcserver returns lists only for batches, which classify refuses).
     success: Any = response
     return {"jsonrpc": "2.0", "id": request.id, "result": success._value.result}

@@ -1,6 +1,6 @@
-"""The protocol side of the core's `Edge` (sessions/edge.py) for one ACP v1 connection: where a turn's events are
-rendered and sent, and the editor's side of its tools. The composition root (`server.py`) builds it and hands it to
-the core inside the `TurnServices`.
+"""The protocol side of the core's `Edge` (sessions/edge.py) for one connection: where a turn's events are rendered
+(by v1's renderer, or v2's in protocol/v2/ once `initialize` chose v2) and sent, and the editor's side of its tools.
+The composition root (`server.py`) builds it and hands it to the core inside the `TurnServices`.
 """
 
 from __future__ import annotations
@@ -10,12 +10,14 @@ from typing import Any
 
 from acp_server.jsonrpc.connection import Connection
 from acp_server.protocol.editor import EditorFileSystem, EditorTerminalRunner, PermissionGate, SplitFileSystem
+from acp_server.protocol.session_table import Handshake
 from acp_server.protocol.updates import TurnUpdates, session_update
+from acp_server.protocol.v2.updates import V2TurnUpdates, session_update_v2
 from acp_server.runtime.local_commands import LocalCommandRunner
 from acp_server.runtime.local_fs import LocalFileSystem
 from acp_server.runtime.ports import CommandRunner
 from acp_server.runtime.processes import ProcessTable
-from acp_server.sessions.edge import Ports, SessionEvent
+from acp_server.sessions.edge import Ports, SessionEvent, TurnSink
 from acp_server.sessions.runs import RunContext
 from acp_server.settings.config import Config
 
@@ -23,18 +25,23 @@ __all__ = ["AcpEdge"]
 
 
 class AcpEdge:
-    """ACP v1 over one connection."""
+    """ACP over one connection, in the version its `initialize` chose."""
 
-    def __init__(self, connection: Connection, config: Config, processes: ProcessTable) -> None:
+    def __init__(self, connection: Connection, config: Config, processes: ProcessTable, handshake: Handshake) -> None:
         self._connection = connection
         self._config = config
         self._processes = processes
+        self._handshake = handshake
 
-    def turn_sink(self, run: RunContext) -> TurnUpdates:
+    def turn_sink(self, run: RunContext) -> TurnSink:
+        if self._handshake.v2:
+            return V2TurnUpdates(self._connection, run)
         return TurnUpdates(self._connection, run)
 
     def session_event(self, session_id: str, event: SessionEvent) -> None:
-        self._connection.notify("session/update", {"sessionId": session_id, "update": session_update(event)})
+        update = session_update_v2(event) if self._handshake.v2 else session_update(event)
+        if update is not None:
+            self._connection.notify("session/update", {"sessionId": session_id, "update": update})
 
     def spawn(self, func: Callable[..., Coroutine[Any, Any, Any]], *args: Any) -> None:
         self._connection.spawn(func, *args)

@@ -21,7 +21,7 @@ class Prompt:
     megabytes of embedded files.
     """
 
-    __slots__ = ("_blocks", "_text", "_text_of", "block_count", "meta")
+    __slots__ = ("_blocks", "_text", "_text_of", "block_count", "message_id", "meta")
 
     def __init__(
         self,
@@ -37,6 +37,9 @@ class Prompt:
         self._blocks = blocks
         # The request's `_meta` (the scripted model reads its script there).
         self.meta: dict[str, Any] = {} if meta is None else meta
+        # The id the protocol edge gave the user message when it inserted it (ACP v2 returns it), kept by the store
+        # so a replay shows the same id; None: the store makes one.
+        self.message_id: str | None = None
 
     @property
     def text(self) -> str:

@@ -104,7 +104,9 @@ async def execute_prompt(services: TurnServices, run: RunContext) -> StopReason:
     store = services.store()
     if store is not None:
         # Recorded from the start, so even a prompt cancelled before it ran is replayed with its outcome.
-        run.turn_log = store.begin_turn(run.session_id, run.prompt.blocks(), run.prompt.text)
+        run.turn_log = store.begin_turn(
+            run.session_id, run.prompt.blocks(), run.prompt.text, message_id=run.prompt.message_id
+        )
     try:
         return await _execute(services, run)
     finally:

@@ -1,0 +1,47 @@
+"""The v2 `initialize` result (ACP-V2.md §3): `info`, and every capability an object marker.
+
+`capabilities.session` commits to the baseline (new, list, resume, close, prompt, cancel, update); `delete` and
+`additionalDirectories` are advertised beside it. Images and audio are left out (no configured model takes them),
+never `false`. No `auth/*` methods are advertised yet: `authMethods` is `[]` (v2 login/logout is not built).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from acp_server import __version__
+from acp_server.protocol.context import Parts
+from acp_server.sessions.options import PROMPT_POLICIES
+
+__all__ = ["initialize_result"]
+
+
+def initialize_result(parts: Parts) -> dict[str, Any]:
+    return {
+        "protocolVersion": 2,
+        "info": {"name": "acp-server", "title": "acp-server", "version": __version__},
+        "capabilities": {
+            "session": {
+                "prompt": {"embeddedContext": {}},
+                "mcp": {"stdio": {}, "http": {}},
+                "delete": {},
+                "additionalDirectories": {},
+            },
+            "_meta": {
+                "acpServer": {
+                    "promptPolicies": [policy.value for policy in PROMPT_POLICIES],
+                    "defaultPromptPolicy": default_prompt_policy(parts),
+                    "extensionMethods": ["_acp_server/stats"],
+                    "extensionNotifications": list(parts.extension_notifications),
+                }
+            },
+        },
+        "authMethods": [],
+    }
+
+
+def default_prompt_policy(parts: Parts) -> str:
+    """What a busy prompt does on a v2 connection unless a session says otherwise: the configured policy when one
+    was chosen, else `queue` (hold it until idle; ACP-V2.md §23 Q4)."""
+    config = parts.config
+    return config.prompt_policy.value if config.prompt_policy_chosen else "queue"
