@@ -1,6 +1,7 @@
 """ACP v2 beside v1: which protocol a connection speaks, chosen by `initialize` (ACP-V2.md §2, §3, §23 Q1), end to end
-over stdio. Tests named `test_ACP_…` hold the acp-tck v2 requirement of that id (registry src/tck/v2/requirements.py
-at commit 1314e0951863b03844fd530e0e14bd88843aabe7), judged against the 2.4.0 schema."""
+over stdio. Tests named `test_acp_…` (lower case, as ruff wants) hold the acp-tck v2 requirement of that id
+(registry src/tck/v2/requirements.py at commit 1314e0951863b03844fd530e0e14bd88843aabe7), judged against the 2.4.0
+schema."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ def _markers(value: Any, path: str = "capabilities") -> list[str]:
     return []
 
 
-async def test_ACP_INIT_201_203_204_a_request_for_2_gets_the_v2_surface(start_server: StartServer) -> None:
+async def test_acp_init_201_203_204_a_request_for_2_gets_the_v2_surface(start_server: StartServer) -> None:
     """2 -> 2, with `info` (name and version), object markers only, the session baseline, and our extensions
     under `capabilities._meta` (ACP-EXT-202)."""
     server = await start_server()
@@ -39,14 +40,14 @@ async def test_ACP_INIT_201_203_204_a_request_for_2_gets_the_v2_surface(start_se
     assert result["authMethods"] == []
 
 
-async def test_ACP_INIT_003_a_request_above_2_gets_2(start_server: StartServer) -> None:
+async def test_acp_init_003_a_request_above_2_gets_2(start_server: StartServer) -> None:
     server = await start_server()
     response = await server.call("initialize", {"protocolVersion": 65535, "info": {"name": "x", "version": "1"}})
     assert response["result"]["protocolVersion"] == 2
     assert "info" in response["result"] and "agentCapabilities" not in response["result"]
 
 
-async def test_ACP_INIT_202_a_request_for_1_gets_the_v1_surface_as_before(start_server: StartServer) -> None:
+async def test_acp_init_202_a_request_for_1_gets_the_v1_surface_as_before(start_server: StartServer) -> None:
     server = await start_server()
     result = (await server.initialize())["result"]
     assert result["protocolVersion"] == 1
@@ -97,7 +98,7 @@ async def test_a_v2_connection_stays_v2_and_has_no_v1_only_methods(start_server:
         assert response["error"]["code"] == -32601, method
 
 
-async def test_ACP_EXT_001_an_extension_request_is_answered_on_v2(server_v2: RawClient) -> None:
+async def test_acp_ext_001_an_extension_request_is_answered_on_v2(server_v2: RawClient) -> None:
     stats = await server_v2.call("_acp_server/stats", {})
     assert stats["result"]["sessions"] == 0
     unknown = await server_v2.call("_nobody/knows", {})

@@ -1,7 +1,7 @@
 """The v2 prompt lifecycle end to end over stdio (ACP-V2.md §6, §8, §9, §13): the prompt is answered on insertion with
 an agent-owned `messageId`, echoed as a `user_message`, and its work runs between `running` and an `idle` that carries
-the stop reason (`error` with the error for a failure). Tests named `test_ACP_…` hold the acp-tck v2 requirement of
-that id (src/tck/v2/requirements.py at 1314e0951863b03844fd530e0e14bd88843aabe7)."""
+the stop reason (`error` with the error for a failure). Tests named `test_acp_…` (lower case, as ruff wants) hold the
+acp-tck v2 requirement of that id (src/tck/v2/requirements.py at 1314e0951863b03844fd530e0e14bd88843aabe7)."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ def is_update(session_id: str, kind: str, **fields: Any) -> Any:
     return matches
 
 
-async def test_ACP_PROMPT_201_203_STATE_201_the_prompt_is_answered_on_insertion_then_echoed_then_run_to_idle(
+async def test_acp_prompt_201_203_state_201_the_prompt_is_answered_on_insertion_then_echoed_then_run_to_idle(
     server_v2: RawClient,
 ) -> None:
     """Response {messageId} first, then the user_message echo with that id, then running, the reply, idle end_turn
@@ -54,11 +54,12 @@ async def test_ACP_PROMPT_201_203_STATE_201_the_prompt_is_answered_on_insertion_
     assert update_of(reply)["messageId"]  # ACP-PATCH-201
 
 
-async def test_ACP_PATCH_203_two_prompts_get_two_message_ids(server_v2: RawClient) -> None:
+async def test_acp_patch_203_two_prompts_get_two_message_ids(server_v2: RawClient) -> None:
     session_id = await server_v2.new_session_v2()
     ids = []
     for nth in (1, 2):
-        ids.append((await server_v2.response(await server_v2.prompt(session_id, [{"say": "x"}])))["result"]["messageId"])
+        response = await server_v2.response(await server_v2.prompt(session_id, [{"say": "x"}]))
+        ids.append(response["result"]["messageId"])
         await server_v2.idle(session_id, nth)
     assert ids[0] != ids[1]
 
@@ -89,12 +90,13 @@ async def test_a_refused_prompt_inserts_nothing_and_an_unknown_session_names_its
         "session/prompt", {"sessionId": session_id, "prompt": [{"type": "text", "text": "x"}, image]}
     )
     assert refused["error"]["code"] == -32602
-    unknown = await server_v2.call("session/prompt", {"sessionId": "sess_nope", "prompt": [{"type": "text", "text": "x"}]})
+    text = [{"type": "text", "text": "x"}]
+    unknown = await server_v2.call("session/prompt", {"sessionId": "sess_nope", "prompt": text})
     assert unknown["error"]["code"] == -32002 and unknown["error"]["data"] == {"sessionId": "sess_nope"}
     assert server_v2.updates(session_id, "user_message") == [] and server_v2.states(session_id) == []
 
 
-async def test_ACP_PATCH_204_205_208_a_tool_call_is_one_upsert_with_its_name_and_a_plan_is_a_plan_update(
+async def test_acp_patch_204_205_208_a_tool_call_is_one_upsert_with_its_name_and_a_plan_is_a_plan_update(
     server_v2: RawClient,
 ) -> None:
     session_id = await server_v2.new_session_v2()
