@@ -107,7 +107,8 @@ def _opened(context: RequestContext, session: Session) -> dict[str, Any]:
     if servers:
         parts.processes.adopt_orphans()  # stdio MCP servers are children too: their orphans must come to us
     session.mcp = parts.mcp.open(servers, session.cwd, (session.cwd, *session.additional_directories))
-    context.after.append(lambda: _announce_commands(parts, session))
+    if not parts.handshake.v2:  # v2 has them in the response (`availableCommands`): nothing follows a resume's
+        context.after.append(lambda: _announce_commands(parts, session))
     return {"modes": modes(session.mode), "configOptions": _config_options(parts, session)}
 
 
