@@ -61,9 +61,8 @@ async def test_acp_resume_202_204_replay_from_start_replays_every_message_with_i
     replayed = updates_before(second, session_id, response)
     kinds = [u["sessionUpdate"] for u in replayed]
     assert kinds[0] == "user_message" and replayed[0]["messageId"] == user_id
-    assert {"sessionUpdate": "agent_message", "messageId": agent_id, "content": [{"type": "text", "text": "hello"}]} in (
-        replayed
-    )
+    whole = {"sessionUpdate": "agent_message", "messageId": agent_id, "content": [{"type": "text", "text": "hello"}]}
+    assert whole in replayed
     assert "tool_call_update" in kinds and "tool_call" not in kinds and "agent_message_chunk" not in kinds
     assert replayed[-1] == {"sessionUpdate": "state_update", "state": "idle", "stopReason": "end_turn"}
     assert kinds.count("state_update") == 1
@@ -106,7 +105,7 @@ async def test_a_session_made_on_v1_resumes_on_v2_and_one_made_on_v2_loads_on_v1
     response = await v2.call("session/resume", {"sessionId": old, "cwd": "/tmp", "replayFrom": {"type": "start"}})
     replayed = updates_before(v2, old, response)
     assert [b["text"] for u in replayed if u["sessionUpdate"] == "agent_message" for b in u["content"]] == ["from v1"]
-    assert [u["sessionUpdate"] for u in replayed][0] == "user_message"
+    assert replayed[0]["sessionUpdate"] == "user_message"
     new = await v2.new_session_v2()
     await v2.response(await v2.prompt(new, [{"say": "from v2"}]))
     await v2.idle(new)
