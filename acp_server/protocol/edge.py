@@ -12,6 +12,7 @@ from acp_server.jsonrpc.connection import Connection
 from acp_server.protocol.editor import EditorFileSystem, EditorTerminalRunner, PermissionGate, SplitFileSystem
 from acp_server.protocol.session_table import Handshake
 from acp_server.protocol.updates import TurnUpdates, session_update
+from acp_server.protocol.v2.permissions import asking_v2
 from acp_server.protocol.v2.updates import V2TurnUpdates, session_update_v2
 from acp_server.runtime.local_commands import LocalCommandRunner
 from acp_server.runtime.local_fs import LocalFileSystem
@@ -54,8 +55,10 @@ class AcpEdge:
         grace = self._config.cleanup_deadline
         connection = self._connection
 
-        async def request(method: str, params: dict[str, Any]) -> Any:
+        async def request_v1(method: str, params: dict[str, Any]) -> Any:
             return await connection.request(method, params, fence=run)
+
+        request = asking_v2(connection, run) if self._handshake.v2 else request_v1
 
         def deadline() -> float:
             return run.cleanup_deadline(grace)

@@ -1,0 +1,172 @@
+"""Cancellation and busy prompts on v2, end to end over stdio (ACP-V2.md §7, §20; the v2 reading of INTERRUPTS.md's
+invariants, §20.7): `session/cancel` ends the work with `idle cancelled` as the last thing sent for it, within T_ACK
+when the work cooperates; a prompt sent while work runs is held (`queue`, the v2 default) until `idle`; a cancel
+answers the prompts held before it `-32800` and never touches later ones (I10); `$/cancel_request` withdraws a held
+prompt; `session/close` ends it all before its answer. A permission wait is `requires_action`. Tests named `test_acp_…`
+hold the acp-tck v2 requirement of that id (src/tck/v2/requirements.py at 1314e0951863b03844fd530e0e14bd88843aabe7).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.conftest import StartServer
+from tests.e2e.test_interrupts import after, position
+from tests.support.harness import LONG_GRACE_ARGS, T_ACK, T_WAIT, RawClient
+
+pytestmark = pytest.mark.timeout(40)
+
+
+def is_state(session_id: str, state: str) -> Any:
+    def matches(message: dict[str, Any]) -> bool:
+        if message.get("method") != "session/update" or message["params"]["sessionId"] != session_id:
+            return False
+        update = message["params"]["update"]
+        return bool(update["sessionUpdate"] == "state_update" and update["state"] == state)
+
+    return matches
+
+
+def of_session(session_id: str) -> Any:
+    def matches(message: dict[str, Any]) -> bool:
+        return bool(message.get("method") == "session/update" and message["params"]["sessionId"] == session_id)
+
+    return matches
+
+
+@pytest.mark.at_once
+async def test_acp_cancel_201_202_203_the_cancelled_work_ends_idle_cancelled_and_nothing_of_it_follows(
+    server_v2: RawClient,
+) -> None:
+    """I1/I5/I6 on v2: the announced tool call ends `cancelled` (§23 Q7) before the idle; the idle comes within T_ACK
+    (the work cooperates); after it, nothing of the work and no second state_update (ACP-CANCEL-202)."""
+    server = server_v2
+    session_id = await server.new_session_v2()
+    prompt = await server.prompt(session_id, [{"tool": "test_sleep", "args": {"s": 30}}, {"say": "late"}])
+    await server.response(prompt)
+    await server.probe("tool_started", sessionId=session_id, tool="test_sleep")
+    sent = await server.cancel(session_id)
+    idle = await server.idle(session_id)
+    assert server.arrival_time(idle) - sent <= T_ACK
+    assert idle["params"]["update"]["stopReason"] == "cancelled"
+    calls = [m for m in server.received[: position(server, idle)] if of_session(session_id)(m)]
+    finals = [m["params"]["update"] for m in calls if m["params"]["update"].get("status") == "cancelled"]
+    assert len(finals) == 1 and finals[0]["sessionUpdate"] == "tool_call_update"
+    await server.quiet(0.3, lambda m: m in after(server, idle) and of_session(session_id)(m))
+    assert not [m for m in server.received if "id" in m and m.get("id") is None]  # no answer to the notification
+
+
+async def test_a_prompt_sent_while_work_runs_is_held_until_idle_then_inserted(server_v2: RawClient) -> None:
+    """§7 hold (queue, the v2 default): no response while held; at the idle it is inserted (response, echo, running)
+    and runs; one foreground work at a time."""
+    server = server_v2
+    session_id = await server.new_session_v2()
+    first = await server.prompt(session_id, [{"gate": "g"}, {"say": "one"}])
+    await server.probe("gate_reached", sessionId=session_id, gate="g")
+    second = await server.prompt(session_id, [{"say": "two"}])
+    await server.quiet(0.3, lambda m: m.get("id") == second)
+    await server.release(session_id, "g")
+    first_idle = await server.idle(session_id)
+    answer = await server.response(second)
+    assert position(server, first_idle) < position(server, answer)
+    assert "messageId" in answer["result"] and (await server.response(first))["result"]["messageId"]
+    assert (await server.idle(session_id, 2))["params"]["update"]["stopReason"] == "end_turn"
+    assert [u["state"] for u in server.states(session_id)] == ["running", "idle", "running", "idle"]
+
+
+async def test_a_cancel_answers_the_prompts_held_before_it_and_not_the_one_after(server_v2: RawClient) -> None:
+    """I10 on v2: held prompts are answered -32800 at once (before the idle), nothing of them is echoed; a prompt
+    sent after the cancel is inserted and runs."""
+    server = server_v2
+    session_id = await server.new_session_v2()
+    await server.prompt(session_id, [{"gate": "g"}])
+    await server.probe("gate_reached", sessionId=session_id, gate="g")
+    held = await server.prompt(session_id, [{"say": "never"}])
+    cancel = {"method": "session/cancel", "params": {"sessionId": session_id}}
+    later = server.prompt_message(session_id, [{"say": "after"}])
+    await server.send(cancel, later)
+    withdrawn = await server.response(held)
+    assert withdrawn["error"]["code"] == -32800
+    idle = await server.idle(session_id)
+    assert position(server, withdrawn) < position(server, idle)
+    assert idle["params"]["update"]["stopReason"] == "cancelled"
+    inserted = await server.response(later["id"])
+    assert position(server, idle) < position(server, inserted)
+    assert (await server.idle(session_id, 2))["params"]["update"]["stopReason"] == "end_turn"
+    echoed = [u["messageId"] for u in server.updates(session_id, "user_message")]
+    assert len(echoed) == 2 and inserted["result"]["messageId"] in echoed
+
+
+async def test_cancel_request_withdraws_a_held_prompt_and_leaves_the_work_alone(server_v2: RawClient) -> None:
+    """§20.5: the held prompt is answered -32800; the running work goes on to end_turn. Naming an inserted prompt is
+    ignored (§23 Q10)."""
+    server = server_v2
+    session_id = await server.new_session_v2()
+    running = await server.prompt(session_id, [{"gate": "g"}, {"say": "done"}])
+    await server.probe("gate_reached", sessionId=session_id, gate="g")
+    held = await server.prompt(session_id, [{"say": "never"}])
+    await server.notify("$/cancel_request", {"requestId": held})
+    await server.notify("$/cancel_request", {"requestId": running})
+    assert (await server.response(held))["error"]["code"] == -32800
+    await server.release(session_id, "g")
+    assert (await server.idle(session_id))["params"]["update"]["stopReason"] == "end_turn"
+    assert len(server.updates(session_id, "user_message")) == 1
+
+
+async def test_acp_close_202_cancel_208_close_ends_the_work_and_held_prompts_before_its_answer(
+    server_v2: RawClient,
+) -> None:
+    """§5.4, §20.2: held prompts -32800, the work's idle cancelled, then `{}`; nothing for the session after."""
+    server = server_v2
+    session_id = await server.new_session_v2()
+    await server.prompt(session_id, [{"gate": "g"}])
+    await server.probe("gate_reached", sessionId=session_id, gate="g")
+    held = await server.prompt(session_id, [{"say": "never"}])
+    closed = await server.call("session/close", {"sessionId": session_id})
+    assert closed["result"] == {}
+    idle = await server.idle(session_id)
+    withdrawn = await server.response(held)
+    assert withdrawn["error"]["code"] == -32800
+    assert idle["params"]["update"]["stopReason"] == "cancelled"
+    assert position(server, idle) < position(server, closed)
+    await server.quiet(0.3, lambda m: m in after(server, closed) and of_session(session_id)(m))
+    again = await server.call("session/prompt", server.prompt_message(session_id, [{"say": "x"}])["params"])
+    assert again["error"]["code"] == -32002
+
+
+async def test_acp_patch_209_a_permission_wait_is_requires_action_then_running(server_v2: RawClient) -> None:
+    """§12: v2 params (title, a tool_call subject); requires_action while the answer is awaited, running after it,
+    all inside running..idle."""
+    server = server_v2
+    session_id = await server.new_session_v2()
+    await server.prompt(session_id, [{"tool": "run_command", "args": {"command": "true"}}, {"say": "ok"}])
+    asked = await server.wait_for(lambda m: m.get("method") == "session/request_permission")
+    params = asked["params"]
+    assert params["title"] and params["subject"]["type"] == "tool_call" and "toolCall" not in params
+    assert params["subject"]["toolCall"]["toolCallId"]
+    blocked = await server.wait_for(is_state(session_id, "requires_action"))
+    assert position(server, blocked) < position(server, asked)
+    await server.send({"id": asked["id"], "result": {"outcome": {"outcome": "selected", "optionId": "allow_once"}}})
+    idle = await server.idle(session_id, timeout=T_WAIT)
+    resumed = [m for m in server.received if is_state(session_id, "running")(m)]
+    assert position(server, asked) < position(server, resumed[-1]) < position(server, idle)
+    assert idle["params"]["update"]["stopReason"] == "end_turn"
+
+
+async def test_a_cancel_during_a_permission_wait_ends_idle_cancelled_without_running_again(
+    start_server: StartServer,
+) -> None:
+    """I8 on v2: the wait stops at once, the question is withdrawn, no `running` follows requires_action."""
+    server = await start_server(*LONG_GRACE_ARGS)
+    await server.initialize_v2()
+    session_id = await server.new_session_v2()
+    await server.prompt(session_id, [{"tool": "run_command", "args": {"command": "true"}}])
+    await server.wait_for(lambda m: m.get("method") == "session/request_permission")
+    sent = await server.cancel(session_id)
+    idle = await server.idle(session_id)
+    assert server.arrival_time(idle) - sent <= T_ACK
+    assert idle["params"]["update"]["stopReason"] == "cancelled"
+    states = [u["state"] for u in server.states(session_id)]
+    assert states == ["running", "requires_action", "idle"]
