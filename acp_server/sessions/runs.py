@@ -167,6 +167,8 @@ class RunContext:
     pending_requests: set[int] = field(default_factory=set)
     # Tool calls announced to the client and not yet finished, with their titles.
     open_tool_calls: dict[str, str] = field(default_factory=dict)
+    # Cancellable tool calls while they run: id -> the scope that stops that call alone (runtime/loop.py).
+    cancellable_calls: dict[str, anyio.CancelScope] = field(default_factory=dict)
     # The turn's own copy of the conversation; committed to the session only when the turn is answered.
     messages: list[Message] = field(default_factory=list)
     # Where this turn's own messages start in `messages` (after the history it was given); None until the work has

@@ -170,3 +170,50 @@ async def test_a_cancel_during_a_permission_wait_ends_idle_cancelled_without_run
     assert idle["params"]["update"]["stopReason"] == "cancelled"
     states = [u["state"] for u in server.states(session_id)]
     assert states == ["running", "requires_action", "idle"]
+
+
+@pytest.mark.at_once
+async def test_tool_call_cancel_stops_that_call_alone_and_the_turn_goes_on(server_v2: RawClient) -> None:
+    """§20.3: the running call advertises `capabilities.cancel`; `{}` answers at once and precedes its final
+    `tool_call_update` (`cancelled`, capabilities cleared); no idle, no extra running; the model is told and the turn
+    ends `end_turn`. Then the finished call is -32602, and an unknown session -32002."""
+    server = server_v2
+    session_id = await server.new_session_v2()
+    await server.prompt(session_id, [{"tool": "test_sleep", "args": {"s": 30}}, {"say": "went on"}])
+    await server.probe("tool_started", sessionId=session_id, tool="test_sleep")
+    advertised = await server.wait_for(
+        lambda m: of_session(session_id)(m) and m["params"]["update"].get("capabilities") == {"cancel": {}}
+    )
+    call_id = advertised["params"]["update"]["toolCallId"]
+    request = await server.request("tool_call/cancel", {"sessionId": session_id, "toolCallId": call_id})
+    answer = await server.response(request)
+    assert answer["result"] == {}
+    final = await server.wait_for(
+        lambda m: of_session(session_id)(m) and m["params"]["update"].get("status") == "cancelled"
+    )
+    assert position(server, answer) < position(server, final)
+    assert final["params"]["update"]["capabilities"] is None
+    assert server.arrival_time(final) - server.arrival_time(answer) <= T_ACK
+    idle = await server.idle(session_id)
+    assert idle["params"]["update"]["stopReason"] == "end_turn"
+    went_on = [m for m in server.received if of_session(session_id)(m) and "went on" in repr(m)]
+    assert went_on and position(server, final) < position(server, went_on[0]) < position(server, idle)
+    assert [u["state"] for u in server.states(session_id)] == ["running", "idle"]
+    done = await server.call("tool_call/cancel", {"sessionId": session_id, "toolCallId": call_id})
+    assert done["error"]["code"] == -32602
+    nobody = await server.call("tool_call/cancel", {"sessionId": "sess_none", "toolCallId": call_id})
+    assert nobody["error"]["code"] == -32002 and nobody["error"]["data"] == {"sessionId": "sess_none"}
+
+
+async def test_tool_call_cancel_refuses_a_call_that_does_not_advertise_cancel(server_v2: RawClient) -> None:
+    """The quick file tools are not cancellable (§23 Q6): -32602, and the call completes normally."""
+    server = server_v2
+    session_id = await server.new_session_v2()
+    await server.prompt(session_id, [{"tool": "list_files", "args": {"path": "/tmp"}}, {"gate": "g"}])
+    await server.probe("gate_reached", sessionId=session_id, gate="g")
+    (call_id,) = {u["toolCallId"] for u in server.updates(session_id, "tool_call_update")}
+    assert all(u.get("capabilities") in (None,) for u in server.updates(session_id, "tool_call_update"))
+    refused = await server.call("tool_call/cancel", {"sessionId": session_id, "toolCallId": call_id})
+    assert refused["error"]["code"] == -32602
+    await server.release(session_id, "g")
+    assert (await server.idle(session_id))["params"]["update"]["stopReason"] == "end_turn"

@@ -16,8 +16,9 @@ from acp_server.protocol.schema import (
     SetSessionConfigOptionRequest,
 )
 from acp_server.protocol.session_handlers import session_delete
+from acp_server.protocol.v2.cancels import tool_call_cancel
 from acp_server.protocol.v2.prompt import session_prompt_v2
-from acp_server.protocol.v2.schema import NewSessionRequestV2, ResumeSessionRequestV2
+from acp_server.protocol.v2.schema import CancelToolCallRequest, NewSessionRequestV2, ResumeSessionRequestV2
 from acp_server.protocol.v2.sessions import (
     session_close_v2,
     session_list_v2,
@@ -37,6 +38,7 @@ METHODS_V2: dict[str, Handler] = {
     "session/resume": (ResumeSessionRequestV2, session_resume_v2),
     "session/list": (ListSessionsRequest, session_list_v2),
     "session/delete": (DeleteSessionRequest, session_delete),
+    "tool_call/cancel": (CancelToolCallRequest, tool_call_cancel),
     "_acp_server/stats": METHODS["_acp_server/stats"],
 }
 

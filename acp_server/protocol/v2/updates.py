@@ -72,13 +72,14 @@ def plan_id(session_id: str) -> str:
 class V2TurnUpdates:
     """One turn's events as v2 `session/update`s, through the fence (the `TurnSink` of `sessions/edge.py`)."""
 
-    __slots__ = ("_connection", "_ids", "_run", "_session_id")
+    __slots__ = ("_cancellable", "_connection", "_ids", "_run", "_session_id")
 
     def __init__(self, connection: Connection, run: RunContext) -> None:
         self._connection = connection
         self._run = run
         self._session_id = run.session_id
         self._ids = ["", ""]  # the current reply's message id and thought id, shared with the v1 renderer
+        self._cancellable: set[str] = set()  # tool calls that advertise `capabilities.cancel` once in progress
 
     async def send(self, event: TurnEvent) -> None:
         v1 = render_v1(event, self._ids)
@@ -88,7 +89,7 @@ class V2TurnUpdates:
         message = {
             "jsonrpc": "2.0",
             "method": "session/update",
-            "params": {"sessionId": self._session_id, "update": to_v2(v1, event, run)},
+            "params": {"sessionId": self._session_id, "update": self._shown(v1, event)},
         }
         if await self._connection.send_fenced(message, run):
             log_update(run.turn_log, v1)
@@ -97,10 +98,21 @@ class V2TurnUpdates:
         v1 = render_v1(event, self._ids)
         if v1 is None:
             return
-        self._connection.notify(
-            "session/update", {"sessionId": self._session_id, "update": to_v2(v1, event, self._run)}
-        )
+        self._connection.notify("session/update", {"sessionId": self._session_id, "update": self._shown(v1, event)})
         log_update(self._run.turn_log, v1)
+
+    def _shown(self, v1: dict[str, Any], event: TurnEvent) -> dict[str, Any]:
+        update = to_v2(v1, event, self._run)
+        if isinstance(event, ToolCallStarted):
+            if event.cancellable:
+                self._cancellable.add(event.call.id)
+        elif isinstance(event, ToolCallUpdated):
+            if event.status == "in_progress" and event.call_id in self._cancellable:
+                update["capabilities"] = {"cancel": {}}  # `tool_call/cancel` may name it now (§9, §23 Q6)
+        elif isinstance(event, ToolCallFinished):
+            update["capabilities"] = None  # final: no controls
+            self._cancellable.discard(event.call_id)
+        return update
 
 
 def to_v2(v1: dict[str, Any], event: TurnEvent | None, run: RunContext | None) -> dict[str, Any]:
@@ -117,7 +129,7 @@ def to_v2(v1: dict[str, Any], event: TurnEvent | None, run: RunContext | None) -
             shown: Sequence[ToolContent] | None = event.content
             if isinstance(event, ToolCallFinished):
                 shown = event.content if event.content is not None else (TextOutput(event.output),)
-                if not event.ok and run is not None and run.cancelled:
+                if event.cancelled or (not event.ok and run is not None and run.cancelled):
                     update["status"] = "cancelled"  # ACP-V2.md §23 Q7: v2 has the status; v1 keeps `failed`
             if shown is not None:
                 update["content"] = [tool_content_v2(item) for item in shown]
