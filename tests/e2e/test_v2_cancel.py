@@ -217,3 +217,50 @@ async def test_tool_call_cancel_refuses_a_call_that_does_not_advertise_cancel(se
     assert refused["error"]["code"] == -32602
     await server.release(session_id, "g")
     assert (await server.idle(session_id))["params"]["update"]["stopReason"] == "end_turn"
+
+
+HOLD_V2 = {"tool": "test_client_request", "args": {"method": "_test/hold", "params": {}}}
+
+
+async def test_steer_inserts_the_prompt_at_once_and_the_joined_work_ends_with_one_idle(
+    start_server: StartServer,
+) -> None:
+    """§7 insert now: P2 is answered and echoed while P1's tool waits; the state stays running; at the next model
+    call the work goes on for P2; one idle, end_turn, for the whole work."""
+    server = await start_server(*LONG_GRACE_ARGS, "--prompt-policy", "steer")
+    await server.initialize_v2()
+    session_id = await server.new_session_v2()
+    await server.prompt(session_id, [{"say": "p1"}, HOLD_V2, {"say": "p1-never"}])
+    held = await server.wait_for(lambda m: m.get("method") == "_test/hold")
+    p2 = await server.prompt(session_id, [{"say": "steered"}])
+    answer = await server.response(p2)
+    echoed = await server.wait_for(
+        lambda m: of_session(session_id)(m) and m["params"]["update"].get("messageId") == answer["result"]["messageId"]
+    )
+    assert echoed["params"]["update"]["sessionUpdate"] == "user_message"
+    await server.send({"id": held["id"], "result": {}})
+    idle = await server.idle(session_id)
+    assert idle["params"]["update"]["stopReason"] == "end_turn"
+    assert server.texts(session_id) == ["p1", "steered"]
+    assert [u["state"] for u in server.states(session_id)].count("idle") == 1
+    await server.quiet(0.3, lambda m: is_state(session_id, "idle")(m) and m is not idle)
+
+
+async def test_steer_a_cancel_before_the_hand_over_ends_the_joined_work_with_one_idle_cancelled(
+    start_server: StartServer,
+) -> None:
+    server = await start_server(*LONG_GRACE_ARGS, "--prompt-policy", "steer")
+    await server.initialize_v2()
+    session_id = await server.new_session_v2()
+    await server.prompt(session_id, [{"say": "p1"}, HOLD_V2])
+    await server.wait_for(lambda m: m.get("method") == "_test/hold")
+    await server.response(await server.prompt(session_id, [{"say": "never"}]))
+    sent = await server.cancel(session_id)
+    idle = await server.idle(session_id)
+    assert server.arrival_time(idle) - sent <= T_ACK
+    assert idle["params"]["update"]["stopReason"] == "cancelled"
+    await server.quiet(0.3, lambda m: m in after(server, idle) and of_session(session_id)(m))
+    assert "never" not in server.texts(session_id)
+    # The session is not poisoned (I19): the next prompt runs.
+    await server.response(await server.prompt(session_id, [{"say": "next"}]))
+    assert (await server.idle(session_id, 2))["params"]["update"]["stopReason"] == "end_turn"

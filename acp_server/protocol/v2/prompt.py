@@ -20,6 +20,7 @@ from acp_server.protocol.context import Parts, RequestContext
 from acp_server.protocol.schema import PromptRequest
 from acp_server.protocol.titles import title_session
 from acp_server.protocol.v2.updates import idle, running, user_message
+from acp_server.runtime.model import StopReason
 from acp_server.sessions.runs import RunContext, RunState
 from acp_server.sessions.turn import TurnFailedError, execute_prompt, release_prompt
 
@@ -33,6 +34,8 @@ async def session_prompt_v2(context: RequestContext, params: PromptRequest) -> d
     assert run is not None, "a valid prompt is always admitted or refused in prepare()"
     parts = context.parts
     parts.auth.require()
+    if run.steers and run.state is RunState.QUEUED:
+        return _insert_now(context, run)
     await run.wait_until(lambda: run.state is not RunState.QUEUED)  # held while the session's work runs
     if run.cancelled:
         # Claimed before it was inserted: withdrawn. The dispatcher releases it once this error is queued.
@@ -47,6 +50,38 @@ async def session_prompt_v2(context: RequestContext, params: PromptRequest) -> d
         del parts.prompts[context.request_id]  # `$/cancel_request` no longer names it (§23 Q10)
     context.after.append(lambda: _insert(parts, run, message_id))
     return {"messageId": message_id}
+
+
+def _insert_now(context: RequestContext, run: RunContext) -> dict[str, Any]:
+    """`steer` (§7 insert now): the prompt joins the running work at once. It is answered and echoed now, and the
+    work stays `running`: the core hands the turn over to it at the next model-call boundary, and the one `idle` is
+    the joined work's. A cancel before the hand-over ends the joined work (one `idle cancelled`)."""
+    parts = context.parts
+    message_id = f"msg_{uuid.uuid4().hex}"
+    run.prompt.message_id = message_id
+    context.run = None
+    if parts.prompts.get(context.request_id) is run:
+        del parts.prompts[context.request_id]
+
+    def joined() -> None:
+        update = user_message(message_id, run.prompt.blocks())
+        parts.connection.notify("session/update", {"sessionId": run.session_id, "update": update})
+        parts.connection.spawn(_joined_work, parts, run)
+
+    context.after.append(joined)
+    return {"messageId": message_id}
+
+
+async def _joined_work(parts: Parts, run: RunContext) -> None:
+    """A steering prompt's part of the work, once the running turn hands over to it."""
+    await run.wait_until(lambda: run.state is not RunState.QUEUED)
+    if run.cancelled:
+        # Cancelled with the work it joined, whose `idle cancelled` has ended it: nothing more is sent for it.
+        parts.turns.runs.release(run)
+        return
+    # Repeated snapshots are idempotent: after a predecessor that failed (its idle sent) this starts the work again.
+    parts.connection.notify("session/update", {"sessionId": run.session_id, "update": running()})
+    await _work(parts, run)
 
 
 def _insert(parts: Parts, run: RunContext, message_id: str) -> None:
@@ -66,7 +101,9 @@ async def _work(parts: Parts, run: RunContext) -> None:
         except TurnFailedError as exc:
             stop, error = "error", {"code": int(ErrorCode.INTERNAL_ERROR), "message": exc.message}
         # Sealed by now (execute_prompt returns or raises only after `_seal`): nothing of the work follows this idle.
-        parts.connection.notify("session/update", {"sessionId": run.session_id, "update": idle(stop, error)})
+        # Unless a steering prompt carries the work on (it was inserted, §7): then the idle is the joined work's.
+        if not (stop == StopReason.END_TURN and parts.turns.runs.hand_over_due(run.session)):
+            parts.connection.notify("session/update", {"sessionId": run.session_id, "update": idle(stop, error)})
     finally:
         first_prompt = release_prompt(parts.turns, run)  # also when the connection's shutdown cancels this task
     if first_prompt is not None:
