@@ -14,7 +14,7 @@ import pytest
 
 from tests.conftest import StartServer
 from tests.e2e.test_interrupts import after, position
-from tests.support.harness import LONG_GRACE_ARGS, T_ACK, T_WAIT, RawClient
+from tests.support.harness import LONG_GRACE_ARGS, T_ACK, T_EXIT, T_WAIT, RawClient
 
 pytestmark = pytest.mark.timeout(40)
 
@@ -264,3 +264,17 @@ async def test_steer_a_cancel_before_the_hand_over_ends_the_joined_work_with_one
     # The session is not poisoned (I19): the next prompt runs.
     await server.response(await server.prompt(session_id, [{"say": "next"}]))
     assert (await server.idle(session_id, 2))["params"]["update"]["stopReason"] == "end_turn"
+
+
+async def test_stdin_eof_with_v2_work_running_and_a_prompt_held_exits_cleanly(start_server: StartServer) -> None:
+    """I17 on v2: the work is cancelled with the connection and the process exits in time (exit checked by the
+    fixture's close, like every test's)."""
+    server = await start_server()
+    await server.initialize_v2()
+    session_id = await server.new_session_v2()
+    await server.prompt(session_id, [{"tool": "test_sleep", "args": {"s": 30}}])
+    await server.probe("tool_started", sessionId=session_id, tool="test_sleep")
+    await server.prompt(session_id, [{"say": "held"}])
+    code, took = await server.close()
+    assert code == 0
+    assert took <= T_EXIT

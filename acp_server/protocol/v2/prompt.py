@@ -12,6 +12,7 @@ then. Only then does the session pass to the next held prompt.
 
 from __future__ import annotations
 
+import logging
 import uuid
 from typing import Any
 
@@ -25,6 +26,8 @@ from acp_server.sessions.runs import RunContext, RunState
 from acp_server.sessions.turn import TurnFailedError, execute_prompt, release_prompt
 
 __all__ = ["session_prompt_v2"]
+
+log = logging.getLogger(__name__)
 
 
 async def session_prompt_v2(context: RequestContext, params: PromptRequest) -> dict[str, Any]:
@@ -100,6 +103,10 @@ async def _work(parts: Parts, run: RunContext) -> None:
             stop: str = await execute_prompt(parts.turns, run)
         except TurnFailedError as exc:
             stop, error = "error", {"code": int(ErrorCode.INTERNAL_ERROR), "message": exc.message}
+        except Exception:  # a defect past the turn's own handling: the work still ends, as an error (not a crash)
+            log.exception("session %s: the v2 turn failed", run.session_id)
+            message = "Internal error: the turn failed; see the server log"
+            stop, error = "error", {"code": int(ErrorCode.INTERNAL_ERROR), "message": message}
         # Sealed by now (execute_prompt returns or raises only after `_seal`): nothing of the work follows this idle.
         # Unless a steering prompt carries the work on (it was inserted, §7): then the idle is the joined work's.
         if not (stop == StopReason.END_TURN and parts.turns.runs.hand_over_due(run.session)):
