@@ -5,6 +5,7 @@ acp-tck v2 requirement of that id (src/tck/v2/requirements.py at 1314e0951863b03
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -128,3 +129,34 @@ async def test_a_session_update_of_the_config_carries_config_ids_and_no_mode_upd
     assert options["mode"] == "bypass" and set(options) == {"model", "mode", "prompt_policy"}
     await server_v2.wait_for(is_update(session_id, "config_option_update"))
     assert server_v2.updates(session_id, "current_mode_update") == []
+
+
+async def test_an_edit_shows_as_a_v2_diff_with_its_change_and_git_patch(server_v2: RawClient, tmp_path: Path) -> None:
+    """§9: `{changes, patch}` instead of v1's `{path, oldText, newText}`: `add` for a new file, `modify` for an edit,
+    absolute paths, a git patch that renders it (every message is schema-checked by the harness)."""
+    created = await server_v2.call("session/new", {"cwd": str(tmp_path)})
+    session_id = created["result"]["sessionId"]
+    await server_v2.call(
+        "session/set_config_option", {"sessionId": session_id, "configId": "mode", "type": "id", "value": "bypass"}
+    )
+    target = tmp_path / "notes.txt"
+    script = [
+        {"tool": "write_file", "args": {"path": "notes.txt", "content": "one\n"}},
+        {"tool": "edit_file", "args": {"path": "notes.txt", "old_text": "one", "new_text": "two"}},
+        {"say": "edited"},
+    ]
+    await server_v2.prompt(session_id, script)
+    assert (await server_v2.idle(session_id))["params"]["update"]["stopReason"] == "end_turn"
+    diffs = [
+        item
+        for u in server_v2.updates(session_id, "tool_call_update")
+        for item in u.get("content") or []
+        if item["type"] == "diff"
+    ]
+    assert [d["changes"] for d in diffs] == [
+        [{"operation": "add", "path": str(target)}],
+        [{"operation": "modify", "path": str(target)}],
+    ]
+    assert "+two" in diffs[1]["patch"]["text"] and "-one" in diffs[1]["patch"]["text"]
+    assert all(d["patch"]["format"] == "git_patch" and "oldText" not in d for d in diffs)
+    assert target.read_text() == "two\n"
