@@ -278,3 +278,37 @@ async def test_stdin_eof_with_v2_work_running_and_a_prompt_held_exits_cleanly(st
     code, took = await server.close()
     assert code == 0
     assert took <= T_EXIT
+
+
+async def test_a_cancel_of_an_idle_or_unknown_session_sends_nothing(server_v2: RawClient) -> None:
+    """I11 on v2 (§23 Q15): no idle, no error, no response."""
+    server = server_v2
+    session_id = await server.new_session_v2()
+    await server.response(await server.prompt(session_id, [{"say": "done"}]))
+    idle = await server.idle(session_id)
+    await server.cancel(session_id)
+    await server.cancel("sess_unknown")
+    # (The session's title may follow its first turn: session-scoped, allowed while idle.)
+    await server.quiet(
+        0.3,
+        lambda m: m in after(server, idle) and (is_state(session_id, "idle")(m) or ("id" in m and "method" not in m)),
+    )
+
+
+async def test_the_interrupt_policy_on_v2_ends_the_running_work_cancelled_then_inserts_the_new_prompt(
+    start_server: StartServer,
+) -> None:
+    """I14 on v2 (§7 interrupt): P1's idle cancelled, then P2's response, echo and running, then its idle."""
+    server = await start_server(*LONG_GRACE_ARGS, "--prompt-policy", "interrupt")
+    await server.initialize_v2()
+    session_id = await server.new_session_v2()
+    await server.prompt(session_id, [{"gate": "g"}, {"say": "p1-late"}])
+    await server.probe("gate_reached", sessionId=session_id, gate="g")
+    sent = await server.send(second := server.prompt_message(session_id, [{"say": "p2"}]))
+    first_idle = await server.idle(session_id)
+    assert first_idle["params"]["update"]["stopReason"] == "cancelled"
+    assert server.arrival_time(first_idle) - sent <= T_ACK
+    inserted = await server.response(second["id"])
+    assert position(server, first_idle) < position(server, inserted)
+    assert (await server.idle(session_id, 2))["params"]["update"]["stopReason"] == "end_turn"
+    assert server.texts(session_id) == ["p2"]
