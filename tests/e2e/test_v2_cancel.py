@@ -163,11 +163,16 @@ async def test_a_cancel_during_a_permission_wait_ends_idle_cancelled_without_run
     await server.initialize_v2()
     session_id = await server.new_session_v2()
     await server.prompt(session_id, [{"tool": "run_command", "args": {"command": "true"}}])
-    await server.wait_for(lambda m: m.get("method") == "session/request_permission")
+    asked = await server.wait_for(lambda m: m.get("method") == "session/request_permission")
     sent = await server.cancel(session_id)
     idle = await server.idle(session_id)
     assert server.arrival_time(idle) - sent <= T_ACK
     assert idle["params"]["update"]["stopReason"] == "cancelled"
+    # §20.1 step 2: the question is withdrawn before the idle.
+    withdrawn = await server.wait_for(
+        lambda m: m.get("method") == "$/cancel_request" and m["params"]["requestId"] == asked["id"]
+    )
+    assert position(server, withdrawn) < position(server, idle)
     states = [u["state"] for u in server.states(session_id)]
     assert states == ["running", "requires_action", "idle"]
 
@@ -312,3 +317,17 @@ async def test_the_interrupt_policy_on_v2_ends_the_running_work_cancelled_then_i
     assert position(server, first_idle) < position(server, inserted)
     assert (await server.idle(session_id, 2))["params"]["update"]["stopReason"] == "end_turn"
     assert server.texts(session_id) == ["p2"]
+
+
+async def test_the_reject_policy_on_v2_refuses_a_busy_prompt_and_inserts_nothing(start_server: StartServer) -> None:
+    """§7 reject: -32600, no echo, the running work untouched."""
+    server = await start_server(*LONG_GRACE_ARGS, "--prompt-policy", "reject")
+    await server.initialize_v2()
+    session_id = await server.new_session_v2()
+    await server.prompt(session_id, [{"gate": "g"}, {"say": "p1"}])
+    await server.probe("gate_reached", sessionId=session_id, gate="g")
+    refused = await server.call("session/prompt", server.prompt_message(session_id, [{"say": "p2"}])["params"])
+    assert refused["error"]["code"] == -32600
+    await server.release(session_id, "g")
+    assert (await server.idle(session_id))["params"]["update"]["stopReason"] == "end_turn"
+    assert server.texts(session_id) == ["p1"] and len(server.updates(session_id, "user_message")) == 1
