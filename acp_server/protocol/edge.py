@@ -13,6 +13,7 @@ from acp_server.protocol.editor import EditorFileSystem, EditorTerminalRunner, P
 from acp_server.protocol.session_table import Handshake
 from acp_server.protocol.updates import TurnUpdates, session_update
 from acp_server.protocol.v2.permissions import asking_v2
+from acp_server.protocol.v2.terminals import TerminalRunner
 from acp_server.protocol.v2.updates import V2TurnUpdates, session_update_v2
 from acp_server.runtime.local_commands import LocalCommandRunner
 from acp_server.runtime.local_fs import LocalFileSystem
@@ -70,9 +71,11 @@ class AcpEdge:
             editor_fs if session.client.read_files else local_fs,
             editor_fs if session.client.write_files else local_fs,
         )
-        commands: CommandRunner = (
-            EditorTerminalRunner(request, session.session_id, deadline)
-            if session.client.terminals
-            else LocalCommandRunner(self._processes, deadline)
-        )
+        commands: CommandRunner
+        if self._handshake.v2:  # no client terminals in v2: local commands shown as display terminals
+            commands = TerminalRunner(connection, run, self._processes, deadline)
+        elif session.client.terminals:
+            commands = EditorTerminalRunner(request, session.session_id, deadline)
+        else:
+            commands = LocalCommandRunner(self._processes, deadline)
         return Ports(fs, commands, PermissionGate(session, request, on_behalf_of), request)

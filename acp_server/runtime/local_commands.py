@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import anyio
+from anyio.abc import Process
 
 from acp_server.runtime.ports import CommandResult
 from acp_server.runtime.processes import ProcessTable
@@ -26,9 +27,20 @@ BACKGROUND_DRAIN = 0.05
 class LocalCommandRunner:
     """Per turn: knows the turn's cleanup deadline, so killing a cancelled command is bounded by it."""
 
-    def __init__(self, processes: ProcessTable, cleanup_deadline: Callable[[], float]) -> None:
+    def __init__(
+        self,
+        processes: ProcessTable,
+        cleanup_deadline: Callable[[], float],
+        *,
+        on_output: Callable[[bytes], Awaitable[None]] | None = None,
+        on_started: Callable[[Process], None] | None = None,
+    ) -> None:
+        """`on_output`: each piece of output as it is read (for a display terminal); `on_started`: the process, once
+        it runs (so it can be stopped on its own)."""
         self._processes = processes
         self._cleanup_deadline = cleanup_deadline
+        self._on_output = on_output
+        self._on_started = on_started
 
     async def run(
         self,
@@ -38,6 +50,9 @@ class LocalCommandRunner:
         on_terminal: Callable[[str], Awaitable[None]],
     ) -> CommandResult:
         process = await self._processes.open(["/bin/sh", "-c", command], cwd=str(cwd))
+        if self._on_started is not None:
+            self._on_started(process)
+        on_output = self._on_output
         output = bytearray()
         truncated = False
 
@@ -48,6 +63,8 @@ class LocalCommandRunner:
             assert process.stdout is not None
             try:
                 async for piece in process.stdout:
+                    if on_output is not None:
+                        await on_output(piece)
                     room = OUTPUT_LIMIT - len(output)
                     if len(piece) > room:
                         truncated = True

@@ -169,6 +169,8 @@ class RunContext:
     open_tool_calls: dict[str, str] = field(default_factory=dict)
     # Cancellable tool calls while they run: id -> the scope that stops that call alone (runtime/loop.py).
     cancellable_calls: dict[str, anyio.CancelScope] = field(default_factory=dict)
+    # Display terminals of running commands (ACP v2): terminal id -> what stops that command's process group alone.
+    terminal_stops: dict[str, Callable[[], None]] = field(default_factory=dict)
     # The turn's own copy of the conversation; committed to the session only when the turn is answered.
     messages: list[Message] = field(default_factory=list)
     # Where this turn's own messages start in `messages` (after the history it was given); None until the work has

@@ -140,7 +140,7 @@ async def test_an_edit_shows_as_a_v2_diff_with_its_change_and_git_patch(server_v
         "session/set_config_option", {"sessionId": session_id, "configId": "mode", "type": "id", "value": "bypass"}
     )
     target = tmp_path / "notes.txt"
-    script = [
+    script: list[dict[str, Any]] = [
         {"tool": "write_file", "args": {"path": "notes.txt", "content": "one\n"}},
         {"tool": "edit_file", "args": {"path": "notes.txt", "old_text": "one", "new_text": "two"}},
         {"say": "edited"},

@@ -18,7 +18,12 @@ from acp_server.protocol.schema import (
 from acp_server.protocol.session_handlers import session_delete
 from acp_server.protocol.v2.cancels import tool_call_cancel
 from acp_server.protocol.v2.prompt import session_prompt_v2
-from acp_server.protocol.v2.schema import CancelToolCallRequest, NewSessionRequestV2, ResumeSessionRequestV2
+from acp_server.protocol.v2.schema import (
+    CancelTerminalRequest,
+    CancelToolCallRequest,
+    NewSessionRequestV2,
+    ResumeSessionRequestV2,
+)
 from acp_server.protocol.v2.sessions import (
     session_close_v2,
     session_list_v2,
@@ -26,6 +31,7 @@ from acp_server.protocol.v2.sessions import (
     session_resume_v2,
     session_set_config_option_v2,
 )
+from acp_server.protocol.v2.terminals import terminal_cancel
 
 __all__ = ["METHODS_V2", "NOTIFICATIONS_V2"]
 
@@ -39,6 +45,7 @@ METHODS_V2: dict[str, Handler] = {
     "session/list": (ListSessionsRequest, session_list_v2),
     "session/delete": (DeleteSessionRequest, session_delete),
     "tool_call/cancel": (CancelToolCallRequest, tool_call_cancel),
+    "terminal/cancel": (CancelTerminalRequest, terminal_cancel),
     "_acp_server/stats": METHODS["_acp_server/stats"],
 }
 
