@@ -5,13 +5,14 @@
 from __future__ import annotations
 
 import base64
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.conftest import StartServer
 from tests.e2e.test_interrupts import position
-from tests.support.harness import LONG_GRACE_ARGS, T_ACK, RawClient
+from tests.support.harness import DEFAULT_ARGS, LONG_GRACE_ARGS, T_ACK, RawClient
 
 pytestmark = pytest.mark.timeout(40)
 
@@ -113,3 +114,24 @@ async def test_a_session_cancel_reports_the_running_terminals_exit_before_idle_c
     exited = next(m for m in server.received if m.get("params", {}).get("update", {}).get("exitStatus") is not None)
     assert position(server, exited) < position(server, idle)
     assert "signal" in exited["params"]["update"]["exitStatus"]
+
+
+async def test_a_v2_command_replays_as_its_text_output_never_as_a_terminal_the_client_never_had(
+    start_server: StartServer, tmp_path: Path
+) -> None:
+    """Display terminals are live only: the store keeps the command's output as text, so a v1 `session/load` (and a
+    v2 replay) never names a terminal id the client did not see created."""
+    env = {"ACP_SERVER_STATE_DIR": str(tmp_path)}
+    v2 = await start_server(*DEFAULT_ARGS, env=env)
+    await v2.initialize_v2()
+    session_id = await bypass_session(v2)
+    await v2.prompt(session_id, [{"tool": "run_command", "args": {"command": "echo stored-output"}}])
+    await v2.idle(session_id)
+    await v2.close()
+    v1 = await start_server(*DEFAULT_ARGS, env=env)
+    await v1.initialize()
+    loaded = await v1.call("session/load", {"sessionId": session_id, "cwd": "/tmp", "mcpServers": []})
+    assert "result" in loaded
+    contents = [item for u in v1.updates(session_id, "tool_call_update") for item in u.get("content") or []]
+    assert contents and all(item["type"] != "terminal" for item in contents)
+    assert any("stored-output" in str(item) for item in contents)

@@ -14,11 +14,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from acp_server.jsonrpc.connection import Connection
+from acp_server.protocol.editor import tool_content
 from acp_server.protocol.store_log import log_update
 from acp_server.protocol.updates import render_v1
 from acp_server.runtime.model import (
     DiffOutput,
     StopReason,
+    TerminalOutput,
     TextOutput,
     ToolCallFinished,
     ToolCallStarted,
@@ -92,14 +94,14 @@ class V2TurnUpdates:
             "params": {"sessionId": self._session_id, "update": self._shown(v1, event)},
         }
         if await self._connection.send_fenced(message, run):
-            log_update(run.turn_log, v1)
+            _log(run, v1, event)
 
     def send_now(self, event: TurnEvent) -> None:
         v1 = render_v1(event, self._ids)
         if v1 is None:
             return
         self._connection.notify("session/update", {"sessionId": self._session_id, "update": self._shown(v1, event)})
-        log_update(self._run.turn_log, v1)
+        _log(self._run, v1, event)
 
     def _shown(self, v1: dict[str, Any], event: TurnEvent) -> dict[str, Any]:
         update = to_v2(v1, event, self._run)
@@ -113,6 +115,20 @@ class V2TurnUpdates:
             update["capabilities"] = None  # final: no controls
             self._cancellable.discard(event.call_id)
         return update
+
+
+def _log(run: RunContext, v1: dict[str, Any], event: TurnEvent) -> None:
+    """What the store keeps: v1's update, except that a v2 display terminal (agent-owned, live only) is kept as the
+    command's text output, so a replay on either version never names a terminal its client never had."""
+    content = event.content if isinstance(event, (ToolCallUpdated, ToolCallFinished)) else None
+    if content is not None and any(isinstance(item, TerminalOutput) for item in content):
+        if isinstance(event, ToolCallFinished):
+            v1 = {**v1, "content": [tool_content(TextOutput(event.output))]}
+        else:
+            v1 = {k: v for k, v in v1.items() if k != "content"}
+            if v1.keys() <= {"sessionUpdate", "toolCallId"}:
+                return
+    log_update(run.turn_log, v1)
 
 
 def to_v2(v1: dict[str, Any], event: TurnEvent | None, run: RunContext | None) -> dict[str, Any]:
