@@ -4,9 +4,10 @@ An editor shows little when an agent misbehaves (it hides stderr), so this is th
 it not work?". It takes the server's own flags and reads the same environment and config file, then checks, one
 line each with OK, WARN or FAIL: the config file and each problem in it, the model spec, each provider the model
 and `models` name (its package, its key — never printed, only where it was found — and its endpoint, with a GET of
-the models list), the state and log directories, and the config file's MCP servers (started and asked for their
-tools). It exits 0 when nothing FAILs and 1 otherwise. The report goes to stderr, like everything a person reads
-from acp-server (stdout is the protocol's).
+the models list), the state and log directories, the sandbox local commands run in (runtime/sandbox.py: active,
+through which mechanism, or why not), and the config file's MCP servers (started and asked for their tools). It
+exits 0 when nothing FAILs and 1 otherwise. The report goes to stderr, like everything a person reads from
+acp-server (stdout is the protocol's).
 """
 
 from __future__ import annotations
@@ -277,6 +278,18 @@ def check_log_file(config: Config) -> Check:
     return _ok("log file", f"{path} (written when there is something to log)")
 
 
+# --- the sandbox ---
+
+
+def check_sandbox(config: Config) -> Check:
+    """OK when local commands are confined as asked; WARN when they run with the user's rights (asked for, or no
+    choice), or when the network was to be closed and the kernel cannot."""
+    from acp_server.runtime.sandbox import describe
+
+    active, words = describe(config)
+    return _ok("sandbox", words) if active else _warn("sandbox", words)
+
+
 # --- MCP servers ---
 
 
@@ -317,6 +330,7 @@ def run_checks(loaded: Loaded, env: Mapping[str, str], timeout: float) -> list[C
         *check_providers(config, loaded, env, timeout),
         check_state_dir(config),
         check_log_file(config),
+        check_sandbox(config),
         *check_mcp_servers(config, timeout),
     ]
 

@@ -29,6 +29,7 @@ from acp_server.runtime.child_env import ChildEnvPolicy
 from acp_server.runtime.model import Provider
 from acp_server.runtime.processes import ProcessTable
 from acp_server.runtime.providers import open_provider
+from acp_server.runtime.sandbox import sandbox_for
 from acp_server.runtime.text_guard import GuardedProvider, redactor_for
 from acp_server.runtime.tools import ToolBox
 from acp_server.runtime.tools.commands import COMMAND_TOOLS
@@ -113,7 +114,8 @@ def build_server(
             config,
             runs,
             # The core's way out: its events rendered as ACP v1 or v2, the editor's side of its tools.
-            AcpEdge(connection, config, processes, handshake),
+            # Decided once: which sandbox local commands get (said on stderr when none can be had).
+            AcpEdge(connection, config, processes, handshake, sandbox_for(config)),
             providers.get,
             tools,
             processes,

@@ -19,6 +19,7 @@ from acp_server.runtime.local_commands import LocalCommandRunner
 from acp_server.runtime.local_fs import LocalFileSystem
 from acp_server.runtime.ports import CommandRunner
 from acp_server.runtime.processes import ProcessTable
+from acp_server.runtime.sandbox import Sandbox
 from acp_server.sessions.edge import Ports, SessionEvent, TurnSink
 from acp_server.sessions.runs import RunContext
 from acp_server.settings.config import Config
@@ -29,11 +30,20 @@ __all__ = ["AcpEdge"]
 class AcpEdge:
     """ACP over one connection, in the version its `initialize` chose."""
 
-    def __init__(self, connection: Connection, config: Config, processes: ProcessTable, handshake: Handshake) -> None:
+    def __init__(
+        self,
+        connection: Connection,
+        config: Config,
+        processes: ProcessTable,
+        handshake: Handshake,
+        sandbox: Sandbox | None = None,
+    ) -> None:
+        """`sandbox`: how local commands are confined (None: not at all), decided once at start-up."""
         self._connection = connection
         self._config = config
         self._processes = processes
         self._handshake = handshake
+        self._sandbox = sandbox
 
     def turn_sink(self, run: RunContext) -> TurnSink:
         if self._handshake.v2:
@@ -73,9 +83,9 @@ class AcpEdge:
         )
         commands: CommandRunner
         if self._handshake.v2:  # no client terminals in v2: local commands shown as display terminals
-            commands = TerminalRunner(connection, run, self._processes, deadline)
+            commands = TerminalRunner(connection, run, self._processes, deadline, sandbox=self._sandbox, roots=roots)
         elif session.client.terminals:
             commands = EditorTerminalRunner(request, session.session_id, deadline)
         else:
-            commands = LocalCommandRunner(self._processes, deadline)
+            commands = LocalCommandRunner(self._processes, deadline, self._sandbox, roots)
         return Ports(fs, commands, PermissionGate(session, request, on_behalf_of), request)

@@ -2,7 +2,8 @@
 
 Each command runs as `/bin/sh -c LINE` in its own process group (through `ProcessTable`), so a cancel or a timeout
 takes down everything it started. Output is kept up to a limit and drained past it, so a chatty command never
-blocks on a full pipe.
+blocks on a full pipe. With a sandbox (runtime/sandbox.py), the line runs under its launcher, confined to the
+session's roots.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from anyio.abc import Process
 
 from acp_server.runtime.ports import CommandResult
 from acp_server.runtime.processes import ProcessTable
+from acp_server.runtime.sandbox import Sandbox
 
 __all__ = ["OUTPUT_LIMIT", "LocalCommandRunner"]
 
@@ -31,14 +33,20 @@ class LocalCommandRunner:
         self,
         processes: ProcessTable,
         cleanup_deadline: Callable[[], float],
+        sandbox: Sandbox | None = None,
+        roots: tuple[Path, ...] = (),
         *,
         on_output: Callable[[bytes], Awaitable[None]] | None = None,
         on_started: Callable[[Process], None] | None = None,
     ) -> None:
-        """`on_output`: each piece of output as it is read (for a display terminal); `on_started`: the process, once
-        it runs (so it can be stopped on its own)."""
+        """`sandbox`: None runs commands with the user's rights; else they may write only in `roots` (the
+        session's directories) and the temp directory, or nowhere, as the sandbox says. `on_output`: each piece of
+        output as it is read (for a display terminal); `on_started`: the process, once it runs (so it can be
+        stopped on its own)."""
         self._processes = processes
         self._cleanup_deadline = cleanup_deadline
+        self._sandbox = sandbox
+        self._roots = roots
         self._on_output = on_output
         self._on_started = on_started
 
@@ -49,7 +57,10 @@ class LocalCommandRunner:
         timeout: float | None,
         on_terminal: Callable[[str], Awaitable[None]],
     ) -> CommandResult:
-        process = await self._processes.open(["/bin/sh", "-c", command], cwd=str(cwd))
+        argv = ["/bin/sh", "-c", command]
+        if self._sandbox is not None:
+            argv = self._sandbox.command(argv, self._roots)
+        process = await self._processes.open(argv, cwd=str(cwd))
         if self._on_started is not None:
             self._on_started(process)
         on_output = self._on_output
@@ -91,9 +102,10 @@ class LocalCommandRunner:
             self._processes.forget(process, keep_group_if_alive=True)
         code = process.returncode
         text = output.decode(errors="replace")
+        sandbox = None if self._sandbox is None else self._sandbox.mode.value
         if code is not None and code < 0:
-            return CommandResult(text, None, _signal_name(-code), truncated, timer.cancelled_caught)
-        return CommandResult(text, code, None, truncated, timer.cancelled_caught)
+            return CommandResult(text, None, _signal_name(-code), truncated, timer.cancelled_caught, sandbox)
+        return CommandResult(text, code, None, truncated, timer.cancelled_caught, sandbox)
 
 
 def _signal_name(number: int) -> str:

@@ -51,6 +51,8 @@ class CommandResult:
     signal: str | None = None
     truncated: bool = False
     timed_out: bool = False
+    # The sandbox mode it ran in (runtime/sandbox.py: "workspace-write", "read-only"), None when unconfined.
+    sandbox: str | None = None
 
 
 class CommandRunner(Protocol):

@@ -24,7 +24,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from acp_server.settings.config import LOG_LEVELS, PERMISSION_MODE_IDS, PROMPT_POLICY_IDS, PROTOCOL_IDS
+from acp_server.settings.config import (
+    LOG_LEVELS,
+    PERMISSION_MODE_IDS,
+    PROMPT_POLICY_IDS,
+    PROTOCOL_IDS,
+    SANDBOX_MODE_IDS,
+)
 from acp_server.settings.files import DEFAULT_TIMEOUTS, KEY_VARIABLES, TIMEOUT_KEYS, timeout_value_problem
 
 __all__ = ["FILE_ONLY_FORBIDDEN", "MODEL_FAMILIES", "FileSettings", "Problem", "load_settings", "model_spec_problem"]
@@ -192,6 +198,9 @@ class _Paths:
     def path(self, value: Any) -> str:
         return str(self.base / Path(_text(value)).expanduser())
 
+    def paths(self, value: Any) -> list[str]:
+        return [self.path(item) for item in _texts(value)]
+
     def log_file(self, value: Any) -> str | bool:
         if isinstance(value, bool):
             return value
@@ -228,6 +237,9 @@ class _Checker:
             "store": _bool,
             "log_level": _choice(LOG_LEVELS),
             "log_file": paths.log_file,
+            "sandbox": _choice(SANDBOX_MODE_IDS),
+            "sandbox_network": _bool,
+            "sandbox_writable": paths.paths,
         }
         self.paths = paths
 

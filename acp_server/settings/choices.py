@@ -1,4 +1,4 @@
-"""The enumerated choices every layer shares, defined once: permission modes and prompt policies.
+"""The enumerated choices every layer shares, defined once: permission modes, prompt policies, sandbox modes.
 
 They are `StrEnum`s whose values are the wire and configuration spellings, so they are compared as enums inside the
 server and serialize byte for byte as the strings they replace. Here, in `settings`, because the command line and the
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 
-__all__ = ["PermissionMode", "PromptPolicy"]
+__all__ = ["PermissionMode", "PromptPolicy", "SandboxMode"]
 
 
 class PermissionMode(enum.StrEnum):
@@ -28,3 +28,11 @@ class PromptPolicy(enum.StrEnum):
     QUEUE = "queue"
     REJECT = "reject"
     STEER = "steer"
+
+
+class SandboxMode(enum.StrEnum):
+    """How local commands are confined (runtime/sandbox.py), in codex's words."""
+
+    OFF = "off"  # with the user's full rights, as before the sandbox existed
+    WORKSPACE_WRITE = "workspace-write"  # writes only in the session's directories and the temp directory
+    READ_ONLY = "read-only"  # no writes at all (but /dev/null and the like)

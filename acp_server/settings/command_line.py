@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 from acp_server import __version__
 from acp_server.settings.checks import FileSettings, load_settings
-from acp_server.settings.choices import PermissionMode, PromptPolicy
+from acp_server.settings.choices import PermissionMode, PromptPolicy, SandboxMode
 from acp_server.settings.config import (
     DEFAULT_CLEANUP_DEADLINE,
     DEFAULT_MAX_TURN_REQUESTS,
@@ -27,6 +27,7 @@ from acp_server.settings.config import (
     PERMISSION_MODE_IDS,
     PROMPT_POLICY_IDS,
     PROTOCOL_IDS,
+    SANDBOX_MODE_IDS,
     Config,
 )
 from acp_server.settings.files import config_file, held_secrets, secret_variables
@@ -114,6 +115,26 @@ def _parser(
         choices=PROTOCOL_IDS,
         help="the highest ACP protocol version served: 2 (the v2 draft, the default; clients asking for 1 get v1) "
         "or 1 (v1 only, exactly as before v2) (env ACP_SERVER_PROTOCOL; file: protocol)",
+    )
+    add(
+        "--sandbox",
+        choices=SANDBOX_MODE_IDS,
+        help="how local commands are confined: workspace-write (the default where the kernel can: writes only in "
+        "the session's directories and the temp directory), read-only, or off (your full rights) "
+        "(env ACP_SERVER_SANDBOX; file: sandbox)",
+    )
+    add(
+        "--sandbox-network",
+        action=argparse.BooleanOptionalAction,
+        help="--no-sandbox-network also refuses sandboxed commands TCP connections and listening sockets "
+        "(env ACP_SERVER_SANDBOX_NETWORK=0; file: sandbox_network = false)",
+    )
+    add(
+        "--sandbox-writable",
+        action="append",
+        metavar="DIR",
+        help="one more directory sandboxed commands may write in workspace-write, e.g. ~/.cache; repeat for more "
+        f"(env ACP_SERVER_SANDBOX_WRITABLE, separated by {os.pathsep!r}; file: sandbox_writable = [...])",
     )
     add(
         "--cleanup-deadline",
@@ -213,6 +234,11 @@ class _Merge:
         raise ValueError(f"must be one of {', '.join((*_TRUE, *_FALSE))}")
 
 
+def _paths(text: str) -> list[str]:
+    """A list of directories in one variable, separated like PATH."""
+    return [part for part in text.split(os.pathsep) if part.strip()]
+
+
 def _log_file(flag: Any, env: Mapping[str, str], file: FileSettings) -> tuple[bool, str | None]:
     """(log to a file?, which one; None = the default place). flag > ACP_SERVER_LOG_FILE > file > on, default."""
     if flag is False:
@@ -279,6 +305,22 @@ def load(
                 PromptPolicy.INTERRUPT,
                 pick.choice(PROMPT_POLICY_IDS),
             )
+        ),
+        sandbox=SandboxMode(
+            pick(
+                args.sandbox,
+                "ACP_SERVER_SANDBOX",
+                "sandbox",
+                SandboxMode.WORKSPACE_WRITE,
+                pick.choice(SANDBOX_MODE_IDS),
+            )
+        ),
+        sandbox_writable=tuple(
+            os.path.abspath(os.path.expanduser(path))
+            for path in pick(args.sandbox_writable, "ACP_SERVER_SANDBOX_WRITABLE", "sandbox_writable", [], _paths)
+        ),
+        sandbox_network=pick(
+            args.sandbox_network, "ACP_SERVER_SANDBOX_NETWORK", "sandbox_network", True, _Merge.switch
         ),
         max_turn_requests=pick(
             args.max_turn_requests,

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from acp_server.settings.choices import PermissionMode, PromptPolicy
+from acp_server.settings.choices import PermissionMode, PromptPolicy, SandboxMode
 
 __all__ = [
     "DEFAULT_CLEANUP_DEADLINE",
@@ -22,7 +22,9 @@ __all__ = [
     "PERMISSION_MODE_IDS",
     "PROMPT_POLICY_IDS",
     "PROTOCOL_IDS",
+    "SANDBOX_MODE_IDS",
     "Config",
+    "SandboxMode",
 ]
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -30,6 +32,7 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 PERMISSION_MODE_IDS = tuple(mode.value for mode in PermissionMode)
 PROMPT_POLICY_IDS = tuple(policy.value for policy in PromptPolicy)
 PROTOCOL_IDS = ("1", "2")
+SANDBOX_MODE_IDS = tuple(mode.value for mode in SandboxMode)
 DEFAULT_MAX_TURN_REQUESTS = 50
 
 DEFAULT_CLEANUP_DEADLINE = 2.0
@@ -89,3 +92,10 @@ class Config:
     secret_variables: tuple[str, ...] = ()
     # `[tools] env_deny` of the file: more variables kept from child processes, by name or `PREFIX_*` pattern.
     env_deny: tuple[str, ...] = ()
+    # How local commands are confined (runtime/sandbox.py): the careful choice by default; where the kernel offers
+    # no sandbox, commands run as before and the server says so at start and in `doctor`.
+    sandbox: SandboxMode = SandboxMode.WORKSPACE_WRITE
+    # Whether sandboxed commands may use the network (off: TCP bind and connect refused, where the kernel can).
+    sandbox_network: bool = True
+    # More directories sandboxed commands may write in workspace-write (caches: `~/.cache`, `~/.cargo`), absolute.
+    sandbox_writable: tuple[str, ...] = ()

@@ -198,3 +198,31 @@ def test_mcp_servers_from_the_config_file_are_started_and_asked_for_their_tools(
     assert report.code == 1, report.text
     assert "started;" in report.line("OK   MCP server tools") and "echo" in report.line("OK   MCP server tools")
     assert "/nonexistent/mcp-server" in report.line("FAIL MCP server missing")
+
+
+def test_the_sandbox_line_says_whether_commands_are_confined_and_how() -> None:
+    from acp_server.runtime.sandbox import landlock_support
+
+    support = landlock_support()
+    default = doctor()
+    if support.abi >= 1:
+        line = default.line("OK   sandbox")
+        assert f"workspace-write through Landlock ABI {support.abi}" in line
+        assert "write only in the session's directories and the temp directory; network allowed" in line
+        assert "network off" in doctor("--sandbox", "read-only", "--no-sandbox-network").line("OK   sandbox")
+    else:
+        assert "not possible here" in default.line("WARN sandbox")
+    assert doctor("--sandbox", "off").line("WARN sandbox") == (
+        "WARN sandbox: off: local commands run with your full rights"
+    )
+
+
+def test_where_no_sandbox_is_possible_doctor_says_so_and_why(tmp_path: Path) -> None:
+    shadow = tmp_path / "shadow"
+    (shadow / "landlockpy").mkdir(parents=True)
+    (shadow / "landlockpy" / "__init__.py").write_text('raise ImportError("landlockpy is not installed here")\n')
+    report = doctor(env={"PYTHONPATH": str(shadow)})
+    assert report.code == 0, report.text  # a warning: the server still works, as before
+    line = report.line("WARN sandbox")
+    assert "not possible here: the landlockpy package cannot be imported" in line
+    assert "local commands run with your full rights" in line

@@ -26,6 +26,7 @@ from acp_server.protocol.v2.schema import CancelTerminalRequest
 from acp_server.runtime.local_commands import LocalCommandRunner
 from acp_server.runtime.ports import CommandResult
 from acp_server.runtime.processes import ProcessTable
+from acp_server.runtime.sandbox import Sandbox
 from acp_server.sessions.runs import RunContext
 
 __all__ = ["TerminalRunner", "terminal_cancel"]
@@ -35,12 +36,22 @@ class TerminalRunner:
     """The turn's `CommandRunner` on v2: a local runner whose commands are shown as display terminals."""
 
     def __init__(
-        self, connection: Connection, run: RunContext, processes: ProcessTable, deadline: Callable[[], float]
+        self,
+        connection: Connection,
+        run: RunContext,
+        processes: ProcessTable,
+        deadline: Callable[[], float],
+        *,
+        sandbox: Sandbox | None = None,
+        roots: tuple[Path, ...] = (),
     ) -> None:
+        """`sandbox` and `roots`: the local runner's confinement, as on v1."""
         self._connection = connection
         self._run = run
         self._processes = processes
         self._deadline = deadline
+        self._sandbox = sandbox
+        self._roots = roots
 
     def _message(self, update: dict[str, Any]) -> dict[str, Any]:
         # A subagent's command is shown in its parent's session (children never speak under their own id).
@@ -79,7 +90,9 @@ class TerminalRunner:
             }
             await connection.send_fenced(self._message(chunk), run)
 
-        runner = LocalCommandRunner(self._processes, self._deadline, on_output=output, on_started=started.append)
+        runner = LocalCommandRunner(
+            self._processes, self._deadline, self._sandbox, self._roots, on_output=output, on_started=started.append
+        )
         run.terminal_stops[terminal_id] = stop
         try:
             return await runner.run(command, cwd, timeout, on_terminal)

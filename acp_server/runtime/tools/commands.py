@@ -148,6 +148,14 @@ def _report(result: CommandResult, timeout: float, where: str) -> str:
         ending = "ended without an exit status"
     if where != ".":
         notes.append(f"ran in {where}")
+    if result.sandbox is not None and result.exit_code != 0 and "permission denied" in output.lower():
+        # What the sandbox refuses reads as a plain EACCES: say why, so the model does not try sudo or chmod.
+        where_writable = (
+            "nothing may be written"
+            if result.sandbox == "read-only"
+            else "only the session's directories and the temp directory may be written"
+        )
+        notes.append(f"it ran in the {result.sandbox} sandbox: {where_writable}")
     body = output if output.strip() else "(no output)"
     if not body.endswith("\n"):
         body += "\n"

@@ -7,6 +7,7 @@ the end-to-end ones start the real server over stdio and read what it answers.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -175,6 +176,39 @@ SETTINGS = [
         (True, "/var/tmp/from-flag.log"),
         (True, None),
         lambda c: (c.log_to_file, c.log_file),
+    ),
+    Setting(
+        "sandbox",
+        'sandbox = "read-only"',
+        "read-only",
+        ("ACP_SERVER_SANDBOX", "off"),
+        "off",
+        ["--sandbox", "workspace-write"],
+        "workspace-write",
+        "workspace-write",
+        lambda c: c.sandbox,
+    ),
+    Setting(
+        "sandbox_network",
+        "sandbox_network = false",
+        False,
+        ("ACP_SERVER_SANDBOX_NETWORK", "1"),
+        True,
+        ["--no-sandbox-network"],
+        False,
+        True,
+        lambda c: c.sandbox_network,
+    ),
+    Setting(
+        "sandbox_writable",
+        'sandbox_writable = ["/srv/cache", "~/.cargo"]',
+        ("/srv/cache", str(Path.home() / ".cargo")),
+        ("ACP_SERVER_SANDBOX_WRITABLE", f"/srv/b{os.pathsep}/srv/c"),
+        ("/srv/b", "/srv/c"),
+        ["--sandbox-writable", "/srv/d", "--sandbox-writable", "/srv/e"],
+        ("/srv/d", "/srv/e"),
+        (),
+        lambda c: c.sandbox_writable,
     ),
 ]
 
