@@ -185,6 +185,12 @@ class RunContext:
     turn_log: TurnLog | None = None
     # Set (and replaced) on every change a waiter may be waiting for; see `wait_until`.
     _changed: anyio.Event = field(default_factory=anyio.Event, init=False, repr=False)
+    # The prompt has been the session's current one (ADMITTED) at some point: at admission into an idle session or
+    # at its hand-over. A cancel that claimed it before then withdrew it while it waited (ACP v2: never inserted).
+    was_admitted: bool = field(default=False, init=False)
+
+    def __post_init__(self) -> None:
+        self.was_admitted = self.state is RunState.ADMITTED
 
     @property
     def session_id(self) -> str:
@@ -238,6 +244,7 @@ class RunContext:
             return False
         if self.state is RunState.QUEUED:
             self._move(frozenset({RunState.QUEUED}), RunState.ADMITTED)
+            self.was_admitted = True
         return True
 
     def start(self) -> bool:

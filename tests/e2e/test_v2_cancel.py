@@ -331,3 +331,18 @@ async def test_the_reject_policy_on_v2_refuses_a_busy_prompt_and_inserts_nothing
     await server.release(session_id, "g")
     assert (await server.idle(session_id))["params"]["update"]["stopReason"] == "end_turn"
     assert server.texts(session_id) == ["p1"] and len(server.updates(session_id, "user_message")) == 1
+
+
+async def test_a_cancel_right_behind_a_prompt_for_an_idle_session_cancels_its_work_not_the_prompt(
+    server_v2: RawClient,
+) -> None:
+    """ACP-CANCEL-203: the prompt was inserted when it was read (the session was idle), so a cancel in the same write
+    ends its work `idle cancelled`; the prompt itself is answered {messageId}, never an error."""
+    server = server_v2
+    session_id = await server.new_session_v2()
+    prompt = server.prompt_message(session_id, [{"say": "never"}])
+    await server.send(prompt, {"method": "session/cancel", "params": {"sessionId": session_id}})
+    assert "messageId" in (await server.response(prompt["id"]))["result"]
+    idle = await server.idle(session_id)
+    assert idle["params"]["update"]["stopReason"] == "cancelled"
+    assert "never" not in server.texts(session_id)

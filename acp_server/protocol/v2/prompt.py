@@ -40,8 +40,10 @@ async def session_prompt_v2(context: RequestContext, params: PromptRequest) -> d
     if run.steers and run.state is RunState.QUEUED:
         return _insert_now(context, run)
     await run.wait_until(lambda: run.state is not RunState.QUEUED)  # held while the session's work runs
-    if run.cancelled:
-        # Claimed before it was inserted: withdrawn. The dispatcher releases it once this error is queued.
+    if run.cancelled and not run.was_admitted:
+        # Claimed while it was held, before it was inserted: withdrawn. The dispatcher releases it once this error
+        # is queued. (A prompt inserted, at admission or at its hand-over, and cancelled at once is answered, and its
+        # work ends `idle cancelled`.)
         raise RpcError(
             ErrorCode.REQUEST_CANCELLED, "Request cancelled: the prompt was withdrawn before it was inserted"
         )
