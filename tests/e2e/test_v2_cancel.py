@@ -8,6 +8,7 @@ hold the acp-tck v2 requirement of that id (src/tck/v2/requirements.py at 1314e0
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -144,8 +145,10 @@ async def test_acp_patch_209_a_permission_wait_is_requires_action_then_running(s
     await server.prompt(session_id, [{"tool": "run_command", "args": {"command": "true"}}, {"say": "ok"}])
     asked = await server.wait_for(lambda m: m.get("method") == "session/request_permission")
     params = asked["params"]
-    assert params["title"] and params["subject"]["type"] == "tool_call" and "toolCall" not in params
-    assert params["subject"]["toolCall"]["toolCallId"]
+    assert params["title"] == "true" and "toolCall" not in params
+    assert params["subject"]["type"] == "command"
+    assert params["subject"]["command"] == "true" and params["subject"]["cwd"] == "/tmp"
+    assert params["subject"]["toolCallId"]
     blocked = await server.wait_for(is_state(session_id, "requires_action"))
     assert position(server, blocked) < position(server, asked)
     await server.send({"id": asked["id"], "result": {"outcome": {"outcome": "selected", "optionId": "allow_once"}}})
@@ -346,3 +349,18 @@ async def test_a_cancel_right_behind_a_prompt_for_an_idle_session_cancels_its_wo
     idle = await server.idle(session_id)
     assert idle["params"]["update"]["stopReason"] == "cancelled"
     assert "never" not in server.texts(session_id)
+
+
+async def test_an_edit_asks_with_a_tool_call_subject_in_v2_shape(server_v2: RawClient, tmp_path: Path) -> None:
+    """§12: an edit's question carries the tool call (v2 content: a `{changes, patch}` diff) as its subject."""
+    server = server_v2
+    session_id = (await server.call("session/new", {"cwd": str(tmp_path)}))["result"]["sessionId"]
+    await server.prompt(session_id, [{"tool": "write_file", "args": {"path": "a.txt", "content": "x\n"}}])
+    asked = await server.wait_for(lambda m: m.get("method") == "session/request_permission")
+    subject = asked["params"]["subject"]
+    assert subject["type"] == "tool_call" and subject["toolCall"]["toolCallId"]
+    diffs = [c for c in subject["toolCall"].get("content", []) if c["type"] == "diff"]
+    assert diffs and diffs[0]["changes"] == [{"operation": "add", "path": str(tmp_path / "a.txt")}]
+    await server.send({"id": asked["id"], "result": {"outcome": {"outcome": "selected", "optionId": "reject_once"}}})
+    assert (await server.idle(session_id))["params"]["update"]["stopReason"] == "end_turn"
+    assert not (tmp_path / "a.txt").exists()

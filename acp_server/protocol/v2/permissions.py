@@ -7,6 +7,7 @@ after a cancel: the work then ends with its `idle`). Both state updates go throu
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 from acp_server.jsonrpc.connection import ClientRequestError, Connection
@@ -18,15 +19,25 @@ __all__ = ["asking_v2", "permission_params_v2"]
 PERMISSION = "session/request_permission"
 
 
-def permission_params_v2(params: dict[str, Any]) -> dict[str, Any]:
-    """v1's `session/request_permission` params as v2's."""
+def permission_params_v2(params: dict[str, Any], session_cwd: Path) -> dict[str, Any]:
+    """v1's `session/request_permission` params as v2's: a command line asks with a `command` subject (what is run
+    and where; approval lets us run it), anything else with a `tool_call` subject (§12)."""
     tool_call = dict(params["toolCall"])
-    shown = to_v2({"sessionUpdate": "tool_call_update", **tool_call}, None, None)
-    del shown["sessionUpdate"]
+    raw = tool_call.get("rawInput")
+    command = raw.get("command") if isinstance(raw, dict) and tool_call.get("kind") == "execute" else None
+    subject: dict[str, Any]
+    if isinstance(command, str):
+        where = raw.get("cwd") if isinstance(raw, dict) else None
+        cwd = session_cwd / where if isinstance(where, str) else session_cwd  # an absolute `where` replaces it
+        subject = {"type": "command", "command": command, "cwd": str(cwd), "toolCallId": tool_call["toolCallId"]}
+    else:
+        shown = to_v2({"sessionUpdate": "tool_call_update", **tool_call}, None, None)
+        del shown["sessionUpdate"]
+        subject = {"type": "tool_call", "toolCall": shown}
     v2: dict[str, Any] = {
         "sessionId": params["sessionId"],
         "title": str(tool_call.get("title") or "Allow this tool call?"),
-        "subject": {"type": "tool_call", "toolCall": shown},
+        "subject": subject,
         "options": params["options"],
     }
     if "_meta" in params:
@@ -48,7 +59,7 @@ def asking_v2(connection: Connection, run: RunContext) -> Callable[[str, dict[st
             return await connection.request(method, params, fence=run)
         await state(requires_action())
         try:
-            answer = await connection.request(method, permission_params_v2(params), fence=run)
+            answer = await connection.request(method, permission_params_v2(params, run.session.cwd), fence=run)
         except ClientRequestError:
             if not run.cancelled:
                 await state(running())
