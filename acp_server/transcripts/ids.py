@@ -16,7 +16,8 @@ import orjson
 
 __all__ = ["ID_KEYS", "IdMap", "Namer", "key", "map_ids", "render"]
 
-ID_KEYS = {"sessionId": "session", "toolCallId": "call", "messageId": "msg"}  # wherever they occur
+# wherever they occur; a v2 agent-owned terminal's id is generated too (a v1 editor's, first seen in its answer, stays literal)
+ID_KEYS = {"sessionId": "session", "toolCallId": "call", "messageId": "msg", "terminalId": "terminal"}
 
 IdMap = Callable[[str, Any], Any]  # (kind, value) -> replacement
 
