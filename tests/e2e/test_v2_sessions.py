@@ -86,6 +86,8 @@ async def test_acp_resume_203_resume_without_replay_sends_only_the_state_snapsho
     assert [u["sessionUpdate"] for u in updates_before(second, session_id, response)] == ["state_update"]
     bad = await second.call("session/resume", {"sessionId": session_id, "cwd": "/tmp", "replayFrom": {"type": "_x"}})
     assert bad["error"]["code"] == -32602
+    elsewhere = await second.call("session/resume", {"sessionId": session_id, "cwd": str(tmp_path)})
+    assert elsewhere["error"]["code"] == -32602 and "cwd" in elsewhere["error"]["message"]
     unknown = await second.call("session/resume", {"sessionId": "sess_none", "cwd": "/tmp"})
     assert unknown["error"]["code"] == -32002 and unknown["error"]["data"] == {"sessionId": "sess_none"}
 

@@ -13,6 +13,7 @@ and `set_config_option`, on v1's session lifecycle (protocol/session_handlers.py
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from acp_server.jsonrpc.rpc import ErrorCode, RpcError
@@ -110,6 +111,12 @@ async def session_resume_v2(context: RequestContext, params: ResumeSessionReques
     last_stop = ["end_turn"]
 
     def replay(loaded: LoadedSession) -> list[dict[str, Any]]:
+        # Called before anything is sent or registered: a refusal here leaves the session as it was.
+        if Path(loaded.session.cwd) != Path(params.cwd):
+            raise RpcError(
+                ErrorCode.INVALID_PARAMS,
+                f"Invalid params: cwd: the session's working directory is {loaded.session.cwd!r} (§5.3)",
+            )
         if loaded.turns:
             turn = loaded.turns[-1]
             last_stop[0] = turn.stop_reason or ("error" if turn.status == "failed" else "cancelled")
