@@ -108,7 +108,8 @@ def check_model(config: Config) -> list[Check]:
             ScriptedProvider.from_file(Path(rest))
         except ScriptError as exc:
             return [_fail("model", str(exc))]
-    return [_ok("model", config.model)]
+    takes = ", ".join(kind for kind in ("text", "image", "audio") if kind in config.accepts(config.model))
+    return [_ok("model", f"{config.model} (takes {takes}; see README, Images)")]
 
 
 def check_package(family: str) -> Check:

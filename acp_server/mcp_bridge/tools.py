@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict
 
 from acp_server.mcp_bridge.link import RemoteTool, ServerLink
 from acp_server.mcp_bridge.specs import tool_name
-from acp_server.runtime.model import TextOutput, ToolContent
+from acp_server.runtime.model import Media, TextOutput, ToolContent
 from acp_server.runtime.ports import PermissionRequest, ToolError
 from acp_server.runtime.tools import Tool, ToolContext, ToolResult
 
@@ -72,16 +72,25 @@ def _tool(link: ServerLink, remote: RemoteTool) -> Tool[McpArguments]:
 
 def tool_result(result: CallToolResult) -> ToolResult:
     """Each content block becomes one ACP content item (images and audio as a short placeholder); structured
-    content becomes `rawOutput`, and the text when there is no other content; `isError` fails the tool call."""
+    content becomes `rawOutput`, and the text when there is no other content; `isError` fails the tool call.
+
+    Images and sounds also go to the model as `media`, beside the text (named there, without "not shown"): the
+    provider shows them to a model that takes them and says what was left out to one that does not."""
     parts = [_block_text(block) for block in result.content]
     structured = result.structured_content
     if not parts and structured is not None:
         parts.append(orjson.dumps(structured, option=orjson.OPT_INDENT_2).decode())
     shown: tuple[ToolContent, ...] = tuple(TextOutput(part) for part in parts)
-    output = "\n".join(parts) or "(no output)"
+    media = tuple(_media(block) for block in result.content if getattr(block, "type", None) in ("image", "audio"))
+    read = [part.removesuffix(", not shown]") + "]" if part.endswith(", not shown]") else part for part in parts]
+    output = "\n".join(read if media else parts) or "(no output)"
     if result.is_error:
         output = f"error: {output}"
-    return ToolResult(output, ok=not result.is_error, raw_output=structured, content=shown or None)
+    return ToolResult(output, ok=not result.is_error, raw_output=structured, content=shown or None, media=media)
+
+
+def _media(block: Any) -> Media:
+    return Media(block.type, str(block.mime_type), str(block.data))
 
 
 def _block_text(block: Any) -> str:

@@ -26,7 +26,7 @@ from acp_server.jsonrpc.rpc import (
     validation_message,
 )
 from acp_server.protocol.context import Handler, NotificationHandler, Parts, RequestContext
-from acp_server.protocol.prompts import prompt_command
+from acp_server.protocol.prompts import check_media, prompt_command
 from acp_server.protocol.schema import ClientCapabilities, InitializeRequest, PromptRequest
 from acp_server.protocol.titles import title_session
 from acp_server.protocol.v2.negotiation import negotiate
@@ -114,14 +114,11 @@ class AcpDispatcher:
             return  # the handler validates again and answers -32602
         context.validated_params = prompt
         try:
-            for index, block in enumerate(prompt.prompt):
-                if block.type in ("image", "audio"):
-                    # Not advertised (promptCapabilities), and never silently dropped: refused, naming the block.
-                    raise RpcError(
-                        ErrorCode.INVALID_PARAMS,
-                        f"Invalid params: prompt.{index}: {block.type} content is not supported by this model",
-                    )
-            command = prompt_command(prompt)
+            model = self.session(prompt.session_id).model
+            accepts = self.parts.config.accepts(model)
+            # An image for a model that takes none is never silently dropped: refused, naming the block and model.
+            check_media(prompt, model, accepts)
+            command = prompt_command(prompt, accepts)
             context.run = admit_prompt(self.turns, context.request_id, prompt.session_id, command, self.session)
         except RpcError as exc:
             context.admission_error = exc

@@ -65,11 +65,13 @@ async def initialize(context: RequestContext, params: InitializeRequest) -> dict
     if context.parts.handshake.v2:
         return initialize_result(context.parts)
     stored = context.parts.config.store  # loading, listing and resuming need the session store
+    # Images (sounds) when any model a session may pick takes them; a prompt for one that does not is refused then.
+    taken = frozenset().union(*(context.parts.config.accepts(spec) for spec in context.parts.models))
     return {
         "protocolVersion": PROTOCOL_VERSION,
         "agentCapabilities": {
             "loadSession": stored,
-            "promptCapabilities": {"image": False, "audio": False, "embeddedContext": True},
+            "promptCapabilities": {"image": "image" in taken, "audio": "audio" in taken, "embeddedContext": True},
             "mcpCapabilities": {"http": True, "sse": True},  # stdio always (ACP); see acp_server/mcp_bridge
             "sessionCapabilities": {
                 "additionalDirectories": {},

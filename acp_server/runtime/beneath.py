@@ -212,8 +212,9 @@ def open_file(path: Path, roots: Sequence[Path], flags: int) -> int:
     raise ToolError(f"{_wire(path)}: too many levels of symbolic links")
 
 
-def read_bytes(path: Path, roots: Sequence[Path]) -> bytes:
-    """The whole content of the regular file at `path`, read through the descriptor that was checked."""
+def read_bytes(path: Path, roots: Sequence[Path], max_bytes: int | None = None) -> bytes:
+    """The whole content of the regular file at `path`, read through the descriptor that was checked; with
+    `max_bytes`, refused (nothing returned) when the file holds more."""
     # O_NONBLOCK: a FIFO put in place must not hang the worker thread; regular files ignore it.
     fd = open_file(path, roots, os.O_RDONLY | os.O_NONBLOCK)
     try:
@@ -223,7 +224,12 @@ def read_bytes(path: Path, roots: Sequence[Path]) -> bytes:
         if not stat.S_ISREG(info.st_mode):
             raise ToolError(f"{_wire(path)}: not a regular file")
         with os.fdopen(fd, "rb", closefd=False) as handle:
-            return handle.read()
+            if max_bytes is None:
+                return handle.read()
+            data = handle.read(max_bytes + 1)  # the file may have grown since fstat: the read itself decides
+        if len(data) > max_bytes:
+            raise ToolError(f"{_wire(path)}: larger than {max_bytes} bytes")
+        return data
     except OSError as exc:
         raise ToolError(f"{_wire(path)}: cannot read: {exc.strerror or exc}") from None
     finally:

@@ -93,7 +93,7 @@ async def run_turn(
             result = await _run_tool_call(
                 call, tools, emit, tool_context(call), probe, redactor=redactor, cancellable_calls=cancellable_calls
             )
-            messages.append(Message("tool", result.output, tool_call_id=call.id))
+            messages.append(Message("tool", result.output, tool_call_id=call.id, media=result.media))
     return StopReason.MAX_TURN_REQUESTS
 
 
@@ -163,7 +163,7 @@ async def _run_tool_call(
     output = redactor.redact(sanitize_text(result.output))
     content = None if result.content is None else guard_tool_content(result.content, redactor)
     raw_output = _guard_json(result.raw_output, redactor)
-    return await _finish(emit, call, ToolResult(output, result.ok, raw_output, content).capped())
+    return await _finish(emit, call, ToolResult(output, result.ok, raw_output, content, result.media).capped())
 
 
 def _guarded_emit(emit: Emit, redactor: Redactor) -> Emit:

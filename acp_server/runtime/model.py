@@ -14,8 +14,10 @@ from typing import Any, Literal, Protocol
 
 __all__ = [
     "INVALID_ARGUMENTS",
+    "TEXT_ONLY",
     "DiffOutput",
     "Emit",
+    "Media",
     "Message",
     "ModelError",
     "ModelSpecError",
@@ -78,13 +80,34 @@ class ToolCall:
 
 
 @dataclass(frozen=True, slots=True)
+class Media:
+    """An image or a sound the model is shown beside a message's text: the user's pasted screenshot, an image file
+    the prompt links to, an image an MCP tool returned. `data` is base64, as every provider's wire wants it."""
+
+    kind: Literal["image", "audio"]
+    mime_type: str
+    data: str
+
+    def describe(self) -> str:
+        """A short stand-in for the text of a model that is not shown it."""
+        size = len(self.data) * 3 // 4
+        return f"[{self.kind} ({self.mime_type}, about {size} bytes) not shown: the model takes no {self.kind}]"
+
+
+# What a model takes besides text (settings/config.py `Config.accepts`); a provider renders a `Media` it is not
+# given leave to send as its `describe()` text.
+TEXT_ONLY: frozenset[str] = frozenset({"text"})
+
+
+@dataclass(frozen=True, slots=True)
 class Message:
-    """One entry of a conversation as the model sees it."""
+    """One entry of a conversation as the model sees it; `media` follow the text (a user's prompt, a tool's result)."""
 
     role: Literal["user", "assistant", "tool"]
     content: str
     tool_calls: tuple[ToolCall, ...] = ()
     tool_call_id: str | None = None
+    media: tuple[Media, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,6 +269,8 @@ class TurnInput:
     # Session-scoped state a provider may keep (the scripted model's gate board), created by the provider itself;
     # the session holds it for the provider and is opaque to it.
     session_services: dict[str, Any] = field(default_factory=dict)
+    # The kinds of content the model takes ("text", "image", "audio"): media of any other kind are sent as text.
+    accepts: frozenset[str] = TEXT_ONLY
 
 
 class ModelTurn(Protocol):

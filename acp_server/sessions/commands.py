@@ -8,20 +8,35 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["ClientTools", "Prompt", "RequestId"]
+from acp_server.runtime.model import Media
+
+__all__ = ["Attachment", "ClientTools", "LinkedImage", "Prompt", "RequestId"]
 
 # A JSON-RPC request id, kept as the client sent it (a prompt's is echoed in test-mode probes).
 RequestId = int | str | None
 
 
+@dataclass(frozen=True, slots=True)
+class LinkedImage:
+    """An image file on the local disk a prompt links to (a `file://` `resource_link`): read beneath the session's
+    directories when the turn starts (runtime/attachments.py), never on the reader."""
+
+    path: str
+    name: str
+
+
+# What a prompt shows the model besides its text: images (sounds) it carries, and image files it links to.
+Attachment = Media | LinkedImage
+
+
 class Prompt:
-    """One `session/prompt`: its text for the model, and what the store keeps of it.
+    """One `session/prompt`: its text for the model, its attachments, and what the store keeps of it.
 
     Both are made on first use, not when the prompt is read: admission runs on the reader, and a prompt may carry
     megabytes of embedded files.
     """
 
-    __slots__ = ("_blocks", "_text", "_text_of", "block_count", "message_id", "meta")
+    __slots__ = ("_blocks", "_text", "_text_of", "attachments", "block_count", "message_id", "meta")
 
     def __init__(
         self,
@@ -29,6 +44,7 @@ class Prompt:
         block_count: int,
         blocks: Callable[[], list[dict[str, Any]]] = list,
         meta: dict[str, Any] | None = None,
+        attachments: Callable[[], tuple[Attachment, ...]] = tuple,
     ) -> None:
         self._text: str | None = text if isinstance(text, str) else None
         self._text_of = text if callable(text) else str
@@ -37,6 +53,8 @@ class Prompt:
         self._blocks = blocks
         # The request's `_meta` (the scripted model reads its script there).
         self.meta: dict[str, Any] = {} if meta is None else meta
+        # The media and linked images for the model, in the prompt's order (made on use, like the text).
+        self.attachments = attachments
         # The id the protocol edge gave the user message when it inserted it (ACP v2 returns it), kept by the store
         # so a replay shows the same id; None: the store makes one.
         self.message_id: str | None = None

@@ -106,6 +106,7 @@ class ChildSessions:
                             instructions=[(Path("(subagent)"), SUBAGENT_NOTE)],
                             today=date.today(),
                         ),
+                        accepts=services.config.accepts(home.model),
                     )
                 )
                 # The editor knows the client's own session only; questions name the delegate call it can see.

@@ -22,9 +22,11 @@ from typing import TYPE_CHECKING
 
 import anyio
 
+from acp_server.runtime.attachments import read_image
 from acp_server.runtime.compaction import ContextCompactor
 from acp_server.runtime.loop import run_turn
 from acp_server.runtime.model import (
+    Media,
     Message,
     ModelError,
     ModelTurn,
@@ -33,6 +35,7 @@ from acp_server.runtime.model import (
     TurnInput,
     UsageReported,
 )
+from acp_server.runtime.ports import ToolError
 from acp_server.runtime.system_prompt import build_system_prompt, read_instructions
 from acp_server.runtime.text_guard import redactor_for
 from acp_server.sessions.commands import Prompt, RequestId
@@ -167,9 +170,14 @@ async def _work(services: TurnServices, run: RunContext) -> None:
                         probe=probe,
                         session_services=session.services,
                         system_prompt=instructions or system_prompt,
+                        accepts=services.config.accepts(session.model),
                     )
                 )
 
+            # Read before the turn touches the history (a linked image file is read from disk): a cancel while it
+            # is read leaves the history as it was.
+            # (A slash command is one text block: it has no attachments to read.)
+            user_message = await _user_message(text, run.prompt, session)
             run.messages = list(session.history)
             run.turn_start = len(run.messages)
             if command is not None:
@@ -183,7 +191,7 @@ async def _work(services: TurnServices, run: RunContext) -> None:
             else:
                 model_turn = open_model("")
                 session.turns_started += 1
-                run.messages.append(Message("user", text))
+                run.messages.append(user_message)
                 run.turn_start = len(run.messages)
                 ports = tool_ports(services, run)
                 children = ChildSessions(services, run, run, tools)
@@ -216,6 +224,22 @@ async def _work(services: TurnServices, run: RunContext) -> None:
         run.fail(exc)
     finally:
         run.work_ended()
+
+
+async def _user_message(text: str, prompt: Prompt, session: Session) -> Message:
+    """The prompt as the model's user message: its text, then its images (and sounds). A linked image file is read
+    now, beneath the session's directories; one that cannot be read is named in the text with the reason."""
+    media: list[Media] = []
+    notes: list[str] = []
+    for attachment in prompt.attachments():
+        if isinstance(attachment, Media):
+            media.append(attachment)
+            continue
+        try:
+            media.append(await read_image(attachment.path, (session.cwd, *session.additional_directories)))
+        except ToolError as exc:
+            notes.append(f"[The image {attachment.path} is not shown: {exc}]")
+    return Message("user", "\n".join([text, *notes]), media=tuple(media))
 
 
 def _seal(services: TurnServices, run: RunContext) -> StopReason:

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from acp_server.settings.config import (
+    INPUT_KINDS,
     LOG_LEVELS,
     PERMISSION_MODE_IDS,
     PROMPT_POLICY_IDS,
@@ -33,7 +34,15 @@ from acp_server.settings.config import (
 )
 from acp_server.settings.files import DEFAULT_TIMEOUTS, KEY_VARIABLES, TIMEOUT_KEYS, timeout_value_problem
 
-__all__ = ["FILE_ONLY_FORBIDDEN", "MODEL_FAMILIES", "FileSettings", "Problem", "load_settings", "model_spec_problem"]
+__all__ = [
+    "FILE_ONLY_FORBIDDEN",
+    "MODEL_FAMILIES",
+    "FileSettings",
+    "Problem",
+    "input_kinds",
+    "load_settings",
+    "model_spec_problem",
+]
 
 MODEL_FAMILIES = ("echo", "scripted", "openai", "anthropic")
 # Settings a file must not hold, with the reason given to the user.
@@ -179,13 +188,51 @@ def _model(value: Any) -> str:
     return text
 
 
+def input_kinds(value: Any, family: str) -> tuple[str, ...]:
+    """An `input` setting: what a model takes in a prompt, a list of "text", "image", "audio". Raises
+    `_InvalidError` (a ValueError) saying what is wrong."""
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise _InvalidError(f'expected a list such as ["text", "image"], found {_kind(value)}')
+    unknown = [item for item in value if item not in INPUT_KINDS]
+    if unknown:
+        raise _InvalidError(f"unknown kind {unknown[0]!r}: expected some of {', '.join(INPUT_KINDS)}")
+    if family == "anthropic" and "audio" in value:
+        raise _InvalidError("the Anthropic Messages API takes no audio; leave audio out")
+    return tuple(dict.fromkeys(value))
+
+
 def _models(value: Any) -> list[str]:
-    listed = _texts(value)
-    for spec in listed:
+    """`models`: specs, or tables `{ model = "openai:llava", input = ["text", "image"] }` (see `_model_input`)."""
+    if not isinstance(value, list):
+        raise _InvalidError(f"expected a list of model specs, found {_kind(value)}")
+    listed = []
+    for item in value:
+        spec = item.get("model") if isinstance(item, dict) else item
+        if not isinstance(spec, str):
+            raise _InvalidError('expected model specs, or tables { model = "openai:NAME", input = ["text", "image"] }')
         problem = model_spec_problem(spec)
         if problem:
             raise _InvalidError(problem)
+        if isinstance(item, dict):
+            for key in item:
+                if key not in ("model", "input"):
+                    raise _InvalidError(f"{spec}: unknown key {key!r} (a model's table has model and input)")
+            if "input" in item:
+                try:
+                    input_kinds(item["input"], spec.partition(":")[0])
+                except _InvalidError as exc:
+                    raise _InvalidError(f"{spec}: input: {exc}") from None
+        listed.append(spec)
     return listed
+
+
+def _model_input(value: list[Any]) -> dict[str, tuple[str, ...]]:
+    """The `input` of each `models` table entry (already checked by `_models`), by spec."""
+    return {
+        item["model"]: input_kinds(item["input"], item["model"].partition(":")[0])
+        for item in value
+        if isinstance(item, dict) and "input" in item
+    }
 
 
 class _Paths:
@@ -213,7 +260,7 @@ _TABLES = ("providers", "mcp_servers", "tools")
 _TOOLS_KEYS = ("env_deny",)
 # An environment variable's name, or a shell-style pattern of names (`AWS_*`, `*_TOKEN`).
 _ENV_PATTERN = re.compile(r"[A-Za-z0-9_*?\[\]!-]+")
-_PROVIDER_KEYS = ("api_key", "api_key_env", "base_url", "context_window", *TIMEOUT_KEYS)
+_PROVIDER_KEYS = ("api_key", "api_key_env", "base_url", "context_window", "input", *TIMEOUT_KEYS)
 _STDIO_KEYS = ("type", "command", "args", "env", "cwd")
 _REMOTE_KEYS = ("type", "url", "headers")
 
@@ -268,6 +315,9 @@ class _Checker:
                     values[key] = self.top[key](value)
                 except _InvalidError as exc:
                     self.problem(key, f"{exc}; {self._consequence(key)}")
+                else:
+                    if key == "models":
+                        values["model_input"] = _model_input(value)
         return values
 
     @staticmethod
@@ -304,6 +354,12 @@ class _Checker:
                     if problem:
                         default = getattr(DEFAULT_TIMEOUTS, TIMEOUT_KEYS[key])
                         self.problem(f"{where}.{key}", f"{problem}; ignored (the default, {default:g}, applies)")
+                    continue
+                if key == "input":
+                    try:
+                        input_kinds(value, family)
+                    except _InvalidError as exc:
+                        self.problem(f"{where}.input", f"{exc}; ignored (the default applies)")
                     continue
                 if key not in checks:
                     self.unknown(f"{where}.{key}", _PROVIDER_KEYS)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from acp_server import __version__
-from acp_server.settings.checks import FileSettings, load_settings
+from acp_server.settings.checks import FileSettings, input_kinds, load_settings
 from acp_server.settings.choices import PermissionMode, PromptPolicy, SandboxMode
 from acp_server.settings.config import (
     DEFAULT_CLEANUP_DEADLINE,
@@ -345,8 +345,23 @@ def load(
             _non_negative_seconds,
         ),
         models=tuple(file.values.get("models", ())),
+        model_input=tuple(file.values.get("model_input", {}).items()),
+        family_input=_family_input(file.raw),
         held_secrets=tuple(held_secrets(file.raw, env)),
         secret_variables=tuple(secret_variables(file.raw)),
         env_deny=file.env_deny,
     )
     return Loaded(config, file, args)
+
+
+def _family_input(document: Mapping[str, Any]) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """`input` of each `[providers.FAMILY]` table, where it is usable (settings/checks.py reports the rest)."""
+    providers = document.get("providers")
+    found = []
+    for family, section in providers.items() if isinstance(providers, dict) else ():
+        if isinstance(section, dict) and "input" in section:
+            try:
+                found.append((str(family), input_kinds(section["input"], str(family))))
+            except ValueError:
+                continue
+    return tuple(found)

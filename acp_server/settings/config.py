@@ -15,9 +15,11 @@ from acp_server.settings.choices import PermissionMode, PromptPolicy, SandboxMod
 
 __all__ = [
     "DEFAULT_CLEANUP_DEADLINE",
+    "DEFAULT_INPUT",
     "DEFAULT_MAX_LINE_BYTES",
     "DEFAULT_MAX_TURN_REQUESTS",
     "DEFAULT_MCP_START_WAIT",
+    "INPUT_KINDS",
     "LOG_LEVELS",
     "PERMISSION_MODE_IDS",
     "PROMPT_POLICY_IDS",
@@ -42,6 +44,18 @@ DEFAULT_MCP_START_WAIT = 10.0
 # ACP puts no limit on a line; 64 MiB keeps a runaway client from exhausting memory while leaving room for the
 # 50 MiB messages (large embedded files) that editors do send.
 DEFAULT_MAX_LINE_BYTES = 64 * 1024 * 1024
+
+# What a model may take in a prompt, and what each family takes unless the config file says otherwise (`input` of a
+# `models` entry, or of `[providers.FAMILY]`). Current OpenAI and Claude models read images, and a local model that
+# does not is told so with one line of config; `echo` only echoes text; `scripted` takes everything, so clients and
+# tests can exercise images and sounds without a real model.
+INPUT_KINDS = ("text", "image", "audio")
+DEFAULT_INPUT: dict[str, tuple[str, ...]] = {
+    "echo": ("text",),
+    "scripted": INPUT_KINDS,
+    "openai": ("text", "image"),
+    "anthropic": ("text", "image"),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +98,10 @@ class Config:
     mcp_start_wait: float = DEFAULT_MCP_START_WAIT
     # The choices of the `model` config option besides `model` itself (the file's `models = [...]`).
     models: tuple[str, ...] = ()
+    # What a model takes in a prompt ("text", "image", "audio"), where the file says: by model spec (`input` of a
+    # `models` entry) and by family (`input` of `[providers.FAMILY]`); see `accepts`.
+    model_input: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    family_input: tuple[tuple[str, tuple[str, ...]], ...] = ()
     # The secrets the server itself holds (settings.held_secrets: provider keys, the file's keys and MCP secrets),
     # longest first: removed from every child process's environment and redacted from tool output and model text.
     held_secrets: tuple[str, ...] = ()
@@ -99,3 +117,10 @@ class Config:
     sandbox_network: bool = True
     # More directories sandboxed commands may write in workspace-write (caches: `~/.cache`, `~/.cargo`), absolute.
     sandbox_writable: tuple[str, ...] = ()
+
+    def accepts(self, spec: str) -> frozenset[str]:
+        """What the model `spec` takes in a prompt: its `models` entry's `input`, else its family's, else the
+        family's default (`DEFAULT_INPUT`). Text always."""
+        family = spec.partition(":")[0]
+        kinds = dict(self.model_input).get(spec) or dict(self.family_input).get(family) or DEFAULT_INPUT.get(family)
+        return frozenset(("text", *(kinds or ())))

@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 import orjson
 
-from acp_server.runtime.model import Message, ToolCall
+from acp_server.runtime.model import Media, Message, ToolCall
 from acp_server.store.turn_records import TurnEntry
 
 __all__ = [
@@ -115,6 +115,10 @@ def message_to_json(message: Message) -> dict[str, Any]:
         data["toolCalls"] = [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in message.tool_calls]
     if message.tool_call_id is not None:
         data["toolCallId"] = message.tool_call_id
+    if message.media:
+        # Optional, so a history written before images were kept reads the same (no schema change); an older
+        # acp-server reading this one continues without the images.
+        data["media"] = [[m.kind, m.mime_type, m.data] for m in message.media]
     return data
 
 
@@ -126,7 +130,15 @@ def message_from_json(data: Mapping[str, Any]) -> Message:
         raise ValueError(f"not a stored message: {data!r:.200}")
     calls = tuple(ToolCall(str(c["id"]), str(c["name"]), dict(c["arguments"])) for c in data.get("toolCalls", ()))
     tool_call_id = data.get("toolCallId")
-    return Message(role, content, calls, None if tool_call_id is None else str(tool_call_id))
+    media = tuple(_media(item) for item in data.get("media", ()))
+    return Message(role, content, calls, None if tool_call_id is None else str(tool_call_id), media)
+
+
+def _media(item: Any) -> Media:
+    kind, mime_type, payload = item
+    if kind not in ("image", "audio") or not isinstance(mime_type, str) or not isinstance(payload, str):
+        raise ValueError(f"not stored media: {item!r:.200}")
+    return Media(kind, mime_type, payload)
 
 
 def encode_messages(messages: Iterable[Message]) -> bytes:

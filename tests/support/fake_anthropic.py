@@ -8,12 +8,13 @@ this module only builds the event sequences of `POST /v1/messages` with `stream:
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Sequence
 from typing import Any
 
-from tests.support.fake_openai import Ending, FakeModelServer, ServerReply
+from tests.support.fake_openai import Ending, FakeModelServer, Received, ServerReply
 
-__all__ = ["FakeAnthropic", "block", "error", "message_reply", "stream_error_reply", "text_reply"]
+__all__ = ["FakeAnthropic", "block", "error", "images_sent", "message_reply", "stream_error_reply", "text_reply"]
 
 MODEL = "claude-fake"
 
@@ -113,3 +114,29 @@ def error(
     headers = () if retry_after_ms is None else (("retry-after-ms", str(retry_after_ms)),)
     body = {"type": "error", "error": {"type": kind, "message": message}, "request_id": "req_fake"}
     return ServerReply(status=status, body=body, headers=headers)
+
+
+def images_sent(received: Received) -> list[tuple[str, str, bytes]]:
+    """Every `image` block a Messages request carried, in order, as (where: "user" or "tool_result ID", media type,
+    decoded bytes), each checked to have the shape the API takes (a base64 source of a type it reads)."""
+    found = []
+
+    def image(where: str, item: dict[str, Any]) -> None:
+        source = item["source"]
+        assert source["type"] == "base64", source["type"]
+        assert source["media_type"] in ("image/png", "image/jpeg", "image/gif", "image/webp"), source["media_type"]
+        found.append((where, source["media_type"], base64.b64decode(source["data"], validate=True)))
+
+    for message in received.body.get("messages", []):
+        content = message.get("content")
+        for item in content if isinstance(content, list) else ():
+            if item["type"] == "image":
+                assert message["role"] == "user", "only user turns carry images"
+                image("user", item)
+            elif item["type"] == "tool_result" and isinstance(item.get("content"), list):
+                for inner in item["content"]:
+                    if inner["type"] == "image":
+                        image(f"tool_result {item['tool_use_id']}", inner)
+                    else:
+                        assert inner["type"] == "text", inner
+    return found

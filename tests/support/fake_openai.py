@@ -15,6 +15,7 @@ test can assert what the model was sent and that a cancel really closed the HTTP
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import select
 import socket
@@ -37,6 +38,7 @@ __all__ = [
     "ServerReply",
     "chunk",
     "error",
+    "images_sent",
     "raw_reply",
     "reasoning_reply",
     "refusal_reply",
@@ -413,3 +415,32 @@ def error(
     headers = () if retry_after_ms is None else (("retry-after-ms", str(retry_after_ms)),)
     body = {"error": {"message": message, "type": kind, "param": None, "code": None}}
     return ServerReply(status=status, body=body, headers=headers)
+
+
+# --- image parts (Chat Completions vision and audio input) ---
+
+
+def images_sent(received: Received) -> list[tuple[str, str, bytes]]:
+    """Every image (`image_url` part) and sound (`input_audio` part) a Chat Completions request carried, in order, as
+    (role of its message, mime type or audio format, decoded bytes). Each part is checked to have the shape the API
+    takes (a base64 data URL; wav or mp3 audio): a malformed one fails the test here, as the real endpoint would
+    answer 400."""
+    found = []
+    for message in received.body.get("messages", []):
+        content = message.get("content")
+        if not isinstance(content, list):
+            continue
+        assert message["role"] == "user", f"only user messages carry content parts: {message['role']}"
+        for part in content:
+            if part["type"] == "image_url":
+                url = part["image_url"]["url"]
+                header, _, data = url.partition(",")
+                assert header.startswith("data:image/") and header.endswith(";base64"), url[:60]
+                found.append((message["role"], header[5:-7], base64.b64decode(data, validate=True)))
+            elif part["type"] == "input_audio":
+                audio = part["input_audio"]
+                assert audio["format"] in ("wav", "mp3"), audio["format"]
+                found.append((message["role"], audio["format"], base64.b64decode(audio["data"], validate=True)))
+            else:
+                assert part["type"] == "text" and isinstance(part["text"], str), part
+    return found

@@ -1,8 +1,9 @@
 """The v2 `initialize` result (ACP-V2.md §3): `info`, and every capability an object marker.
 
 `capabilities.session` commits to the baseline (new, list, resume, close, prompt, cancel, update); `delete` and
-`additionalDirectories` are advertised beside it. Images and audio are left out (no configured model takes them),
-never `false`. No `auth/*` methods are advertised yet: `authMethods` is `[]` (v2 login/logout is not built).
+`additionalDirectories` are advertised beside it. Images and audio are advertised when a configured model takes
+them, else left out (never `false`). No `auth/*` methods are advertised yet: `authMethods` is `[]` (v2 login and
+logout are not built).
 """
 
 from __future__ import annotations
@@ -17,12 +18,16 @@ __all__ = ["initialize_result"]
 
 
 def initialize_result(parts: Parts) -> dict[str, Any]:
+    # Images (sounds) when any model a session may pick takes them, as on v1; a marker is left out, never `false`.
+    taken = frozenset().union(*(parts.config.accepts(spec) for spec in parts.models))
+    prompt: dict[str, Any] = {kind: {} for kind in ("image", "audio") if kind in taken}
+    prompt["embeddedContext"] = {}
     return {
         "protocolVersion": 2,
         "info": {"name": "acp-server", "title": "acp-server", "version": __version__},
         "capabilities": {
             "session": {
-                "prompt": {"embeddedContext": {}},
+                "prompt": prompt,
                 "mcp": {"stdio": {}, "http": {}},
                 "delete": {},
                 "additionalDirectories": {},

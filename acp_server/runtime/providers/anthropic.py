@@ -11,6 +11,10 @@ plain dict. That also steps around `messages.stream()`'s accumulator,
 which parses `input_json_delta` fragments as they arrive and raises on arguments that are not valid JSON, where
 this server must hand the loop a marked tool call instead. The stream is held in `async with` inside the caller's
 cancel scope; failures become one line without the key.
+
+Images go as base64 `image` blocks after the text of a user message, and inside a `tool_result` block's content for
+a tool's images, on a model that takes them (`TurnInput.accepts`). The Messages API takes no audio: a sound is
+always sent as its text stand-in.
 """
 
 from __future__ import annotations
@@ -22,7 +26,9 @@ from typing import Any
 
 from acp_server.runtime.model import (
     INVALID_ARGUMENTS,
+    TEXT_ONLY,
     Emit,
+    Media,
     Message,
     ModelError,
     ModelTurn,
@@ -74,24 +80,25 @@ class AnthropicProvider(HttpProvider):
         self.max_tokens = max_tokens
 
     def open_turn(self, turn: TurnInput) -> ModelTurn:
-        return _AnthropicTurn(self, turn.system_prompt)
+        return _AnthropicTurn(self, turn.system_prompt, turn.accepts)
 
 
 class _AnthropicTurn:
-    """One turn on the Messages API: holds nothing but the turn's system prompt."""
+    """One turn on the Messages API: holds nothing but the turn's system prompt and what the model takes."""
 
-    __slots__ = ("_provider", "_system_prompt")
+    __slots__ = ("_accepts", "_provider", "_system_prompt")
 
-    def __init__(self, provider: AnthropicProvider, system_prompt: str) -> None:
+    def __init__(self, provider: AnthropicProvider, system_prompt: str, accepts: frozenset[str]) -> None:
         self._provider = provider
         self._system_prompt = system_prompt
+        self._accepts = accepts
 
     async def respond(self, messages: Sequence[Message], tools: Sequence[ToolSpec], emit: Emit) -> Reply:
         provider = self._provider
         body: dict[str, Any] = {
             "model": provider.model,
             "max_tokens": provider.max_tokens,
-            "messages": wire_messages(messages),
+            "messages": wire_messages(messages, self._accepts),
             "stream": True,
         }
         if self._system_prompt:
@@ -202,9 +209,10 @@ class _Reading:
         return dict(block.start_input) if isinstance(block.start_input, dict) else {}
 
 
-def wire_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
+def wire_messages(messages: Sequence[Message], accepts: frozenset[str] = TEXT_ONLY) -> list[dict[str, Any]]:
     """The conversation in Messages form: tool results are user content blocks, consecutive same-role entries are
-    merged, and empty text blocks (which the API rejects) are left out."""
+    merged, empty text blocks (which the API rejects) are left out, and images the model takes are image blocks."""
+    accepts = accepts - {"audio"}  # the Messages API has no audio input
     wire: list[dict[str, Any]] = []
 
     def add(role: str, blocks: list[dict[str, Any]]) -> None:
@@ -216,9 +224,11 @@ def wire_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
             wire.append({"role": role, "content": blocks})
 
     for message in messages:
-        text = [{"type": "text", "text": message.content}] if message.content.strip() else []
+        content = "\n".join([message.content, *(m.describe() for m in message.media if m.kind not in accepts)])
+        text = [{"type": "text", "text": content}] if content.strip() else []
+        images = [_image(m) for m in message.media if m.kind in accepts]
         if message.role == "user":
-            add("user", text)
+            add("user", text + images)
         elif message.role == "assistant":
             uses = [
                 {
@@ -233,7 +243,13 @@ def wire_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
             add("assistant", text + uses)
         else:
             result: dict[str, Any] = {"type": "tool_result", "tool_use_id": message.tool_call_id or ""}
-            if message.content:
-                result["content"] = message.content
+            if images:
+                result["content"] = text + images
+            elif content:
+                result["content"] = content
             add("user", [result])
     return wire
+
+
+def _image(media: Media) -> dict[str, Any]:
+    return {"type": "image", "source": {"type": "base64", "media_type": media.mime_type, "data": media.data}}

@@ -17,6 +17,10 @@ Why it looks the way it does:
 - Tool-call arguments are untrusted text: if they are not a JSON object, the call carries
   `{INVALID_ARGUMENTS: raw text}` and the loop answers the model with an error instead of running the tool.
 - Every failure becomes one `ModelError` line the user can act on, without a traceback and without the API key.
+- Images go as `image_url` parts holding data URLs, sounds as `input_audio` parts (wav or mp3), on a model that takes
+  them (`TurnInput.accepts`); a user message without media keeps the plain string content every server reads. A
+  `tool` message can carry text only, so the media a tool returned follow the tool messages of that step as one user
+  message ("the tool call X returned:"), the usual way to show a model a tool's image on Chat Completions.
 - The attempts and the timeouts (connect, first byte, between chunks, total) are `HttpProvider.stream_reply`'s, not
   the SDK's, so a silent endpoint ends the turn with a line naming the setting that fired.
 
@@ -36,7 +40,9 @@ import orjson
 
 from acp_server.runtime.model import (
     INVALID_ARGUMENTS,
+    TEXT_ONLY,
     Emit,
+    Media,
     Message,
     ModelError,
     ModelTurn,
@@ -70,23 +76,25 @@ class OpenAIProvider(HttpProvider):
     DEFAULT_BASE_URL = DEFAULT_BASE_URL
 
     def open_turn(self, turn: TurnInput) -> ModelTurn:
-        return _OpenAITurn(self, turn.system_prompt)
+        return _OpenAITurn(self, turn.system_prompt, turn.accepts)
 
 
 class _OpenAITurn:
-    """One turn on an OpenAI-compatible endpoint: holds nothing but the turn's system prompt."""
+    """One turn on an OpenAI-compatible endpoint: holds nothing but the turn's system prompt and what the model
+    takes."""
 
-    __slots__ = ("_provider", "_system_prompt")
+    __slots__ = ("_accepts", "_provider", "_system_prompt")
 
-    def __init__(self, provider: OpenAIProvider, system_prompt: str) -> None:
+    def __init__(self, provider: OpenAIProvider, system_prompt: str, accepts: frozenset[str]) -> None:
         self._provider = provider
         self._system_prompt = system_prompt
+        self._accepts = accepts
 
     async def respond(self, messages: Sequence[Message], tools: Sequence[ToolSpec], emit: Emit) -> Reply:
         provider = self._provider
         body: dict[str, Any] = {
             "model": provider.model,
-            "messages": wire_messages(self._system_prompt, messages),
+            "messages": wire_messages(self._system_prompt, messages, self._accepts),
             "stream": True,
             "stream_options": {"include_usage": True},
         }
@@ -216,12 +224,21 @@ def _count(value: Any) -> int:
     return value if type(value) is int and value > 0 else 0
 
 
-def wire_messages(system_prompt: str, messages: Sequence[Message]) -> list[dict[str, Any]]:
-    """The conversation in Chat Completions form, the system prompt first."""
+def wire_messages(
+    system_prompt: str, messages: Sequence[Message], accepts: frozenset[str] = TEXT_ONLY
+) -> list[dict[str, Any]]:
+    """The conversation in Chat Completions form, the system prompt first; media the model takes as content parts,
+    the others as their text."""
     wire: list[dict[str, Any]] = [{"role": "system", "content": system_prompt}] if system_prompt else []
+    # The media of the tool messages just written: shown as one user message once the step's tool messages end
+    # (nothing may come between an assistant's tool calls and their tool messages).
+    returned: list[dict[str, Any]] = []
     for message in messages:
+        if returned and message.role != "tool":
+            wire.append({"role": "user", "content": returned})
+            returned = []
         if message.role == "user":
-            wire.append({"role": "user", "content": message.content})
+            wire.append({"role": "user", "content": _user_content(message, accepts)})
         elif message.role == "assistant":
             entry: dict[str, Any] = {"role": "assistant", "content": message.content}
             if message.tool_calls:
@@ -236,8 +253,37 @@ def wire_messages(system_prompt: str, messages: Sequence[Message]) -> list[dict[
                 ]
             wire.append(entry)
         else:
-            wire.append({"role": "tool", "tool_call_id": message.tool_call_id or "", "content": message.content})
+            content = message.content
+            shown = [m for m in message.media if m.kind in accepts]
+            unsent = [m.describe() for m in message.media if m.kind not in accepts]
+            if unsent:
+                content = "\n".join([content, *unsent])
+            if shown:
+                content += f"\n[{len(shown)} attachment(s) follow in the next user message]"
+                returned.append({"type": "text", "text": f"The tool call {message.tool_call_id} returned:"})
+                returned.extend(_part(m) for m in shown)
+            wire.append({"role": "tool", "tool_call_id": message.tool_call_id or "", "content": content})
+    if returned:
+        wire.append({"role": "user", "content": returned})
     return wire
+
+
+def _user_content(message: Message, accepts: frozenset[str]) -> str | list[dict[str, Any]]:
+    if not message.media:
+        return message.content
+    text = "\n".join([message.content, *(m.describe() for m in message.media if m.kind not in accepts)])
+    shown = [_part(m) for m in message.media if m.kind in accepts]
+    if not shown:
+        return text
+    return [{"type": "text", "text": text}, *shown] if text else shown
+
+
+def _part(media: Media) -> dict[str, Any]:
+    if media.kind == "audio":
+        # Chat Completions takes wav and mp3 (`input_audio.format`).
+        audio_format = "mp3" if media.mime_type in ("audio/mpeg", "audio/mp3") else "wav"
+        return {"type": "input_audio", "input_audio": {"data": media.data, "format": audio_format}}
+    return {"type": "image_url", "image_url": {"url": f"data:{media.mime_type};base64,{media.data}"}}
 
 
 def _arguments_text(call: ToolCall) -> str:

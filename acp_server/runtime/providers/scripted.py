@@ -11,6 +11,7 @@ slow, so a test can hold a cancelled turn's cleanup open for as long as it needs
 
 from __future__ import annotations
 
+import base64
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -38,7 +39,19 @@ from acp_server.runtime.model import (
 
 __all__ = ["GATES", "GateBoard", "ScriptError", "ScriptedProvider", "Step", "gate_board", "parse_script"]
 
-ACTIONS = ("say", "think", "sleep", "tool", "gate", "gate_raise", "abort_gate", "fail", "stop", "after_turn_gate")
+ACTIONS = (
+    "say",
+    "think",
+    "sleep",
+    "tool",
+    "gate",
+    "gate_raise",
+    "abort_gate",
+    "fail",
+    "stop",
+    "after_turn_gate",
+    "describe_input",
+)
 MODIFIERS = {
     "say": {"repeat"},
     "think": {"repeat"},
@@ -216,8 +229,10 @@ class _ScriptedTurn:
         self._turn = turn
         self._gates = gates
         self._probe: Probe = turn.probe
+        self._messages: Sequence[Message] = ()  # the conversation of the current model call (describe_input)
 
     async def respond(self, messages: Sequence[Message], tools: Sequence[ToolSpec], emit: Emit) -> Reply:
+        self._messages = messages
         text: list[str] = []
         while self._position < len(self._steps):
             index, step = self._position, self._steps[self._position]
@@ -238,9 +253,25 @@ class _ScriptedTurn:
                 return reply
         return Reply("".join(text))
 
+    async def _describe(self, messages: Sequence[Message], emit: Emit, text: list[str]) -> None:
+        """`describe_input`: say what the model was shown besides text, one line each, so a client can check that
+        its images (sounds) arrived: `image image/png 8 bytes from the user` (or `from the tool call ID`)."""
+        lines = [
+            f"{m.kind} {m.mime_type} {len(base64.b64decode(m.data))} bytes from "
+            + ("the user" if message.role == "user" else f"the tool call {message.tool_call_id}")
+            for message in messages
+            for m in message.media
+            if m.kind in self._turn.accepts
+        ]
+        said = "\n".join(lines) or "no media"
+        text.append(said)
+        await emit(TextDelta(said))
+
     async def _play(self, index: int, step: Step, emit: Emit, text: list[str]) -> Reply | None:
         action = step.action
-        if action in ("say", "think"):
+        if action == "describe_input":
+            await self._describe(self._messages, emit, text)
+        elif action in ("say", "think"):
             event = TextDelta(step.value) if action == "say" else ThoughtDelta(step.value)
             for _ in range(step.repeat):
                 await emit(event)

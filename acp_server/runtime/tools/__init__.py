@@ -13,7 +13,7 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel
 
-from acp_server.runtime.model import Emit, Probe, ToolContent, ToolSpec
+from acp_server.runtime.model import Emit, Media, Probe, ToolContent, ToolSpec
 from acp_server.runtime.ports import CommandRunner, FileSystem, Permissions, Subagents
 from acp_server.runtime.processes import ProcessTable
 
@@ -33,13 +33,15 @@ class ToolResult:
     ok: bool = True
     raw_output: Any = None
     content: tuple[ToolContent, ...] | None = None
+    # Images (or sounds) the model is shown with `output`, on a model that takes them (an MCP tool's image result).
+    media: tuple[Media, ...] = ()
 
     def capped(self) -> ToolResult:
         if len(self.output) <= MAX_TOOL_OUTPUT_CHARS:
             return self
         cut = len(self.output) - MAX_TOOL_OUTPUT_CHARS
         text = f"{self.output[:MAX_TOOL_OUTPUT_CHARS]}\n[output truncated: {cut} more characters not shown]"
-        return ToolResult(text, self.ok, self.raw_output, self.content)
+        return ToolResult(text, self.ok, self.raw_output, self.content, self.media)
 
 
 @dataclass(frozen=True, slots=True)

@@ -38,6 +38,14 @@ def test_a_link_inside_the_roots_is_followed(ws: Path) -> None:
     assert beneath.checked_path(ws / "dir" / "up", (ws,)) == ws / "sub" / "real.txt"
 
 
+def test_a_read_with_a_size_limit_refuses_a_larger_file_and_returns_one_that_fits(ws: Path) -> None:
+    (ws / "big").write_bytes(b"x" * 11)
+    (ws / "fits").write_bytes(b"x" * 10)
+    assert beneath.read_bytes(ws / "fits", (ws,), max_bytes=10) == b"x" * 10
+    with pytest.raises(ToolError, match="larger than 10 bytes"):
+        beneath.read_bytes(ws / "big", (ws,), max_bytes=10)
+
+
 def test_a_link_leading_out_is_refused_as_the_last_component_or_on_the_way(ws: Path) -> None:
     (ws / "file").symlink_to("../outside/secret")
     (ws / "dir").symlink_to("../outside", target_is_directory=True)

@@ -379,6 +379,45 @@ def test_a_wrong_env_deny_is_reported_and_what_can_be_read_is_still_denied(
     assert loaded.config.env_deny == denied
 
 
+def test_what_a_model_takes_comes_from_its_models_entry_then_its_provider_then_the_default(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        'models = ["openai:gpt-4o", { model = "openai:llama3", input = ["text"] },'
+        ' { model = "openai:gpt-audio", input = ["text", "image", "audio"] }]\n'
+        '[providers.anthropic]\ninput = ["text"]\n',
+    )
+    loaded = load(["--model", "echo"], env={**NO_KEYS, "ACP_SERVER_CONFIG": str(path)})
+    assert loaded.file.problems == ()
+    config = loaded.config
+    assert config.models == ("openai:gpt-4o", "openai:llama3", "openai:gpt-audio")
+    assert config.accepts("openai:gpt-4o") == {"text", "image"}  # the OpenAI-compatible default
+    assert config.accepts("openai:llama3") == {"text"}
+    assert config.accepts("openai:gpt-audio") == {"text", "image", "audio"}
+    assert config.accepts("anthropic:claude-x") == {"text"}  # [providers.anthropic] input
+    assert Config().accepts("anthropic:claude-x") == {"text", "image"}
+    assert Config().accepts("echo") == {"text"}
+    assert Config().accepts("scripted:turns.json") == {"text", "image", "audio"}
+
+
+@pytest.mark.parametrize(
+    ("text", "key", "message"),
+    [
+        ('models = [{ model = "openai:x", input = ["text", "video"] }]', "models", "unknown kind 'video'"),
+        ('models = [{ model = "anthropic:x", input = ["audio"] }]', "models", "takes no audio"),
+        ('models = [{ model = "openai:x", inputs = ["text"] }]', "models", "unknown key 'inputs'"),
+        ('models = [{ input = ["text"] }]', "models", "expected model specs, or tables"),
+        ('[providers.openai]\ninput = "image"', "providers.openai.input", "expected a list"),
+    ],
+)
+def test_a_wrong_input_setting_is_reported_naming_what_is_wrong(
+    tmp_path: Path, text: str, key: str, message: str
+) -> None:
+    loaded = load([], env={**NO_KEYS, "ACP_SERVER_CONFIG": str(write(tmp_path, text + "\n"))})
+    problems = {p.key: p.message for p in loaded.file.problems}
+    assert message in problems[key]
+    assert loaded.config.model_input == () and loaded.config.family_input == ()
+
+
 # --- problems, in plain words ---
 
 

@@ -25,7 +25,7 @@ import anyio.lowlevel
 import orjson
 import pytest
 
-from acp_server.runtime.model import DiffOutput, Message, PlanEntry, TerminalOutput, TextOutput, ToolCall
+from acp_server.runtime.model import DiffOutput, Media, Message, PlanEntry, TerminalOutput, TextOutput, ToolCall
 from acp_server.store import (
     STORE_FILENAME,
     AgentText,
@@ -106,6 +106,19 @@ def test_messages_round_trip_through_json_with_tool_calls() -> None:
     ]
     encoded = orjson.loads(orjson.dumps([message_to_json(m) for m in messages]))
     assert [message_from_json(m) for m in encoded] == messages
+
+
+def test_messages_with_images_round_trip_and_a_history_written_before_images_still_reads() -> None:
+    messages = [
+        Message("user", "look", media=(Media("image", "image/png", "iVBORw0KGgo="),)),
+        Message("tool", "shot", tool_call_id="c1", media=(Media("audio", "audio/wav", "UklGRg=="),)),
+    ]
+    encoded = orjson.loads(orjson.dumps([message_to_json(m) for m in messages]))
+    assert [message_from_json(m) for m in encoded] == messages
+    assert message_from_json({"role": "user", "content": "old"}) == Message("user", "old")
+    assert "media" not in message_to_json(Message("user", "plain"))  # unchanged rows for text-only turns
+    with pytest.raises(ValueError, match="not stored media"):
+        message_from_json({"role": "user", "content": "x", "media": [["video", "video/mp4", "AA"]]})
 
 
 @pytest.mark.parametrize("data", [{"role": "system", "content": "x"}, {"role": "user"}, {"content": "x"}])

@@ -1,0 +1,47 @@
+"""Image files a prompt links to, read from the local disk for the model: beneath the session's directories (one
+checked open, no gap between the check and the read, runtime/beneath.py), size-limited, and sent only if their bytes
+are an image format the providers take (PNG, JPEG, GIF, WebP), whatever the file's name says.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Sequence
+from pathlib import Path
+
+import anyio
+
+from acp_server.runtime import beneath
+from acp_server.runtime.model import Media
+from acp_server.runtime.ports import ToolError
+
+__all__ = ["MAX_IMAGE_BYTES", "image_type", "read_image"]
+
+# The largest image file read for a prompt: Anthropic's limit for one image (OpenAI's is higher).
+MAX_IMAGE_BYTES = 5 * 1024 * 1024
+
+
+def image_type(data: bytes) -> str | None:
+    """The image format of `data` by its first bytes, as a mime type, or None."""
+    if data.startswith(b"\x89PNG\r\n\x1a\n"):
+        return "image/png"
+    if data.startswith(b"\xff\xd8\xff"):
+        return "image/jpeg"
+    if data.startswith((b"GIF87a", b"GIF89a")):
+        return "image/gif"
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "image/webp"
+    return None
+
+
+async def read_image(path: str, roots: Sequence[Path]) -> Media:
+    """The image file at `path` (absolute) as `Media`; `ToolError` says why it cannot be (outside the session's
+    directories, missing, too large, not an image)."""
+    try:
+        data = await anyio.to_thread.run_sync(beneath.read_bytes, Path(path), roots, MAX_IMAGE_BYTES)
+    except OSError as exc:
+        raise ToolError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    mime = image_type(data)
+    if mime is None:
+        raise ToolError(f"{path}: not a PNG, JPEG, GIF or WebP image")
+    return Media("image", mime, base64.b64encode(data).decode())
