@@ -34,7 +34,12 @@ async def test_acp_init_201_203_204_a_request_for_2_gets_the_v2_surface(start_se
     capabilities = result["capabilities"]
     assert _markers(capabilities) == []
     assert capabilities["session"]["mcp"] == {"stdio": {}, "http": {}}
-    assert "delete" in capabilities["session"] and "image" not in capabilities["session"]["prompt"]
+    assert "delete" in capabilities["session"]
+    # Images and audio as on v1 for the same models (present as `{}` markers, else left out, never false).
+    v1 = await start_server()
+    taken = (await v1.initialize())["result"]["agentCapabilities"]["promptCapabilities"]
+    expected = {kind: {} for kind in ("image", "audio") if taken[kind]}
+    assert capabilities["session"]["prompt"] == {**expected, "embeddedContext": {}}
     assert set(capabilities) == {"session", "_meta"}
     assert capabilities["_meta"]["acpServer"]["defaultPromptPolicy"] == "queue"
     assert result["authMethods"] == []
