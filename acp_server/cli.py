@@ -15,14 +15,24 @@ from collections.abc import Sequence
 from acp_server.settings.command_line import load
 from acp_server.settings.files import secret_values
 
-__all__ = ["SUBCOMMANDS", "main"]
+__all__ = ["SUBCOMMANDS", "TERMINAL_NOTICE", "main"]
 
 # Subcommand -> the module whose `main(argv) -> int` runs it.
 SUBCOMMANDS: dict[str, str] = {
     "doctor": "acp_server.doctor",
     "chat": "acp_server.chat.app",
     "replay": "acp_server.transcripts.replay",
+    "sessions": "acp_server.stored_sessions",
 }
+
+# What a bare `acp-server` says when its stdin is a terminal.
+TERMINAL_NOTICE = (
+    "acp-server speaks the Agent Client Protocol (JSON-RPC, one message a line) on stdin/stdout: an editor starts it"
+    " as its agent.\n"
+    "To talk to it in this terminal, run `acp-server chat` instead (`acp-server chat --help`; `acp-server doctor`"
+    " checks the set-up).\n"
+    "Waiting for JSON-RPC on stdin; Ctrl-D or Ctrl-C leaves.\n"
+)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -33,6 +43,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         sys.exit(importlib.import_module(SUBCOMMANDS[args[0]]).main(args[1:]))
     loaded = load(args, subcommands=tuple(SUBCOMMANDS))
     config = loaded.config
+    if sys.stdin is not None and sys.stdin.isatty():
+        # A person ran it by hand: an editor never gives the agent a terminal. stdout stays the protocol's.
+        sys.stderr.write(TERMINAL_NOTICE)
+        sys.stderr.flush()
     from acp_server.settings.logfile import setup_logging
 
     setup_logging(config, secrets=secret_values(loaded.file.raw, os.environ))

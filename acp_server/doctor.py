@@ -4,10 +4,11 @@ An editor shows little when an agent misbehaves (it hides stderr), so this is th
 it not work?". It takes the server's own flags and reads the same environment and config file, then checks, one
 line each with OK, WARN or FAIL: the config file and each problem in it, the model spec, each provider the model
 and `models` name (its package, its key — never printed, only where it was found — and its endpoint, with a GET of
-the models list), the state and log directories, the sandbox local commands run in (runtime/sandbox.py: active,
-through which mechanism, or why not), and the config file's MCP servers (started and asked for their tools). It
-exits 0 when nothing FAILs and 1 otherwise. The report goes to stderr, like everything a person reads from
-acp-server (stdout is the protocol's).
+the models list), model discovery (how many models the endpoints list besides the configured ones, which it keeps
+in the cache new sessions read, or why none), the state and log directories, the sandbox local commands run in
+(runtime/sandbox.py: active, through which mechanism, or why not), and the config file's MCP servers (started and
+asked for their tools). It exits 0 when nothing FAILs and 1 otherwise. The report goes to stderr, like everything a
+person reads from acp-server (stdout is the protocol's).
 """
 
 from __future__ import annotations
@@ -109,6 +110,8 @@ def check_model(config: Config) -> list[Check]:
         except ScriptError as exc:
             return [_fail("model", str(exc))]
     takes = ", ".join(kind for kind in ("text", "image", "audio") if kind in config.accepts(config.model))
+    if family == "scripted" and not rest:
+        return [_ok("model", f"scripted: the built-in demo script, scripted:PATH plays your own (takes {takes})")]
     return [_ok("model", f"{config.model} (takes {takes}; see README, Images)")]
 
 
@@ -154,6 +157,13 @@ def _models_url(family: str, credentials: Credentials) -> tuple[str, dict[str, s
 
 def check_endpoint(family: str, credentials: Credentials, model: str | None, timeout: float) -> Check:
     """GET the models list: any answer means the endpoint is reachable; 401/403 means the key was refused."""
+    return _probe_endpoint(family, credentials, model, timeout)[1]
+
+
+def _probe_endpoint(
+    family: str, credentials: Credentials, model: str | None, timeout: float
+) -> tuple[object | None, Check]:
+    """The models list the endpoint answered (the parsed body) if it answered one, and the endpoint's check."""
     import urllib.error
     import urllib.request
 
@@ -168,28 +178,29 @@ def check_endpoint(family: str, credentials: Credentials, model: str | None, tim
         exc.close()
         if exc.code in (401, 403):
             if credentials.api_key:
-                return _fail(subject, f"{url} refused the key (HTTP {exc.code}): check it, or make a new one")
-            return _fail(subject, f"{url} wants an API key (HTTP {exc.code}) and none was found")
+                return None, _fail(subject, f"{url} refused the key (HTTP {exc.code}): check it, or make a new one")
+            return None, _fail(subject, f"{url} wants an API key (HTTP {exc.code}) and none was found")
         if exc.code == 404:
-            return _warn(
+            return None, _warn(
                 subject,
                 f"{url} answered 404: is the base URL right? (OpenAI-compatible servers usually end in /v1)",
             )
-        return _fail(subject, f"{url} answered HTTP {exc.code} {exc.reason}")
+        return None, _fail(subject, f"{url} answered HTTP {exc.code} {exc.reason}")
     except urllib.error.URLError as exc:
-        return _fail(subject, f"cannot reach {url}: {_reason(exc.reason, timeout)}")
+        return None, _fail(subject, f"cannot reach {url}: {_reason(exc.reason, timeout)}")
     except (TimeoutError, OSError) as exc:
-        return _fail(subject, f"cannot reach {url}: {_reason(exc, timeout)}")
+        return None, _fail(subject, f"cannot reach {url}: {_reason(exc, timeout)}")
     try:
-        listed = [str(item["id"]) for item in orjson.loads(body)["data"]]
+        parsed = orjson.loads(body)
+        listed = [str(item["id"]) for item in parsed["data"]]
     except (orjson.JSONDecodeError, KeyError, TypeError):
-        return _warn(subject, f"{url} answered, but not with a models list; is it an {family} endpoint?")
+        return None, _warn(subject, f"{url} answered, but not with a models list; is it an {family} endpoint?")
     if model is None:
-        return _ok(subject, f"{url} answered ({len(listed)} models)")
+        return parsed, _ok(subject, f"{url} answered ({len(listed)} models)")
     if any(name in (model, f"{model}:latest") or name.endswith(f"/{model}") for name in listed):
-        return _ok(subject, f"{url} answered, and lists {model}")
+        return parsed, _ok(subject, f"{url} answered, and lists {model}")
     shown = ", ".join(listed[:MAX_LISTED]) + (", ..." if len(listed) > MAX_LISTED else "")
-    return _warn(
+    return parsed, _warn(
         subject, f"{url} answered, but {model} is not among the {len(listed)} models it lists ({shown or 'none'})"
     )
 
@@ -224,8 +235,53 @@ def check_providers(config: Config, loaded: Loaded, env: Mapping[str, str], time
             checks.append(_fail(f"{family} settings", str(exc)))
             continue
         checks.append(check_key(family, credentials, loaded.file.path))
-        checks.append(check_endpoint(family, credentials, model, timeout))
+        listed, endpoint_check = _probe_endpoint(family, credentials, model, timeout)
+        checks.append(endpoint_check)
+        checks.append(check_discovery(config, family, credentials, [*specs], listed))
     return checks
+
+
+def check_discovery(
+    config: Config, family: str, credentials: Credentials, configured: list[str], listed: object | None
+) -> Check:
+    """What model discovery adds to the `model` option for this family, kept in the cache new sessions read (so
+    `acpx --model NAME` finds a listed model at once), or why it adds nothing."""
+    subject = f"{family} model discovery"
+    if not config.model_discovery:
+        return _ok(subject, "off (model_discovery): only the configured models are offered")
+    import time
+
+    from acp_server.runtime.providers.catalog import (
+        CACHE_FILENAME,
+        Listing,
+        ListingCache,
+        ListingError,
+        endpoint_key,
+        merge_choices,
+        model_ids,
+    )
+
+    if listed is None:
+        return _warn(subject, "the endpoint gave no models list (see above): only the configured models are offered")
+    try:
+        names = model_ids(listed)
+    except ListingError as exc:
+        return _warn(subject, f"{exc}: only the configured models are offered")
+    endpoint = endpoint_key(credentials.base_url or DEFAULT_BASE_URLS[family])
+    listing = Listing(family, endpoint, names, time.time())
+    added = [spec for spec in merge_choices(configured, [listing]) if spec not in configured]
+    kept = ""
+    if config.store:
+        directory = Path(config.state_dir).expanduser() if config.state_dir else _default_state_dir()
+        ListingCache(directory / CACHE_FILENAME).update({(family, endpoint): listing})
+        kept = "; cached for new sessions"
+    return _ok(subject, f"{len(added)} model(s) offered besides the configured ones{kept}")
+
+
+def _default_state_dir() -> Path:
+    from acp_server.store.sqlite_file import default_state_dir
+
+    return default_state_dir()
 
 
 # --- directories ---

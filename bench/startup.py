@@ -2,27 +2,40 @@
 
 Each sample spawns a fresh `acp-server`, writes `initialize` at once (the pipe holds it until the server reads) and
 stops the clock when the response line is read, so interpreter start-up and every import are included, as an editor
-sees them. It also times, in this process, reading the settings when there is no config file (every start-up does
-it). Run alone: `python -m bench.startup [--spawns N]`.
+sees them; the server's resident memory (VmRSS) is read right then, before the provider warm-up that the answer
+starts has done anything that counts. It also times, in this process, reading the settings when there is no config
+file (every start-up does it), and runs one more server under `python -X importtime` to show where the time goes:
+the import self-time of each package (acp_server by layer), largest first, with its share of the total. The import
+times are inflated by the measurement itself; read them as proportions. Run alone:
+`python -m bench.startup [--spawns N] [--breakdown N]`.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import re
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.report import Figure, format_table
 from bench.wire import Server, WireError, percentile
+from tests.support.harness import isolated_env
 
 __all__ = ["StartupResult", "main", "run"]
 
-TARGET_MEDIAN_MS = 250.0
+TARGET_MEDIAN_MS = 150.0
+TARGET_RSS_MB = 35.0  # resident after `initialize`, before any provider warm-up
 TARGET_NO_CONFIG_MS = 5.0  # finding no config file must cost a start-up almost nothing
+INITIALIZE = b'{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":1,"clientCapabilities":{}}}\n'
+_IMPORT_LINE = re.compile(r"import time:\s+(\d+) \|\s+\d+ \| (\s*)(\S+)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +43,9 @@ class StartupResult:
     samples_ms: list[float]
     exit_codes: list[int]
     no_config_ms: float | None = None  # settings read with no config file, per start-up
+    rss_mb: list[float] = field(default_factory=list)  # per spawn, when the answer was read
+    # (package, self-time ms) of one `-X importtime` start-up, largest first
+    imports: list[tuple[str, float]] = field(default_factory=list)
 
     @property
     def median_ms(self) -> float:
@@ -40,6 +56,10 @@ class StartupResult:
         return min(self.samples_ms)
 
     @property
+    def rss_median_mb(self) -> float:
+        return statistics.median(self.rss_mb)
+
+    @property
     def p90_ms(self) -> float:
         return percentile(self.samples_ms, 90)
 
@@ -48,6 +68,11 @@ class StartupResult:
             Figure("startup: spawn -> initialize, median", self.median_ms, "ms", "<=", TARGET_MEDIAN_MS),
             Figure("startup: min", self.min_ms, "ms"),
             Figure("startup: p90", self.p90_ms, "ms"),
+            *(
+                [Figure("startup: RSS after initialize, median", self.rss_median_mb, "MB", "<=", TARGET_RSS_MB)]
+                if self.rss_mb
+                else []
+            ),
             *(
                 [Figure("startup: settings with no config file", self.no_config_ms, "ms", "<=", TARGET_NO_CONFIG_MS)]
                 if self.no_config_ms is not None
@@ -69,27 +94,58 @@ def time_no_config_file(loads: int = 100) -> float:
         return (time.perf_counter() - started) * 1000 / loads
 
 
-def run(spawns: int = 20, args: Sequence[str] = ("--model", "scripted")) -> StartupResult:
+def import_breakdown(args: Sequence[str] = ("--model", "scripted")) -> list[tuple[str, float]]:
+    """Import self-time per package (acp_server per layer) of one start-up to the `initialize` answer, in ms."""
+    command = [sys.executable, "-X", "importtime", "-m", "acp_server", *args]
+    env = {**os.environ, **isolated_env()}
+    result = subprocess.run(command, input=INITIALIZE, capture_output=True, env=env, timeout=60, check=False)
+    if b'"protocolVersion":1' not in result.stdout:
+        raise WireError(f"no initialize answer under -X importtime: {result.stderr[-2000:]!r}")
+    totals: Counter[str] = Counter()
+    for line in result.stderr.decode(errors="replace").splitlines():
+        match = _IMPORT_LINE.match(line)
+        if match:
+            parts = match.group(3).split(".")
+            totals[".".join(parts[:2]) if parts[0] == "acp_server" else parts[0]] += int(match.group(1))
+    return [(name, us / 1000) for name, us in totals.most_common()]
+
+
+def format_breakdown(imports: Sequence[tuple[str, float]], top: int = 25) -> str:
+    total = sum(ms for _, ms in imports) or 1.0
+    lines = [f"import self-time by package (-X importtime, one start-up; total {total:.0f} ms):"]
+    lines += [f"  {ms:7.1f} ms {100 * ms / total:5.1f}%  {name}" for name, ms in imports[:top]]
+    ours = sum(ms for name, ms in imports if name.startswith("acp_server"))
+    lines.append(f"  acp_server itself: {ours:.1f} ms ({100 * ours / total:.0f}%)")
+    return "\n".join(lines)
+
+
+def run(spawns: int = 20, args: Sequence[str] = ("--model", "scripted"), breakdown: bool = True) -> StartupResult:
     samples: list[float] = []
     codes: list[int] = []
+    rss: list[float] = []
     for _ in range(spawns):
         server = Server.spawn(*args)
         try:
             response, t_read = server.initialize()
+            rss.append(server.rss_kb() / 1024)
         finally:
             codes.append(server.close())
         if response.get("result", {}).get("protocolVersion") != 1:
             raise WireError(f"unexpected initialize answer: {response}")
         samples.append((t_read - server.t_spawn_ns) / 1e6)
-    return StartupResult(samples, codes, time_no_config_file())
+    imports = import_breakdown(args) if breakdown else []
+    return StartupResult(samples, codes, time_no_config_file(), rss, imports)
 
 
 def main(argv: Sequence[str] | None = None) -> StartupResult:
     parser = argparse.ArgumentParser(prog="python -m bench.startup", description=__doc__)
     parser.add_argument("--spawns", type=int, default=20, help="number of fresh processes (default 20)")
+    parser.add_argument("--breakdown", type=int, default=25, help="packages shown in the import breakdown (0: none)")
     options = parser.parse_args(argv)
-    result = run(options.spawns)
+    result = run(options.spawns, breakdown=options.breakdown > 0)
     print(f"startup: {len(result.samples_ms)} spawns, samples (ms): {', '.join(f'{s:.0f}' for s in result.samples_ms)}")
+    if result.imports:
+        print(format_breakdown(result.imports, options.breakdown))
     if any(result.exit_codes):
         print(f"startup: WARNING non-zero exit codes after stdin EOF: {result.exit_codes}")
     print(format_table(result.figures()))

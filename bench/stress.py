@@ -5,10 +5,16 @@ It checks exactly one response per prompt, no turn update for a session while no
 no update carrying another session's id, every message valid against the ACP schema (the test harness's wire
 checks), and, through `_acp_server/stats`, nothing left behind at the end: no running turn, queued prompt, pending
 client request or child process. It reports cancel latency under that load and the total throughput.
-Run: `python -m bench.stress [--sessions 50] [--rounds 20] [--seed 7] [--protocol 2]`; tests/e2e/test_stress.py
-runs a short one on each protocol version. On v2 a prompt is answered at insertion (`messageId`), or `-32800` when a
+
+With `--rate R` every `say` and `think` step streams at R chunks/s (the scripted model's `every`), so N sessions are
+N models streaming at once, as in an editor with many busy chats; `python -m bench.stress --sessions 1000` does that
+at 20 chunks/s each. The server's CPU over the rounds (utime + stime from /proc, all threads) divided by the updates
+it wrote is the per-chunk figure, comparable across session counts because the rate per session is fixed.
+Run: `python -m bench.stress [--sessions 1000] [--rounds 3] [--rate 20] [--seed 7]`; tests/e2e/test_stress.py runs
+a short one, unpaced.
+With `--protocol 2` the client speaks ACP v2: a prompt is answered at insertion (`messageId`), or `-32800` when a
 cancel withdrew it while held, or `-32600` under `reject`; the work's end is the session's `idle`, and the cancel
-latency is measured to the `idle` `cancelled`.
+latency is measured to the `idle` `cancelled`. tests/e2e/test_stress.py runs a short one on each version.
 """
 
 from __future__ import annotations
@@ -24,12 +30,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bench.report import Figure, format_table
-from bench.wire import percentile
+from bench.wire import CLOCK_TICKS, percentile, process_cpu_ticks
 from tests.support.harness import RawClient, check_wire
 
 __all__ = ["StressResult", "crossed_sessions", "main", "run"]
 
 POLICIES = ("interrupt", "queue", "reject", "steer")
+CANCEL_TARGET_MS = 50.0  # cancel p99 with 1,000 busy sessions (issue 14)
 
 
 @dataclass
@@ -41,28 +48,48 @@ class StressResult:
     problems: list[str] = field(default_factory=list)
     # Running turns that handed over to a steering prompt at a model-call boundary.
     hand_overs: int = 0
+    sessions: int = 0
+    rate: float = 0.0  # chunks/s per session of every say/think step (0: as fast as the server goes)
+    updates: int = 0  # every session/update written during the rounds
+    server_cpu_s: float = 0.0  # the server's CPU over the rounds (all threads)
 
-    def figures(self) -> list[Figure]:
+    @property
+    def cpu_us_per_update(self) -> float:
+        return self.server_cpu_s / self.updates * 1e6 if self.updates else 0.0
+
+    @property
+    def cancel_p99_ms(self) -> float:
+        return percentile(self.cancel_ms, 99) if self.cancel_ms else 0.0
+
+    def figures(self, cancel_target_ms: float | None = CANCEL_TARGET_MS) -> list[Figure]:
+        paced = (
+            f" ({self.sessions} sessions at {self.rate:g} chunks/s)" if self.rate else f" ({self.sessions} sessions)"
+        )
         figures = [
             Figure("stress: prompts answered", float(self.prompts), "prompts"),
             Figure("stress: chunks/s over the run", self.chunks / self.seconds, "chunks/s"),
             Figure("stress: problems found", float(len(self.problems)), "problems", "<=", 0.0),
             Figure("stress: steering hand-overs", float(self.hand_overs), "hand-overs"),
+            Figure(f"stress: server CPU per update{paced}", self.cpu_us_per_update, "µs"),
         ]
         if self.cancel_ms:
+            op = None if cancel_target_ms is None else "<="
             figures += [
-                Figure("stress: cancel -> cancelled, median", statistics.median(self.cancel_ms), "ms"),
-                Figure("stress: cancel -> cancelled, p99", percentile(self.cancel_ms, 99), "ms"),
+                Figure(f"stress: cancel -> cancelled, median{paced}", statistics.median(self.cancel_ms), "ms"),
+                Figure(f"stress: cancel -> cancelled, p99{paced}", self.cancel_p99_ms, "ms", op, cancel_target_ms),
             ]
         return figures
 
 
-def _script(rng: random.Random, tag: str) -> list[dict[str, Any]]:
+def _script(rng: random.Random, tag: str, rate: float = 0.0) -> list[dict[str, Any]]:
     steps: list[dict[str, Any]] = []
     for index in range(rng.randint(1, 6)):
         kind = rng.choice(("say", "say", "think", "sleep", "tool", "write", "gate", "delegate"))
         if kind in ("say", "think"):
-            steps.append({kind: f"{tag}.{index} ", "repeat": rng.choice((1, 5, 50, 200))})
+            if rate:  # paced: a second or so of streaming per step, like a model's reply
+                steps.append({kind: f"{tag}.{index} ", "repeat": rng.choice((1, 5, 20, 40)), "every": 1 / rate})
+            else:
+                steps.append({kind: f"{tag}.{index} ", "repeat": rng.choice((1, 5, 50, 200))})
         elif kind == "sleep":
             steps.append({"sleep": rng.choice((0.0, 0.01, 0.05))})
         elif kind == "tool":
@@ -158,12 +185,17 @@ async def run(
     *,
     workdir: str | None = None,
     validate: bool = True,
+    rate: float = 0.0,
+    store: bool = True,
     protocol: int = 1,
 ) -> StressResult:
-    """`validate=False` skips the per-message schema check (the wire checks stay), so the figures are the server's."""
+    """`validate=False` skips the per-message schema check (the wire checks stay), so the figures are the server's.
+    `rate` paces every say/think step at that many chunks/s; `store=False` runs the server with `--no-store`."""
     rng = random.Random(seed)
     workdir = workdir or tempfile.mkdtemp(prefix="acp-server-stress-")  # write_file writes here
-    client = await RawClient.start("--model", "scripted", "--test-mode", "--cleanup-deadline", "0.5")
+    # The harness's environment points the store at a fresh temporary state directory, never the user's.
+    args = ("--model", "scripted", "--test-mode", "--cleanup-deadline", "0.5", *(() if store else ("--no-store",)))
+    client = await RawClient.start(*args)
     client.validator.schema = validate
     problems: list[str] = []
     cancel_ms: list[float] = []
@@ -171,6 +203,8 @@ async def run(
     stop = asyncio.Event()
     responder = asyncio.create_task(_answer_permissions(client, rng, stop))
     started = time.monotonic()
+    cpu_before = cpu_after = 0
+    updates_before = 0
     try:
         v2 = protocol == 2
         if v2:
@@ -184,10 +218,12 @@ async def run(
             await client.call(
                 "session/set_config_option", {"sessionId": session, "configId": "prompt_policy", "value": policy}
             )
+        cpu_before = process_cpu_ticks(client.process.pid)
+        updates_before = len(client.received)
         for round_index in range(rounds):
             outstanding: list[Any] = []
             for number, session in enumerate(ids):
-                outstanding.append(await client.prompt(session, _script(rng, f"s{number}r{round_index}")))
+                outstanding.append(await client.prompt(session, _script(rng, f"s{number}r{round_index}", rate)))
                 event = rng.random()
                 if event < 0.25:
                     await asyncio.sleep(rng.choice((0.0, 0.005, 0.03)))
@@ -211,7 +247,7 @@ async def run(
                     elif working:  # work seen running before the cancel: its idle is owed (I11 otherwise)
                         outstanding.append(asyncio.create_task(timed_v2()))
                 elif event < 0.45:  # a second prompt on the busy session: replaced, queued, rejected or steering
-                    outstanding.append(await client.prompt(session, _script(rng, f"s{number}r{round_index}b")))
+                    outstanding.append(await client.prompt(session, _script(rng, f"s{number}r{round_index}b", rate)))
             for item in outstanding:
                 if isinstance(item, asyncio.Task):
                     await item
@@ -225,6 +261,8 @@ async def run(
                 for session in ids:
                     if _last_state(client, session) in ("running", "requires_action"):
                         await _idle_after(client, session, _last_running(client, session), 15)
+        cpu_after = process_cpu_ticks(client.process.pid)
+        rounds_received = client.received[updates_before:]
         stats = await client.stats()
         kinds = ("runningTurns", "queuedPrompts", "pendingClientRequests", "childProcesses", "mcpSessions")
         leaked = {k: stats[k] for k in kinds}
@@ -247,19 +285,31 @@ async def run(
     hand_overs = sum(
         1 for m in client.received if m.get("method") == "_scripted/probe" and m["params"]["event"] == "handed_over"
     )
-    return StressResult(prompts, chunks, seconds, cancel_ms, problems, hand_overs)
+    updates = sum(1 for m in rounds_received if m.get("method") == "session/update")
+    server_cpu = (cpu_after - cpu_before) / CLOCK_TICKS
+    return StressResult(prompts, chunks, seconds, cancel_ms, problems, hand_overs, sessions, rate, updates, server_cpu)
 
 
 def main(argv: Sequence[str] | None = None) -> StressResult:
     parser = argparse.ArgumentParser(prog="python -m bench.stress", description=__doc__)
-    parser.add_argument("--sessions", type=int, default=50)
-    parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--sessions", type=int, default=1000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rate", type=float, default=20.0, help="chunks/s per say/think step (0: unpaced)")
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--no-store", action="store_true", help="run the server without the session store")
     parser.add_argument("--validate", action="store_true", help="also check every message against the ACP schema")
     parser.add_argument("--protocol", type=int, choices=(1, 2), default=1, help="the ACP version the client speaks")
     options = parser.parse_args(argv)
     result = asyncio.run(
-        run(options.sessions, options.rounds, options.seed, validate=options.validate, protocol=options.protocol)
+        run(
+            options.sessions,
+            options.rounds,
+            options.seed,
+            validate=options.validate,
+            rate=options.rate,
+            store=not options.no_store,
+            protocol=options.protocol,
+        )
     )
     print(format_table(result.figures()))
     for problem in result.problems[:20]:

@@ -11,6 +11,7 @@ It also reads the server's own counters from /proc (CPU ticks, VmRSS), which is 
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 import os
@@ -37,6 +38,8 @@ __all__ = [
     "TurnResult",
     "WireError",
     "percentile",
+    "process_cpu_ns",
+    "process_cpu_ticks",
     "server_command",
 ]
 
@@ -52,6 +55,24 @@ Message = dict[str, Any]
 
 class WireError(RuntimeError):
     """The server did something the benchmark cannot continue from (exit, timeout, unexpected answer)."""
+
+
+def process_cpu_ticks(pid: int) -> int:
+    """utime + stime of a process (all its threads), in clock ticks (1 / CLOCK_TICKS s), from /proc."""
+    stat = Path(f"/proc/{pid}/stat").read_bytes()
+    # The command name (field 2) may hold spaces, so count fields from after its closing parenthesis.
+    fields = stat[stat.rfind(b")") + 2 :].split()
+    return int(fields[11]) + int(fields[12])
+
+
+def process_cpu_ns(pid: int) -> int:
+    """CPU time of a process's live threads in nanoseconds (/proc/<pid>/task/*/schedstat): finer than clock ticks,
+    for windows in which the server spends only milliseconds (a thread that exited in the window is missed)."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError):
+            total += int((task / "schedstat").read_bytes().split()[0])
+    return total
 
 
 def percentile(samples: Sequence[float], p: float) -> float:
@@ -169,6 +190,19 @@ class Server:
         self._partial = block[cut + 1 :]
         self._lines.extend(head.split(b"\n"))
 
+    def poll_lines(self, timeout: float) -> list[bytes]:
+        """The complete lines queued or read within `timeout` (none if the server wrote nothing); `t_read_ns` is
+        when they were read."""
+        if not self._lines and self._selector.select(max(0.0, timeout)):
+            self._fill(time.monotonic() + 10.0)
+        lines = list(self._lines)
+        self._lines.clear()
+        return lines
+
+    @property
+    def t_read_ns(self) -> int:
+        return self._lines_t_ns
+
     def next_line(self, deadline: float) -> bytes:
         while not self._lines:
             self._fill(deadline)
@@ -236,10 +270,7 @@ class Server:
 
     def cpu_ticks(self) -> int:
         """utime + stime of the server process, in clock ticks (1 / CLOCK_TICKS s)."""
-        stat = Path(f"/proc/{self.pid}/stat").read_bytes()
-        # The command name (field 2) may hold spaces, so count fields from after its closing parenthesis.
-        fields = stat[stat.rfind(b")") + 2 :].split()
-        return int(fields[11]) + int(fields[12])
+        return process_cpu_ticks(self.pid)
 
     def rss_kb(self) -> int:
         for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():

@@ -19,6 +19,32 @@ class ChatOptions:
     startup_timeout: float = 30.0
 
 
+# The server's flags the chat passes on to the built-in agent (flag, metavar, help). Checked by the agent itself, which
+# refuses a bad value with exit status 2 and says why (the chat shows the end of its stderr).
+SERVER_FLAGS: tuple[tuple[str, str, str], ...] = (
+    ("--model", "SPEC", "the model: echo, scripted[:PATH], openai:MODEL, anthropic:MODEL"),
+    ("--base-url", "URL", "an OpenAI-compatible endpoint"),
+    ("--permission-mode", "MODE", "default, accept_edits, bypass or read_only"),
+    ("--prompt-policy", "POLICY", "interrupt, queue, reject or steer"),
+    ("--sandbox", "MODE", "workspace-write, read-only or off: how local commands are confined"),
+    ("--max-turn-requests", "N", "model calls per turn"),
+    ("--cleanup-deadline", "SECONDS", "how long a cancelled turn's cleanup may take"),
+    ("--mcp-start-wait", "SECONDS", "how long a turn waits for a starting MCP server"),
+    ("--state-dir", "DIR", "where sessions are stored"),
+    ("--log-level", "LEVEL", "debug, info, warning or error"),
+    ("--log-file", "PATH", "the agent's log file"),
+)
+SERVER_SWITCHES: tuple[tuple[str, str], ...] = (
+    ("--no-store", "keep the session in memory only"),
+    ("--no-sandbox-network", "sandboxed commands get no network"),
+    ("--no-log-file", "no log file"),
+)
+
+
+def _dest(flag: str) -> str:
+    return flag.lstrip("-").replace("-", "_")
+
+
 def parse_options(argv: Sequence[str]) -> ChatOptions:
     parser = argparse.ArgumentParser(
         prog="acp-server chat",
@@ -32,7 +58,13 @@ def parse_options(argv: Sequence[str]) -> ChatOptions:
         metavar="CMD",
         help="the agent to run, as a shell-like command line (default: this acp-server)",
     )
-    parser.add_argument("--model", metavar="SPEC", help="the model of the built-in agent (acp-server --model SPEC)")
+    server = parser.add_argument_group(
+        "the built-in agent's flags", "passed on to `acp-server` as they are (`acp-server --help`); not with --agent"
+    )
+    for flag, metavar, what in SERVER_FLAGS:
+        server.add_argument(flag, metavar=metavar, help=what)
+    for flag, what in SERVER_SWITCHES:
+        server.add_argument(flag, action="store_true", default=None, help=what)
     parser.add_argument(
         "--startup-timeout",
         type=float,
@@ -41,8 +73,14 @@ def parse_options(argv: Sequence[str]) -> ChatOptions:
         help="give up on an agent that has not opened a session after this long (default 30)",
     )
     args = parser.parse_args(list(argv))
-    if args.agent is not None and args.model is not None:
-        parser.error("--model sets the built-in agent's model; with --agent, put the agent's flags in CMD")
+    forwarded: list[str] = []
+    for flag, _, _ in SERVER_FLAGS:
+        value = getattr(args, _dest(flag))
+        if value is not None:
+            forwarded += [flag, value]
+    forwarded += [flag for flag, _ in SERVER_SWITCHES if getattr(args, _dest(flag))]
+    if args.agent is not None and forwarded:
+        parser.error(f"{forwarded[0]} is a flag of the built-in agent; with --agent, put the agent's flags in CMD")
     if args.agent is not None:
         try:
             agent = tuple(shlex.split(args.agent))
@@ -51,7 +89,7 @@ def parse_options(argv: Sequence[str]) -> ChatOptions:
         if not agent:
             parser.error("--agent needs a command")
     else:
-        agent = (sys.executable, "-m", "acp_server", *(("--model", args.model) if args.model else ()))
+        agent = (sys.executable, "-m", "acp_server", *forwarded)
     question = " ".join(args.question) if args.question else None
     if not args.startup_timeout > 0:
         parser.error("--startup-timeout must be more than 0 seconds")

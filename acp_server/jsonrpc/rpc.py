@@ -2,7 +2,9 @@
 
 This is the only module that imports jsonrpcserver. It is given already-parsed messages (no second parse) and a
 cheap structural check instead of its import-time JSON-schema validator, and is always called with an explicit
-`methods=` table and a per-request `context=`.
+`methods=` table and a per-request `context=`. Since that validator is never used, its import is not paid either:
+the dispatcher core is loaded without the package's `__init__` (see `_without_package_init`), which was most of
+start-up.
 
 Error boundary, in one place: a pydantic `ValidationError` becomes -32602 with a one-line message naming the field;
 an `RpcError` passes through as it is; any other exception is logged with its traceback to stderr and answered
@@ -11,18 +13,18 @@ an `RpcError` passes through as it is; any other exception is logged with its tr
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import logging
 import re
+import sys
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import Any, TypeVar
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import orjson
-from jsonrpcserver import Error, Success
-from jsonrpcserver.async_main import dispatch_to_response
-from jsonrpcserver.sentinels import NODATA
-from oslash.either import Left
 from pydantic import BaseModel, ValidationError
 
 from acp_server.jsonrpc.transport import Oversized
@@ -43,6 +45,45 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+
+def _without_package_init(package: str, *submodules: str) -> tuple[ModuleType, ...]:
+    """Submodules of `package` loaded without running the package's `__init__`.
+
+    jsonrpcserver's `__init__` imports `main`, which imports jsonschema and builds a JSON-schema validator at import
+    time, and `server`, which imports http.server for a toy HTTP server: together more than half of the server's
+    start-up, for two things it never uses (it passes its own `validator=`). Its dispatcher core (`async_dispatcher`,
+    `result`) needs neither. Likewise oslash's `__init__` imports a dozen monads where the core uses one (`either`).
+    The submodules are loaded under a stand-in package object (the real package's spec, not executed) that is
+    dropped again at once, so a later `import jsonrpcserver` (or `oslash`) runs the real `__init__`, which reuses the
+    submodules loaded here. Runs once, at this module's import, before any other thread exists.
+    """
+    names = tuple(f"{package}.{name}" for name in submodules)
+    if package in sys.modules:  # the real package is loaded already: nothing left to save
+        return tuple(importlib.import_module(name) for name in names)
+    spec = importlib.util.find_spec(package)
+    if spec is None or spec.submodule_search_locations is None:
+        raise ImportError(f"{package} is not installed as a package")
+    stand_in = importlib.util.module_from_spec(spec)
+    sys.modules[package] = stand_in
+    try:
+        return tuple(importlib.import_module(name) for name in names)
+    finally:
+        if sys.modules.get(package) is stand_in:
+            del sys.modules[package]
+
+
+if TYPE_CHECKING:
+    from jsonrpcserver.async_dispatcher import dispatch_to_response_pure
+    from jsonrpcserver.result import Error, Success
+    from oslash.either import Left
+else:
+    # oslash first: jsonrpcserver's core imports `from oslash.either import ...`, which finds the module loaded here.
+    (_either,) = _without_package_init("oslash", "either")
+    _dispatcher, _result = _without_package_init("jsonrpcserver", "async_dispatcher", "result")
+    Left = _either.Left
+    dispatch_to_response_pure = _dispatcher.dispatch_to_response_pure
+    Error, Success = _result.Error, _result.Success
 
 ParamsT = TypeVar("ParamsT", bound=BaseModel)
 ContextT = TypeVar("ContextT")
@@ -214,6 +255,10 @@ def error_message(request_id: Any, code: int, message: str, data: Any = None) ->
     return {"jsonrpc": "2.0", "id": request_id, "error": error}
 
 
+def _identity(response: Any) -> Any:
+    return response
+
+
 def _structural_check(message: Any) -> Any:
     # `classify` already checked the envelope; jsonrpcserver's own jsonschema validator would redo it slowly.
     return message
@@ -224,19 +269,23 @@ async def dispatch(request: IncomingRequest, methods: dict[str, JsonRpcMethod], 
     if isinstance(request.params, list) and request.method in methods:
         # Every ACP method takes named params; jsonrpcserver would pass an array (even an empty one) positionally.
         return error_message(request.id, ErrorCode.INVALID_PARAMS, "Invalid params: expected an object, got an array")
-    response = await dispatch_to_response(
-        "",
-        methods,
-        context=context,
+    # What jsonrpcserver's `async_dispatch_to_response` does, minus its default arguments' imports (see above).
+    response = await dispatch_to_response_pure(
         deserializer=lambda _: request.message,
         validator=_structural_check,
+        methods=methods,
+        context=context,
+        post_process=_identity,
+        request="",
     )
     if isinstance(response, Left):
         error = response._error
         if error.code == ErrorCode.METHOD_NOT_FOUND:
             return error_message(request.id, error.code, f"Method not found: {request.method}")
         data = getattr(error, "data", None)
-        return error_message(request.id, error.code, error.message, None if data is NODATA else data)
+        # jsonrpcserver marks "no data" with a sentinel object of its own: only JSON values are data.
+        json_data = data if isinstance(data, (dict, list, str, int, float, bool)) else None
+        return error_message(request.id, error.code, error.message, json_data)
     # One request in, so one response out (jsonrpcserver returns lists only for batches, which classify refuses).
     success: Any = response
     return {"jsonrpc": "2.0", "id": request.id, "result": success._value.result}

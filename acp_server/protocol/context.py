@@ -15,6 +15,7 @@ from pydantic import BaseModel
 from acp_server.jsonrpc.connection import Connection
 from acp_server.jsonrpc.rpc import RpcError
 from acp_server.mcp_bridge import McpRegistry
+from acp_server.protocol.model_choices import ModelChoices
 from acp_server.protocol.providers import AuthState, ProviderCache
 from acp_server.protocol.schema import RequestId
 from acp_server.protocol.session_table import Handshake, SessionTable
@@ -46,8 +47,9 @@ class Parts:
     mcp: McpRegistry
     processes: ProcessTable
     turns: TurnServices
-    # The model specs a session may pick (the `model` config option), the default first.
-    models: tuple[str, ...]
+    # The model specs a session may pick (the `model` config option): the configured ones, the default first, then
+    # what their endpoints list (model discovery).
+    models: ModelChoices
     # The notifications beyond ACP's that this server handles (advertised in `initialize`).
     extension_notifications: tuple[str, ...] = ()
 

@@ -1,6 +1,7 @@
 """The ACP side of one connection behind the `Dispatcher` interface the connection calls (prepare, answer, notify,
 closing, exiting): it admits prompts as their lines are read, routes requests and notifications to their handlers,
-titles sessions after their first turn, and winds everything down at EOF.
+titles sessions after their first turn (the model's title, else the first prompt's first words), and winds everything
+down at EOF.
 
 The pieces it works with (the session table, the providers, authentication, the store, the run registry) are built
 by the composition root (`server.py`) and handed in as `Parts`; the handlers get the same pieces, never this

@@ -31,6 +31,7 @@ from acp_server.protocol.schema import (
     WireModel,
 )
 from acp_server.protocol.session_handlers import (
+    discover_models,
     session_close,
     session_delete,
     session_fork,
@@ -42,6 +43,7 @@ from acp_server.protocol.session_handlers import (
     session_set_mode,
 )
 from acp_server.protocol.v2.initialize import initialize_result
+from acp_server.protocol.warmup import warm_up
 from acp_server.sessions.options import PROMPT_POLICIES
 from acp_server.sessions.turn import TurnFailedError, execute_prompt
 
@@ -62,11 +64,19 @@ async def initialize(context: RequestContext, params: InitializeRequest) -> dict
     # (protocol/v2/negotiation.py: 1 -> 1, 2 and above -> 2, else -32022; only 1 with `--protocol 1`).
     if context.admission_error is not None:
         raise context.admission_error
-    if context.parts.handshake.v2:
-        return initialize_result(context.parts)
+    parts = context.parts
     stored = context.parts.config.store  # loading, listing and resuming need the session store
+    # The endpoints' models lists: the cached ones now, a refresh in the background (never awaited); a session/new
+    # right behind offers them.
+    discover_models(context.parts)
     # Images (sounds) when any model a session may pick takes them; a prompt for one that does not is refused then.
-    taken = frozenset().union(*(context.parts.config.accepts(spec) for spec in context.parts.models))
+    taken = frozenset().union(*(context.parts.config.accepts(spec) for spec in context.parts.models.current))
+    # The default model, warmed once this answer is out (protocol/warmup.py); a session on another model warms its
+    # own when it opens.
+    warm = (warm_up, parts.providers, parts.turns.tools, parts.config.model)
+    context.after.append(lambda: parts.connection.spawn(*warm))
+    if parts.handshake.v2:
+        return initialize_result(parts, taken)
     return {
         "protocolVersion": PROTOCOL_VERSION,
         "agentCapabilities": {
@@ -108,8 +118,11 @@ async def authenticate(context: RequestContext, params: AuthenticateRequest) -> 
     parts = context.parts
     if params.method_id != AUTH_METHOD_ID:
         raise RpcError(ErrorCode.INVALID_PARAMS, f"Invalid params: methodId: unknown auth method {params.method_id!r}")
-    if parts.auth.problem is not None and not parts.auth.retry():
-        raise RpcError(ErrorCode.AUTH_REQUIRED, f"Authentication required: {parts.auth.problem}")
+    if parts.auth.problem is not None:
+        if not parts.auth.retry():
+            raise RpcError(ErrorCode.AUTH_REQUIRED, f"Authentication required: {parts.auth.problem}")
+        parts.models.credentials_changed()  # the endpoints that could not be asked without a key can be now
+        context.after.append(lambda: discover_models(parts))
     return {}
 
 

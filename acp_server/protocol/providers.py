@@ -17,6 +17,7 @@ class ProviderCache:
     def __init__(self, open_model: Callable[[str], Provider]) -> None:
         self._open_model = open_model
         self._providers: dict[str, Provider] = {}
+        self._warming: set[str] = set()  # the specs whose warm-up has started (protocol/warmup.py)
 
     def get(self, spec: str) -> Provider:
         """The spec's provider; a missing key or a bad spec is the client's error to fix."""
@@ -30,6 +31,13 @@ class ProviderCache:
                 raise RpcError(ErrorCode.INVALID_PARAMS, f"Invalid params: {exc}") from None
             self._providers[spec] = provider
         return provider
+
+    def first_warm_up(self, spec: str) -> bool:
+        """True the first time it is asked for a spec: that caller warms it up, later ones need not."""
+        if spec in self._warming:
+            return False
+        self._warming.add(spec)
+        return True
 
     def reload(self, spec: str) -> None:
         """Build the spec's provider again, now (raises `MissingCredentialsError` while its key is missing)."""

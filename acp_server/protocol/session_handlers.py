@@ -28,6 +28,7 @@ from acp_server.protocol.schema import (
     SetSessionConfigOptionRequest,
     SetSessionModeRequest,
 )
+from acp_server.protocol.warmup import warm_up
 from acp_server.sessions.edge import CommandsAvailable, ConfigChanged, ModeChanged
 from acp_server.sessions.options import MODE_OPTION, MODEL_OPTION, PROMPT_POLICY_OPTION, SLASH_COMMANDS
 from acp_server.sessions.runs import Session
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
 __all__ = [
     "close_session",
     "default_prompt_policy",
+    "discover_models",
     "restore_session",
     "session_close",
     "session_delete",
@@ -57,6 +59,7 @@ async def session_new(context: RequestContext, params: NewSessionRequest) -> dic
     parts.handshake.require_initialized()
     parts.auth.require()
     _check_directories(params.cwd, params.additional_directories)
+    discover_models(parts)  # the cached lists at once; a due refresh in the background, never awaited here
     session_id = f"sess_{uuid.uuid4().hex}"
     session = Session(
         session_id,
@@ -109,11 +112,45 @@ def _opened(context: RequestContext, session: Session) -> dict[str, Any]:
     session.mcp = parts.mcp.open(servers, session.cwd, (session.cwd, *session.additional_directories))
     if not parts.handshake.v2:  # v2 has them in the response (`availableCommands`): nothing follows a resume's
         context.after.append(lambda: _announce_commands(parts, session))
+    answered = parts.models.offered(session.model)
+    context.after.append(lambda: _offered(parts, session, answered))
+    # The session's model, warmed while the person types its first prompt (protocol/warmup.py).
+    context.after.append(lambda: parts.connection.spawn(warm_up, parts.providers, parts.turns.tools, session.model))
     return {"modes": modes(session.mode), "configOptions": _config_options(parts, session)}
 
 
 def _config_options(parts: Parts, session: Session) -> list[dict[str, Any]]:
-    return config_options(session.model, session.mode, session.prompt_policy, parts.models)
+    """The session's options, complete; the client replaces its list with them, so they are what it was told."""
+    offered = parts.models.offered(session.model)
+    if session.offered_models is not None:
+        session.offered_models = offered
+    return config_options(session.model, session.mode, session.prompt_policy, offered)
+
+
+def discover_models(parts: Parts) -> None:
+    """Start model discovery (protocol/model_choices.py); a changed list reaches every open session."""
+    parts.models.start(lambda: _announce_models(parts))
+
+
+def _offered(parts: Parts, session: Session, answered: tuple[str, ...]) -> None:
+    """Once the response that opened the session is sent: it was told `answered`; a list that changed meanwhile
+    follows as an update (never before the response, which is where the client learns the session id)."""
+    session.offered_models = answered
+    _announce_models_to(parts, session)
+
+
+def _announce_models(parts: Parts) -> None:
+    for session in parts.sessions:
+        if session.offered_models is not None and not session.closed:
+            _announce_models_to(parts, session)
+
+
+def _announce_models_to(parts: Parts, session: Session) -> None:
+    offered = parts.models.offered(session.model)
+    if offered != session.offered_models:
+        session.offered_models = offered
+        event = ConfigChanged(session.model, session.mode, session.prompt_policy, offered)
+        parts.turns.edge.session_event(session.session_id, event)
 
 
 Replay = Callable[["LoadedSession"], list[dict[str, Any]]]
@@ -148,7 +185,7 @@ async def restore_session(context: RequestContext, params: LoadSessionRequest, r
 
     store = await parts.store.require()
     try:
-        loaded = await store.load(params.session_id)
+        loaded = await store.load(params.session_id, hold=True)  # held before the read: pruning leaves it
     except StoreUnavailable as exc:
         raise RpcError(ErrorCode.INTERNAL_ERROR, f"cannot read the session store: {exc}") from None
     if loaded is None:
@@ -165,7 +202,9 @@ async def restore_session(context: RequestContext, params: LoadSessionRequest, r
         history=list(loaded.history),
         client=client_tools(parts.handshake.client_capabilities or ClientCapabilities()),
         mode=_known(PermissionMode, record.mode, parts.config.permission_mode),
-        model=stored_model if stored_model in parts.models else parts.config.model,
+        model=stored_model
+        if isinstance(stored_model, str) and parts.models.accepts(stored_model)
+        else parts.config.model,
         title=record.title,
         title_requested=record.title is not None,
         prompt_policy=_known(PromptPolicy, stored_policy, default_prompt_policy(parts)),
@@ -297,7 +336,10 @@ def _set_mode(parts: Parts, session: Session, mode_id: str) -> None:
     if parts.store.current is not None:
         parts.store.current.set_mode(session.session_id, mode)
     parts.turns.edge.session_event(session.session_id, ModeChanged(mode))
-    options = ConfigChanged(session.model, session.mode, session.prompt_policy, parts.models)
+    offered = parts.models.offered(session.model)
+    if session.offered_models is not None:
+        session.offered_models = offered
+    options = ConfigChanged(session.model, session.mode, session.prompt_policy, offered)
     parts.turns.edge.session_event(session.session_id, options)
 
 
@@ -310,7 +352,7 @@ async def session_set_config_option(context: RequestContext, params: SetSessionC
     if params.config_id == MODE_OPTION:
         _set_mode(parts, session, value)
     elif params.config_id == MODEL_OPTION:
-        if value not in parts.models:
+        if value not in parts.models.offered(session.model):
             raise RpcError(ErrorCode.INVALID_PARAMS, f"Invalid params: value: unknown model {value!r}")
         parts.providers.get(value)  # a missing key or a bad spec is answered now, not at the next prompt
         session.model = value
@@ -349,6 +391,8 @@ async def session_close(context: RequestContext, params: CloseSessionRequest) ->
     answered (`cancelled`) before this response; the id is refused from the moment the close is read."""
     parts = context.parts
     await close_session(parts, parts.sessions.require(params.session_id))
+    if parts.store.current is not None:
+        parts.store.current.release(params.session_id)  # closed: pruning may remove it again
     await _commit(parts)
     return {}
 

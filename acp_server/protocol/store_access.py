@@ -1,5 +1,6 @@
 """The session store of a connection: opened on first need (never on the `initialize` path), and why not, if it
-cannot be. A server without a store still serves sessions, without persistence."""
+cannot be. A server without a store still serves sessions, without persistence. Once open, the store is pruned in the
+background (the retention settings; sessions that never got a prompt), so start-up never waits for it."""
 
 from __future__ import annotations
 
@@ -55,7 +56,33 @@ class StoreAccess:
                     log.error("%s; sessions will not be saved", self.problem)
                 else:
                     self._spawn(self.current.run_flusher)
+                    self._spawn(self._prune)
         return self.current
+
+    async def _prune(self) -> None:
+        """Once per process, in the background: remove what the retention settings say goes; a failure costs
+        nothing but a log line (the sessions stay)."""
+        from acp_server.store import Retention, StoreUnavailable
+
+        store = self.current
+        if store is None:
+            return
+        retention = Retention(max_age_days=self._config.keep_sessions_days, max_count=self._config.keep_sessions)
+        try:
+            pruned = await store.prune(retention)
+        except StoreUnavailable as exc:
+            log.warning("session store: pruning failed: %s", exc)
+            return
+        if pruned.total:
+            log.info(
+                "session store: removed %d session(s) that never got a prompt, %d older than %g days, %d past the"
+                " newest %d",
+                len(pruned.empty),
+                len(pruned.expired),
+                retention.max_age_days,
+                len(pruned.over_count),
+                retention.max_count,
+            )
 
     async def require(self) -> SessionStore:
         store = await self.open()

@@ -56,7 +56,17 @@ class TurnUpdates:
             "params": {"sessionId": self._session_id, "update": update},
         }
         if await self._connection.send_fenced(message, run):
-            log_update(run.turn_log, update)  # what the client was sent, in wire order
+            # What the client was sent, in wire order. A reply's or thought's chunk (the hot path, one per streamed
+            # chunk) goes straight from the event to its row; anything else is read from the update.
+            turn_log = run.turn_log
+            if turn_log is None:
+                return
+            if type(event) is TextDelta:
+                turn_log.append_text(self._ids[0], event.text)
+            elif type(event) is ThoughtDelta:
+                turn_log.append_text(self._ids[1], event.text, True)
+            else:
+                log_update(turn_log, update)
 
     def send_now(self, event: TurnEvent) -> None:
         update = self._render(event)

@@ -216,6 +216,12 @@ class GuardedProvider:
     def check_turn(self, meta: dict[str, Any], turn_index: int) -> str | None:
         return self.inner.check_turn(meta, turn_index)
 
+    async def warm(self) -> None:
+        """The inner provider's warm-up, if it has one (protocol/warmup.py)."""
+        warm = getattr(self.inner, "warm", None)
+        if warm is not None:
+            await warm()
+
 
 class GuardedTurn:
     """A provider's turn, guarded. Holds only the inner turn and the (immutable) redactor; each `respond` makes the

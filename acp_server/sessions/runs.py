@@ -127,8 +127,13 @@ class Session:
     permission_rules: dict[str, bool] = field(default_factory=dict)
     # The model spec this session talks to (the `model` config option) and its title (`session_info_update`).
     model: str = ""
+    # The `model` option's choices this session's client was last told of; None until the response that opened the
+    # session is sent (a changed list is announced only after it, see protocol/model_choices.py).
+    offered_models: tuple[str, ...] | None = None
     title: str | None = None
     title_requested: bool = False
+    # The text of the session's first ordinary prompt: what the title is made from, whichever turn completes first.
+    first_prompt: str | None = None
     # The last context usage the provider reported (tokens used, window), so a turn can compact before it starts.
     context_usage: tuple[int, int] | None = None
     # Set by session/close: the id is refused from then on, even while the close is still settling.

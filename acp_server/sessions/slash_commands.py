@@ -24,10 +24,11 @@ from acp_server.runtime.model import (
 )
 from acp_server.sessions.runs import RunContext
 
-__all__ = ["first_title", "run_slash_command"]
+__all__ = ["first_title", "prompt_title", "run_slash_command"]
 
 TITLE_INSTRUCTIONS = "Reply with a title of three to six words for a conversation that starts with the user's message."
 MAX_TITLE_CHARS = 80
+TITLE_WORDS = 6
 
 
 async def run_slash_command(
@@ -63,11 +64,25 @@ async def run_slash_command(
     return StopReason.END_TURN
 
 
+def prompt_title(text: str) -> str | None:
+    """A title made of a prompt's first words: one line, trimmed, at most MAX_TITLE_CHARS (cut at a space, with an
+    ellipsis, when a word is long); None for a prompt without words (an image, a file only)."""
+    words = text.split()
+    if not words:
+        return None
+    title = " ".join(words[:TITLE_WORDS])
+    if len(title) > MAX_TITLE_CHARS:
+        cut = title[: MAX_TITLE_CHARS - 1]
+        space = cut.rfind(" ")
+        title = (cut[:space] if space >= MAX_TITLE_CHARS // 2 else cut).rstrip() + "…"
+    return title
+
+
 async def first_title(provider: Provider, session_id: str, first_prompt: str) -> str:
     """A short title for a session from its first prompt: the model's, or the first words for offline models."""
-    words = " ".join(first_prompt.split()[:6])
+    words = prompt_title(first_prompt)
     if getattr(provider, "offline", False) or not words:
-        return words[:MAX_TITLE_CHARS] or "Untitled"
+        return words or "Untitled"
     turn = provider.open_turn(
         TurnInput(
             session_id=session_id, run_id=0, turn_index=0, meta={}, probe=_no_probe, system_prompt=TITLE_INSTRUCTIONS

@@ -43,7 +43,7 @@ from acp_server.sessions.edge import TurnOutput
 from acp_server.sessions.options import parse_command
 from acp_server.sessions.runs import PromptRejectedError, RunContext, RunState, Session
 from acp_server.sessions.services import TurnServices
-from acp_server.sessions.slash_commands import run_slash_command
+from acp_server.sessions.slash_commands import prompt_title, run_slash_command
 from acp_server.sessions.subagents import ChildSessions
 from acp_server.sessions.turn_tools import bound_probe, tool_context, tool_ports
 
@@ -88,18 +88,23 @@ def admit_prompt(
 
 def release_prompt(services: TurnServices, run: RunContext) -> str | None:
     """The last transition, once the prompt's response is queued: the run ends and its session passes to the next
-    prompt. Returns the prompt to title the session by after its first ordinary turn that completes (once)."""
+    prompt. The session's first ordinary prompt names it: its first words are stored as the title at once (listed by
+    `session/list`, kept if the process ends before the model's title), and after the first ordinary turn that
+    completes (once) the first prompt is returned for the model to title in the background."""
     services.runs.release(run)
     session = run.session
-    if (
-        run.outcome == StopReason.END_TURN
-        and run.command is None
-        and session.title is None
-        and not session.title_requested
-    ):
-        session.title_requested = True
-        return run.prompt.text
-    return None
+    if run.command is not None or session.title is not None or session.title_requested:
+        return None
+    if session.first_prompt is None:
+        session.first_prompt = run.prompt.text
+        fallback = prompt_title(run.prompt.text)
+        store = services.store()
+        if store is not None and fallback is not None:
+            store.set_title(session.session_id, fallback)
+    if run.outcome != StopReason.END_TURN:
+        return None
+    session.title_requested = True
+    return session.first_prompt
 
 
 async def execute_prompt(services: TurnServices, run: RunContext) -> StopReason:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import math
 import re
-import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -148,6 +147,20 @@ def _seconds(value: Any) -> float:
     return float(value)
 
 
+def _whole_or_zero(value: Any) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        found = str(value) if isinstance(value, int) and not isinstance(value, bool) else _kind(value)
+        raise _InvalidError(f"expected a whole number, zero or more (0: no limit), found {found}")
+    return value
+
+
+def _days(value: Any) -> float:
+    if not isinstance(value, int | float) or isinstance(value, bool) or value < 0 or math.isnan(value):
+        found = str(value) if isinstance(value, int | float) and not isinstance(value, bool) else _kind(value)
+        raise _InvalidError(f"expected a number of days, zero or more (0: no limit), found {found}")
+    return float(value)
+
+
 def _bool(value: Any) -> bool:
     if not isinstance(value, bool):
         raise _InvalidError(f"expected true or false, found {_kind(value)}")
@@ -273,6 +286,7 @@ class _Checker:
         self.top: dict[str, Callable[[Any], Any]] = {
             "model": _model,
             "models": _models,
+            "model_discovery": _bool,
             "base_url": _url,
             "permission_mode": _choice(PERMISSION_MODE_IDS),
             "prompt_policy": _choice(PROMPT_POLICY_IDS),
@@ -282,6 +296,8 @@ class _Checker:
             "max_turn_requests": _positive_int,
             "state_dir": paths.path,
             "store": _bool,
+            "keep_sessions_days": _days,
+            "keep_sessions": _whole_or_zero,
             "log_level": _choice(LOG_LEVELS),
             "log_file": paths.log_file,
             "sandbox": _choice(SANDBOX_MODE_IDS),
@@ -465,6 +481,8 @@ def load_settings(path: Path) -> FileSettings:
     except OSError as exc:
         reason = exc.strerror or str(exc)
         return _unreadable(path, f"cannot read the file ({reason})")
+    import tomllib  # only when there is a file: most start-ups find none and never pay for the parser
+
     try:
         document = tomllib.loads(data.decode())
     except UnicodeDecodeError:

@@ -21,6 +21,8 @@ from acp_server.settings.checks import FileSettings, input_kinds, load_settings
 from acp_server.settings.choices import PermissionMode, PromptPolicy, SandboxMode
 from acp_server.settings.config import (
     DEFAULT_CLEANUP_DEADLINE,
+    DEFAULT_KEEP_SESSIONS,
+    DEFAULT_KEEP_SESSIONS_DAYS,
     DEFAULT_MAX_TURN_REQUESTS,
     DEFAULT_MCP_START_WAIT,
     LOG_LEVELS,
@@ -68,6 +70,26 @@ def _at_least_one(text: str) -> int:
         raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1: {text!r}")
+    return value
+
+
+def _non_negative_days(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of days: {text!r}") from None
+    if value < 0 or math.isnan(value):
+        raise argparse.ArgumentTypeError(f"must be zero or more days: {text!r}")
+    return value
+
+
+def _zero_or_more(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be zero or more: {text!r}")
     return value
 
 
@@ -167,6 +189,26 @@ def _parser(
         action=argparse.BooleanOptionalAction,
         help="--no-store keeps sessions in memory only: nothing is written, nothing can be loaded later "
         "(env ACP_SERVER_NO_STORE=1; file: store = false)",
+    )
+    add(
+        "--model-discovery",
+        action=argparse.BooleanOptionalAction,
+        help="offer the models the configured endpoints list besides the configured ones (default on; "
+        "--no-model-discovery asks no endpoint; env ACP_SERVER_MODEL_DISCOVERY=0; file: model_discovery = false)",
+    )
+    add(
+        "--keep-sessions-days",
+        type=_non_negative_days,
+        metavar="DAYS",
+        help="remove stored sessions not updated for this many days, 0 for never (default "
+        f"{DEFAULT_KEEP_SESSIONS_DAYS:g}; env ACP_SERVER_KEEP_SESSIONS_DAYS; file: keep_sessions_days)",
+    )
+    add(
+        "--keep-sessions",
+        type=_zero_or_more,
+        metavar="N",
+        help="keep at most this many stored sessions, the most recently updated, 0 for no limit (default "
+        f"{DEFAULT_KEEP_SESSIONS}; env ACP_SERVER_KEEP_SESSIONS; file: keep_sessions)",
     )
     add(
         "--log-level",
@@ -333,6 +375,16 @@ def load(
         base_url=pick(args.base_url, "ACP_SERVER_BASE_URL", None, None, str),
         state_dir=pick(args.state_dir, "ACP_SERVER_STATE_DIR", "state_dir", None, str),
         store=_store(args.store, pick),
+        keep_sessions_days=pick(
+            args.keep_sessions_days,
+            "ACP_SERVER_KEEP_SESSIONS_DAYS",
+            "keep_sessions_days",
+            DEFAULT_KEEP_SESSIONS_DAYS,
+            _non_negative_days,
+        ),
+        keep_sessions=pick(
+            args.keep_sessions, "ACP_SERVER_KEEP_SESSIONS", "keep_sessions", DEFAULT_KEEP_SESSIONS, _zero_or_more
+        ),
         record=pick(args.record, "ACP_SERVER_RECORD", None, None, str),
         log_to_file=log_to_file,
         log_file=log_file,
@@ -345,6 +397,9 @@ def load(
             _non_negative_seconds,
         ),
         models=tuple(file.values.get("models", ())),
+        model_discovery=pick(
+            args.model_discovery, "ACP_SERVER_MODEL_DISCOVERY", "model_discovery", True, _Merge.switch
+        ),
         model_input=tuple(file.values.get("model_input", {}).items()),
         family_input=_family_input(file.raw),
         held_secrets=tuple(held_secrets(file.raw, env)),

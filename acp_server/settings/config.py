@@ -16,6 +16,8 @@ from acp_server.settings.choices import PermissionMode, PromptPolicy, SandboxMod
 __all__ = [
     "DEFAULT_CLEANUP_DEADLINE",
     "DEFAULT_INPUT",
+    "DEFAULT_KEEP_SESSIONS",
+    "DEFAULT_KEEP_SESSIONS_DAYS",
     "DEFAULT_MAX_LINE_BYTES",
     "DEFAULT_MAX_TURN_REQUESTS",
     "DEFAULT_MCP_START_WAIT",
@@ -38,6 +40,10 @@ SANDBOX_MODE_IDS = tuple(mode.value for mode in SandboxMode)
 DEFAULT_MAX_TURN_REQUESTS = 50
 
 DEFAULT_CLEANUP_DEADLINE = 2.0
+# Session retention, applied when the store opens: sessions not updated for this many days go, and the oldest past
+# this many (0 for either: no limit). Sessions that never got a prompt go after ten minutes (store.records).
+DEFAULT_KEEP_SESSIONS_DAYS = 90.0
+DEFAULT_KEEP_SESSIONS = 500
 # Long enough for a typical `npx`/`uvx` MCP server's first start (a package download included); a server that hangs
 # delays only the turns of its first ten seconds.
 DEFAULT_MCP_START_WAIT = 10.0
@@ -85,6 +91,10 @@ class Config:
     state_dir: str | None = None
     # False keeps sessions in memory only (`--no-store`).
     store: bool = True
+    # Retention: sessions not updated for `keep_sessions_days` days are removed, and the oldest past the
+    # `keep_sessions` most recent (0: no limit), when the store is opened; never one a live process has open.
+    keep_sessions_days: float = DEFAULT_KEEP_SESSIONS_DAYS
+    keep_sessions: int = DEFAULT_KEEP_SESSIONS
     # Where to write a transcript of every line in and out (`--record FILE`); None records nothing.
     record: str | None = None
     # Whether logs also go to a rotating file (editors hide or drop stderr); `log_file` None means the default place,
@@ -98,6 +108,9 @@ class Config:
     mcp_start_wait: float = DEFAULT_MCP_START_WAIT
     # The choices of the `model` config option besides `model` itself (the file's `models = [...]`).
     models: tuple[str, ...] = ()
+    # Whether the endpoints of the configured models are asked for their models lists, which then join the `model`
+    # option's choices (cached in the state directory; `--no-model-discovery` turns it off).
+    model_discovery: bool = True
     # What a model takes in a prompt ("text", "image", "audio"), where the file says: by model spec (`input` of a
     # `models` entry) and by family (`input` of `[providers.FAMILY]`); see `accepts`.
     model_input: tuple[tuple[str, tuple[str, ...]], ...] = ()

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import os
 import re
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -151,10 +150,16 @@ def config_file(env: Mapping[str, str] = os.environ) -> Path:
 def read_config_file(path: Path) -> dict[str, Any]:
     try:
         with path.open("rb") as file:
-            return tomllib.load(file)
+            data = file.read()
     except FileNotFoundError:
         return {}
-    except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+    except OSError as exc:
+        raise SettingsError(f"cannot read {path}: {exc}") from None
+    import tomllib  # only when there is a file (see checks.load_settings)
+
+    try:
+        return tomllib.loads(data.decode())
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise SettingsError(f"cannot read {path}: {exc}") from None
 
 

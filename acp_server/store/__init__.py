@@ -23,7 +23,11 @@ from __future__ import annotations
 
 from acp_server.store.migration import ReadLegacy
 from acp_server.store.records import (
+    EMPTY_SESSION_GRACE_S,
     LoadedSession,
+    Pruned,
+    Retention,
+    SessionOverview,
     SessionPage,
     SessionRecord,
     SessionSummary,
@@ -49,6 +53,7 @@ from acp_server.store.turn_records import (
 )
 
 __all__ = [
+    "EMPTY_SESSION_GRACE_S",
     "FLUSH_INTERVAL_S",
     "STALE_AFTER_S",
     "STORE_FILENAME",
@@ -57,8 +62,11 @@ __all__ = [
     "ContextUsage",
     "LoadedSession",
     "PlanSet",
+    "Pruned",
     "ReadLegacy",
     "ReplayEntry",
+    "Retention",
+    "SessionOverview",
     "SessionPage",
     "SessionRecord",
     "SessionStore",

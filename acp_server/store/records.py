@@ -21,7 +21,11 @@ from acp_server.runtime.model import Media, Message, ToolCall
 from acp_server.store.turn_records import TurnEntry
 
 __all__ = [
+    "EMPTY_SESSION_GRACE_S",
     "LoadedSession",
+    "Pruned",
+    "Retention",
+    "SessionOverview",
     "SessionPage",
     "SessionRecord",
     "SessionSummary",
@@ -106,6 +110,48 @@ class SessionPage:
     next_cursor: str | None
 
 
+# A session that never got a prompt is kept this long after it was created (an editor may open a session well before
+# its first prompt), then pruned unless a live process has it open.
+EMPTY_SESSION_GRACE_S = 10 * 60
+
+
+@dataclass(frozen=True, slots=True)
+class Retention:
+    """Which sessions pruning removes (SessionStore.prune): those that never got a prompt, older than `empty_after`
+    seconds; those not updated for `max_age_days` days (0: no limit); the oldest past the `max_count` most recently
+    updated (0: no limit). Never one a live process has open, nor a subagent's on its own (it goes with its parent)."""
+
+    max_age_days: float = 0.0
+    max_count: int = 0
+    empty_after: float = EMPTY_SESSION_GRACE_S
+
+
+@dataclass(frozen=True, slots=True)
+class Pruned:
+    """What one prune removed: session ids by reason (a session counts once, under the first reason that applies)."""
+
+    empty: tuple[str, ...] = ()
+    expired: tuple[str, ...] = ()
+    over_count: tuple[str, ...] = ()
+
+    @property
+    def total(self) -> int:
+        return len(self.empty) + len(self.expired) + len(self.over_count)
+
+
+@dataclass(frozen=True, slots=True)
+class SessionOverview:
+    """One line of `acp-server sessions list`."""
+
+    session_id: str
+    cwd: str
+    title: str | None
+    created_at: str
+    updated_at: str
+    turns: int
+    held: bool  # a live process has it open
+
+
 # --- the model history as JSON ---
 
 
@@ -168,4 +214,9 @@ def decode_cursor(cursor: str) -> tuple[str, str]:
 
 def utc_now() -> str:
     """A timestamp as the records carry it: ISO 8601, UTC, to the microsecond (so it also orders sessions)."""
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return utc_stamp(datetime.now(UTC))
+
+
+def utc_stamp(moment: datetime) -> str:
+    """`moment` (aware) as the records carry it; such strings order as the moments do."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")

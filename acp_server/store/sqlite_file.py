@@ -6,7 +6,8 @@ persistence. The file is ours only when it says so (`application_id`), and a new
 
 Layout: `sessions` (one row per session; `deleted` is a tombstone, content rows are removed), `turns` (status, stop
 reason, the prompt as the model saw it, and the messages the turn added to the model history), `updates` (per turn,
-JSON arrays of turn records in commit order, zlib-compressed from 4 KiB), `owners` (the leases). Schema 2; a store of
+JSON arrays of turn records in commit order, zlib-compressed from 4 KiB), `owners` (the leases), `holds` (which owner
+has which session open, so pruning leaves it alone). Schema 2; a store of
 schema 1 (which kept `session/update` payloads instead of records) is upgraded when it is opened (migration.py).
 """
 
@@ -21,6 +22,8 @@ from pathlib import Path
 from acp_server.store.records import StoreUnavailable
 
 __all__ = [
+    "HOLD",
+    "HOLDS_SCHEMA",
     "SCHEMA_VERSION",
     "SESSION_COLUMNS",
     "STORE_FILENAME",
@@ -88,6 +91,14 @@ CREATE TABLE IF NOT EXISTS owners (
     heartbeat REAL NOT NULL
 );
 """
+# Which live process has a session open (session/new, load, resume, fork; gone at session/close, at the owner's exit
+# and when the owner is found gone): pruning never removes one. Added beside schema 2 without changing its number:
+# `CREATE TABLE IF NOT EXISTS` at every open, and an older acp-server simply does not write it.
+HOLDS_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS holds (session_id TEXT NOT NULL, owner_id TEXT NOT NULL,"
+    " PRIMARY KEY (session_id, owner_id)) WITHOUT ROWID"
+)
+HOLD = "INSERT OR IGNORE INTO holds (session_id, owner_id) VALUES (?, ?)"
 SESSION_COLUMNS = (
     "id, cwd, additional_directories, mcp_servers, created_at, updated_at, title, mode, config, parent_id, forked_from"
 )

@@ -38,6 +38,9 @@ from acp_server.store.leases import Identity, own_identity
 from acp_server.store.migration import ReadLegacy
 from acp_server.store.records import (
     LoadedSession,
+    Pruned,
+    Retention,
+    SessionOverview,
     SessionPage,
     StoreUnavailable,
     TurnStatus,
@@ -45,7 +48,7 @@ from acp_server.store.records import (
     encode_messages,
     utc_now,
 )
-from acp_server.store.sqlite_file import SESSION_COLUMNS, connect, enter_wal, validate
+from acp_server.store.sqlite_file import HOLD, SESSION_COLUMNS, connect, enter_wal, validate
 from acp_server.store.turn_log import Batch, TurnLog, new_turn_id
 from acp_server.store.turn_records import UserChunk
 from acp_server.store.worker import StoreWorker
@@ -188,6 +191,7 @@ class SessionStore:
                 ),
             )
         )
+        self._ops.append((HOLD, (session_id, self.owner_id)))
 
     def begin_turn(
         self, session_id: str, prompt: Sequence[Mapping[str, Any]], prompt_text: str, *, message_id: str | None = None
@@ -272,6 +276,10 @@ class SessionStore:
             ("DELETE FROM turns WHERE session_id = ?", (session_id,)),
         ]
 
+    def release(self, session_id: str) -> None:
+        """This process no longer has the session open (session/close): pruning may remove it again."""
+        self._ops.append(("DELETE FROM holds WHERE session_id = ? AND owner_id = ?", (session_id, self.owner_id)))
+
     @property
     def buffered(self) -> int:
         """Records appended and not yet committed (for stats)."""
@@ -305,11 +313,27 @@ class SessionStore:
 
     # -- reads --
 
-    async def load(self, session_id: str) -> LoadedSession | None:
+    async def load(self, session_id: str, *, hold: bool = False) -> LoadedSession | None:
         """Everything needed to replay and continue a session; None for an unknown or deleted one. Like every read,
-        raises StoreUnavailable when the store fails underneath (a file damaged while the server runs)."""
+        raises StoreUnavailable when the store fails underneath (a file damaged while the server runs). `hold`: this
+        process opens the session (session/load, resume), so pruning leaves it alone from before the read on."""
         await self.flush()
-        return await self._locked(self._worker.load, session_id)
+        return await self._locked(self._worker.load, session_id, hold)
+
+    async def prune(self, retention: Retention) -> Pruned:
+        """Remove the sessions `retention` says go (never one a live process has open); what was removed."""
+        await self.flush()
+        return await self._locked(self._worker.prune, retention)
+
+    async def held_elsewhere(self, session_id: str) -> bool:
+        """Whether another live process has the session open (an editor window using it)."""
+        await self.flush()
+        return await self._locked(self._worker.held_elsewhere, session_id)
+
+    async def overview(self, cwd: str | None = None, limit: int = 50) -> list[SessionOverview]:
+        """The most recently updated sessions for a person (`acp-server sessions list`)."""
+        await self.flush()
+        return await self._locked(self._worker.overview, cwd, limit)
 
     async def list_sessions(self, cwd: str | None = None, cursor: str | None = None, limit: int = 50) -> SessionPage:
         """A page of sessions, most recently updated first (children and deleted sessions left out). Pass the

@@ -13,7 +13,8 @@ import logging
 import sqlite3
 import time
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, cast
 
@@ -23,6 +24,9 @@ from acp_server.store.leases import Identity, owner_alive
 from acp_server.store.migration import ReadLegacy, upgrade
 from acp_server.store.records import (
     LoadedSession,
+    Pruned,
+    Retention,
+    SessionOverview,
     SessionPage,
     SessionRecord,
     SessionSummary,
@@ -31,9 +35,10 @@ from acp_server.store.records import (
     TurnStatus,
     encode_cursor,
     utc_now,
+    utc_stamp,
 )
 from acp_server.store.replay import rebuild_history
-from acp_server.store.sqlite_file import SCHEMA_VERSION, SESSION_COLUMNS, create_schema, validate
+from acp_server.store.sqlite_file import HOLD, HOLDS_SCHEMA, SCHEMA_VERSION, SESSION_COLUMNS, create_schema, validate
 from acp_server.store.turn_log import Batch, decode_row, new_turn_id, update_rows
 from acp_server.store.turn_records import TurnEntry, decode_entry
 
@@ -92,6 +97,7 @@ class StoreWorker:
                 create_schema(conn)
             elif version < SCHEMA_VERSION:
                 upgrade(conn, self.path, version, self._read_legacy)
+            conn.execute(HOLDS_SCHEMA)
             self.heartbeat(time.time())
             return self.sweep(time.time())
 
@@ -104,6 +110,7 @@ class StoreWorker:
                     (utc_now(), self.owner_id),
                 )
                 conn.execute("DELETE FROM owners WHERE owner_id = ?", (self.owner_id,))
+                conn.execute("DELETE FROM holds WHERE owner_id = ?", (self.owner_id,))
         except sqlite3.Error as exc:
             log.error("session store %s: the final write failed: %s", self.path, exc)
         finally:
@@ -154,14 +161,20 @@ class StoreWorker:
             (utc_now(), *live),
         )
         conn.executemany("DELETE FROM owners WHERE owner_id = ?", [(o,) for o in gone])
+        if gone:
+            conn.execute("DELETE FROM holds WHERE owner_id NOT IN (SELECT owner_id FROM owners)")
         return cursor.rowcount
 
     def sweep_now(self) -> int:
         with self._transaction():
             return self.sweep(time.time())
 
-    def load(self, session_id: str) -> LoadedSession | None:
+    def load(self, session_id: str, hold: bool = False) -> LoadedSession | None:
         conn = self._conn
+        if hold:
+            # Before the read, in the same turn of the lock: a prune that comes after sees the session is open.
+            with self._transaction():
+                conn.execute(HOLD, (session_id, self.owner_id))
         if conn.execute(
             "SELECT 1 FROM turns WHERE session_id = ? AND status = 'running' AND owner_id != ? LIMIT 1",
             (session_id, self.owner_id),
@@ -250,6 +263,7 @@ class StoreWorker:
             ).rowcount
             if not copied:
                 return False  # nothing was written: committing the empty transaction is its rollback
+            conn.execute(HOLD, (new_id, self.owner_id))
             turns = conn.execute(
                 "SELECT turn_id, owner_id, status, stop_reason, error, started_at, ended_at, prompt_text, messages,"
                 " replaces FROM turns WHERE session_id = ? ORDER BY seq",
@@ -281,6 +295,87 @@ class StoreWorker:
                     (new_turn, old_id),
                 )
         return True
+
+    # -- housekeeping: pruning, and what `acp-server sessions` shows --
+
+    def prune(self, retention: Retention) -> Pruned:
+        """Remove, in one transaction, the sessions `retention` says go (records.Retention), with their subagents'
+        sessions, turns and updates, and the tombstones `delete` left. Never a session a live process has open or one
+        with a turn running: the sweep runs first, so only the holds of live owners count."""
+        now = datetime.now(UTC)
+        empty_before = utc_stamp(now - timedelta(seconds=retention.empty_after))
+        expired_before = utc_stamp(now - timedelta(days=retention.max_age_days)) if retention.max_age_days > 0 else ""
+        with self._transaction() as conn:
+            self.sweep(time.time())
+            rows = conn.execute(
+                "SELECT s.id, s.created_at, s.updated_at,"
+                " EXISTS (SELECT 1 FROM holds h WHERE h.session_id = s.id)"
+                " OR EXISTS (SELECT 1 FROM turns t WHERE t.session_id = s.id AND t.status = 'running'),"
+                " EXISTS (SELECT 1 FROM turns t WHERE t.session_id = s.id)"
+                " FROM sessions s WHERE s.deleted = 0 AND s.parent_id IS NULL ORDER BY s.updated_at DESC, s.id DESC"
+            ).fetchall()
+            empty: list[str] = []
+            expired: list[str] = []
+            over: list[str] = []
+            kept = 0
+            for session_id, created_at, updated_at, busy, prompted in rows:
+                if busy:
+                    kept += 1
+                elif not prompted and created_at < empty_before:
+                    empty.append(session_id)
+                elif updated_at < expired_before:
+                    expired.append(session_id)
+                elif retention.max_count and kept >= retention.max_count:
+                    over.append(session_id)
+                else:
+                    kept += 1
+            self._remove(conn, [*empty, *expired, *over])
+            conn.execute(
+                "DELETE FROM sessions WHERE deleted = 1 AND updated_at < ?"
+                " AND NOT EXISTS (SELECT 1 FROM holds h WHERE h.session_id = sessions.id)",
+                (empty_before,),
+            )
+        return Pruned(tuple(empty), tuple(expired), tuple(over))
+
+    def _remove(self, conn: sqlite3.Connection, session_ids: Iterable[str]) -> None:
+        """Inside a write transaction: the sessions and their subagents' sessions, every row of them."""
+        for session_id in session_ids:
+            tree = [
+                row[0]
+                for row in conn.execute(
+                    "WITH RECURSIVE tree(id) AS (SELECT ? UNION SELECT s.id FROM sessions s JOIN tree"
+                    " ON s.parent_id = tree.id) SELECT id FROM tree",
+                    (session_id,),
+                )
+            ]
+            for member in tree:
+                conn.execute(
+                    "DELETE FROM updates WHERE turn_id IN (SELECT turn_id FROM turns WHERE session_id = ?)", (member,)
+                )
+                conn.execute("DELETE FROM turns WHERE session_id = ?", (member,))
+                conn.execute("DELETE FROM sessions WHERE id = ?", (member,))
+
+    def held_elsewhere(self, session_id: str) -> bool:
+        """Whether another live process has the session open (the sweep runs first)."""
+        self.sweep_now()
+        row = self._conn.execute(
+            "SELECT 1 FROM holds WHERE session_id = ? AND owner_id != ? LIMIT 1", (session_id, self.owner_id)
+        ).fetchone()
+        return row is not None
+
+    def overview(self, cwd: str | None, limit: int) -> list[SessionOverview]:
+        """The most recently updated top-level sessions, with their turn counts and whether another live process has
+        them open (the sweep runs first)."""
+        self.sweep_now()
+        where = "deleted = 0 AND parent_id IS NULL" + ("" if cwd is None else " AND cwd = ?")
+        rows = self._conn.execute(
+            "SELECT s.id, s.cwd, s.title, s.created_at, s.updated_at,"
+            " (SELECT count(*) FROM turns t WHERE t.session_id = s.id),"
+            " EXISTS (SELECT 1 FROM holds h WHERE h.session_id = s.id AND h.owner_id != ?)"
+            f" FROM sessions s WHERE {where} ORDER BY s.updated_at DESC, s.id DESC LIMIT ?",
+            (self.owner_id, *(() if cwd is None else (cwd,)), limit),
+        ).fetchall()
+        return [SessionOverview(r[0], r[1], r[2], r[3], r[4], int(r[5]), bool(r[6])) for r in rows]
 
 
 def _session_record(row: Sequence[Any]) -> SessionRecord:

@@ -21,7 +21,7 @@ MAX_PROC_OUTPUT = 256 * 1024
 
 
 class _Args(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)  # built on first use, not at start-up
 
 
 class SleepArgs(_Args):

@@ -226,3 +226,28 @@ def test_where_no_sandbox_is_possible_doctor_says_so_and_why(tmp_path: Path) -> 
     line = report.line("WARN sandbox")
     assert "not possible here: the landlockpy package cannot be imported" in line
     assert "local commands run with your full rights" in line
+
+
+def test_model_discovery_reports_what_the_endpoint_adds_and_warms_the_cache(
+    endpoint: FakeModelsEndpoint, tmp_path: Path
+) -> None:
+    state = tmp_path / "state"
+    env = {"OPENAI_API_KEY": KEY, "ACP_SERVER_STATE_DIR": str(state)}
+    endpoint.script(models("fake-model", "qwen2.5-coder:7b", "text-embedding-3-small", "gpt-4.1"))
+    report = doctor("--model", "openai:fake-model", "--base-url", endpoint.base_url, env=env)
+    assert report.code == 0, report.text
+    line = report.line("OK   openai model discovery")
+    assert "2 model(s) offered besides the configured ones; cached for new sessions" in line  # no embedding model
+    cached = orjson.loads((state / "model-lists.json").read_bytes())
+    assert [(e["family"], e["endpoint"], e["models"]) for e in cached["endpoints"]] == [
+        ("openai", endpoint.base_url, ["fake-model", "qwen2.5-coder:7b", "gpt-4.1"])
+    ]
+    assert KEY not in (state / "model-lists.json").read_text()
+
+    endpoint.script(error(404, "no such route"))
+    report = doctor("--model", "openai:fake-model", "--base-url", endpoint.base_url, env=env)
+    assert "only the configured models are offered" in report.line("WARN openai model discovery")
+
+    endpoint.script(models("fake-model", "other"))
+    report = doctor("--model", "openai:fake-model", "--base-url", endpoint.base_url, "--no-model-discovery", env=env)
+    assert "off (model_discovery)" in report.line("OK   openai model discovery")

@@ -68,6 +68,21 @@ async def test_cancel_during_model_stream_answers_cancelled_and_stops_the_stream
     assert server.texts(a) == ["a"]
 
 
+async def test_a_paced_stream_is_cut_off_between_chunks_by_a_cancel(server: RawClient) -> None:
+    """The scripted model's `every` streams like a model at 1/every chunks per second; a cancel lands between two
+    chunks and no chunk of that turn follows its response."""
+    a = await server.new_session()
+    prompt = await server.prompt(a, [{"say": "p ", "repeat": 1000, "every": 0.02}])
+    await server.wait_for(chunk("p "))
+    t0 = await server.cancel(a)
+    response = await server.response(prompt)
+    assert server.arrival_time(response) - t0 <= T_ACK
+    assert response["result"] == {"stopReason": "cancelled"}
+    await asyncio.sleep(0.1)  # five chunk intervals: a stream still running would show
+    assert not [m for m in after(server, response) if m.get("method") == "session/update"]
+    assert 1 <= len(server.updates(a, "agent_message_chunk")) < 1000
+
+
 @pytest.mark.at_once
 async def test_abort_surfacing_as_an_error_still_answers_cancelled(server: RawClient) -> None:
     """I2 (A): an HTTP-client-style error raised by the abort is still `cancelled`, a result."""

@@ -38,7 +38,7 @@ async def test_acp_init_201_203_204_a_request_for_2_gets_the_v2_surface(start_se
     # Images and audio as on v1 for the same models (present as `{}` markers, else left out, never false).
     v1 = await start_server()
     taken = (await v1.initialize())["result"]["agentCapabilities"]["promptCapabilities"]
-    expected = {kind: {} for kind in ("image", "audio") if taken[kind]}
+    expected: dict[str, Any] = {kind: {} for kind in ("image", "audio") if taken[kind]}
     assert capabilities["session"]["prompt"] == {**expected, "embeddedContext": {}}
     assert set(capabilities) == {"session", "_meta"}
     assert capabilities["_meta"]["acpServer"]["defaultPromptPolicy"] == "queue"

@@ -22,9 +22,23 @@ Event = tuple[str | None, Any]
 
 
 class FakeAnthropic(FakeModelServer):
-    """`POST /v1/messages`: point the Anthropic SDK at `base_url` (the SDK adds `/v1/messages` itself)."""
+    """`POST /v1/messages`: point the Anthropic SDK at `base_url` (the SDK adds `/v1/messages` itself). `GET
+    /v1/models` answers what `serve_models` set, in the Models API's shape."""
 
     api_prefix = ""
+
+    @staticmethod
+    def models_body(ids: Sequence[str]) -> dict[str, Any]:
+        data = [
+            {"type": "model", "id": name, "display_name": name.title(), "created_at": "2025-01-01T00:00:00Z"}
+            for name in ids
+        ]
+        return {
+            "data": data,
+            "has_more": False,
+            "first_id": ids[0] if ids else None,
+            "last_id": ids[-1] if ids else None,
+        }
 
 
 def _event(name: str, **data: Any) -> Event:

@@ -10,6 +10,11 @@ below produce them in the wire format the real API streams. The server records e
 headers, JSON body) and every time a client closed a connection in the middle of a reply it was holding open, so a
 test can assert what the model was sent and that a cancel really closed the HTTP connection.
 
+`GET .../models` (model discovery) is answered apart from the scripted queue, so it never takes a reply meant for a
+model call: `FakeModelServer.serve_models` sets the list it answers (or makes it fail, hang or answer garbage), and
+those requests are recorded apart too (`model_list_requests`). Until a test sets one, the list is a 404, as from a
+server without it.
+
 `FakeModelServer` knows HTTP and SSE only; `tests/support/fake_anthropic.py` builds Anthropic Messages replies for it.
 """
 
@@ -34,6 +39,7 @@ import orjson
 __all__ = [
     "FakeModelServer",
     "FakeOpenAI",
+    "ListBehaviour",
     "Received",
     "ServerReply",
     "chunk",
@@ -51,6 +57,9 @@ __all__ = [
 # How a reply ends once its events are written: normally ("done"), or by holding the connection open until the
 # client goes away ("hang"), or by cutting the connection with the chunked body unfinished ("drop").
 Ending = Literal["done", "hang", "drop"]
+# How `GET .../models` answers: with the list, with it once the test calls `release_models`, an error status, never
+# (held open until the client goes), or a body that is not a list.
+ListBehaviour = Literal["list", "held", "fail", "hang", "garbage"]
 
 MODEL = "fake-model"
 
@@ -69,6 +78,8 @@ class ServerReply:
     headers: tuple[tuple[str, str], ...] = ()
     # True: read the request, then send nothing at all (not even headers) until the client goes away.
     silent: bool = False
+    # Seconds between events: a model streaming at 1/every events per second (0: all in one write).
+    every: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +106,10 @@ class _State:
     stopping: threading.Event = field(default_factory=threading.Event)
     # The last reply's wire bytes: a benchmark's default reply of 10,000 chunks is encoded once, not per request.
     encoded: tuple[ServerReply, bytes] | None = None
+    # GET .../models: the body it answers with and how (None: 404), and the requests it got.
+    model_list: tuple[ListBehaviour, Any] | None = None
+    model_list_requests: list[Received] = field(default_factory=list)
+    models_released: threading.Event = field(default_factory=threading.Event)
 
     def __post_init__(self) -> None:
         self.arrived = threading.Condition(self.lock)
@@ -139,6 +154,38 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             self._send_stream(reply)
 
+    def do_GET(self) -> None:
+        state = self.server.state
+        with state.lock:
+            headers = {k.lower(): v for k, v in self.headers.items()}
+            received = Received(self.path, headers, {}, int(self.client_address[1]))
+            listed = self.path.partition("?")[0].endswith("/models")
+            if listed:
+                state.model_list_requests.append(received)
+                state.arrived.notify_all()
+            answer = state.model_list if listed else None
+        if answer is None:
+            self._send_error(error(404, f"fake server: nothing at {self.path}"))
+            return
+        behaviour, body = answer
+        if behaviour == "held":
+            while not state.models_released.wait(0.01):
+                if state.stopping.is_set():
+                    return
+        if behaviour == "hang":
+            self._hold_until_client_leaves()
+        elif behaviour == "fail":
+            self._send_error(error(500, "fake server: the models list failed", kind="server_error"))
+        elif behaviour == "garbage":
+            payload = b"<html>not a models list</html>"
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+        else:
+            self._send_error(ServerReply(status=200, body=body))
+
     def _send_error(self, reply: ServerReply) -> None:
         payload = orjson.dumps(reply.body)
         self.send_response(reply.status)
@@ -158,7 +205,10 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header(name, value)
         self.end_headers()
         try:
-            self.wfile.write(self._encode(reply))
+            if reply.every:
+                self._send_paced(reply)
+            else:
+                self.wfile.write(self._encode(reply))
         except OSError:
             self.close_connection = True
             return
@@ -169,6 +219,23 @@ class _Handler(BaseHTTPRequestHandler):
             # Shut down without the terminating chunk: the client sees the body cut short.
             with contextlib.suppress(OSError):
                 self.connection.shutdown(socket.SHUT_RDWR)
+
+    def _send_paced(self, reply: ServerReply) -> None:
+        """One event every `reply.every` seconds; a client that goes away mid-stream is noted like a held one."""
+        state = self.server.state
+        for index, (event, data) in enumerate(reply.events):
+            if index and state.stopping.wait(reply.every):
+                raise OSError("the fake server is stopping")
+            try:
+                self.wfile.write(_http_chunk(_sse(event, data)))
+                self.wfile.flush()
+            except OSError:
+                with state.lock:
+                    state.disconnects.append(time.monotonic())
+                state.disconnected.set()
+                raise
+        if reply.ending == "done":
+            self.wfile.write((_http_chunk(b"data: [DONE]\n\n") if reply.done_marker else b"") + b"0\r\n\r\n")
 
     def _encode(self, reply: ServerReply) -> bytes:
         """One HTTP chunk per SSE event, as the real servers flush them, sent in one write."""
@@ -260,6 +327,21 @@ class FakeModelServer:
         with self._server.state.lock:
             self._server.state.queue.extend(replies)
 
+    def serve_models(self, *ids: str, behaviour: ListBehaviour = "list") -> None:
+        """What `GET .../models` answers from now on: these ids in the family's list shape, or a failure."""
+        with self._server.state.lock:
+            self._server.state.model_list = (behaviour, self.models_body(ids))
+
+    def release_models(self) -> None:
+        """Let held models-list requests (behaviour "held") answer."""
+        self._server.state.models_released.set()
+
+    @staticmethod
+    def models_body(ids: Sequence[str]) -> dict[str, Any]:
+        """A models list as OpenAI (and Ollama, vLLM, LM Studio, OpenRouter) answer it."""
+        data = [{"id": name, "object": "model", "created": 1_700_000_000, "owned_by": "fake"} for name in ids]
+        return {"object": "list", "data": data}
+
     def set_default(self, reply: ServerReply | None) -> None:
         """The reply for any request once the queue is empty (benchmarks send many alike)."""
         with self._server.state.lock:
@@ -279,6 +361,22 @@ class FakeModelServer:
         def wait() -> bool:
             with state.arrived:
                 return state.arrived.wait_for(lambda: len(state.requests) >= count, timeout)
+
+        arrived: bool = await anyio.to_thread.run_sync(wait, abandon_on_cancel=True)
+        return arrived
+
+    @property
+    def model_list_requests(self) -> list[Received]:
+        with self._server.state.lock:
+            return list(self._server.state.model_list_requests)
+
+    async def wait_model_list_requests(self, count: int, timeout: float) -> bool:
+        """Wait (without blocking the event loop) until `count` models-list requests have arrived."""
+        state = self._server.state
+
+        def wait() -> bool:
+            with state.arrived:
+                return state.arrived.wait_for(lambda: len(state.model_list_requests) >= count, timeout)
 
         arrived: bool = await anyio.to_thread.run_sync(wait, abandon_on_cancel=True)
         return arrived
@@ -351,15 +449,20 @@ def raw_reply(chunks: Sequence[Any], ending: Ending = "done") -> ServerReply:
 
 
 def text_reply(
-    *pieces: str, finish: str = "stop", usage: tuple[int, int] | None = None, ending: Ending = "done"
+    *pieces: str,
+    finish: str = "stop",
+    usage: tuple[int, int] | None = None,
+    ending: Ending = "done",
+    every: float = 0.0,
 ) -> ServerReply:
-    """Text in one chunk per piece. With ending "hang" or "drop" the finish and usage chunks are not sent."""
+    """Text in one chunk per piece (`every` seconds apart, if given). With ending "hang" or "drop" the finish and
+    usage chunks are not sent."""
     chunks: list[Any] = [_opening(), *(chunk({"content": p}) for p in pieces)]
     if ending == "done":
         chunks.append(chunk({}, finish))
         if usage is not None:
             chunks.append(usage_chunk(*usage))
-    return raw_reply(chunks, ending)
+    return ServerReply(events=_events(chunks), ending=ending, every=every)
 
 
 def reasoning_reply(thoughts: Sequence[str], pieces: Sequence[str], *, field: str = "reasoning_content") -> ServerReply:

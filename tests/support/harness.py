@@ -137,6 +137,8 @@ class RawClient:
     _stderr_reader: asyncio.Task[bytes] | None = None
     _eof: bool = False
     _responses: dict[tuple[str, Any], dict[str, Any]] = field(default_factory=dict)
+    # When each response arrived, by the message's identity: arrival_time without scanning the whole log.
+    _response_arrivals: dict[int, float] = field(default_factory=dict)
 
     @classmethod
     async def start(cls, *args: str, env: dict[str, str] | None = None, cwd: str | None = None) -> RawClient:
@@ -161,11 +163,13 @@ class RawClient:
         assert self.process.stdout is not None
         while line := await self.process.stdout.readline():
             message = self.validator.server_wrote(line)
-            self.log.append(Entry(next(self._seq), time.monotonic(), "out", message, line))
+            arrived = time.monotonic()
+            self.log.append(Entry(next(self._seq), arrived, "out", message, line))
             if message is not None:
                 self.received.append(message)
                 if "method" not in message and "id" in message:
                     self._responses.setdefault(request_key(message["id"]), message)
+                    self._response_arrivals[id(message)] = arrived
             self._arrived.set()
         self._eof = True
         self._arrived.set()
@@ -253,6 +257,9 @@ class RawClient:
         return await self.wait_for(matches, timeout)
 
     def arrival_time(self, message: dict[str, Any]) -> float:
+        arrived = self._response_arrivals.get(id(message))  # every message recorded stays alive in `received`
+        if arrived is not None:
+            return arrived
         return next(e.t for e in self.log if e.msg is message)
 
     def updates(self, session_id: str, kind: str | None = None) -> list[dict[str, Any]]:

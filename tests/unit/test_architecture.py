@@ -4,6 +4,7 @@ hygiene, module docstrings, and a start-up that imports nothing heavy. Checked w
 from __future__ import annotations
 
 import ast
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -32,7 +33,9 @@ ALLOWED: dict[str, frozenset[str]] = {
         {"protocol", "sessions", "runtime", "mcp_bridge", "jsonrpc", "settings", "transcripts", "testmode"}
     ),
     "doctor": frozenset({"settings", "runtime", "store", "mcp_bridge"}),
-    "cli": frozenset({"", "settings", "runtime", "server", "doctor", "chat", "transcripts"}),
+    # `acp-server sessions`: the store for people, beside doctor.
+    "stored_sessions": frozenset({"settings", "store"}),
+    "cli": frozenset({"", "settings", "runtime", "server", "doctor", "stored_sessions", "chat", "transcripts"}),
     "__main__": frozenset({"cli"}),
 }
 # No crossing of these rules is tolerated: `sessions` reaches neither `protocol` nor `jsonrpc`; it defines the `Edge`
@@ -282,12 +285,81 @@ def test_no_module_globals_hold_mutable_run_state() -> None:
                         pytest.fail(f"{name}.{target.id} is a mutable module global")
 
 
+# Modules the path to the first `initialize` answer must not import: the provider SDKs and their HTTP stack (warmed
+# in the background once `initialize` is answered), MCP, the test client, jsonrpcserver's JSON-schema validator and
+# its toy HTTP server (rpc.py loads only its dispatcher core), the TOML parser (only when a config file exists), and
+# the session store (opened on first need).
+HEAVY_AT_START_UP = (
+    "openai",
+    "anthropic",
+    "httpx",
+    "httpx2",
+    "mcp",
+    "acp",
+    "jsonschema",
+    "jsonschema_path",
+    "referencing",
+    "http.server",
+    "tomllib",
+    "sqlite3",
+    "acp_server.store",
+)
+
+
 @pytest.mark.timeout(60)
 def test_starting_the_server_imports_nothing_heavy() -> None:
     code = (
         "import sys, acp_server.server, acp_server.cli;"
-        "heavy = [m for m in ('openai', 'anthropic', 'mcp', 'acp', 'httpx', 'jsonschema_path') if m in sys.modules];"
+        f"heavy = [m for m in {HEAVY_AT_START_UP!r} if m in sys.modules];"
         "print(','.join(heavy))"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == ""
+
+
+# A server answering `initialize` (openai model, no config file), with the modules loaded when it writes the answer.
+_ANSWER_INITIALIZE = """
+import os, sys, anyio
+from acp_server.server import serve
+from acp_server.settings.command_line import load
+
+async def lines():
+    yield b'{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":1,"clientCapabilities":{}}}'
+    await anyio.sleep_forever()
+
+class Sink:
+    async def write(self, data):
+        print(data.decode().strip())
+        print(",".join(m for m in HEAVY if m in sys.modules), flush=True)
+        os._exit(0)
+
+config = load(["--model", "openai:gpt-4o", "--no-store"]).config
+anyio.run(serve, lines(), Sink(), config, backend="asyncio")
+"""
+
+
+@pytest.mark.timeout(60)
+def test_answering_initialize_imports_nothing_heavy() -> None:
+    code = f"HEAVY = {HEAVY_AT_START_UP!r}\n{_ANSWER_INITIALIZE}"
+    env = {**os.environ, "ACP_SERVER_CONFIG": "/nonexistent/acp-server-test/config.toml", "OPENAI_API_KEY": "test"}
+    command = [sys.executable, "-c", code]
+    result = subprocess.run(command, check=False, capture_output=True, text=True, timeout=50, env=env)
+    answer, _, heavy = result.stdout.strip().partition("\n")
+    assert '"protocolVersion":1' in answer, result.stderr
+    assert '"authMethods":[]' in answer  # the provider was built: its SDK is what must wait
+    assert heavy == ""
+
+
+@pytest.mark.timeout(60)
+def test_jsonrpcserver_and_oslash_still_import_whole_after_rpc_took_only_their_cores() -> None:
+    # rpc.py loads their cores without their package __init__; anyone importing the packages later gets them whole,
+    # sharing the very classes the server uses.
+    code = (
+        "import sys, acp_server.jsonrpc.rpc as rpc;"
+        "core = 'jsonrpcserver' in sys.modules or 'oslash' in sys.modules or 'oslash.maybe' in sys.modules;"
+        "import jsonrpcserver, oslash;"
+        "print(core, callable(jsonrpcserver.async_dispatch_to_response), oslash.Left is rpc.Left,"
+        " jsonrpcserver.Success is rpc.Success, oslash.Just(1).map(lambda x: x + 1) == oslash.Just(2))"
+    )
+    result = subprocess.run([sys.executable, "-W", "ignore", "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.split() == ["False", "True", "True", "True", "True"]

@@ -221,6 +221,9 @@ async def test_a_prompt_claimed_before_it_started_never_starts() -> None:
         ([{"say": "x", "repeat": 0}], "repeat takes a positive integer"),
         ([{"tool": "t", "args": []}], "args takes an object"),
         ([{"gate": "g", "colour": 1}], "unexpected key"),
+        ([{"say": "x", "every": -1}], "every takes a number of seconds"),
+        ([{"say": "x", "every": True}], "every takes a number of seconds"),
+        ([{"sleep": 1, "every": 0.1}], "unexpected key"),
     ],
 )
 def test_a_bad_script_is_refused_naming_the_step(script: Any, problem: str) -> None:

@@ -17,9 +17,9 @@ from acp_server.sessions.options import PROMPT_POLICIES
 __all__ = ["initialize_result"]
 
 
-def initialize_result(parts: Parts) -> dict[str, Any]:
-    # Images (sounds) when any model a session may pick takes them, as on v1; a marker is left out, never `false`.
-    taken = frozenset().union(*(parts.config.accepts(spec) for spec in parts.models))
+def initialize_result(parts: Parts, taken: frozenset[str]) -> dict[str, Any]:
+    """`taken`: what any model a session may pick takes in a prompt (images, sounds), as v1 advertises it; a marker is
+    left out, never `false`."""
     prompt: dict[str, Any] = {kind: {} for kind in ("image", "audio") if kind in taken}
     prompt["embeddedContext"] = {}
     return {

@@ -101,10 +101,11 @@ async def session_resume_v2(context: RequestContext, params: ResumeSessionReques
             data = {"sessionId": params.session_id}
             raise RpcError(ErrorCode.RESOURCE_NOT_FOUND, f"unknown session: {params.session_id}", data)
         _snapshot(context, params.session_id, "end_turn")
-        options = parts.sessions.require(params.session_id)
+        session = parts.sessions.require(params.session_id)
         from acp_server.protocol.options import config_options
 
-        result = {"configOptions": config_options(options.model, options.mode, options.prompt_policy, parts.models)}
+        offered = parts.models.offered(session.model)
+        result = {"configOptions": config_options(session.model, session.mode, session.prompt_policy, offered)}
         return _v2_result(result)
     from acp_server.protocol.v2.replay import replay_updates_v2  # with the store
 
@@ -142,6 +143,7 @@ async def session_close_v2(context: RequestContext, params: CloseSessionRequest)
         return {}  # the schema: closing an unknown or inactive session SHOULD succeed
     await close_session(parts, session)
     if parts.store.current is not None:
+        parts.store.current.release(params.session_id)  # closed: pruning may remove it again (as on v1)
         await parts.store.current.flush()
     return {}
 

@@ -44,7 +44,7 @@ def open_provider(spec: str, *, base_url: str | None = None, env: Mapping[str, s
     if family == "scripted":
         from acp_server.runtime.providers.scripted import ScriptedProvider
 
-        return ScriptedProvider.from_file(Path(rest)) if rest else ScriptedProvider(default_turns=())
+        return ScriptedProvider.from_file(Path(rest)) if rest else ScriptedProvider.demo()
     if family not in ("openai", "anthropic"):
         raise UnknownModelError(f"unknown model {spec!r}: expected one of {', '.join(FAMILIES)}")
     if not rest:

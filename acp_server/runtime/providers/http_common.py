@@ -16,6 +16,7 @@ import random
 import re
 import socket
 import ssl
+import time
 from collections.abc import Awaitable, Callable
 from types import ModuleType
 from typing import Any, ClassVar
@@ -25,6 +26,7 @@ import anyio
 import orjson
 
 from acp_server.runtime.model import INVALID_ARGUMENTS, Emit, ModelError
+from acp_server.runtime.providers.catalog import ListingError, endpoint_key, model_ids
 from acp_server.settings.files import DEFAULT_TIMEOUTS, EndpointTimeouts
 
 __all__ = ["HttpProvider", "describe_failure", "import_sdk", "one_line", "parse_arguments"]
@@ -32,6 +34,13 @@ __all__ = ["HttpProvider", "describe_failure", "import_sdk", "one_line", "parse_
 log = logging.getLogger(__name__)
 
 MAX_DETAIL_CHARS = 300
+# How each SDK's endpoint lists its models (path below the base URL, query), and how long a listing may take at
+# most: it runs in the background, and a slow endpoint only means the configured models are offered alone.
+MODEL_LISTS: dict[str, tuple[str, dict[str, object]]] = {
+    "openai": ("/models", {}),
+    "anthropic": ("/v1/models", {"limit": 1000}),
+}
+MAX_LIST_SECONDS = 10.0
 # Things that look like credentials, for error texts that quote them back ("Incorrect API key provided: sk-...").
 _SECRET_PATTERN = re.compile(r"\b(?:sk|rk|pk)-[\w*.\-]{4,}|\bBearer\s+\S+", re.IGNORECASE)
 
@@ -62,6 +71,7 @@ class HttpProvider:
         # The SDK's objects, made on first use; typed Any so the SDK stays out of this module's imports.
         self._client: Any = None
         self.stream_cls: Any = None  # the SDK's AsyncStream[object]: chunks stay plain dicts
+        self._setting_up = anyio.Lock()
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(model={self.model!r}, base_url={self.base_url!r})"  # never the key
@@ -70,32 +80,71 @@ class HttpProvider:
         return None
 
     async def client(self) -> Any:
-        """The provider's one client, made on first use."""
+        """The provider's one client, made on first use: the SDK imported and the client built in worker threads
+        (together most of a second on a quiet machine), so the event loop keeps serving every other session."""
         if self._client is None:
-            sdk = await import_sdk(self.SDK, self.MISSING_SDK)
-            if self._client is None:  # another session's first turn may have made it while this one waited
-                limits = self.timeouts
-                # The socket timeouts are only a backstop: the first-byte and between-chunks bounds are
-                # `stream_reply`'s own (a scope per attempt, a watchdog per reply), so it can tell which one fired.
-                # The SDK retries nothing: the attempts are ours, so each one gets its own first-byte bound and all
-                # of them the total bound.
-                patience = max(limits.first_byte, limits.between_chunks)
-                try:
-                    self._client = getattr(sdk, self.CLIENT)(
-                        api_key=self._api_key,
-                        base_url=self.base_url,
-                        max_retries=0,
-                        timeout=sdk.Timeout(patience, connect=limits.connect, pool=limits.connect),
-                    )
-                except Exception as exc:  # e.g. no API key: the SDK refuses to build a client
-                    raise ModelError(one_line(f"cannot set up the {self.SDK} client: {exc}", self._api_key)) from exc
-                self.stream_cls = sdk.AsyncStream[object]
+            async with self._setting_up:  # one set-up at a time: a second first turn waits for the first's client
+                if self._client is None:
+                    sdk = await import_sdk(self.SDK, self.MISSING_SDK)
+                    client = await anyio.to_thread.run_sync(self._new_client, sdk, abandon_on_cancel=True)
+                    self.stream_cls = sdk.AsyncStream[object]
+                    self._client = client
         return self._client
+
+    async def warm(self) -> None:
+        """Import the SDK and build the client now, in the background, so the first turn finds them ready."""
+        await self.client()
+
+    def _new_client(self, sdk: ModuleType) -> Any:
+        limits = self.timeouts
+        # The socket timeouts are only a backstop: the first-byte and between-chunks bounds are `stream_reply`'s
+        # own (a scope per attempt, a watchdog per reply), so it can tell which one fired. The SDK retries nothing:
+        # the attempts are ours, so each one gets its own first-byte bound and all of them the total bound.
+        patience = max(limits.first_byte, limits.between_chunks)
+        try:
+            return getattr(sdk, self.CLIENT)(
+                api_key=self._api_key,
+                base_url=self.base_url,
+                max_retries=0,
+                timeout=sdk.Timeout(patience, connect=limits.connect, pool=limits.connect),
+            )
+        except Exception as exc:  # e.g. no API key: the SDK refuses to build a client
+            raise ModelError(one_line(f"cannot set up the {self.SDK} client: {exc}", self._api_key)) from exc
 
     def endpoint(self) -> str:
         """The endpoint as the user configured it, minus any credentials in it."""
         url = str(self._client.base_url) if self._client is not None else self.base_url or self.DEFAULT_BASE_URL
         return _display_url(url)
+
+    def models_endpoint(self) -> str:
+        """The endpoint a models list is kept under: the configured URL without credentials, query or final `/`
+        (the same before and after the client exists, unlike `endpoint`)."""
+        return endpoint_key(self.base_url or self.DEFAULT_BASE_URL)
+
+    async def list_models(self) -> tuple[str, ...]:
+        """The chat models the endpoint lists, through the provider's own client (its headers, key and base URL),
+        within a bound; any failure is one `ModelError` line without the key. A cancel stays a cancel."""
+        client = await self.client()
+        path, params = MODEL_LISTS[self.SDK]
+        limits = self.timeouts
+        bound = min(MAX_LIST_SECONDS, limits.connect + limits.first_byte, limits.total)
+        body: object = None
+        failure: Exception | None = None
+        with anyio.move_on_after(bound) as waiting:
+            try:
+                body = await client.get(path, cast_to=object, options={"params": params, "timeout": bound})
+            except Exception as exc:
+                failure = exc
+        await anyio.lowlevel.checkpoint_if_cancelled()
+        if waiting.cancelled_caught:
+            raise ModelError(f"the model endpoint {self.endpoint()} did not list its models within {bound:g} s")
+        if failure is not None:
+            log.debug("listing the models failed", exc_info=failure)
+            raise ModelError(self.describe(failure, streaming=False)) from None
+        try:
+            return model_ids(body)
+        except ListingError as exc:
+            raise ModelError(f"the model endpoint {self.endpoint()} answered {path}, but {exc}") from None
 
     def describe(self, exc: BaseException, *, streaming: bool) -> str:
         return describe_failure(exc, endpoint=self.endpoint(), streaming=streaming, secret=self._api_key)
@@ -168,9 +217,10 @@ class HttpProvider:
             # are kept for after the task group, which would wrap them in an ExceptionGroup.
             async with stream, anyio.create_task_group() as watching:
                 watching.start_soon(silence.watch)
+                clock = time.monotonic  # see _Silence: the clock read twice a chunk
                 with reading:
                     while True:
-                        silence.since = anyio.current_time()
+                        silence.since = clock()
                         try:
                             item = await stream.__anext__()
                         except StopAsyncIteration:
@@ -217,7 +267,8 @@ class HttpProvider:
 class _Silence:
     """The between-chunks bound for one streamed reply, at the cost of two clock reads a chunk: one watchdog task
     that cancels the reading scope once the endpoint has been silent for `limit` while we wait for it. (A cancel
-    scope around each chunk's read would cost more than handling the chunk.)"""
+    scope around each chunk's read would cost more than handling the chunk.) The clock is `time.monotonic`, the
+    asyncio loop's own clock, read directly: `anyio.current_time()` looks up the backend first, ~2 µs a chunk."""
 
     __slots__ = ("fired", "limit", "scope", "since")
 
@@ -229,7 +280,7 @@ class _Silence:
 
     async def watch(self) -> None:
         while True:
-            now = anyio.current_time()
+            now = time.monotonic()
             due = self.since + self.limit
             if now >= due:
                 self.fired = True

@@ -2,7 +2,9 @@
 
 Plugin authors point their editor integration at `acp-server --model scripted:PATH` (or put a script in a
 prompt's `_meta.scripted`) and get text, thoughts, tool calls, delays, gates that hold a turn open until released,
-failures and chosen stop reasons, the same way every time. The README documents the format.
+failures and chosen stop reasons, the same way every time. The README documents the format. Bare `--model scripted`
+plays `DEMO_TURNS`, a short built-in demo (streamed text, a thought, a plan, a tool call), so the spec that `doctor`
+accepts also answers every prompt.
 
 A gate blocks like a network read: cancellably. `gate_raise` models an HTTP client that throws its own error
 when the stream is aborted, which the server must still report as `cancelled`; `abort_gate` one whose teardown is
@@ -37,7 +39,7 @@ from acp_server.runtime.model import (
     TurnInput,
 )
 
-__all__ = ["GATES", "GateBoard", "ScriptError", "ScriptedProvider", "Step", "gate_board", "parse_script"]
+__all__ = ["DEMO_TURNS", "GATES", "GateBoard", "ScriptError", "ScriptedProvider", "Step", "gate_board", "parse_script"]
 
 ACTIONS = (
     "say",
@@ -53,8 +55,8 @@ ACTIONS = (
     "describe_input",
 )
 MODIFIERS = {
-    "say": {"repeat"},
-    "think": {"repeat"},
+    "say": {"repeat", "every"},
+    "think": {"repeat", "every"},
     "tool": {"args"},
     "gate": {"timeout"},
     "gate_raise": {"timeout"},
@@ -62,6 +64,48 @@ MODIFIERS = {
 }
 # What a script's `stop` step may end a reply with (a model's own reasons, not the loop's or a cancel's).
 STOP_REASONS = (StopReason.END_TURN, StopReason.MAX_TOKENS, StopReason.REFUSAL)
+
+
+# What bare `--model scripted` plays: the first prompt of a session gets the first turn, every later one the second.
+# Deterministic, and harmless in any directory: the only tools it calls are the plan and a listing of the session's
+# directory (reading never asks for permission).
+DEMO_TURNS: tuple[list[dict[str, Any]], ...] = (
+    [
+        {"think": "The user is trying the built-in demo script; show what a turn can carry."},
+        {"say": "Hello from acp-server's built-in demo script. "},
+        {"say": "This reply streams in pieces, "},
+        {"say": "the way a model's does.\n\n"},
+        {
+            "tool": "update_plan",
+            "args": {
+                "entries": [
+                    {"content": "Stream a reply", "status": "completed"},
+                    {"content": "Show a plan", "status": "in_progress"},
+                    {"content": "List the working directory", "status": "pending"},
+                ]
+            },
+        },
+        {"say": "That was a plan. Next, a tool call that lists the working directory:\n\n"},
+        {"tool": "list_files", "args": {"path": "."}},
+        {
+            "tool": "update_plan",
+            "args": {
+                "entries": [
+                    {"content": "Stream a reply", "status": "completed"},
+                    {"content": "Show a plan", "status": "completed"},
+                    {"content": "List the working directory", "status": "completed"},
+                ]
+            },
+        },
+        {"say": "Done. Start acp-server with --model openai:MODEL or anthropic:MODEL for a real model, or with "},
+        {"say": "--model scripted:PATH to play your own script."},
+    ],
+    [
+        {"think": "A later prompt of the demo."},
+        {"say": "This is the built-in demo script (--model scripted); it plays the same turns every time. "},
+        {"say": "Start acp-server with a real model (--model openai:MODEL or anthropic:MODEL) to talk to one."},
+    ],
+)
 
 
 class ScriptError(ModelSpecError):
@@ -83,6 +127,7 @@ class Step:
     repeat: int = 1
     args: dict[str, Any] | None = None
     timeout: float | None = None
+    every: float = 0.0  # seconds between repeated chunks: a model streaming at 1/every chunks/s
 
 
 def parse_script(raw: Any) -> tuple[Step, ...]:
@@ -117,7 +162,10 @@ def _parse_step(index: int, raw: Any) -> Step:
     timeout = raw.get("timeout")
     if timeout is not None and (not isinstance(timeout, (int, float)) or isinstance(timeout, bool)):
         raise ScriptError(f"{where}: timeout takes a number of seconds")
-    return Step(action, value, repeat, args, None if timeout is None else float(timeout))
+    every = raw.get("every", 0.0)
+    if not isinstance(every, (int, float)) or isinstance(every, bool) or every < 0:
+        raise ScriptError(f"{where}: every takes a number of seconds")
+    return Step(action, value, repeat, args, None if timeout is None else float(timeout), float(every))
 
 
 class GateBoard:
@@ -182,6 +230,11 @@ class ScriptedProvider:
         self._default_turns = tuple(default_turns)
         # The script checked at admission is played moments later: keep the last parse (keyed by the very object).
         self._last_parsed: tuple[object, tuple[Step, ...]] | None = None
+
+    @classmethod
+    def demo(cls) -> ScriptedProvider:
+        """Bare `--model scripted`: the built-in demo turns."""
+        return cls([parse_script(turn) for turn in DEMO_TURNS])
 
     @classmethod
     def from_file(cls, path: Path) -> ScriptedProvider:
@@ -273,7 +326,10 @@ class _ScriptedTurn:
             await self._describe(self._messages, emit, text)
         elif action in ("say", "think"):
             event = TextDelta(step.value) if action == "say" else ThoughtDelta(step.value)
-            for _ in range(step.repeat):
+            every = step.every
+            for count in range(step.repeat):
+                if every and count:
+                    await anyio.sleep(every)  # paced like a model's stream: cancellable between chunks
                 await emit(event)
             if action == "say":
                 text.append(step.value * step.repeat)

@@ -95,11 +95,17 @@ class Tool(Generic[ArgsT]):
 
 
 class ToolBox:
-    """The immutable set of tools a server offers, looked up by name."""
+    """The immutable set of tools a server offers, looked up by name.
+
+    The specs (each argument model's JSON schema) are made on first use, not at start-up: building them builds every
+    argument model, which `initialize` does not need. The provider warm-up makes them before the first prompt
+    (protocol/warmup.py). Made twice at worst (two threads at once), always the same value.
+    """
 
     def __init__(self, tools: Iterable[Tool[Any]]) -> None:
         self._tools: Mapping[str, Tool[Any]] = {tool.name: tool for tool in tools}
-        self._specs = tuple(tool.spec() for tool in self._tools.values())
+        self._base: ToolBox | None = None  # for an extended box: the box whose specs come first
+        self._specs: tuple[ToolSpec, ...] | None = None
 
     def get(self, name: str) -> Tool[Any] | None:
         return self._tools.get(name)
@@ -111,9 +117,17 @@ class ToolBox:
             return self
         combined = ToolBox(())
         combined._tools = {**self._tools, **extra}
-        combined._specs = (*self._specs, *(tool.spec() for tool in extra.values()))  # built-ins' specs reused
+        combined._base = self  # built-ins' specs reused
         return combined
 
     @property
     def specs(self) -> tuple[ToolSpec, ...]:
-        return self._specs
+        specs = self._specs
+        if specs is None:
+            if self._base is None:
+                specs = tuple(tool.spec() for tool in self._tools.values())
+            else:
+                own = (tool for name, tool in self._tools.items() if name not in self._base._tools)
+                specs = (*self._base.specs, *(tool.spec() for tool in own))
+            self._specs = specs
+        return specs

@@ -64,7 +64,7 @@ def command_prefix(command: str) -> str:
 
 
 class RunCommandArgs(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)  # built on first use, not at start-up
 
     command: str = Field(description="a shell command line, run as `/bin/sh -c COMMAND`")
     cwd: str | None = Field(

@@ -18,7 +18,7 @@ __all__ = ["DELEGATE_TOOLS"]
 
 
 class DelegateArgs(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)  # built on first use, not at start-up
 
     task: str = Field(description="the task, complete in itself: the subagent sees nothing else of this conversation")
     instructions: str | None = Field(default=None, description="how to go about it, what to return")

@@ -18,7 +18,7 @@ __all__ = ["PLAN_TOOLS"]
 
 
 class PlanEntryArgs(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)  # built on first use, not at start-up
 
     content: str = Field(min_length=1, description="What this step does, in a few words.")
     priority: Literal["high", "medium", "low"] = "medium"
@@ -26,7 +26,7 @@ class PlanEntryArgs(BaseModel):
 
 
 class UpdatePlanArgs(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)  # built on first use, not at start-up
 
     entries: list[PlanEntryArgs] = Field(description="The complete plan, every step, in order.")
 

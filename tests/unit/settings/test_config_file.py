@@ -167,6 +167,39 @@ SETTINGS = [
         lambda c: c.store,
     ),
     Setting(
+        "model_discovery",
+        "model_discovery = false",
+        False,
+        ("ACP_SERVER_MODEL_DISCOVERY", "1"),
+        True,
+        ["--no-model-discovery"],
+        False,
+        True,
+        lambda c: c.model_discovery,
+    ),
+    Setting(
+        "keep_sessions_days",
+        "keep_sessions_days = 30",
+        30.0,
+        ("ACP_SERVER_KEEP_SESSIONS_DAYS", "7.5"),
+        7.5,
+        ["--keep-sessions-days", "0"],
+        0.0,
+        90.0,
+        lambda c: c.keep_sessions_days,
+    ),
+    Setting(
+        "keep_sessions",
+        "keep_sessions = 20",
+        20,
+        ("ACP_SERVER_KEEP_SESSIONS", "0"),
+        0,
+        ["--keep-sessions", "5"],
+        5,
+        500,
+        lambda c: c.keep_sessions,
+    ),
+    Setting(
         "log_file",
         'log_file = "/var/tmp/from-file.log"',
         (True, "/var/tmp/from-file.log"),
@@ -521,3 +554,12 @@ def test_a_prompt_policy_counts_as_chosen_only_when_a_flag_variable_or_file_sets
     assert load([], env={**missing, "ACP_SERVER_PROMPT_POLICY": "reject"}).config.prompt_policy_chosen
     path = write(tmp_path, 'prompt_policy = "interrupt"\n')
     assert load([], env={"ACP_SERVER_CONFIG": str(path)}).config.prompt_policy_chosen
+
+
+@pytest.mark.parametrize("line", ["keep_sessions = -1", "keep_sessions = 2.5", 'keep_sessions_days = "a month"'])
+def test_a_bad_retention_value_in_the_file_is_reported_and_the_default_keeps(tmp_path: Path, line: str) -> None:
+    path = write(tmp_path, line + "\n")
+    loaded = load([], env={"ACP_SERVER_CONFIG": str(path)})
+    assert (loaded.config.keep_sessions, loaded.config.keep_sessions_days) == (500, 90.0)
+    (problem,) = loaded.file.problems
+    assert problem.key == line.split(maxsplit=1)[0] and "zero or more" in problem.message

@@ -1,0 +1,51 @@
+"""Warming a session's model before its first prompt, so the first prompt answers as fast as the tenth.
+
+A fresh process has not imported the provider's SDK (the `openai` package: half a second on a quiet machine,
+seconds under load) nor built its client, the tool specs (every argument model's JSON schema) or the prompt's
+validator; start-up leaves them all out on purpose. Once `initialize` is answered (the default model) and once a
+session exists (its model), a task of the connection's task group does them in worker threads, off every response's
+path, while the person types. Once per model spec and
+connection; at shutdown the task is cancelled with the rest (an import still running in its thread is abandoned,
+as `import_sdk` allows). A failure here is only logged: the first prompt meets the same problem and reports it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import anyio
+
+from acp_server.jsonrpc.rpc import RpcError
+from acp_server.protocol.providers import ProviderCache
+from acp_server.protocol.schema import PromptRequest
+from acp_server.runtime.tools import ToolBox
+
+__all__ = ["warm_up"]
+
+log = logging.getLogger(__name__)
+
+
+def _build_first_turn_models(tools: ToolBox) -> None:
+    tools.specs  # noqa: B018 - made once and kept by the box
+    PromptRequest.model_rebuild()  # the deferred model's validator, now; nothing when it is built already
+
+
+async def warm_up(providers: ProviderCache, tools: ToolBox, spec: str) -> None:
+    """Make what the first turn on `spec` needs, in the background."""
+    if not providers.first_warm_up(spec):
+        return
+    started = time.perf_counter()
+    try:
+        provider = providers.get(spec)
+    except RpcError:
+        return  # a missing key or a bad spec: the prompt answers with it
+    try:
+        warm = getattr(provider, "warm", None)  # the HTTP providers; the offline ones have nothing to warm
+        if warm is not None:
+            await warm()
+        await anyio.to_thread.run_sync(_build_first_turn_models, tools, abandon_on_cancel=True)
+    except Exception as exc:  # cancellation is a BaseException and passes
+        log.debug("warm-up of %s failed (the first prompt will say why): %s", spec, exc)
+        return
+    log.debug("warmed up %s in %.0f ms", spec, (time.perf_counter() - started) * 1000)

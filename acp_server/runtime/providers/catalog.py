@@ -1,0 +1,178 @@
+"""What models an endpoint offers, so a user can pick one without editing `config.toml`: a models list read from
+its answer, the `model` option's merged choices, and the lists kept on disk between runs.
+
+Both families answer `GET .../models` with `{"data": [{"id": ...}, ...]}` (OpenAI, and every OpenAI-compatible
+server: Ollama, vLLM, LM Studio, llama.cpp, OpenRouter; Anthropic's `/v1/models` too). The answer is untrusted: a
+body of any other shape is a `ListingError`, and ids that could not be a model spec (empty, control characters,
+absurdly long) or that name models no chat can use (embeddings, speech, images, moderation) are left out.
+
+The cache file holds, per endpoint (its family and its URL without credentials), the ids and when they were fetched:
+never a key, a header or a query string. It is written atomically (a temporary file in the same directory, then a
+rename), readable by the user only, and a file that cannot be read is ignored: a cache only ever saves a request.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import re
+import tempfile
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import orjson
+
+__all__ = [
+    "CACHE_FILENAME",
+    "LIST_TTL",
+    "Listing",
+    "ListingCache",
+    "ListingError",
+    "endpoint_key",
+    "merge_choices",
+    "model_ids",
+]
+
+log = logging.getLogger(__name__)
+
+CACHE_FILENAME = "model-lists.json"
+CACHE_VERSION = 1
+# How long a fetched list is taken as it is before it is asked for again. A stale list is still offered until the
+# new one arrives (a new process would otherwise never list anything at `session/new`).
+LIST_TTL = 600.0
+MAX_MODELS = 1000
+MAX_ID_CHARS = 200
+# Models no chat can use, by the words their ids carry on every endpoint that lists them.
+_NOT_CHAT = re.compile(r"embed|whisper|tts|dall-e|moderation|transcribe", re.IGNORECASE)
+_UNPRINTABLE = re.compile(r"[\x00-\x20\x7f]")
+
+
+def endpoint_key(url: str) -> str:
+    """An endpoint as its list is kept: scheme, host, port and path; never credentials, a query or a final `/`."""
+    parts = urlsplit(url.rstrip("/"))
+    host = parts.hostname or ""
+    netloc = f"{host}:{parts.port}" if parts.port else host
+    return urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", ""))
+
+
+class ListingError(ValueError):
+    """The endpoint answered, but not with a models list."""
+
+
+def model_ids(body: object) -> tuple[str, ...]:
+    """The chat models a `{"data": [{"id": ...}]}` answer lists, in its order, without duplicates."""
+    data = body.get("data") if isinstance(body, dict) else None
+    if not isinstance(data, list):
+        raise ListingError("the answer is not a models list (no `data` array)")
+    found: dict[str, None] = {}
+    for item in data:
+        name = item.get("id") if isinstance(item, dict) else None
+        if not isinstance(name, str):
+            raise ListingError("the answer is not a models list (an entry without a text `id`)")
+        if name and len(name) <= MAX_ID_CHARS and not _UNPRINTABLE.search(name) and not _NOT_CHAT.search(name):
+            found[name] = None
+        if len(found) >= MAX_MODELS:
+            break
+    return tuple(found)
+
+
+@dataclass(frozen=True, slots=True)
+class Listing:
+    """What one endpoint listed, and when (wall-clock seconds: the cache outlives the process)."""
+
+    family: str
+    endpoint: str
+    models: tuple[str, ...]
+    fetched_at: float
+
+    def fresh(self, now: float) -> bool:
+        return 0 <= now - self.fetched_at < LIST_TTL
+
+    def specs(self) -> tuple[str, ...]:
+        return tuple(f"{self.family}:{name}" for name in self.models)
+
+
+def merge_choices(configured: Sequence[str], listings: Iterable[Listing]) -> tuple[str, ...]:
+    """The configured specs first, in their order, then each endpoint's, without duplicates. Ollama's `NAME:latest`
+    is the configured `NAME` under another name, so it is not offered twice."""
+    merged = dict.fromkeys(configured)
+    for listing in listings:
+        for spec in listing.specs():
+            if spec.endswith(":latest") and spec.removesuffix(":latest") in merged:
+                continue
+            merged.setdefault(spec, None)
+    return tuple(merged)
+
+
+class ListingCache:
+    """The lists on disk, keyed by (family, endpoint). Reading and writing never raise: a cache is optional."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def load(self) -> dict[tuple[str, str], Listing]:
+        try:
+            raw = self.path.read_bytes()
+        except FileNotFoundError:
+            return {}
+        except OSError as exc:
+            log.warning("model lists: cannot read %s (%s); asking the endpoints again", self.path, exc)
+            return {}
+        try:
+            document = orjson.loads(raw)
+            if not isinstance(document, dict) or document.get("version") != CACHE_VERSION:
+                raise ValueError("not a model list cache of this version")
+            listings = {}
+            for entry in document["endpoints"]:
+                listing = Listing(
+                    str(entry["family"]),
+                    str(entry["endpoint"]),
+                    tuple(str(name) for name in entry["models"]),
+                    float(entry["fetched_at"]),
+                )
+                listings[listing.family, listing.endpoint] = listing
+        except (orjson.JSONDecodeError, ValueError, KeyError, TypeError) as exc:
+            log.warning("model lists: ignoring %s (%s)", self.path, exc)
+            return {}
+        return listings
+
+    def update(self, listings: Mapping[tuple[str, str], Listing], dropped: Iterable[tuple[str, str]] = ()) -> None:
+        """Write these lists and forget the dropped ones, keeping what other configurations cached."""
+        kept = self.load()
+        for key in dropped:
+            kept.pop(key, None)
+        kept.update(listings)
+        self.save(kept)
+
+    def save(self, listings: Mapping[tuple[str, str], Listing]) -> None:
+        document = {
+            "version": CACHE_VERSION,
+            "endpoints": [
+                {
+                    "family": listing.family,
+                    "endpoint": listing.endpoint,
+                    "fetched_at": listing.fetched_at,
+                    "models": list(listing.models),
+                }
+                for listing in listings.values()
+            ],
+        }
+        temporary: str | None = None
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            handle, temporary = tempfile.mkstemp(prefix=".model-lists-", suffix=".tmp", dir=self.path.parent)
+            with os.fdopen(handle, "wb") as file:  # mkstemp makes it readable by the user only
+                file.write(orjson.dumps(document, option=orjson.OPT_INDENT_2))
+                file.flush()
+                os.fsync(file.fileno())
+            os.replace(temporary, self.path)
+            temporary = None
+        except OSError as exc:
+            log.warning("model lists: cannot write %s (%s); they will be asked for again next time", self.path, exc)
+        finally:
+            if temporary is not None:
+                with contextlib.suppress(OSError):
+                    os.unlink(temporary)
