@@ -86,9 +86,10 @@ async def test_a_refused_prompt_inserts_nothing_and_an_unknown_session_names_its
     """An error response means nothing was inserted: no echo, no state change (§6.1). -32002 carries
     SessionNotFoundErrorData (§17)."""
     session_id = await server_v2.new_session_v2()
-    image = {"type": "image", "data": "AAAA", "mimeType": "image/png"}
+    # A content block type we do not support MUST be refused (§6.1): a future, unknown one here.
+    video = {"type": "video", "data": "AAAA", "mimeType": "video/mp4"}
     refused = await server_v2.call(
-        "session/prompt", {"sessionId": session_id, "prompt": [{"type": "text", "text": "x"}, image]}
+        "session/prompt", {"sessionId": session_id, "prompt": [{"type": "text", "text": "x"}, video]}
     )
     assert refused["error"]["code"] == -32602
     text = [{"type": "text", "text": "x"}]
