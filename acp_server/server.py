@@ -34,6 +34,7 @@ from acp_server.runtime.providers import open_provider
 from acp_server.runtime.sandbox import sandbox_for
 from acp_server.runtime.text_guard import GuardedProvider, redactor_for
 from acp_server.runtime.tools import ToolBox
+from acp_server.runtime.tools.ask import ASK_TOOLS
 from acp_server.runtime.tools.commands import COMMAND_TOOLS
 from acp_server.runtime.tools.delegate import DELEGATE_TOOLS
 from acp_server.runtime.tools.files import FILE_TOOLS
@@ -78,6 +79,7 @@ def build_server(
             *FILE_TOOLS,
             *COMMAND_TOOLS,
             *PLAN_TOOLS,
+            *ASK_TOOLS,
             *DELEGATE_TOOLS,
             *(tool for plugin in plugins for tool in plugin.tools),
         )

@@ -82,9 +82,11 @@ class McpHub:
         for link in self.links:
             with anyio.move_on_at(link.started_at + self._start_wait):
                 await link.settled.wait()
-        notice = self._notice()
-        if notice:
-            await emit(Notice(notice))
+        lines = self._notice()
+        if lines:
+            # One line stands alone as the notice's title; several get a title of their own.
+            title = "" if len(lines) == 1 else f"{len(lines)} MCP servers' tools are not available"
+            await emit(Notice("\n".join(lines), title=title, severity="warning"))
         tools: list[Tool[Any]] = []
         for link in self.links:
             if link.state == "ready" and link.tools_changed:
@@ -96,7 +98,7 @@ class McpHub:
                 tools.extend(self._tools[link])
         return base.extended(tools)
 
-    def _notice(self) -> str:
+    def _notice(self) -> list[str]:
         lines: list[str] = []
         for link in self.links:
             if link.untold:
@@ -105,7 +107,7 @@ class McpHub:
             elif link.state == "connecting" and not link.told_slow:
                 link.told_slow = True
                 lines.append(f"The MCP server {link.name!r} is still starting; its tools are not available yet.")
-        return "\n".join(lines)
+        return lines
 
     # --- ending ---
 

@@ -9,7 +9,13 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from acp_server.jsonrpc.connection import Connection
-from acp_server.protocol.editor import EditorFileSystem, EditorTerminalRunner, PermissionGate, SplitFileSystem
+from acp_server.protocol.editor import (
+    EditorFileSystem,
+    EditorQuestions,
+    EditorTerminalRunner,
+    PermissionGate,
+    SplitFileSystem,
+)
 from acp_server.protocol.session_table import Handshake
 from acp_server.protocol.updates import TurnUpdates, session_update
 from acp_server.protocol.v2.permissions import asking_v2
@@ -17,7 +23,7 @@ from acp_server.protocol.v2.terminals import TerminalRunner
 from acp_server.protocol.v2.updates import V2TurnUpdates, session_update_v2
 from acp_server.runtime.local_commands import LocalCommandRunner
 from acp_server.runtime.local_fs import LocalFileSystem
-from acp_server.runtime.ports import CommandRunner
+from acp_server.runtime.ports import CommandRunner, NoQuestions, Questions
 from acp_server.runtime.processes import ProcessTable
 from acp_server.runtime.sandbox import Sandbox
 from acp_server.sessions.edge import Ports, SessionEvent, TurnSink
@@ -88,4 +94,8 @@ class AcpEdge:
             commands = EditorTerminalRunner(request, session.session_id, deadline)
         else:
             commands = LocalCommandRunner(self._processes, deadline, self._sandbox, roots)
-        return Ports(fs, commands, PermissionGate(session, request, on_behalf_of), request)
+        # v2 elicitation is not built: a v2 session's client capabilities carry none, so it gets NoQuestions.
+        questions: Questions = (
+            EditorQuestions(request, session.session_id, on_behalf_of) if session.client.elicitation else NoQuestions()
+        )
+        return Ports(fs, commands, PermissionGate(session, request, on_behalf_of), request, questions)

@@ -1,12 +1,14 @@
-"""The editor as the tools' outside world: its file buffers, its terminals, and its user's permission.
+"""The editor as the tools' outside world: its file buffers, its terminals, its user's permission and answers.
 
 Everything here is a request to the client made on behalf of one turn, so it is cancelled with the turn (the
 request is retracted with `$/cancel_request` and a late answer ignored), and it is fenced: nothing is asked after the
 turn's response. Terminals are the exception that proves the rule: a terminal the turn created is always killed and
 released, before the turn's response, even when the turn is cancelled (ACP: the agent MUST release every terminal).
 
-Also here: the permission gate. Permission modes are per session; an "always" answer is remembered for the session,
-per tool for edits and per command prefix (the executable and its first argument) for commands.
+Also here: the permission gate, and `EditorQuestions`, the `ask_user` tool's form (`elicitation/create`), retracted
+by a cancel exactly as a permission request is (docs/interrupts.md I8). Permission modes are per session; an
+"always" answer is remembered for the session, per tool for edits and per command prefix (the executable and its
+first argument) for commands.
 """
 
 from __future__ import annotations
@@ -25,12 +27,21 @@ from acp_server.protocol.schema import PermissionOptionKind, PermissionOutcome
 from acp_server.runtime import beneath
 from acp_server.runtime.model import DiffOutput, TextOutput, ToolContent
 from acp_server.runtime.paths import wire
-from acp_server.runtime.ports import CommandResult, Decision, FileSystem, PermissionRequest, ToolError
+from acp_server.runtime.ports import (
+    Answer,
+    CommandResult,
+    Decision,
+    FileSystem,
+    PermissionRequest,
+    Question,
+    ToolError,
+)
 from acp_server.sessions.runs import Session
 from acp_server.settings.choices import PermissionMode
 
 __all__ = [
     "EditorFileSystem",
+    "EditorQuestions",
     "EditorTerminalRunner",
     "PermissionGate",
     "SplitFileSystem",
@@ -284,3 +295,33 @@ class PermissionGate:
         if choice is None:
             return Decision(False, "the permission request was cancelled")
         return Decision(False, f"the user rejected {request.tool_name}")
+
+
+class EditorQuestions:
+    """`elicitation/create` in form mode, scoped to the session and the `ask_user` tool call, for a client that
+    advertised `elicitation.form`. Sent through the turn's fenced request: a cancel retracts it with
+    `$/cancel_request` and a late answer is ignored, as for a permission request. A subagent's question names the
+    `delegate` call the client sees (`on_behalf_of`), as its permission questions do."""
+
+    def __init__(self, request: ClientRequest, session_id: str, on_behalf_of: str | None = None) -> None:
+        self._request = request
+        self._session_id = session_id
+        self._on_behalf_of = on_behalf_of
+
+    async def ask(self, question: Question) -> Answer | None:
+        params = {
+            "sessionId": self._session_id,
+            "toolCallId": self._on_behalf_of or question.tool_call_id,
+            "mode": "form",
+            "message": question.message,
+            "requestedSchema": question.schema,
+        }
+        try:
+            answer = await self._request("elicitation/create", params)
+        except ClientRequestError as exc:
+            raise ToolError(f"the question could not be asked: {exc.message}") from None
+        action = answer.get("action") if isinstance(answer, dict) else None
+        if not isinstance(action, str):
+            raise ToolError("the editor answered the question without an action")
+        content = answer.get("content")
+        return Answer(action, content if isinstance(content, dict) else None)

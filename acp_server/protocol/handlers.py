@@ -24,6 +24,7 @@ from acp_server.protocol.schema import (
     InitializeRequest,
     ListSessionsRequest,
     LoadSessionRequest,
+    LogoutRequest,
     NewSessionRequest,
     PromptRequest,
     SetSessionConfigOptionRequest,
@@ -83,6 +84,7 @@ async def initialize(context: RequestContext, params: InitializeRequest) -> dict
             "loadSession": stored,
             "promptCapabilities": {"image": "image" in taken, "audio": "audio" in taken, "embeddedContext": True},
             "mcpCapabilities": {"http": True, "sse": True},  # stdio always (ACP); see acp_server/mcp_bridge
+            "auth": {"logout": {}},  # `logout` forgets the keys until the next `authenticate`
             "sessionCapabilities": {
                 "additionalDirectories": {},
                 "close": {},
@@ -118,11 +120,18 @@ async def authenticate(context: RequestContext, params: AuthenticateRequest) -> 
     parts = context.parts
     if params.method_id != AUTH_METHOD_ID:
         raise RpcError(ErrorCode.INVALID_PARAMS, f"Invalid params: methodId: unknown auth method {params.method_id!r}")
-    if parts.auth.problem is not None:
-        if not parts.auth.retry():
-            raise RpcError(ErrorCode.AUTH_REQUIRED, f"Authentication required: {parts.auth.problem}")
+    was_missing = parts.auth.problem is not None
+    if not parts.auth.authenticate():
+        raise RpcError(ErrorCode.AUTH_REQUIRED, f"Authentication required: {parts.auth.problem}")
+    if was_missing:
         parts.models.credentials_changed()  # the endpoints that could not be asked without a key can be now
         context.after.append(lambda: discover_models(parts))
+    return {}
+
+
+async def logout(context: RequestContext, params: LogoutRequest) -> dict[str, Any]:
+    """Forget the keys this process holds until the next `authenticate` (protocol/providers.py). Idempotent."""
+    context.parts.auth.logout()
     return {}
 
 
@@ -158,6 +167,7 @@ async def stats(context: RequestContext, params: NoParams) -> dict[str, Any]:
 METHODS: dict[str, Handler] = {
     "initialize": (InitializeRequest, initialize),
     "authenticate": (AuthenticateRequest, authenticate),
+    "logout": (LogoutRequest, logout),
     "session/new": (NewSessionRequest, session_new),
     "session/prompt": (PromptRequest, session_prompt),
     "session/set_mode": (SetSessionModeRequest, session_set_mode),

@@ -6,6 +6,7 @@ as the store keeps them.
 from __future__ import annotations
 
 import binascii
+from typing import Any
 from urllib.parse import unquote, urlparse
 
 from acp_server.jsonrpc.rpc import ErrorCode, RpcError
@@ -145,4 +146,17 @@ def prompt_text(request: PromptRequest, accepts: frozenset[str] = TEXT_ONLY) -> 
 
 
 def client_tools(capabilities: ClientCapabilities) -> ClientTools:
-    return ClientTools(capabilities.fs.read_text_file, capabilities.fs.write_text_file, capabilities.terminal)
+    session, elicitation = capabilities.session, capabilities.elicitation
+    return ClientTools(
+        capabilities.fs.read_text_file,
+        capabilities.fs.write_text_file,
+        capabilities.terminal,
+        notices=_advertised(session, "notices"),
+        compaction=_advertised(session, "compaction"),
+        elicitation=_advertised(elicitation, "form"),
+    )
+
+
+def _advertised(capabilities: Any, name: str) -> bool:
+    """ACP: `{}` advertises a capability; omitted, `null` or malformed means it is not."""
+    return isinstance(capabilities, dict) and isinstance(capabilities.get(name), dict)

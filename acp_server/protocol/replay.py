@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from acp_server.protocol.editor import tool_call_update
+from acp_server.protocol.schema import notice_update
 from acp_server.runtime.model import DiffOutput, PlanEntry, TerminalOutput, TextOutput, ToolContent
 from acp_server.store.replay import ReplayEntry, TurnClosed, replay_entries
 from acp_server.store.turn_records import (
@@ -236,21 +237,38 @@ _RENDERERS: Mapping[type, Callable[[Any], dict[str, Any]]] = {
 }
 
 
-def render(entry: ReplayEntry) -> dict[str, Any]:
-    """A record as the v1 update that showed it (a `TurnClosed` as the closing note the turn ends with)."""
+_CLOSED_TITLES = {
+    "cancelled": "This turn was cancelled",
+    "interrupted": "This turn was interrupted",
+    "failed": "This turn failed",
+}
+
+
+def _closed_notice(entry: TurnClosed) -> dict[str, Any]:
+    """The closing of a turn that did not complete, for a client that shows notices (`session.notices`)."""
+    title = _CLOSED_TITLES.get(entry.status, f"This turn ended: {entry.status}")
+    return notice_update(title, None, "warning", {"acpServer": {"turnStatus": entry.status}})
+
+
+def render(entry: ReplayEntry, *, notices: bool = False) -> dict[str, Any]:
+    """A record as the v1 update that showed it (a `TurnClosed` as the closing note the turn ends with: a `notice`
+    where the client shows notices, else the text marker)."""
+    if notices and type(entry) is TurnClosed:
+        return _closed_notice(entry)
     return _RENDERERS[type(entry)](entry)
 
 
-def replay_updates(loaded: LoadedSession, *, coalesce: bool = False) -> list[dict[str, Any]]:
+def replay_updates(loaded: LoadedSession, *, coalesce: bool = False, notices: bool = False) -> list[dict[str, Any]]:
     """The `update` objects to send, in order, before answering `session/load` (docs/interrupts.md decision 6).
 
     Every stored update as the client first saw it; a cancelled, interrupted or failed turn closes with a `failed`
     tool_call_update for each tool call it left open and an `agent_message_chunk` `[cancelled]` / `[interrupted]` /
-    `[failed]` whose `_meta` is `{"acpServer": {"turnStatus": ...}}` (a turn still running elsewhere is not closed).
+    `[failed]` whose `_meta` is `{"acpServer": {"turnStatus": ...}}` (a turn still running elsewhere is not closed);
+    with `notices` (the client advertised `session.notices`) that marker is a `warning` `notice` with the same `_meta`.
     With `coalesce`, consecutive text chunks of one message are merged into one chunk: the client shows the same
     text, from far fewer notifications.
     """
-    updates = [render(entry) for entry in replay_entries(loaded)]
+    updates = [render(entry, notices=notices) for entry in replay_entries(loaded)]
     return _coalesced(updates) if coalesce else updates
 
 

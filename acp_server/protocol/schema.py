@@ -41,6 +41,7 @@ __all__ = [
     "KeptObject",
     "ListSessionsRequest",
     "LoadSessionRequest",
+    "LogoutRequest",
     "Meta",
     "NewSessionRequest",
     "PermissionOptionKind",
@@ -51,6 +52,7 @@ __all__ = [
     "SetSessionConfigOptionRequest",
     "SetSessionModeRequest",
     "TextContent",
+    "notice_update",
     "session_update",
     "text_block",
 ]
@@ -165,6 +167,9 @@ class ClientCapabilities(WireModel):
 
     fs: FileSystemCapability = Field(default_factory=FileSystemCapability)
     terminal: bool = False
+    # Kept loose: the schema says a malformed value means "not advertised", never an error (protocol/prompts.py).
+    session: Any = None
+    elicitation: Any = None
 
 
 class Implementation(WireModel):
@@ -181,6 +186,10 @@ class InitializeRequest(WireModel):
 
 class AuthenticateRequest(WireModel):
     method_id: str
+
+
+class LogoutRequest(WireModel):
+    pass
 
 
 class NewSessionRequest(WireModel):
@@ -285,3 +294,15 @@ def text_block(text: str) -> dict[str, Any]:
 def session_update(session_id: str, update: dict[str, Any]) -> dict[str, Any]:
     """The params of a `session/update` notification."""
     return {"sessionId": session_id, "update": update}
+
+
+def notice_update(
+    title: str, description: str | None, severity: str, meta: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """ACP `notice` (only for a client that advertised `session.notices`): live, never stored or replayed as such."""
+    update: dict[str, Any] = {"sessionUpdate": "notice", "severity": severity, "title": title}
+    if description:
+        update["description"] = description
+    if meta is not None:
+        update["_meta"] = meta
+    return update

@@ -29,7 +29,7 @@ from acp_server.protocol.schema import (
     SetSessionModeRequest,
 )
 from acp_server.protocol.warmup import warm_up
-from acp_server.sessions.edge import CommandsAvailable, ConfigChanged, ModeChanged
+from acp_server.sessions.edge import CommandsAvailable, ConfigChanged, ModeChanged, TitleChanged
 from acp_server.sessions.options import MODE_OPTION, MODEL_OPTION, PROMPT_POLICY_OPTION, SLASH_COMMANDS
 from acp_server.sessions.runs import Session
 from acp_server.settings.choices import PermissionMode, PromptPolicy
@@ -97,9 +97,10 @@ def _check_directories(cwd: str, additional_directories: list[str]) -> None:
             raise RpcError(ErrorCode.INVALID_PARAMS, f"Invalid params: {where}: not a directory: {directory!r}")
 
 
-def _opened(context: RequestContext, session: Session) -> dict[str, Any]:
-    """Register a session and answer with its modes and options; its commands follow the response (the client
-    learns the session id from the response)."""
+def _opened(context: RequestContext, session: Session, *, replayed: bool = False) -> dict[str, Any]:
+    """Register a session and answer with its modes and options. Its commands follow the response (the client
+    learns the session id from the response), except after a replay (`session/load`): there the commands and the
+    title belong to the replay, before the response, and nothing follows it."""
     parts = context.parts
     replaced = parts.sessions.get(session.session_id)
     if replaced is not None and replaced.mcp is not None:
@@ -110,10 +111,20 @@ def _opened(context: RequestContext, session: Session) -> dict[str, Any]:
     if servers:
         parts.processes.adopt_orphans()  # stdio MCP servers are children too: their orphans must come to us
     session.mcp = parts.mcp.open(servers, session.cwd, (session.cwd, *session.additional_directories))
-    if not parts.handshake.v2:  # v2 has them in the response (`availableCommands`): nothing follows a resume's
-        context.after.append(lambda: _announce_commands(parts, session))
     answered = parts.models.offered(session.model)
-    context.after.append(lambda: _offered(parts, session, answered))
+    # On v2 the commands are in the response (`availableCommands`): nothing follows a resume's answer.
+    announce = not parts.handshake.v2
+    if replayed:
+        # The replay holds what the client is told of the session: nothing follows a load's response.
+        if announce:
+            _announce_commands(parts, session)
+        if session.title is not None:
+            parts.turns.edge.session_event(session.session_id, TitleChanged(session.title))
+        session.offered_models = answered
+    else:
+        if announce:
+            context.after.append(lambda: _announce_commands(parts, session))
+        context.after.append(lambda: _offered(parts, session, answered))
     # The session's model, warmed while the person types its first prompt (protocol/warmup.py).
     context.after.append(lambda: parts.connection.spawn(warm_up, parts.providers, parts.turns.tools, session.model))
     return {"modes": modes(session.mode), "configOptions": _config_options(parts, session)}
@@ -153,7 +164,8 @@ def _announce_models_to(parts: Parts, session: Session) -> None:
         parts.turns.edge.session_event(session.session_id, event)
 
 
-Replay = Callable[["LoadedSession"], list[dict[str, Any]]]
+# A version's rendering of a loaded session's history, for the session it is being restored as.
+Replay = Callable[["LoadedSession", Session], list[dict[str, Any]]]
 
 
 def default_prompt_policy(parts: Parts) -> PromptPolicy:
@@ -168,7 +180,10 @@ async def _restore(context: RequestContext, params: LoadSessionRequest, *, repla
     """session/load (replay first) and session/resume (no replay): rebuild the session from the store and go on."""
     from acp_server.protocol.replay import replay_updates  # with the store: sqlite3 stays off the start-up path
 
-    return await restore_session(context, params, replay_updates if replay else None)
+    def replay_v1(loaded: LoadedSession, session: Session) -> list[dict[str, Any]]:
+        return replay_updates(loaded, notices=session.client.notices)
+
+    return await restore_session(context, params, replay_v1 if replay else None)
 
 
 async def restore_session(context: RequestContext, params: LoadSessionRequest, replay: Replay | None) -> dict[str, Any]:
@@ -210,10 +225,13 @@ async def restore_session(context: RequestContext, params: LoadSessionRequest, r
         prompt_policy=_known(PromptPolicy, stored_policy, default_prompt_policy(parts)),
     )
     if replay is not None:
-        # The whole conversation, before the response (ACP); C3 exempts this replay from the turn rule.
-        for update in replay(loaded):
+        # The whole conversation, before the response (ACP); C3 exempts this replay from the turn rule. The usage
+        # the session last reported is in it (stored as sent); the commands and the title close it (`_opened`).
+        for update in replay(loaded, session):
             parts.connection.notify("session/update", {"sessionId": session.session_id, "update": update})
-    return _opened(context, session)
+    # v1's load: the commands and the title close its replay. v2's resume has no such closing (its commands are in
+    # the response, its replay ends with the state snapshot).
+    return _opened(context, session, replayed=replay is not None and not parts.handshake.v2)
 
 
 async def session_fork(context: RequestContext, params: LoadSessionRequest) -> dict[str, Any]:

@@ -19,6 +19,8 @@ __all__ = ["log_update"]
 log = logging.getLogger(__name__)
 
 _TEXT_CHUNKS = frozenset({"agent_message_chunk", "agent_thought_chunk"})
+# Live only (ACP: notices are not session history); a compaction's summary is in the history the model goes on from.
+_LIVE = frozenset({"notice", "compaction_update", "compaction_summary_chunk"})
 
 
 def log_update(turn_log: TurnLog | None, update: Mapping[str, Any]) -> None:
@@ -38,5 +40,5 @@ def log_update(turn_log: TurnLog | None, update: Mapping[str, Any]) -> None:
     entry = entry_of(update)
     if entry is not None:
         turn_log.append(entry)
-    elif kind != "notice":
+    elif kind not in _LIVE:
         log.warning("an update the session store cannot keep was not stored: %.200r", update)

@@ -14,8 +14,10 @@ from typing import Any
 from acp_server.jsonrpc.connection import Connection
 from acp_server.protocol.editor import tool_call_update, tool_content
 from acp_server.protocol.options import available_commands, config_options
+from acp_server.protocol.schema import notice_update
 from acp_server.protocol.store_log import log_update
 from acp_server.runtime.model import (
+    Compaction,
     Notice,
     PlanUpdated,
     ReplyStarted,
@@ -31,19 +33,21 @@ from acp_server.runtime.model import (
 from acp_server.sessions.edge import CommandsAvailable, ConfigChanged, ModeChanged, SessionEvent, TitleChanged
 from acp_server.sessions.runs import RunContext
 
-__all__ = ["TurnUpdates", "log_update", "render_v1", "session_update"]
+__all__ = ["TurnUpdates", "compaction_update", "log_update", "session_update"]
 
 
 class TurnUpdates:
     """One turn's events as `session/update`s, through the fence (the `TurnSink` of `sessions/edge.py`)."""
 
-    __slots__ = ("_connection", "_ids", "_run", "_session_id")
+    __slots__ = ("_client", "_connection", "_message_id", "_run", "_session_id", "_thought_id")
 
     def __init__(self, connection: Connection, run: RunContext) -> None:
         self._connection = connection
         self._run = run
         self._session_id = run.session_id
-        self._ids = ["", ""]  # the current reply's message id and thought id
+        self._client = run.session.client
+        self._message_id = ""
+        self._thought_id = ""
 
     async def send(self, event: TurnEvent) -> None:
         update = self._render(event)
@@ -62,9 +66,9 @@ class TurnUpdates:
             if turn_log is None:
                 return
             if type(event) is TextDelta:
-                turn_log.append_text(self._ids[0], event.text)
+                turn_log.append_text(self._message_id, event.text)
             elif type(event) is ThoughtDelta:
-                turn_log.append_text(self._ids[1], event.text, True)
+                turn_log.append_text(self._thought_id, event.text, True)
             else:
                 log_update(turn_log, update)
 
@@ -75,70 +79,98 @@ class TurnUpdates:
         self._connection.notify("session/update", {"sessionId": self._session_id, "update": update})
         log_update(self._run.turn_log, update)
 
+    def render(self, event: TurnEvent) -> dict[str, Any] | None:
+        """The event as its v1 update, without sending it: what the v2 renderer builds on and the store keeps
+        (protocol/v2/updates.py)."""
+        return self._render(event)
+
     def _render(self, event: TurnEvent) -> dict[str, Any] | None:
-        return render_v1(event, self._ids)
+        update: dict[str, Any]
+        if type(event) is TextDelta:
+            update = {
+                "sessionUpdate": "agent_message_chunk",
+                "content": {"type": "text", "text": event.text},
+                "messageId": self._message_id,
+            }
+        elif type(event) is Notice:
+            update = self._notice(event)
+        elif type(event) is Compaction:
+            if self._client.compaction:
+                update = compaction_update(event)
+            elif event.notice is not None:
+                update = self._notice(event.notice)
+            else:
+                return None  # its start, or its failure: the turn's error says what went wrong
+        elif type(event) is ThoughtDelta:
+            update = {
+                "sessionUpdate": "agent_thought_chunk",
+                "content": {"type": "text", "text": event.text},
+                "messageId": self._thought_id,
+            }
+        elif isinstance(event, ReplyStarted):
+            # Each model reply is its own message, and its thoughts another; ids are unique across turns and
+            # processes.
+            self._message_id = f"msg_{uuid.uuid4().hex}"
+            self._thought_id = f"msg_{uuid.uuid4().hex}"
+            return None
+        elif isinstance(event, ToolCallStarted):
+            update = {
+                "sessionUpdate": "tool_call",
+                "toolCallId": event.call.id,
+                "title": event.title,
+                "kind": event.kind,
+                "status": "pending",
+                "rawInput": event.call.arguments,
+            }
+            if event.locations:
+                update["locations"] = [{"path": path} for path in event.locations]
+        elif isinstance(event, ToolCallUpdated):
+            update = tool_call_update(event.call_id, event.status, event.content, event.locations, meta=event.meta)
+        elif isinstance(event, ToolCallFinished):
+            shown = event.content if event.content is not None else (TextOutput(event.output),)
+            update = {
+                "sessionUpdate": "tool_call_update",
+                "toolCallId": event.call_id,
+                "status": "completed" if event.ok else "failed",
+                "content": [tool_content(c) for c in shown],
+            }
+            if event.raw_output is not None:
+                update["rawOutput"] = event.raw_output
+        elif isinstance(event, PlanUpdated):
+            update = {
+                "sessionUpdate": "plan",
+                "entries": [{"content": e.content, "priority": e.priority, "status": e.status} for e in event.entries],
+            }
+        elif isinstance(event, UsageReported):
+            update = {"sessionUpdate": "usage_update", "used": event.used, "size": event.size}
+        else:  # pragma: no cover - the event union is closed
+            raise TypeError(f"unknown turn event {event!r}")
+        return update
 
-
-def render_v1(event: TurnEvent, ids: list[str]) -> dict[str, Any] | None:
-    """A turn event as its v1 update (None for one that shows nothing). `ids`: the current reply's message id and
-    thought id, replaced at each `ReplyStarted` (protocol/v2/updates.py renders through this too)."""
-    update: dict[str, Any]
-    if type(event) is TextDelta:
-        update = {
-            "sessionUpdate": "agent_message_chunk",
-            "content": {"type": "text", "text": event.text},
-            "messageId": ids[0],
-        }
-    elif type(event) is Notice:
-        update = {
+    def _notice(self, event: Notice) -> dict[str, Any]:
+        """A `notice` where the client advertised `session.notices`, else a message of its own, as before."""
+        if self._client.notices:
+            return notice_update(
+                event.title or event.text.strip(), event.text.strip() if event.title else None, event.severity
+            )
+        return {
             "sessionUpdate": "agent_message_chunk",
             "content": {"type": "text", "text": event.text},
             "messageId": f"msg_{uuid.uuid4().hex}",
         }
-    elif type(event) is ThoughtDelta:
-        update = {
-            "sessionUpdate": "agent_thought_chunk",
-            "content": {"type": "text", "text": event.text},
-            "messageId": ids[1],
-        }
-    elif isinstance(event, ReplyStarted):
-        # Each model reply is its own message, and its thoughts another; ids are unique across turns and
-        # processes.
-        ids[0] = f"msg_{uuid.uuid4().hex}"
-        ids[1] = f"msg_{uuid.uuid4().hex}"
-        return None
-    elif isinstance(event, ToolCallStarted):
-        update = {
-            "sessionUpdate": "tool_call",
-            "toolCallId": event.call.id,
-            "title": event.title,
-            "kind": event.kind,
-            "status": "pending",
-            "rawInput": event.call.arguments,
-        }
-        if event.locations:
-            update["locations"] = [{"path": path} for path in event.locations]
-    elif isinstance(event, ToolCallUpdated):
-        update = tool_call_update(event.call_id, event.status, event.content, event.locations, meta=event.meta)
-    elif isinstance(event, ToolCallFinished):
-        shown = event.content if event.content is not None else (TextOutput(event.output),)
-        update = {
-            "sessionUpdate": "tool_call_update",
-            "toolCallId": event.call_id,
-            "status": "completed" if event.ok else "failed",
-            "content": [tool_content(c) for c in shown],
-        }
-        if event.raw_output is not None:
-            update["rawOutput"] = event.raw_output
-    elif isinstance(event, PlanUpdated):
-        update = {
-            "sessionUpdate": "plan",
-            "entries": [{"content": e.content, "priority": e.priority, "status": e.status} for e in event.entries],
-        }
-    elif isinstance(event, UsageReported):
-        update = {"sessionUpdate": "usage_update", "used": event.used, "size": event.size}
-    else:  # pragma: no cover - the event union is closed
-        raise TypeError(f"unknown turn event {event!r}")
+
+
+def compaction_update(event: Compaction) -> dict[str, Any]:
+    """ACP `compaction_update` (only for a client that advertised `session.compaction`): the compaction by its id."""
+    update: dict[str, Any] = {
+        "sessionUpdate": "compaction_update",
+        "compactionId": event.compaction_id,
+        "status": event.status,
+    }
+    if event.summary is not None:
+        update["summary"] = [{"type": "text", "text": event.summary}]
+    if event.error is not None:
+        update["error"] = event.error
     return update
 
 

@@ -8,9 +8,10 @@ the user it happened. A provider error that says the context is too long trigger
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Sequence
 
-from acp_server.runtime.model import Emit, Message, ModelTurn, Notice, TurnEvent, UsageReported
+from acp_server.runtime.model import Compaction, Emit, Message, ModelTurn, Notice, TurnEvent, UsageReported
 
 __all__ = ["SUMMARY_REQUEST", "ContextCompactor", "compact_history", "is_context_overflow"]
 
@@ -34,8 +35,12 @@ async def compact_history(model: ModelTurn, history: Sequence[Message], emit: Em
     """Ask the model to summarise `history`; the new history is that summary. Streams it through `emit`, if given,
     so the user sees what the conversation was reduced to."""
     reply = await model.respond([*history, Message("user", SUMMARY_REQUEST)], (), emit or _ignore)
+    return summary_history(reply.text)
+
+
+def summary_history(summary: str) -> list[Message]:
     return [
-        Message("user", f"Here is a summary of our conversation so far:\n\n{reply.text}"),
+        Message("user", f"Here is a summary of our conversation so far:\n\n{summary}"),
         Message("assistant", "Understood. I will continue from this summary."),
     ]
 
@@ -80,11 +85,20 @@ class ContextCompactor:
         earlier, current = messages[: self._keep_from], messages[self._keep_from :]
         if len(earlier) < 2:
             return False  # nothing before this turn to summarise
-        summary = await compact_history(self._summariser(), earlier)
+        compaction_id = f"cmp_{uuid.uuid4().hex}"
+        await self._emit(Compaction(compaction_id, "in_progress"))
+        try:
+            reply = await self._summariser().respond([*earlier, Message("user", SUMMARY_REQUEST)], (), _ignore)
+        except Exception as exc:  # a cancellation is not an Exception: it passes untouched
+            await self._emit(Compaction(compaction_id, "failed", error=str(exc)[:300] or type(exc).__name__))
+            raise
+        summary = summary_history(reply.text)
         messages[:] = [*summary, *current]
         self._keep_from = len(summary)
         self._usage = None
-        await self._emit(Notice(f"[Context compacted: {why}; {len(earlier)} earlier messages were summarised.]\n\n"))
+        detail = f"{why}; {len(earlier)} earlier messages were summarised."
+        told = Notice(f"[Context compacted: {detail}]\n\n", title="Context compacted", severity="info")
+        await self._emit(Compaction(compaction_id, "completed", summary=reply.text, notice=told))
         return True
 
 

@@ -15,6 +15,7 @@ from typing import Any, Literal, Protocol
 __all__ = [
     "INVALID_ARGUMENTS",
     "TEXT_ONLY",
+    "Compaction",
     "DiffOutput",
     "Emit",
     "Media",
@@ -136,10 +137,26 @@ class TextDelta:
 
 @dataclass(frozen=True, slots=True)
 class Notice:
-    """Something the agent itself tells the user during a turn (a context compaction, an MCP server that stopped):
-    shown as a message of its own, never part of a model reply or of the model's history."""
+    """Something the agent itself tells the user during a turn (an MCP server that stopped, a compaction): never
+    part of a model reply or of the model's history. Shown as a notice where the client can show one, else as
+    `text`, a message of its own. `title` stands alone (empty: `text` is the title); `text` is then the detail."""
 
     text: str
+    title: str = ""
+    severity: Literal["info", "warning", "error"] = "info"
+
+
+@dataclass(frozen=True, slots=True)
+class Compaction:
+    """A context compaction of the conversation, by its id: `in_progress` when it starts, then `completed` (with
+    the summary the model made) or `failed`. A client that cannot show compactions is shown `notice` once it
+    completed; nothing of it enters the model's history but the summary itself."""
+
+    compaction_id: str
+    status: Literal["in_progress", "completed", "failed"]
+    summary: str | None = None
+    error: str | None = None
+    notice: Notice | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,6 +251,7 @@ TurnEvent = (
     ReplyStarted
     | TextDelta
     | Notice
+    | Compaction
     | ThoughtDelta
     | ToolCallStarted
     | ToolCallUpdated

@@ -1,8 +1,10 @@
-"""The ports through which tools reach the outside world: files, commands, and the user's permission.
+"""The ports through which tools reach the outside world: files, commands, the user's permission, and questions
+to the user.
 
 Each has two kinds of implementation: through the editor (ACP `fs/*`, `terminal/*`,
-`session/request_permission`, in `protocol/editor.py`) and local (`runtime/local_fs.py`), chosen per session from
-the client's advertised capabilities. Tools are written once, against these protocols, and never know which side
+`session/request_permission`, `elicitation/create`, in `protocol/editor.py`) and local (`runtime/local_fs.py`; for
+questions, `NoQuestions`: the tool asks in its reply instead), chosen per session from the client's advertised
+capabilities. Tools are written once, against these protocols, and never know which side
 they talk to; the runtime stays free of JSON-RPC.
 """
 
@@ -16,12 +18,16 @@ from typing import Any, Literal, Protocol
 from acp_server.runtime.model import ToolContent
 
 __all__ = [
+    "Answer",
     "CommandResult",
     "CommandRunner",
     "Decision",
     "FileSystem",
+    "NoQuestions",
     "PermissionRequest",
     "Permissions",
+    "Question",
+    "Questions",
     "Subagents",
     "ToolError",
 ]
@@ -96,6 +102,39 @@ class Decision:
 
 class Permissions(Protocol):
     async def decide(self, request: PermissionRequest) -> Decision: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Question:
+    """A structured question for the user: `message` as they read it, `schema` the fields of the answer (a JSON
+    schema of an object whose properties are strings, numbers, integers, booleans or string choices)."""
+
+    tool_call_id: str
+    message: str
+    schema: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """The user's answer: `accept` with `content` (the fields), `decline`, `cancel`, or another word a newer client
+    may use, kept as it came."""
+
+    action: str
+    content: dict[str, Any] | None = None
+
+
+class Questions(Protocol):
+    async def ask(self, question: Question) -> Answer | None:
+        """The user's answer; None when this client cannot be asked (the tool then asks in its reply). Cancelled
+        with the turn; raises ToolError when the client fails the request."""
+        ...
+
+
+class NoQuestions:
+    """A client that cannot be asked structured questions."""
+
+    async def ask(self, question: Question) -> Answer | None:
+        return None
 
 
 class Subagents(Protocol):

@@ -73,8 +73,13 @@ class Prompt:
 
 @dataclass(frozen=True, slots=True)
 class ClientTools:
-    """What the client can do for a session's tools (from its `initialize` capabilities)."""
+    """What the client can do for a session's tools and show its user (from its `initialize` capabilities)."""
 
     read_files: bool = False
     write_files: bool = False
     terminals: bool = False
+    # `clientCapabilities.session.notices` / `.compaction`: it shows `notice` and `compaction_update` updates.
+    notices: bool = False
+    compaction: bool = False
+    # `clientCapabilities.elicitation.form`: it asks its user structured questions (`elicitation/create`).
+    elicitation: bool = False

@@ -9,7 +9,7 @@ an `Edge` in with the `TurnServices`, so a second renderer needs no change here 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from acp_server.runtime.model import (
@@ -20,7 +20,7 @@ from acp_server.runtime.model import (
     TurnEvent,
     UsageReported,
 )
-from acp_server.runtime.ports import CommandRunner, FileSystem, Permissions
+from acp_server.runtime.ports import CommandRunner, FileSystem, NoQuestions, Permissions, Questions
 from acp_server.settings.choices import PermissionMode, PromptPolicy
 
 if TYPE_CHECKING:
@@ -77,6 +77,8 @@ class Ports:
     permissions: Permissions
     # A raw request to the client, fenced by the turn (the test tools' `test_client_request`).
     request: Callable[[str, dict[str, Any]], Awaitable[Any]]
+    # Structured questions to the user (`elicitation/create`), or none where the client cannot be asked.
+    questions: Questions = field(default_factory=NoQuestions)
 
 
 class TurnSink(Protocol):

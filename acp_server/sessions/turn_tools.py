@@ -51,4 +51,5 @@ def tool_context(
         cleanup_deadline=lambda: run.cleanup_deadline(services.config.cleanup_deadline),
         client_request=ports.request,
         subagents=subagents,
+        questions=ports.questions,
     )

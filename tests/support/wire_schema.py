@@ -65,6 +65,7 @@ AGENT_TO_CLIENT = {
     "session/request_permission",
     "fs/read_text_file",
     "fs/write_text_file",
+    "elicitation/create",
 } | {f"terminal/{verb}" for verb in ("create", "output", "release", "wait_for_exit", "kill")}
 # v2 removed the client's file system and terminals (ACP-V2.md §21.1).
 AGENT_TO_CLIENT_V2 = {"session/update", "session/request_permission", "elicitation/create", "elicitation/complete"}

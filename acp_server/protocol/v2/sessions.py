@@ -35,6 +35,7 @@ from acp_server.protocol.session_handlers import (
 from acp_server.protocol.v2.schema import NewSessionRequestV2, ResumeSessionRequestV2
 from acp_server.protocol.v2.updates import available_commands_v2, config_options_v2, idle
 from acp_server.sessions.options import SLASH_COMMANDS
+from acp_server.sessions.runs import Session
 
 if TYPE_CHECKING:
     from acp_server.store import LoadedSession
@@ -111,7 +112,7 @@ async def session_resume_v2(context: RequestContext, params: ResumeSessionReques
 
     last_stop = ["end_turn"]
 
-    def replay(loaded: LoadedSession) -> list[dict[str, Any]]:
+    def replay(loaded: LoadedSession, session: Session) -> list[dict[str, Any]]:
         # Called before anything is sent or registered: a refusal here leaves the session as it was.
         if Path(loaded.session.cwd) != Path(params.cwd):
             raise RpcError(

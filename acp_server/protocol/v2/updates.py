@@ -16,7 +16,7 @@ from typing import Any
 from acp_server.jsonrpc.connection import Connection
 from acp_server.protocol.editor import tool_content
 from acp_server.protocol.store_log import log_update
-from acp_server.protocol.updates import render_v1
+from acp_server.protocol.updates import TurnUpdates
 from acp_server.runtime.model import (
     DiffOutput,
     StopReason,
@@ -74,17 +74,17 @@ def plan_id(session_id: str) -> str:
 class V2TurnUpdates:
     """One turn's events as v2 `session/update`s, through the fence (the `TurnSink` of `sessions/edge.py`)."""
 
-    __slots__ = ("_cancellable", "_connection", "_ids", "_run", "_session_id")
+    __slots__ = ("_cancellable", "_connection", "_run", "_session_id", "_v1")
 
     def __init__(self, connection: Connection, run: RunContext) -> None:
         self._connection = connection
         self._run = run
         self._session_id = run.session_id
-        self._ids = ["", ""]  # the current reply's message id and thought id, shared with the v1 renderer
+        self._v1 = TurnUpdates(connection, run)  # renders (never sends): its message ids are the v2 messages' too
         self._cancellable: set[str] = set()  # tool calls that advertise `capabilities.cancel` once in progress
 
     async def send(self, event: TurnEvent) -> None:
-        v1 = render_v1(event, self._ids)
+        v1 = self._v1.render(event)
         if v1 is None:
             return
         run = self._run
@@ -97,7 +97,7 @@ class V2TurnUpdates:
             _log(run, v1, event)
 
     def send_now(self, event: TurnEvent) -> None:
-        v1 = render_v1(event, self._ids)
+        v1 = self._v1.render(event)
         if v1 is None:
             return
         self._connection.notify("session/update", {"sessionId": self._session_id, "update": self._shown(v1, event)})

@@ -21,7 +21,7 @@ from acp_server.settings.files import (
     read_config_file,
 )
 
-__all__ = ["MissingCredentialsError", "UnknownModelError", "open_provider"]
+__all__ = ["MissingCredentialsError", "UnknownModelError", "needs_credentials", "open_provider"]
 
 FAMILIES = ("echo", "scripted[:PATH]", "openai:MODEL", "anthropic:MODEL")
 
@@ -32,6 +32,11 @@ class UnknownModelError(ModelSpecError):
 
 class MissingCredentialsError(Exception):
     """The provider needs an API key that is nowhere to be found; the message tells the user where to put one."""
+
+
+def needs_credentials(spec: str) -> bool:
+    """Whether the spec's family is one that takes credentials (`openai:`, `anthropic:`); `logout` forgets those."""
+    return spec.partition(":")[0] in ("openai", "anthropic")
 
 
 def open_provider(spec: str, *, base_url: str | None = None, env: Mapping[str, str] = os.environ) -> Provider:

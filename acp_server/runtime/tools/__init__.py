@@ -14,7 +14,7 @@ from typing import Any, Generic, TypeVar
 from pydantic import BaseModel
 
 from acp_server.runtime.model import Emit, Media, Probe, ToolContent, ToolSpec
-from acp_server.runtime.ports import CommandRunner, FileSystem, Permissions, Subagents
+from acp_server.runtime.ports import CommandRunner, FileSystem, NoQuestions, Permissions, Questions, Subagents
 from acp_server.runtime.processes import ProcessTable
 
 __all__ = ["Tool", "ToolBox", "ToolContext", "ToolResult"]
@@ -68,6 +68,8 @@ class ToolContext:
     client_request: Callable[[str, dict[str, Any]], Awaitable[Any]]
     # Child sessions for `delegate`.
     subagents: Subagents
+    # Structured questions to the user (`ask_user`), where the client can be asked them.
+    questions: Questions = field(default_factory=NoQuestions)
 
 
 @dataclass(frozen=True, slots=True)

@@ -122,7 +122,9 @@ def test_a_turn_waits_for_a_starting_server_only_so_long_and_says_so_once() -> N
     waited, first, second = anyio.run(turns)
     assert 0.15 < waited < scaled(1.0)  # the ready wait, then no more
     assert first.specs == () and second.specs == ()
-    assert said == [Notice("The MCP server 'slow' is still starting; its tools are not available yet.")]
+    assert said == [
+        Notice("The MCP server 'slow' is still starting; its tools are not available yet.", severity="warning")
+    ]
 
 
 async def test_the_probe_lists_a_servers_tools() -> None:

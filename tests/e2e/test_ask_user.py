@@ -1,0 +1,181 @@
+"""`ask_user` end to end over stdio: a structured question through `elicitation/create` (form mode) for a client
+that advertises `elicitation.form`, the plain-text fallback for one that does not, the user's answer, decline or
+dismissal reaching the model as such, and a cancel retracting an open question exactly as it retracts a permission
+request (docs/interrupts.md I8): `$/cancel_request` before the `cancelled` response, a late answer ignored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from acp_server.runtime.tools.ask import WAIT_FOR_THE_USER
+from tests.conftest import StartServer
+from tests.support.fake_openai import FakeOpenAI, text_reply, tool_call_reply
+from tests.support.harness import DEFAULT_ARGS, LONG_GRACE_ARGS, T_ACK, T_WAIT, W_QUIET, RawClient, scaled
+
+FORMS: dict[str, Any] = {"elicitation": {"form": {}}}
+QUESTION = {
+    "question": "Which branch should I release from?",
+    "fields": [
+        {"name": "branch", "title": "Branch", "choices": ["main", "dev"]},
+        {"name": "tag", "type": "boolean", "description": "also tag it", "required": False},
+    ],
+}
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "branch": {"type": "string", "title": "Branch", "enum": ["main", "dev"]},
+        "tag": {"type": "boolean", "description": "also tag it"},
+    },
+    "required": ["branch"],
+}
+
+
+async def open_client(
+    start_server: StartServer, capabilities: dict[str, Any] | None, args: tuple[str, ...] = DEFAULT_ARGS
+) -> tuple[RawClient, str]:
+    client = await start_server(*args)
+    await client.initialize(capabilities)
+    return client, await client.new_session()
+
+
+async def next_question(client: RawClient) -> dict[str, Any]:
+    return await client.wait_for(lambda m: m.get("method") == "elicitation/create" and "id" in m)
+
+
+def final(client: RawClient, session: str) -> dict[str, Any]:
+    [closing] = [u for u in client.updates(session, "tool_call_update") if u.get("status") in ("completed", "failed")]
+    return closing
+
+
+def text_of(update: dict[str, Any]) -> str:
+    [block] = update["content"]
+    text: str = block["content"]["text"]
+    return text
+
+
+async def test_ask_user_sends_a_form_elicitation_and_the_answer_is_the_tool_result(
+    start_server: StartServer,
+) -> None:
+    client, session = await open_client(start_server, FORMS)
+    prompt = await client.prompt(session, [{"tool": "ask_user", "args": QUESTION}, {"say": "releasing"}])
+    asked = await next_question(client)
+    [call] = client.updates(session, "tool_call")
+    assert asked["params"] == {
+        "sessionId": session,
+        "toolCallId": call["toolCallId"],
+        "mode": "form",
+        "message": "Which branch should I release from?",
+        "requestedSchema": SCHEMA,
+    }
+    assert call["title"] == "Ask: Which branch should I release from?"
+    await client.send({"id": asked["id"], "result": {"action": "accept", "content": {"branch": "dev", "tag": True}}})
+    assert (await client.response(prompt))["result"] == {"stopReason": "end_turn"}
+    closing = final(client, session)
+    assert closing["status"] == "completed"
+    assert text_of(closing) == 'The user answered: {"branch":"dev","tag":true}'
+    assert closing["rawOutput"] == {"action": "accept", "content": {"branch": "dev", "tag": True}}
+    assert client.texts(session) == ["releasing"]
+
+
+@pytest.mark.parametrize(("action", "words"), [("decline", "declined"), ("cancel", "dismissed")])
+async def test_a_declined_or_dismissed_question_reaches_the_model_as_such(
+    start_server: StartServer, action: str, words: str
+) -> None:
+    client, session = await open_client(start_server, FORMS)
+    prompt = await client.prompt(session, [{"tool": "ask_user", "args": {"question": "Name?"}}, {"say": "ok"}])
+    asked = await next_question(client)
+    assert asked["params"]["requestedSchema"] == {
+        "type": "object",
+        "properties": {"answer": {"type": "string", "title": "Answer"}},
+        "required": ["answer"],
+    }
+    await client.send({"id": asked["id"], "result": {"action": action}})
+    assert (await client.response(prompt))["result"] == {"stopReason": "end_turn"}
+    closing = final(client, session)
+    assert words in text_of(closing)
+    assert closing["rawOutput"] == {"action": action}
+
+
+async def test_without_forms_the_question_is_in_the_reply_and_the_model_is_told_to_wait(
+    start_server: StartServer,
+) -> None:
+    client, session = await open_client(start_server, None)
+    prompt = await client.prompt(session, [{"tool": "ask_user", "args": QUESTION}])
+    assert (await client.response(prompt))["result"] == {"stopReason": "end_turn"}
+    assert [m for m in client.received if m.get("method") == "elicitation/create"] == []
+    shown = "".join(client.texts(session))
+    assert "Which branch should I release from?" in shown
+    assert "- Branch (one of: main, dev)" in shown and "- tag: also tag it" in shown
+    assert text_of(final(client, session)) == WAIT_FOR_THE_USER
+
+
+async def test_a_cancel_retracts_an_open_question_and_a_late_answer_is_ignored(start_server: StartServer) -> None:
+    # LONG_GRACE: an answer within T_ACK then means at once, never the cleanup deadline.
+    client, session = await open_client(start_server, FORMS, LONG_GRACE_ARGS)
+    prompt = await client.prompt(session, [{"tool": "ask_user", "args": QUESTION}, {"say": "never"}])
+    asked = await next_question(client)
+    t0 = await client.cancel(session)
+    response = await client.response(prompt)
+    assert response["result"] == {"stopReason": "cancelled"}
+    assert client.arrival_time(response) - t0 <= T_ACK
+    [retraction] = [m for m in client.received if m.get("method") == "$/cancel_request"]
+    assert retraction["params"] == {"requestId": asked["id"]}
+    assert client.received.index(retraction) < client.received.index(response)
+    assert final(client, session)["status"] == "failed"
+    count = len(client.received)
+    await client.send({"id": asked["id"], "result": {"action": "accept", "content": {"branch": "main"}}})
+    await asyncio.sleep(W_QUIET)
+    assert [m for m in client.received[count:] if m.get("method") != "_scripted/probe"] == []
+    assert client.texts(session) == []
+    # The session is ready for the next prompt.
+    again = await client.prompt(session, [{"say": "ok"}])
+    assert (await client.response(again, T_WAIT))["result"] == {"stopReason": "end_turn"}
+
+
+@pytest.fixture
+def model() -> Iterator[FakeOpenAI]:
+    with FakeOpenAI() as server:
+        yield server
+
+
+async def test_a_real_model_reads_the_users_answer_in_its_next_call(
+    start_server: StartServer, model: FakeOpenAI, tmp_path: Path
+) -> None:
+    model.script(
+        tool_call_reply(("call_q", "ask_user", ['{"question": "Which colour?"}'])),
+        text_reply("Blue it is."),
+    )
+    env = {"OPENAI_API_KEY": "sk-test", "ACP_SERVER_CONFIG": str(tmp_path / "none.toml")}
+    client = await start_server("--model", "openai:fake", "--base-url", model.base_url, env=env)
+    await client.initialize(FORMS)
+    session = await client.new_session(str(tmp_path))
+    prompt = await client.request("session/prompt", {"sessionId": session, "prompt": [{"type": "text", "text": "go"}]})
+    asked = await next_question(client)
+    assert asked["params"]["toolCallId"] == "call_q"
+    await client.send({"id": asked["id"], "result": {"action": "accept", "content": {"answer": "blue"}}})
+    assert (await client.response(prompt, scaled(30)))["result"] == {"stopReason": "end_turn"}
+    offered = {tool["function"]["name"] for tool in model.requests[0].body["tools"]}
+    assert "ask_user" in offered
+    second = model.requests[1].body["messages"]
+    assert second[-1]["role"] == "tool" and second[-1]["tool_call_id"] == "call_q"
+    assert second[-1]["content"] == 'The user answered: {"answer":"blue"}'
+
+
+async def test_a_subagents_question_names_the_delegate_call_the_client_sees(start_server: StartServer) -> None:
+    client, session = await open_client(start_server, FORMS)
+    child_script = [{"tool": "ask_user", "args": {"question": "Which file?"}}, {"say": "child done"}]
+    prompt = await client.prompt(
+        session, [{"tool": "delegate", "args": {"task": "find it", "script": child_script}}, {"say": "parent done"}]
+    )
+    asked = await next_question(client)
+    [delegate] = client.updates(session, "tool_call")
+    assert asked["params"]["sessionId"] == session
+    assert asked["params"]["toolCallId"] == delegate["toolCallId"]
+    await client.send({"id": asked["id"], "result": {"action": "accept", "content": {"answer": "a.txt"}}})
+    assert (await client.response(prompt))["result"] == {"stopReason": "end_turn"}

@@ -1,0 +1,67 @@
+"""ACP `logout`: advertised as `agentCapabilities.auth.logout`, it forgets the key this process was given through
+`authenticate`; sessions and prompts then need `authenticate` again, where the model takes a key at all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import StartServer
+from tests.support.fake_openai import FakeOpenAI, text_reply
+from tests.support.harness import scaled
+
+NO_KEYS = {"OPENAI_API_KEY": "", "OPENAI_BASE_URL": "", "ANTHROPIC_API_KEY": "", "ANTHROPIC_AUTH_TOKEN": ""}
+
+
+@pytest.fixture
+def model() -> Iterator[FakeOpenAI]:
+    with FakeOpenAI() as server:
+        yield server
+
+
+def prompt(session_id: str, text: str) -> dict[str, Any]:
+    return {"sessionId": session_id, "prompt": [{"type": "text", "text": text}]}
+
+
+async def test_logout_forgets_the_key_given_through_authenticate_until_the_next_authenticate(
+    start_server: StartServer, model: FakeOpenAI, tmp_path: Path
+) -> None:
+    config = tmp_path / "config.toml"
+    # The official OpenAI API (no base URL of a local server): a key is required.
+    server = await start_server("--model", "openai:fake-model", env={**NO_KEYS, "ACP_SERVER_CONFIG": str(config)})
+    initialized = (await server.initialize())["result"]
+    assert initialized["agentCapabilities"]["auth"] == {"logout": {}}
+    config.write_text(f'[providers.openai]\napi_key = "sk-test-not-real"\nbase_url = "{model.base_url}"\n')
+    assert (await server.call("authenticate", {"methodId": "api-key"}))["result"] == {}
+    session = await server.new_session(str(tmp_path))
+    model.set_default(text_reply("hello"))
+    answer = await server.call("session/prompt", prompt(session, "hi"), timeout=scaled(30))
+    assert answer["result"] == {"stopReason": "end_turn"}
+
+    assert (await server.call("logout", {}))["result"] == {}
+    assert (await server.call("logout", {}))["result"] == {}  # idempotent
+    refused = await server.call("session/prompt", prompt(session, "again"))
+    assert refused["error"]["code"] == -32000
+    assert "authenticate" in refused["error"]["message"]
+    assert (await server.call("session/new", {"cwd": str(tmp_path), "mcpServers": []}))["error"]["code"] == -32000
+    assert not any("again" in str(r.body) for r in model.requests)  # the refused prompt never reached the model
+
+    assert (await server.call("authenticate", {"methodId": "api-key"}))["result"] == {}
+    answer = await server.call("session/prompt", prompt(session, "back"), timeout=scaled(30))
+    assert answer["result"] == {"stopReason": "end_turn"}
+    [last] = [r for r in model.requests if "back" in str(r.body)]
+    assert {k.lower(): v for k, v in last.headers.items()}["authorization"] == "Bearer sk-test-not-real"
+
+
+async def test_logout_changes_nothing_for_a_model_that_needs_no_key(start_server: StartServer) -> None:
+    server = await start_server("--model", "echo", env=NO_KEYS)
+    initialized = (await server.initialize())["result"]
+    assert initialized["agentCapabilities"]["auth"]["logout"] == {}
+    session = await server.new_session()
+    assert (await server.call("logout", {}))["result"] == {}
+    assert (await server.call("session/prompt", prompt(session, "still here")))["result"] == {"stopReason": "end_turn"}
+    assert "".join(server.texts(session)) == "still here"
