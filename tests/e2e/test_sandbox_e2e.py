@@ -279,3 +279,22 @@ async def test_a_sandbox_asked_for_by_name_that_cannot_be_had_refuses_commands_a
     code, _ = await client.close()
     assert code == 0
     assert "run_command refuses every command" in client.stderr_text
+
+
+async def test_on_v2_a_refused_command_shows_no_terminal_and_the_tool_call_says_why(
+    start_server: StartServer, tmp_path: Path
+) -> None:
+    server = await start_server(*DEFAULT_ARGS, "--sandbox", "read-only", env=no_landlock_env(tmp_path))
+    await server.initialize_v2()
+    session_id = await server.new_session_v2()
+    response = await server.call(
+        "session/set_config_option", {"sessionId": session_id, "configId": "mode", "type": "id", "value": "bypass"}
+    )
+    assert "result" in response, response
+    await server.prompt(session_id, [{"tool": "run_command", "args": {"command": f"touch {tmp_path}/ran"}}])
+    await server.idle(session_id)
+    assert server.updates(session_id, "terminal_update") == []  # nothing ran, so no terminal was shown
+    finals = [u for u in server.updates(session_id, "tool_call_update") if u.get("status") in ("completed", "failed")]
+    assert [final["status"] for final in finals] == ["failed"], finals
+    assert "the read-only sandbox was asked for but cannot be had" in str(finals[0]), finals
+    assert not (tmp_path / "ran").exists()
