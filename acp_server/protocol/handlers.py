@@ -44,6 +44,7 @@ from acp_server.protocol.session_handlers import (
     session_set_config_option,
     session_set_mode,
 )
+from acp_server.protocol.v2.initialize import initialize_result
 from acp_server.protocol.warmup import warm_up
 from acp_server.sessions.options import PROMPT_POLICIES
 from acp_server.sessions.turn import TurnFailedError, execute_prompt
@@ -61,8 +62,10 @@ class NoParams(WireModel):
 
 
 async def initialize(context: RequestContext, params: InitializeRequest) -> dict[str, Any]:
-    # The client's capabilities were recorded in AcpDispatcher.prepare, in reader order.
-    # ACP: answer the requested version if supported, else the latest we support. We speak exactly version 1.
+    # The client's capabilities and the version were recorded in AcpDispatcher.prepare, in reader order
+    # (protocol/v2/negotiation.py: 1 -> 1, 2 and above -> 2, else -32022; only 1 with `--protocol 1`).
+    if context.admission_error is not None:
+        raise context.admission_error
     parts = context.parts
     stored = context.parts.config.store  # loading, listing and resuming need the session store
     # The endpoints' models lists: the cached ones now, a refresh in the background (never awaited); a session/new
@@ -74,6 +77,8 @@ async def initialize(context: RequestContext, params: InitializeRequest) -> dict
     # own when it opens.
     warm = (warm_up, parts.providers, parts.turns.tools, parts.config.model)
     context.after.append(lambda: parts.connection.spawn(*warm))
+    if parts.handshake.v2:
+        return initialize_result(parts, taken)
     return {
         "protocolVersion": PROTOCOL_VERSION,
         "agentCapabilities": {

@@ -115,7 +115,9 @@ async def execute_prompt(services: TurnServices, run: RunContext) -> StopReason:
     store = services.store()
     if store is not None:
         # Recorded from the start, so even a prompt cancelled before it ran is replayed with its outcome.
-        run.turn_log = store.begin_turn(run.session_id, run.prompt.blocks(), run.prompt.text)
+        run.turn_log = store.begin_turn(
+            run.session_id, run.prompt.blocks(), run.prompt.text, message_id=run.prompt.message_id
+        )
     try:
         return await _execute(services, run)
     finally:
@@ -220,6 +222,7 @@ async def _work(services: TurnServices, run: RunContext) -> None:
                     compactor=compactor,
                     hand_over=lambda: services.runs.hand_over_due(session),
                     redactor=redactor_for(services.config.held_secrets),
+                    cancellable_calls=run.cancellable_calls,
                 )
         if run.settle(stop) and model_turn is not None:
             await model_turn.settle()  # outside the turn's scope: a late cancel cannot undo a decided outcome
