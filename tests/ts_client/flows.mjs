@@ -1,0 +1,233 @@
+// The official ACP TypeScript SDK (@agentclientprotocol/sdk, pinned in package-lock.json) as a real third-party client
+// of acp-server: tests/e2e/test_ts_sdk.py runs `node flows.mjs GROUP -- SERVER_COMMAND...`, this script spawns the
+// server, drives one group of flows through the SDK's client-side connection over stdio, and prints one JSON object
+// on stdout: what each flow saw, and `schemaErrors`, every agent message the SDK's own zod schemas rejected (the
+// connection validates incoming requests and notifications; responses it passes on unchecked, so they are checked
+// here with the same generated schemas), and `wire`, every message each way in order (the pytest side checks it
+// against the official JSON schema too). Judging is left to the pytest side; this script only records.
+import { spawn } from "node:child_process";
+import { Readable, Writable } from "node:stream";
+import * as acp from "@agentclientprotocol/sdk";
+
+// The SDK's generated zod schemas: not in its package exports, so imported by file (the very module the connection
+// validates with).
+const zodV1 = await import(new URL("./node_modules/@agentclientprotocol/sdk/dist/v1/schema/zod.gen.js", import.meta.url));
+
+const V1_RESPONSES = {
+  initialize: zodV1.zInitializeResponse,
+  "session/new": zodV1.zNewSessionResponse,
+  "session/load": zodV1.zLoadSessionResponse,
+  "session/list": zodV1.zListSessionsResponse,
+  "session/close": zodV1.zCloseSessionResponse,
+  "session/prompt": zodV1.zPromptResponse,
+};
+const V1_FROM_AGENT = {
+  "session/update": zodV1.zSessionNotification,
+  "session/request_permission": zodV1.zRequestPermissionRequest,
+};
+
+const STEP_TIMEOUT_MS = Number(process.env.TS_FLOW_STEP_TIMEOUT_MS || "15000");
+
+function withTimeout(promise, what) {
+  let timer;
+  const timeout = new Promise((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`timed out waiting for ${what}`)), STEP_TIMEOUT_MS);
+  });
+  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
+}
+
+/** Spawn the server and wrap its stdio in the SDK's ndjson stream, checking every message the agent sends. */
+function spawnAgent(command, responses, fromAgent, out) {
+  const { schemaErrors, wire } = out;
+  const child = spawn(command[0], command.slice(1), { stdio: ["pipe", "pipe", "inherit"] });
+  const stream = acp.ndJsonStream(Writable.toWeb(child.stdin), Readable.toWeb(child.stdout));
+  const sentMethods = new Map();
+  const check = (schema, value, what) => {
+    if (!schema) return;
+    out.schemaChecked += 1;
+    const result = schema.safeParse(value);
+    if (!result.success) schemaErrors.push({ what, issues: result.error.issues, value });
+  };
+  const readable = stream.readable.pipeThrough(
+    new TransformStream({
+      transform(message, controller) {
+        wire.push({ dir: "agent", message });
+        if ("method" in message) {
+          check(fromAgent[message.method], message.params, message.method);
+        } else if ("result" in message) {
+          const method = sentMethods.get(message.id);
+          check(responses[method], message.result, `response to ${method}`);
+        }
+        controller.enqueue(message);
+      },
+    }),
+  );
+  const writer = stream.writable.getWriter();
+  const writable = new WritableStream({
+    write(message) {
+      wire.push({ dir: "client", message });
+      if ("method" in message && "id" in message) sentMethods.set(message.id, message.method);
+      return writer.write(message);
+    },
+    close() {
+      return writer.close();
+    },
+  });
+  const exited = new Promise((resolve) => child.on("exit", (code, signal) => resolve({ code, signal })));
+  return { child, stream: { readable, writable }, exited };
+}
+
+/** What the client side records: every session/update in order, every probe, every permission request. */
+function recorder() {
+  const updates = [];
+  const probes = [];
+  const permissions = [];
+  const waiters = [];
+  const poke = () => {
+    for (const w of [...waiters]) {
+      const found = w.find();
+      if (found !== undefined) {
+        waiters.splice(waiters.indexOf(w), 1);
+        w.resolve(found);
+      }
+    }
+  };
+  return {
+    updates,
+    probes,
+    permissions,
+    addUpdate(u) {
+      updates.push(u);
+      poke();
+    },
+    addProbe(p) {
+      probes.push(p);
+      poke();
+    },
+    waitFor(find, what) {
+      const found = find();
+      if (found !== undefined) return Promise.resolve(found);
+      return withTimeout(new Promise((resolve) => waiters.push({ find, resolve })), what);
+    },
+  };
+}
+
+function textsOf(updates, sessionId, kind = "agent_message_chunk") {
+  return updates
+    .filter((n) => n.sessionId === sessionId && n.update.sessionUpdate === kind && n.update.content.type === "text")
+    .map((n) => n.update.content.text);
+}
+
+async function v1Flows(command) {
+  const out = { schemaChecked: 0, schemaErrors: [], wire: [] };
+  const rec = recorder();
+  const { stream, exited, child } = spawnAgent(command, V1_RESPONSES, V1_FROM_AGENT, out);
+  const app = acp
+    .client({ name: "acp-server-ts-flows" })
+    .onNotification(acp.methods.client.session.update, ({ params }) => rec.addUpdate(params))
+    .onRequest(acp.methods.client.session.requestPermission, ({ params }) => {
+      rec.permissions.push(params);
+      const allow = params.options.find((o) => o.kind === "allow_once");
+      return { outcome: { outcome: "selected", optionId: allow.optionId } };
+    })
+    .onNotification("*", ({ method, params }) => {
+      if (method === "_scripted/probe") rec.addProbe(params);
+    });
+  await app.connectWith(stream, async (ctx) => {
+    const req = (method, params, what = method) => withTimeout(ctx.request(method, params), what);
+    const prompt = (sessionId, script, text = "go") =>
+      req("session/prompt", { sessionId, prompt: [{ type: "text", text }], _meta: { scripted: script } });
+
+    out.initialize = await req("initialize", {
+      protocolVersion: 1,
+      clientCapabilities: { fs: { readTextFile: false, writeTextFile: false }, terminal: false },
+      clientInfo: { name: "acp-server-ts-flows", version: "1" },
+    });
+    const cwd = process.cwd();
+    const created = await req("session/new", { cwd, mcpServers: [] });
+    const sessionId = created.sessionId;
+    out.newSession = created;
+
+    // A streamed prompt: several chunks of one message, then end_turn.
+    let mark = rec.updates.length;
+    const streamed = await prompt(sessionId, [{ say: "hello, " }, { say: "typescript " }, { say: "sdk" }], "stream");
+    out.streamed = { stopReason: streamed.stopReason, texts: textsOf(rec.updates.slice(mark), sessionId) };
+
+    // Cancel while the turn waits on a gate: the prompt answers cancelled; the next prompt ends end_turn.
+    mark = rec.updates.length;
+    const gated = prompt(sessionId, [{ say: "before" }, { gate: "g1" }, { say: "after" }], "gated");
+    await rec.waitFor(() => rec.probes.find((p) => p.event === "gate_reached" && p.sessionId === sessionId), "the gate");
+    await ctx.notify(acp.methods.agent.session.cancel, { sessionId });
+    const cancelled = await gated;
+    await ctx.notify("_scripted/release", { sessionId, gate: "g1" });
+    const cancelledTexts = textsOf(rec.updates.slice(mark), sessionId);
+    mark = rec.updates.length;
+    const after = await prompt(sessionId, [{ say: "ok" }], "next");
+    out.cancel = {
+      stopReason: cancelled.stopReason,
+      texts: cancelledTexts,
+      nextStopReason: after.stopReason,
+      nextTexts: textsOf(rec.updates.slice(mark), sessionId),
+    };
+
+    // A permission request, answered allow-once by the handler above.
+    mark = rec.updates.length;
+    const permission = {
+      toolCall: { toolCallId: "call_1", title: "write /y" },
+      options: [
+        { optionId: "allow-once", name: "Allow", kind: "allow_once" },
+        { optionId: "reject-once", name: "Reject", kind: "reject_once" },
+      ],
+    };
+    const asked = await prompt(sessionId, [
+      { tool: "test_client_request", args: { method: "session/request_permission", params: permission } },
+      { say: "granted" },
+    ], "ask");
+    out.permission = {
+      stopReason: asked.stopReason,
+      requests: rec.permissions.map((p) => ({ sessionId: p.sessionId, optionIds: p.options.map((o) => o.optionId) })),
+      toolResults: rec.updates
+        .slice(mark)
+        .filter((n) => n.update.sessionUpdate === "tool_call_update" && n.update.status === "completed")
+        .map((n) => n.update.rawOutput),
+      texts: textsOf(rec.updates.slice(mark), sessionId),
+    };
+
+    // list, close, then load the closed session back with its history replayed.
+    out.list = await req("session/list", { cwd });
+    out.close = await req("session/close", { sessionId });
+    mark = rec.updates.length;
+    out.load = await req("session/load", { sessionId, cwd, mcpServers: [] });
+    const replay = rec.updates.slice(mark).filter((n) => n.sessionId === sessionId);
+    out.loadReplay = {
+      userTexts: textsOf(replay, sessionId, "user_message_chunk"),
+      agentTexts: textsOf(replay, sessionId),
+    };
+    // The loaded session works like a new one.
+    mark = rec.updates.length;
+    const reloaded = await prompt(sessionId, [{ say: "again" }], "reloaded");
+    out.afterLoad = { stopReason: reloaded.stopReason, texts: textsOf(rec.updates.slice(mark), sessionId) };
+    out.finalClose = await req("session/close", { sessionId });
+  });
+  // connectWith closed the connection (the server's stdin): it exits on its own.
+  out.exit = await withTimeout(exited, "the server to exit").catch((error) => {
+    child.kill("SIGKILL");
+    return { error: String(error) };
+  });
+  return out;
+}
+
+const GROUPS = { v1: v1Flows };
+
+const [group, separator, ...command] = process.argv.slice(2);
+if (!GROUPS[group] || separator !== "--" || command.length === 0) {
+  console.error(`usage: node flows.mjs (${Object.keys(GROUPS).join("|")}) -- SERVER_COMMAND...`);
+  process.exit(2);
+}
+try {
+  const result = await GROUPS[group](command);
+  process.stdout.write(JSON.stringify(result) + "\n");
+} catch (error) {
+  process.stdout.write(JSON.stringify({ fatal: String(error?.stack ?? error), data: error?.data }) + "\n");
+  process.exitCode = 1;
+}
