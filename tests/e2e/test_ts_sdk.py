@@ -124,3 +124,34 @@ def test_the_typescript_sdk_runs_the_v1_flows_and_accepts_every_message() -> Non
     assert "after" not in replayed, "the cancelled turn never got past its gate"
     assert report["afterLoad"] == {"stopReason": "end_turn", "texts": ["again"]}
     assert report["finalClose"] == {}
+
+
+@pytest.mark.timeout(60)
+def test_the_typescript_sdk_v2_entry_sees_prompts_acknowledged_then_idle_and_cancelled() -> None:
+    """`@agentclientprotocol/sdk/experimental/v2`, the SDK's v2 draft (ACP-V2.md): `initialize` at version 2, a
+    prompt answered with its `messageId` while still held at a gate, its work between `running` and `idle end_turn`,
+    and `session/cancel` ending a turn `idle cancelled`."""
+    report, stderr = run_flows("v2")
+    assert_clean(report, stderr)
+    assert report["initialize"]["protocolVersion"] == 2
+    assert report["initialize"]["info"]["name"] == "acp-server"
+    assert report["newSession"]["sessionId"]
+
+    prompt = report["prompt"]
+    assert isinstance(prompt["response"]["messageId"], str) and prompt["response"]["messageId"]
+    assert prompt["beforeRelease"] == {"states": [{"state": "running"}], "texts": []}, "answered before the work"
+    assert prompt["states"] == [{"state": "running"}, {"state": "idle", "stopReason": "end_turn"}]
+    assert prompt["texts"] == ["hello ", "v2"]
+    kinds = prompt["kinds"]
+    assert kinds[:2] == ["user_message", "state_update"], "the echo, then running"
+    last_idle = len(kinds) - 1 - kinds[::-1].index("state_update")
+    assert kinds.index("agent_message_chunk") < last_idle, "the reply lies between running and idle"
+
+    cancel = report["cancel"]
+    assert cancel["response"]["messageId"] not in (None, prompt["response"]["messageId"])
+    assert cancel["states"] == [{"state": "running"}, {"state": "idle", "stopReason": "cancelled"}]
+    assert cancel["texts"] == ["before"]
+    assert report["next"] == {
+        "states": [{"state": "running"}, {"state": "idle", "stopReason": "end_turn"}],
+        "texts": ["ok"],
+    }

@@ -8,10 +8,13 @@
 import { spawn } from "node:child_process";
 import { Readable, Writable } from "node:stream";
 import * as acp from "@agentclientprotocol/sdk";
+import * as acpV2 from "@agentclientprotocol/sdk/experimental/v2";
 
 // The SDK's generated zod schemas: not in its package exports, so imported by file (the very module the connection
 // validates with).
-const zodV1 = await import(new URL("./node_modules/@agentclientprotocol/sdk/dist/v1/schema/zod.gen.js", import.meta.url));
+const sdkFile = (path) => new URL(`./node_modules/@agentclientprotocol/sdk/dist/${path}`, import.meta.url);
+const zodV1 = await import(sdkFile("v1/schema/zod.gen.js"));
+const zodV2 = await import(sdkFile("v2/schema/zod.gen.js"));
 
 const V1_RESPONSES = {
   initialize: zodV1.zInitializeResponse,
@@ -26,6 +29,16 @@ const V1_FROM_AGENT = {
   "session/request_permission": zodV1.zRequestPermissionRequest,
 };
 
+const V2_RESPONSES = {
+  initialize: zodV2.zInitializeResponse,
+  "session/new": zodV2.zNewSessionResponse,
+  "session/prompt": zodV2.zPromptResponse,
+};
+const V2_FROM_AGENT = {
+  "session/update": zodV2.zUpdateSessionNotification,
+  "session/request_permission": zodV2.zRequestPermissionRequest,
+};
+
 const STEP_TIMEOUT_MS = Number(process.env.TS_FLOW_STEP_TIMEOUT_MS || "15000");
 
 function withTimeout(promise, what) {
@@ -37,10 +50,10 @@ function withTimeout(promise, what) {
 }
 
 /** Spawn the server and wrap its stdio in the SDK's ndjson stream, checking every message the agent sends. */
-function spawnAgent(command, responses, fromAgent, out) {
+function spawnAgent(sdk, command, responses, fromAgent, out) {
   const { schemaErrors, wire } = out;
   const child = spawn(command[0], command.slice(1), { stdio: ["pipe", "pipe", "inherit"] });
-  const stream = acp.ndJsonStream(Writable.toWeb(child.stdin), Readable.toWeb(child.stdout));
+  const stream = sdk.ndJsonStream(Writable.toWeb(child.stdin), Readable.toWeb(child.stdout));
   const sentMethods = new Map();
   const check = (schema, value, what) => {
     if (!schema) return;
@@ -121,7 +134,7 @@ function textsOf(updates, sessionId, kind = "agent_message_chunk") {
 async function v1Flows(command) {
   const out = { schemaChecked: 0, schemaErrors: [], wire: [] };
   const rec = recorder();
-  const { stream, exited, child } = spawnAgent(command, V1_RESPONSES, V1_FROM_AGENT, out);
+  const { stream, exited, child } = spawnAgent(acp, command, V1_RESPONSES, V1_FROM_AGENT, out);
   const app = acp
     .client({ name: "acp-server-ts-flows" })
     .onNotification(acp.methods.client.session.update, ({ params }) => rec.addUpdate(params))
@@ -217,7 +230,88 @@ async function v1Flows(command) {
   return out;
 }
 
-const GROUPS = { v1: v1Flows };
+/** The v2 draft through the SDK's experimental/v2 entry: the prompt is answered on acceptance, the turn ends idle. */
+async function v2Flows(command) {
+  const out = { schemaChecked: 0, schemaErrors: [], wire: [] };
+  const rec = recorder();
+  const { stream, exited, child } = spawnAgent(acpV2, command, V2_RESPONSES, V2_FROM_AGENT, out);
+  const app = acpV2
+    .client({ name: "acp-server-ts-flows" })
+    .onNotification(acpV2.methods.client.session.update, ({ params }) => rec.addUpdate(params))
+    .onNotification("*", ({ method, params }) => {
+      if (method === "_scripted/probe") rec.addProbe(params);
+    });
+  const states = (sessionId, since) =>
+    rec.updates
+      .slice(since)
+      .filter((n) => n.sessionId === sessionId && n.update.sessionUpdate === "state_update")
+      .map((n) => ({ state: n.update.state, stopReason: n.update.stopReason }));
+  const idleAfter = (sessionId, since) =>
+    rec.waitFor(
+      () =>
+        rec.updates
+          .slice(since)
+          .find((n) => n.sessionId === sessionId && n.update.sessionUpdate === "state_update" && n.update.state === "idle"),
+      "idle",
+    );
+  const kinds = (sessionId, since) =>
+    rec.updates.slice(since).filter((n) => n.sessionId === sessionId).map((n) => n.update.sessionUpdate);
+  await app.connectWith(stream, async (ctx) => {
+    const req = (method, params, what = method) => withTimeout(ctx.request(method, params), what);
+    const prompt = (sessionId, script, text = "go") =>
+      req("session/prompt", { sessionId, prompt: [{ type: "text", text }], _meta: { scripted: script } });
+
+    out.initialize = await req("initialize", {
+      protocolVersion: 2,
+      info: { name: "acp-server-ts-flows", version: "1" },
+      capabilities: {},
+    });
+    const created = await req("session/new", { cwd: process.cwd() });
+    const sessionId = created.sessionId;
+    out.newSession = { sessionId };
+
+    // A prompt held at a gate is acknowledged before its work runs; released, it runs to idle end_turn.
+    let mark = rec.updates.length;
+    const acknowledged = await prompt(sessionId, [{ gate: "g" }, { say: "hello " }, { say: "v2" }], "first");
+    await rec.waitFor(() => rec.probes.find((p) => p.event === "gate_reached" && p.sessionId === sessionId), "the gate");
+    const beforeRelease = { states: states(sessionId, mark), texts: textsOf(rec.updates.slice(mark), sessionId) };
+    await ctx.notify("_scripted/release", { sessionId, gate: "g" });
+    await idleAfter(sessionId, mark);
+    out.prompt = {
+      response: acknowledged,
+      beforeRelease,
+      states: states(sessionId, mark),
+      texts: textsOf(rec.updates.slice(mark), sessionId),
+      kinds: kinds(sessionId, mark),
+    };
+
+    // session/cancel during a gate: the turn ends idle cancelled with only what came before the gate.
+    mark = rec.updates.length;
+    rec.probes.length = 0;
+    const cancelled = await prompt(sessionId, [{ say: "before" }, { gate: "g2" }, { say: "after" }], "second");
+    await rec.waitFor(() => rec.probes.find((p) => p.event === "gate_reached" && p.sessionId === sessionId), "the gate");
+    await ctx.notify(acpV2.methods.agent.session.cancel, { sessionId });
+    await idleAfter(sessionId, mark);
+    await ctx.notify("_scripted/release", { sessionId, gate: "g2" });
+    out.cancel = {
+      response: cancelled,
+      states: states(sessionId, mark),
+      texts: textsOf(rec.updates.slice(mark), sessionId),
+    };
+    // The session goes on.
+    mark = rec.updates.length;
+    await prompt(sessionId, [{ say: "ok" }], "third");
+    await idleAfter(sessionId, mark);
+    out.next = { states: states(sessionId, mark), texts: textsOf(rec.updates.slice(mark), sessionId) };
+  });
+  out.exit = await withTimeout(exited, "the server to exit").catch((error) => {
+    child.kill("SIGKILL");
+    return { error: String(error) };
+  });
+  return out;
+}
+
+const GROUPS = { v1: v1Flows, v2: v2Flows };
 
 const [group, separator, ...command] = process.argv.slice(2);
 if (!GROUPS[group] || separator !== "--" || command.length === 0) {
