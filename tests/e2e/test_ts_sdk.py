@@ -127,10 +127,11 @@ def test_the_typescript_sdk_runs_the_v1_flows_and_accepts_every_message() -> Non
 
 
 @pytest.mark.timeout(60)
-def test_the_typescript_sdk_v2_entry_sees_prompts_acknowledged_then_idle_and_cancelled() -> None:
+def test_the_typescript_sdk_v2_entry_runs_acknowledged_prompts_both_cancels_and_a_resume_with_replay() -> None:
     """`@agentclientprotocol/sdk/experimental/v2`, the SDK's v2 draft (ACP-V2.md): `initialize` at version 2, a
     prompt answered with its `messageId` while still held at a gate, its work between `running` and `idle end_turn`,
-    and `session/cancel` ending a turn `idle cancelled`."""
+    `session/cancel` ending a turn `idle cancelled`, `tool_call/cancel` stopping one call while the turn goes on,
+    then `session/close` and `session/resume` from the start replaying the history as whole messages."""
     report, stderr = run_flows("v2")
     assert_clean(report, stderr)
     assert report["initialize"]["protocolVersion"] == 2
@@ -155,3 +156,20 @@ def test_the_typescript_sdk_v2_entry_sees_prompts_acknowledged_then_idle_and_can
         "states": [{"state": "running"}, {"state": "idle", "stopReason": "end_turn"}],
         "texts": ["ok"],
     }
+
+    tool_cancel = report["toolCancel"]
+    assert tool_cancel["response"] == {}
+    assert tool_cancel["statuses"][-1] == "cancelled" and tool_cancel["statuses"].count("cancelled") == 1
+    assert tool_cancel["states"] == [{"state": "running"}, {"state": "idle", "stopReason": "end_turn"}]
+    assert tool_cancel["texts"] == ["went on"], "the turn went on after the cancelled call"
+
+    assert report["close"] == {}
+    assert "configOptions" in report["resume"]
+    replay = report["resumeReplay"]
+    assert replay["userTexts"] == ["first", "second", "third", "fourth"]
+    agent_texts = replay["agentTexts"]
+    assert agent_texts[:2] == ["hello v2", "before"] and agent_texts[-2:] == ["ok", "went on"]
+    assert "after" not in "".join(agent_texts), "the cancelled turn never got past its gate"
+    assert "agent_message_chunk" not in replay["kinds"], "a replay sends whole messages"
+    assert replay["kinds"].count("state_update") == 1
+    assert replay["last"] == {"sessionUpdate": "state_update", "state": "idle", "stopReason": "end_turn"}

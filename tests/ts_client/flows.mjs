@@ -33,6 +33,9 @@ const V2_RESPONSES = {
   initialize: zodV2.zInitializeResponse,
   "session/new": zodV2.zNewSessionResponse,
   "session/prompt": zodV2.zPromptResponse,
+  "tool_call/cancel": zodV2.zCancelToolCallResponse,
+  "session/close": zodV2.zCloseSessionResponse,
+  "session/resume": zodV2.zResumeSessionResponse,
 };
 const V2_FROM_AGENT = {
   "session/update": zodV2.zUpdateSessionNotification,
@@ -303,6 +306,45 @@ async function v2Flows(command) {
     await prompt(sessionId, [{ say: "ok" }], "third");
     await idleAfter(sessionId, mark);
     out.next = { states: states(sessionId, mark), texts: textsOf(rec.updates.slice(mark), sessionId) };
+
+    // tool_call/cancel stops the running call alone: it ends cancelled and the turn goes on to idle end_turn.
+    mark = rec.updates.length;
+    await prompt(sessionId, [{ tool: "test_sleep", args: { s: 30 } }, { say: "went on" }], "fourth");
+    const cancellable = await rec.waitFor(
+      () =>
+        rec.updates
+          .slice(mark)
+          .find((n) => n.sessionId === sessionId && n.update.capabilities && "cancel" in n.update.capabilities),
+      "a cancellable tool call",
+    );
+    const toolCallId = cancellable.update.toolCallId;
+    const toolCancel = await req("tool_call/cancel", { sessionId, toolCallId });
+    await idleAfter(sessionId, mark);
+    out.toolCancel = {
+      response: toolCancel,
+      statuses: rec.updates
+        .slice(mark)
+        .filter((n) => n.update.sessionUpdate === "tool_call_update" && n.update.toolCallId === toolCallId)
+        .map((n) => n.update.status ?? null),
+      states: states(sessionId, mark),
+      texts: textsOf(rec.updates.slice(mark), sessionId),
+    };
+
+    // close, then resume from the start: the history comes back as whole messages, ending idle.
+    out.close = await req("session/close", { sessionId });
+    mark = rec.updates.length;
+    out.resume = await req("session/resume", { sessionId, cwd: process.cwd(), replayFrom: { type: "start" } });
+    const replay = rec.updates.slice(mark).filter((n) => n.sessionId === sessionId);
+    out.resumeReplay = {
+      kinds: replay.map((n) => n.update.sessionUpdate),
+      userTexts: replay
+        .filter((n) => n.update.sessionUpdate === "user_message")
+        .map((n) => n.update.content.map((b) => b.text).join("")),
+      agentTexts: replay
+        .filter((n) => n.update.sessionUpdate === "agent_message")
+        .map((n) => n.update.content.map((b) => b.text).join("")),
+      last: replay.at(-1)?.update,
+    };
   });
   out.exit = await withTimeout(exited, "the server to exit").catch((error) => {
     child.kill("SIGKILL");
