@@ -127,11 +127,12 @@ def test_the_typescript_sdk_runs_the_v1_flows_and_accepts_every_message() -> Non
 
 
 @pytest.mark.timeout(60)
-def test_the_typescript_sdk_v2_entry_runs_acknowledged_prompts_both_cancels_and_a_resume_with_replay() -> None:
+def test_the_typescript_sdk_v2_entry_runs_held_prompts_three_cancels_and_a_resume_with_replay() -> None:
     """`@agentclientprotocol/sdk/experimental/v2`, the SDK's v2 draft (ACP-V2.md): `initialize` at version 2, a
     prompt answered with its `messageId` while still held at a gate, its work between `running` and `idle end_turn`,
-    `session/cancel` ending a turn `idle cancelled`, `tool_call/cancel` stopping one call while the turn goes on,
-    then `session/close` and `session/resume` from the start replaying the history as whole messages."""
+    `session/cancel` ending a turn `idle cancelled`, `tool_call/cancel` and `terminal/cancel` each stopping one thing
+    while the turn goes on, a prompt held while work runs, then `session/close` and `session/resume` from the start
+    replaying the history as whole messages."""
     report, stderr = run_flows("v2")
     assert_clean(report, stderr)
     assert report["initialize"]["protocolVersion"] == 2
@@ -163,12 +164,26 @@ def test_the_typescript_sdk_v2_entry_runs_acknowledged_prompts_both_cancels_and_
     assert tool_cancel["states"] == [{"state": "running"}, {"state": "idle", "stopReason": "end_turn"}]
     assert tool_cancel["texts"] == ["went on"], "the turn went on after the cancelled call"
 
+    held = report["held"]
+    assert held["heldAnsweredAfterTheFirstIdle"] is True, "a prompt sent while work runs waits for its idle"
+    assert held["distinctMessageIds"] is True
+    assert held["states"] == [{"state": "running"}, {"state": "idle", "stopReason": "end_turn"}] * 2
+    assert held["texts"] == ["one", "two"]
+
+    terminal = report["terminalCancel"]
+    assert terminal["response"] == {}
+    assert terminal["exitStatuses"] == [{"signal": "SIGTERM"}]
+    assert terminal["finalToolStatuses"] == ["failed"], "run_command ends failed with what it printed"
+    assert terminal["states"] == [{"state": "running"}, {"state": "idle", "stopReason": "end_turn"}]
+    assert terminal["texts"] == ["went on"]
+
     assert report["close"] == {}
     assert "configOptions" in report["resume"]
     replay = report["resumeReplay"]
-    assert replay["userTexts"] == ["first", "second", "third", "fourth"]
+    assert replay["userTexts"] == ["first", "second", "third", "fourth", "fifth", "sixth", "seventh"]
     agent_texts = replay["agentTexts"]
-    assert agent_texts[:2] == ["hello v2", "before"] and agent_texts[-2:] == ["ok", "went on"]
+    assert agent_texts[:2] == ["hello v2", "before"]
+    assert agent_texts[-5:] == ["ok", "went on", "one", "two", "went on"]
     assert "after" not in "".join(agent_texts), "the cancelled turn never got past its gate"
     assert "agent_message_chunk" not in replay["kinds"], "a replay sends whole messages"
     assert replay["kinds"].count("state_update") == 1

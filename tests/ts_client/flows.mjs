@@ -34,6 +34,8 @@ const V2_RESPONSES = {
   "session/new": zodV2.zNewSessionResponse,
   "session/prompt": zodV2.zPromptResponse,
   "tool_call/cancel": zodV2.zCancelToolCallResponse,
+  "terminal/cancel": zodV2.zCancelTerminalResponse,
+  "session/set_config_option": zodV2.zSetSessionConfigOptionResponse,
   "session/close": zodV2.zCloseSessionResponse,
   "session/resume": zodV2.zResumeSessionResponse,
 };
@@ -328,6 +330,56 @@ async function v2Flows(command) {
         .map((n) => n.update.status ?? null),
       states: states(sessionId, mark),
       texts: textsOf(rec.updates.slice(mark), sessionId),
+    };
+
+    // A prompt sent while work runs is held (queue, the v2 default): answered only after the running work's idle.
+    mark = rec.updates.length;
+    rec.probes.length = 0;
+    const first = await prompt(sessionId, [{ gate: "h" }, { say: "one" }], "fifth");
+    await rec.waitFor(() => rec.probes.find((p) => p.event === "gate_reached" && p.sessionId === sessionId), "the gate");
+    const heldPromise = prompt(sessionId, [{ say: "two" }], "sixth");
+    await ctx.notify("_scripted/release", { sessionId, gate: "h" });
+    const held = await heldPromise;
+    const idles = () => states(sessionId, mark).filter((x) => x.state === "idle").length;
+    await rec.waitFor(() => (idles() >= 2 ? true : undefined), "two idles");
+    const wireIndex = (pred) => out.wire.findIndex(pred);
+    const isIdle = (e) =>
+      e.dir === "agent" &&
+      e.message.method === "session/update" &&
+      e.message.params.sessionId === sessionId &&
+      e.message.params.update.sessionUpdate === "state_update" &&
+      e.message.params.update.state === "idle";
+    const firstAnswer = wireIndex((e) => e.dir === "agent" && e.message.result?.messageId === first.messageId);
+    const heldAnswer = wireIndex((e) => e.dir === "agent" && e.message.result?.messageId === held.messageId);
+    const firstIdle = out.wire.findIndex((e, i) => i > firstAnswer && isIdle(e));
+    out.held = {
+      heldAnsweredAfterTheFirstIdle: firstIdle !== -1 && firstIdle < heldAnswer,
+      distinctMessageIds: first.messageId !== held.messageId,
+      states: states(sessionId, mark),
+      texts: textsOf(rec.updates.slice(mark), sessionId),
+    };
+
+    // terminal/cancel kills a running command alone: its terminal reports the signal, the turn goes on.
+    await req("session/set_config_option", { sessionId, configId: "mode", type: "id", value: "bypass" });
+    mark = rec.updates.length;
+    const command = { tool: "run_command", args: { command: "echo started; sleep 30" } };
+    await prompt(sessionId, [command, { say: "went on" }], "seventh");
+    const isOutput = (n) => n.sessionId === sessionId && n.update.sessionUpdate === "terminal_output_chunk";
+    const output = await rec.waitFor(() => rec.updates.slice(mark).find(isOutput), "terminal output");
+    const terminalId = output.update.terminalId;
+    const terminalCancel = await req("terminal/cancel", { sessionId, terminalId });
+    await idleAfter(sessionId, mark);
+    const since = rec.updates.slice(mark).filter((n) => n.sessionId === sessionId);
+    out.terminalCancel = {
+      response: terminalCancel,
+      terminalId,
+      exitStatuses: since.filter((n) => n.update.exitStatus != null).map((n) => n.update.exitStatus),
+      finalToolStatuses: since
+        .filter((n) => n.update.sessionUpdate === "tool_call_update")
+        .filter((n) => ["completed", "failed"].includes(n.update.status))
+        .map((n) => n.update.status),
+      states: states(sessionId, mark),
+      texts: textsOf(since, sessionId),
     };
 
     // close, then resume from the start: the history comes back as whole messages, ending idle.
