@@ -15,6 +15,7 @@ import anyio
 from acp_server import __version__
 from acp_server.jsonrpc.rpc import ErrorCode, RpcError
 from acp_server.protocol.context import Handler, NotificationHandler, Parts, RequestContext
+from acp_server.protocol.providers import close_providers
 from acp_server.protocol.schema import (
     AuthenticateRequest,
     CancelNotification,
@@ -131,7 +132,12 @@ async def authenticate(context: RequestContext, params: AuthenticateRequest) -> 
 
 async def logout(context: RequestContext, params: LogoutRequest) -> dict[str, Any]:
     """Forget the keys this process holds until the next `authenticate` (protocol/providers.py). Idempotent."""
-    context.parts.auth.logout()
+    parts = context.parts
+    dropped = parts.auth.logout()
+    if dropped:  # their clients are closed in a task of the connection, once the turns running now have ended
+        running = parts.runs.current()
+        deadline = parts.config.cleanup_deadline
+        context.after.append(lambda: parts.connection.spawn(close_providers, dropped, running, deadline))
     return {}
 
 
@@ -139,7 +145,7 @@ async def session_prompt(context: RequestContext, params: PromptRequest) -> dict
     if context.admission_error is not None:
         raise context.admission_error
     assert context.run is not None, "a valid prompt is always admitted or refused in prepare()"
-    context.parts.auth.require()
+    context.parts.auth.require_for(context.run.session.model)  # a model that takes no key is never refused
     try:
         stop_reason = await execute_prompt(context.parts.turns, context.run)
     except TurnFailedError as exc:
