@@ -7,6 +7,7 @@ process holds (the providers built with one are dropped) until the next `authent
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 
 from acp_server.jsonrpc.rpc import ErrorCode, RpcError
@@ -27,11 +28,18 @@ class ProviderCache:
         # Set by `logout`: no provider that takes credentials is built again until `authenticate`.
         self.logged_out = False
         self._warming: set[str] = set()  # the specs whose warm-up has started (protocol/warmup.py)
+        # Model discovery builds its providers in a worker thread (protocol/model_choices.py): each spec once.
+        self._building = threading.Lock()
 
     def get(self, spec: str) -> Provider:
         """The spec's provider; a missing key or a bad spec is the client's error to fix."""
         provider = self._providers.get(spec)
-        if provider is None:
+        if provider is not None:
+            return provider
+        with self._building:
+            provider = self._providers.get(spec)
+            if provider is not None:
+                return provider
             if self.logged_out and needs_credentials(spec):
                 raise RpcError(ErrorCode.AUTH_REQUIRED, f"Authentication required: {LOGGED_OUT}")
             try:
@@ -41,7 +49,7 @@ class ProviderCache:
             except ModelSpecError as exc:
                 raise RpcError(ErrorCode.INVALID_PARAMS, f"Invalid params: {exc}") from None
             self._providers[spec] = provider
-        return provider
+            return provider
 
     def forget_credentials(self) -> None:
         """`logout`: drop every provider built with credentials, and build none again until `authenticate`."""
