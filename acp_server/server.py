@@ -26,6 +26,7 @@ from acp_server.protocol.plugins import Plugin, observer_of
 from acp_server.protocol.providers import AuthState, ProviderCache
 from acp_server.protocol.session_table import Handshake, SessionTable
 from acp_server.protocol.store_access import StoreAccess
+from acp_server.protocol.v2.handlers import METHODS_V2, NOTIFICATIONS_V2
 from acp_server.runtime.child_env import ChildEnvPolicy
 from acp_server.runtime.model import Provider
 from acp_server.runtime.processes import ProcessTable
@@ -92,12 +93,16 @@ def build_server(
 
     methods = {**METHODS}
     notifications = {**NOTIFICATIONS}
+    methods_v2 = {**METHODS_V2}
+    notifications_v2 = {**NOTIFICATIONS_V2}
     for plugin in plugins:
         replaced = (plugin.methods.keys() & methods.keys()) | (plugin.notifications.keys() & notifications.keys())
         if replaced:
             raise ValueError(f"a plug-in may not replace {', '.join(sorted(replaced))}")
         methods.update(plugin.methods)
         notifications.update(plugin.notifications)
+        methods_v2.update(plugin.methods)  # extensions (`_…`) are the same on both versions
+        notifications_v2.update(plugin.notifications)
     processes = ProcessTable(ChildEnvPolicy.from_config(config), adopt_orphans=owns_process)
     runs = RunRegistry()
     handshake = Handshake()
@@ -119,9 +124,9 @@ def build_server(
         turns=TurnServices(
             config,
             runs,
-            # The core's way out: its events rendered as ACP v1, the editor's side of its tools.
+            # The core's way out: its events rendered as ACP v1 or v2, the editor's side of its tools.
             # Decided once: which sandbox local commands get (said on stderr when none can be had).
-            AcpEdge(connection, config, processes, sandbox_for(config)),
+            AcpEdge(connection, config, processes, handshake, sandbox_for(config)),
             providers.get,
             tools,
             processes,
@@ -131,7 +136,14 @@ def build_server(
         models=ModelChoices(config, providers, connection.spawn),
         extension_notifications=tuple(method for method in notifications if method.startswith("_")),
     )
-    dispatcher = AcpDispatcher(parts, methods=methods, notifications=notifications, on_exit=on_exit)
+    dispatcher = AcpDispatcher(
+        parts,
+        methods=methods,
+        notifications=notifications,
+        methods_v2=methods_v2,
+        notifications_v2=notifications_v2,
+        on_exit=on_exit,
+    )
     return connection, dispatcher
 
 

@@ -12,6 +12,9 @@ at 20 chunks/s each. The server's CPU over the rounds (utime + stime from /proc,
 it wrote is the per-chunk figure, comparable across session counts because the rate per session is fixed.
 Run: `python -m bench.stress [--sessions 1000] [--rounds 3] [--rate 20] [--seed 7]`; tests/e2e/test_stress.py runs
 a short one, unpaced.
+With `--protocol 2` the client speaks ACP v2: a prompt is answered at insertion (`messageId`), or `-32800` when a
+cancel withdrew it while held, or `-32600` under `reject`; the work's end is the session's `idle`, and the cancel
+latency is measured to the `idle` `cancelled`. tests/e2e/test_stress.py runs a short one on each version.
 """
 
 from __future__ import annotations
@@ -143,6 +146,38 @@ async def _reply(client: RawClient, rng: random.Random, request: dict[str, Any])
     await client.send({"id": request["id"], "result": {"outcome": {"outcome": "selected", "optionId": option}}})
 
 
+def _last_running(client: RawClient, session: str) -> int:
+    """The index of the session's latest non-idle `state_update` (where the wait for its idle starts)."""
+    for index in range(len(client.received) - 1, -1, -1):
+        message = client.received[index]
+        if message.get("method") == "session/update" and message["params"]["sessionId"] == session:
+            update = message["params"]["update"]
+            if update.get("sessionUpdate") == "state_update" and update.get("state") != "idle":
+                return index
+    return 0
+
+
+def _last_state(client: RawClient, session: str) -> str | None:
+    states = client.states(session)
+    return str(states[-1]["state"]) if states else None
+
+
+async def _idle_after(client: RawClient, session: str, since: int, timeout: float) -> dict[str, Any]:
+    """The session's first v2 `idle` at or after message index `since`."""
+
+    def matches(message: dict[str, Any]) -> bool:
+        if message.get("method") != "session/update" or message["params"]["sessionId"] != session:
+            return False
+        update = message["params"]["update"]
+        return bool(update.get("sessionUpdate") == "state_update" and update.get("state") == "idle")
+
+    for message in client.received[since:]:
+        if matches(message):
+            return message
+    seen = {id(m) for m in client.received}
+    return await client.wait_for(lambda m: id(m) not in seen and matches(m), timeout)
+
+
 async def run(
     sessions: int = 50,
     rounds: int = 20,
@@ -152,6 +187,7 @@ async def run(
     validate: bool = True,
     rate: float = 0.0,
     store: bool = True,
+    protocol: int = 1,
 ) -> StressResult:
     """`validate=False` skips the per-message schema check (the wire checks stay), so the figures are the server's.
     `rate` paces every say/think step at that many chunks/s; `store=False` runs the server with `--no-store`."""
@@ -170,8 +206,13 @@ async def run(
     cpu_before = cpu_after = 0
     updates_before = 0
     try:
-        await client.initialize()
-        ids = [await client.new_session(workdir) for _ in range(sessions)]
+        v2 = protocol == 2
+        if v2:
+            await client.initialize_v2()
+            ids = [await client.new_session_v2(workdir) for _ in range(sessions)]
+        else:
+            await client.initialize()
+            ids = [await client.new_session(workdir) for _ in range(sessions)]
         for session in ids:
             policy = rng.choice(POLICIES)
             await client.call(
@@ -186,6 +227,8 @@ async def run(
                 event = rng.random()
                 if event < 0.25:
                     await asyncio.sleep(rng.choice((0.0, 0.005, 0.03)))
+                    working = _last_state(client, session) in ("running", "requires_action")
+                    since = len(client.received)
                     t0 = await client.cancel(session)
                     cancelled = outstanding[-1]
 
@@ -194,7 +237,15 @@ async def run(
                         if response.get("result", {}).get("stopReason") == "cancelled":
                             cancel_ms.append((client.arrival_time(response) - t_cancel) * 1000)
 
-                    outstanding.append(asyncio.create_task(timed()))
+                    async def timed_v2(session: str = session, t_cancel: float = t0, since: int = since) -> None:
+                        idle = await _idle_after(client, session, since, 10)
+                        if idle["params"]["update"].get("stopReason") == "cancelled":
+                            cancel_ms.append((client.arrival_time(idle) - t_cancel) * 1000)
+
+                    if not v2:
+                        outstanding.append(asyncio.create_task(timed()))
+                    elif working:  # work seen running before the cancel: its idle is owed (I11 otherwise)
+                        outstanding.append(asyncio.create_task(timed_v2()))
                 elif event < 0.45:  # a second prompt on the busy session: replaced, queued, rejected or steering
                     outstanding.append(await client.prompt(session, _script(rng, f"s{number}r{round_index}b", rate)))
             for item in outstanding:
@@ -203,8 +254,13 @@ async def run(
                 else:
                     response = await client.response(item, timeout=15)
                     prompts += 1
-                    if "result" not in response and response.get("error", {}).get("code") != -32600:
+                    allowed = (-32600, -32800) if v2 else (-32600,)
+                    if "result" not in response and response.get("error", {}).get("code") not in allowed:
                         problems.append(f"prompt {item}: {response}")
+            if v2:  # every session's work ends with its idle before the next round
+                for session in ids:
+                    if _last_state(client, session) in ("running", "requires_action"):
+                        await _idle_after(client, session, _last_running(client, session), 15)
         cpu_after = process_cpu_ticks(client.process.pid)
         rounds_received = client.received[updates_before:]
         stats = await client.stats()
@@ -242,6 +298,7 @@ def main(argv: Sequence[str] | None = None) -> StressResult:
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--no-store", action="store_true", help="run the server without the session store")
     parser.add_argument("--validate", action="store_true", help="also check every message against the ACP schema")
+    parser.add_argument("--protocol", type=int, choices=(1, 2), default=1, help="the ACP version the client speaks")
     options = parser.parse_args(argv)
     result = asyncio.run(
         run(
@@ -251,6 +308,7 @@ def main(argv: Sequence[str] | None = None) -> StressResult:
             validate=options.validate,
             rate=options.rate,
             store=not options.no_store,
+            protocol=options.protocol,
         )
     )
     print(format_table(result.figures()))

@@ -70,3 +70,11 @@ async def server(start_server: StartServer, request: pytest.FixtureRequest) -> R
     client = await start_server(*server_args(request))
     await client.initialize()
     return client
+
+
+@pytest.fixture
+async def server_v2(start_server: StartServer, request: pytest.FixtureRequest) -> RawClient:
+    """A scripted, test-mode server whose connection speaks ACP v2."""
+    client = await start_server(*server_args(request))
+    await client.initialize_v2()
+    return client

@@ -282,7 +282,10 @@ async def dispatch(request: IncomingRequest, methods: dict[str, JsonRpcMethod], 
         error = response._error
         if error.code == ErrorCode.METHOD_NOT_FOUND:
             return error_message(request.id, error.code, f"Method not found: {request.method}")
-        return error_message(request.id, error.code, error.message)
+        data = getattr(error, "data", None)
+        # jsonrpcserver marks "no data" with a sentinel object of its own: only JSON values are data.
+        json_data = data if isinstance(data, (dict, list, str, int, float, bool)) else None
+        return error_message(request.id, error.code, error.message, json_data)
     # One request in, so one response out (jsonrpcserver returns lists only for batches, which classify refuses).
     success: Any = response
     return {"jsonrpc": "2.0", "id": request.id, "result": success._value.result}

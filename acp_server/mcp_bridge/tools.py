@@ -67,6 +67,7 @@ def _tool(link: ServerLink, remote: RemoteTool) -> Tool[McpArguments]:
         lambda args: title,
         asks_permission=not remote.read_only,
         parameters=remote.input_schema,
+        cancellable=True,
     )
 
 

@@ -15,7 +15,6 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import anyio
 from pydantic import ValidationError
 
 from acp_server.jsonrpc.rpc import (
@@ -29,9 +28,11 @@ from acp_server.jsonrpc.rpc import (
 )
 from acp_server.protocol.context import Handler, NotificationHandler, Parts, RequestContext
 from acp_server.protocol.prompts import check_media, prompt_command
-from acp_server.protocol.schema import InitializeRequest, PromptRequest
-from acp_server.sessions.runs import PromptRejectedError, Session
-from acp_server.sessions.slash_commands import first_title, prompt_title
+from acp_server.protocol.schema import ClientCapabilities, InitializeRequest, PromptRequest
+from acp_server.protocol.titles import title_session
+from acp_server.protocol.v2.negotiation import negotiate
+from acp_server.protocol.v2.schema import InitializeRequestV2
+from acp_server.sessions.runs import PromptRejectedError
 from acp_server.sessions.turn import admit_prompt, release_prompt
 
 __all__ = ["AcpDispatcher"]
@@ -48,11 +49,16 @@ class AcpDispatcher:
         *,
         methods: Mapping[str, Handler],
         notifications: Mapping[str, NotificationHandler],
+        methods_v2: Mapping[str, Handler] | None = None,
+        notifications_v2: Mapping[str, NotificationHandler] | None = None,
         on_exit: Callable[[], None] = lambda: None,
     ) -> None:
         self.parts = parts
         self._methods = method_table(methods)
         self._notifications = notifications
+        # What a connection whose `initialize` chose v2 serves (protocol/v2/handlers.py).
+        self._methods_v2 = method_table(methods_v2 or methods)
+        self._notifications_v2 = notifications_v2 or notifications
         self._on_exit = on_exit
         # What admission, release and titles use.
         self.runs = parts.runs
@@ -70,14 +76,37 @@ class AcpDispatcher:
         if request.method == "session/prompt" and isinstance(request.params, dict):
             self._admit(context, request.params)
         elif request.method == "initialize" and isinstance(request.params, dict):
-            # Applied in reader order, so a request pipelined right behind `initialize` already sees it.
-            try:
-                initialize_request = InitializeRequest.model_validate(request.params)
-            except ValidationError:
-                return context  # the handler validates again and answers -32602
-            context.validated_params = initialize_request
-            self.parts.handshake.client_capabilities = initialize_request.client_capabilities
+            self._handshake(context, request.params)
         return context
+
+    def _handshake(self, context: RequestContext, params: dict[str, Any]) -> None:
+        """Applied in reader order, so a request pipelined right behind `initialize` already sees it. The version is
+        chosen before anything else is parsed: it decides what the rest of the params mean (ACP-V2.md §2)."""
+        requested = params.get("protocolVersion")
+        if type(requested) is not int:
+            return  # the handler validates and answers -32602, naming protocolVersion
+        handshake = self.parts.handshake
+        try:
+            version = negotiate(requested, self.parts.config.protocol)
+            if version < handshake.version:
+                raise RpcError(ErrorCode.INVALID_REQUEST, "Invalid request: this connection already speaks ACP v2")
+        except RpcError as exc:
+            context.admission_error = exc
+            return
+        if version == 2:
+            try:
+                InitializeRequestV2.model_validate(params)
+            except ValidationError:
+                return
+            handshake.version = 2
+            handshake.client_capabilities = ClientCapabilities()  # v2 has no client files or terminals
+            return
+        try:
+            initialize_request = InitializeRequest.model_validate(params)
+        except ValidationError:
+            return  # the handler validates again and answers -32602
+        context.validated_params = initialize_request
+        handshake.client_capabilities = initialize_request.client_capabilities
 
     def _admit(self, context: RequestContext, params: dict[str, Any]) -> None:
         try:
@@ -102,13 +131,14 @@ class AcpDispatcher:
         self.prompts[context.request_id] = context.run
 
     async def answer(self, request: IncomingRequest, context: RequestContext) -> dict[str, Any]:
-        if request.method.startswith("session/") and request.method in self._methods:
+        methods = self._methods_v2 if self.parts.handshake.v2 else self._methods
+        if request.method.startswith("session/") and request.method in methods:
             try:
                 # Before params are validated: the first thing to fix is the order.
                 self.parts.handshake.require_initialized()
             except RpcError as exc:
                 return error_message(request.id, exc.code, exc.message)
-        return await dispatch(request, self._methods, context)
+        return await dispatch(request, methods, context)
 
     def after_response(self, context: RequestContext) -> None:
         run = context.run
@@ -117,33 +147,12 @@ class AcpDispatcher:
                 del self.prompts[context.request_id]
             first_prompt = release_prompt(self.turns, run)
             if first_prompt is not None:
-                self.connection.spawn(self._title_session, run.session, first_prompt)
+                self.connection.spawn(title_session, self.parts, run.session, first_prompt)
         for follow_up in context.after:
             follow_up()
 
-    async def _title_session(self, session: Session, first_prompt: str) -> None:
-        """In the background, after the first turn: never delays a response; cancelled with the session."""
-        with anyio.CancelScope() as scope:
-            session.background.add(scope)
-            try:
-                title: str | None = await first_title(
-                    self.provider_for(session.model), session.session_id, first_prompt
-                )
-            except Exception as exc:  # a title is a nicety (cancellation is not caught here): the first words then
-                log.warning(
-                    "session %s: the model gave no title (%s); using the prompt's first words", session.session_id, exc
-                )
-                title = prompt_title(first_prompt)
-            finally:
-                session.background.discard(scope)
-            if title is None:
-                return
-            if session.title is None and session.session_id in self.sessions:
-                session.title = title
-                self.turns.announce_title(session, title)
-
     def notify(self, method: str, params: Any) -> None:
-        entry = self._notifications.get(method)
+        entry = (self._notifications_v2 if self.parts.handshake.v2 else self._notifications).get(method)
         if entry is None:
             log.debug("ignored notification %s", method)
             return

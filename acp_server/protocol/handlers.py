@@ -15,6 +15,7 @@ import anyio
 from acp_server import __version__
 from acp_server.jsonrpc.rpc import ErrorCode, RpcError
 from acp_server.protocol.context import Handler, NotificationHandler, Parts, RequestContext
+from acp_server.protocol.providers import close_providers
 from acp_server.protocol.schema import (
     AuthenticateRequest,
     CancelNotification,
@@ -43,6 +44,7 @@ from acp_server.protocol.session_handlers import (
     session_set_config_option,
     session_set_mode,
 )
+from acp_server.protocol.v2.initialize import initialize_result
 from acp_server.protocol.warmup import warm_up
 from acp_server.sessions.options import PROMPT_POLICIES
 from acp_server.sessions.turn import TurnFailedError, execute_prompt
@@ -60,8 +62,10 @@ class NoParams(WireModel):
 
 
 async def initialize(context: RequestContext, params: InitializeRequest) -> dict[str, Any]:
-    # The client's capabilities were recorded in AcpDispatcher.prepare, in reader order.
-    # ACP: answer the requested version if supported, else the latest we support. We speak exactly version 1.
+    # The client's capabilities and the version were recorded in AcpDispatcher.prepare, in reader order
+    # (protocol/v2/negotiation.py: 1 -> 1, 2 and above -> 2, else -32022; only 1 with `--protocol 1`).
+    if context.admission_error is not None:
+        raise context.admission_error
     parts = context.parts
     stored = context.parts.config.store  # loading, listing and resuming need the session store
     # The endpoints' models lists: the cached ones read in a worker thread (awaited: a short local read, off the
@@ -74,6 +78,8 @@ async def initialize(context: RequestContext, params: InitializeRequest) -> dict
     # own when it opens.
     warm = (warm_up, parts.providers, parts.turns.tools, parts.config.model)
     context.after.append(lambda: parts.connection.spawn(*warm))
+    if parts.handshake.v2:
+        return initialize_result(parts, taken)
     return {
         "protocolVersion": PROTOCOL_VERSION,
         "agentCapabilities": {
@@ -127,7 +133,12 @@ async def authenticate(context: RequestContext, params: AuthenticateRequest) -> 
 
 async def logout(context: RequestContext, params: LogoutRequest) -> dict[str, Any]:
     """Forget the keys this process holds until the next `authenticate` (protocol/providers.py). Idempotent."""
-    context.parts.auth.logout()
+    parts = context.parts
+    dropped = parts.auth.logout()
+    if dropped:  # their clients are closed in a task of the connection, once the turns running now have ended
+        running = parts.runs.current()
+        deadline = parts.config.cleanup_deadline
+        context.after.append(lambda: parts.connection.spawn(close_providers, dropped, running, deadline))
     return {}
 
 
@@ -135,7 +146,7 @@ async def session_prompt(context: RequestContext, params: PromptRequest) -> dict
     if context.admission_error is not None:
         raise context.admission_error
     assert context.run is not None, "a valid prompt is always admitted or refused in prepare()"
-    context.parts.auth.require()
+    context.parts.auth.require_for(context.run.session.model)  # a model that takes no key is never refused
     try:
         stop_reason = await execute_prompt(context.parts.turns, context.run)
     except TurnFailedError as exc:

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import os
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 
@@ -33,8 +34,14 @@ from acp_server.sessions.options import MODE_OPTION, MODEL_OPTION, PROMPT_POLICY
 from acp_server.sessions.runs import Session
 from acp_server.settings.choices import PermissionMode, PromptPolicy
 
+if TYPE_CHECKING:
+    from acp_server.store import LoadedSession
+
 __all__ = [
+    "close_session",
+    "default_prompt_policy",
     "discover_models",
+    "restore_session",
     "session_close",
     "session_delete",
     "session_fork",
@@ -63,7 +70,7 @@ async def session_new(context: RequestContext, params: NewSessionRequest) -> dic
         client=client_tools(parts.handshake.client_capabilities or ClientCapabilities()),
         mode=parts.config.permission_mode,
         model=parts.config.model,
-        prompt_policy=parts.config.prompt_policy,
+        prompt_policy=default_prompt_policy(parts),
     )
     store = await parts.store.open()
     if store is not None:
@@ -106,14 +113,18 @@ def _opened(context: RequestContext, session: Session, *, replayed: bool = False
         parts.processes.adopt_orphans()  # stdio MCP servers are children too: their orphans must come to us
     session.mcp = parts.mcp.open(servers, session.cwd, (session.cwd, *session.additional_directories))
     answered = parts.models.offered(session.model)
+    # On v2 the commands are in the response (`availableCommands`): nothing follows a resume's answer.
+    announce = not parts.handshake.v2
     if replayed:
         # The replay holds what the client is told of the session: nothing follows a load's response.
-        _announce_commands(parts, session)
+        if announce:
+            _announce_commands(parts, session)
         if session.title is not None:
             parts.turns.edge.session_event(session.session_id, TitleChanged(session.title))
         session.offered_models = answered
     else:
-        context.after.append(lambda: _announce_commands(parts, session))
+        if announce:
+            context.after.append(lambda: _announce_commands(parts, session))
         context.after.append(lambda: _offered(parts, session, answered))
     # The session's model, warmed while the person types its first prompt (protocol/warmup.py).
     context.after.append(lambda: parts.connection.spawn(warm_up, parts.providers, parts.turns.tools, session.model))
@@ -154,8 +165,31 @@ def _announce_models_to(parts: Parts, session: Session) -> None:
         parts.turns.edge.session_event(session.session_id, event)
 
 
+# A version's rendering of a loaded session's history, for the session it is being restored as.
+Replay = Callable[["LoadedSession", Session], list[dict[str, Any]]]
+
+
+def default_prompt_policy(parts: Parts) -> PromptPolicy:
+    """A new session's prompt policy: the configured one; on a v2 connection `queue` unless one was chosen
+    (ACP-V2.md §23 Q4)."""
+    if parts.handshake.v2 and not parts.config.prompt_policy_chosen:
+        return PromptPolicy.QUEUE
+    return parts.config.prompt_policy
+
+
 async def _restore(context: RequestContext, params: LoadSessionRequest, *, replay: bool) -> dict[str, Any]:
     """session/load (replay first) and session/resume (no replay): rebuild the session from the store and go on."""
+    from acp_server.protocol.replay import replay_updates  # with the store: sqlite3 stays off the start-up path
+
+    def replay_v1(loaded: LoadedSession, session: Session) -> list[dict[str, Any]]:
+        return replay_updates(loaded, notices=session.client.notices)
+
+    return await restore_session(context, params, replay_v1 if replay else None)
+
+
+async def restore_session(context: RequestContext, params: LoadSessionRequest, replay: Replay | None) -> dict[str, Any]:
+    """Rebuild the session from the store, send `replay(loaded)` (the version's rendering of its history) before the
+    response, and go on."""
     parts = context.parts
     parts.handshake.require_initialized()
     parts.auth.require()
@@ -163,7 +197,6 @@ async def _restore(context: RequestContext, params: LoadSessionRequest, *, repla
     current = parts.sessions.get(params.session_id)
     if current is not None and not current.closed and parts.runs.running(params.session_id) is not None:
         raise RpcError(ErrorCode.INVALID_REQUEST, "the session has a prompt running; cancel it first")
-    from acp_server.protocol.replay import replay_updates  # with the store: sqlite3 stays off the start-up path
     from acp_server.store import StoreUnavailable
 
     store = await parts.store.require()
@@ -172,7 +205,8 @@ async def _restore(context: RequestContext, params: LoadSessionRequest, *, repla
     except StoreUnavailable as exc:
         raise RpcError(ErrorCode.INTERNAL_ERROR, f"cannot read the session store: {exc}") from None
     if loaded is None:
-        raise RpcError(ErrorCode.RESOURCE_NOT_FOUND, f"unknown session: {params.session_id}")
+        data = {"sessionId": params.session_id} if parts.handshake.v2 else None
+        raise RpcError(ErrorCode.RESOURCE_NOT_FOUND, f"unknown session: {params.session_id}", data)
     await parts.models.ready()  # a model discovery found in the cache keeps the stored model (`accepts`)
     record = loaded.session
     stored_model = record.config.get(MODEL_OPTION)
@@ -190,14 +224,16 @@ async def _restore(context: RequestContext, params: LoadSessionRequest, *, repla
         else parts.config.model,
         title=record.title,
         title_requested=record.title is not None,
-        prompt_policy=_known(PromptPolicy, stored_policy, parts.config.prompt_policy),
+        prompt_policy=_known(PromptPolicy, stored_policy, default_prompt_policy(parts)),
     )
-    if replay:
+    if replay is not None:
         # The whole conversation, before the response (ACP); C3 exempts this replay from the turn rule. The usage
         # the session last reported is in it (stored as sent); the commands and the title close it (`_opened`).
-        for update in replay_updates(loaded, notices=session.client.notices):
+        for update in replay(loaded, session):
             parts.connection.notify("session/update", {"sessionId": session.session_id, "update": update})
-    return _opened(context, session, replayed=replay)
+    # v1's load: the commands and the title close its replay. v2's resume has no such closing (its commands are in
+    # the response, its replay ends with the state snapshot).
+    return _opened(context, session, replayed=replay is not None and not parts.handshake.v2)
 
 
 async def session_fork(context: RequestContext, params: LoadSessionRequest) -> dict[str, Any]:
@@ -271,7 +307,7 @@ async def session_delete(context: RequestContext, params: DeleteSessionRequest) 
     parts.handshake.require_initialized()
     open_session = parts.sessions.get(params.session_id)
     if open_session is not None and not open_session.closed:
-        await _close_session(parts, open_session)
+        await close_session(parts, open_session)
     store = await parts.store.open()
     if store is not None:
         store.delete(params.session_id)
@@ -374,14 +410,14 @@ async def session_close(context: RequestContext, params: CloseSessionRequest) ->
     """ACP: cancel ongoing work "as if session/cancel had been called", then free the session. Its prompts are
     answered (`cancelled`) before this response; the id is refused from the moment the close is read."""
     parts = context.parts
-    await _close_session(parts, parts.sessions.require(params.session_id))
+    await close_session(parts, parts.sessions.require(params.session_id))
     if parts.store.current is not None:
         parts.store.current.release(params.session_id)  # closed: pruning may remove it again
     await _commit(parts)
     return {}
 
 
-async def _close_session(parts: Parts, session: Session) -> None:
+async def close_session(parts: Parts, session: Session) -> None:
     session.closed = True
     runs = [run for run in (parts.runs.running(session.session_id), *session.waiting) if run is not None]
     parts.runs.interrupt(session.session_id)

@@ -12,10 +12,16 @@ __all__ = ["Handshake", "SessionTable"]
 
 
 class Handshake:
-    """The client's capabilities from `initialize`: None until it has been read (recorded in reader order)."""
+    """The client's capabilities from `initialize`: None until it has been read (recorded in reader order), and the
+    protocol version it chose for the whole connection (1 or 2; protocol/v2/negotiation.py)."""
 
     def __init__(self) -> None:
         self.client_capabilities: ClientCapabilities | None = None
+        self.version = 1
+
+    @property
+    def v2(self) -> bool:
+        return self.version == 2
 
     def require_initialized(self) -> None:
         if self.client_capabilities is None:
@@ -64,5 +70,7 @@ class SessionTable:
                 raise RpcError(
                     ErrorCode.INVALID_PARAMS, "Invalid params: a subagent's session accepts only session/cancel"
                 )
-            raise RpcError(ErrorCode.RESOURCE_NOT_FOUND, f"unknown session: {session_id}")
+            # v2 adds the data (SessionNotFoundErrorData); v1 answers exactly as it always did.
+            data = {"sessionId": session_id} if self._handshake.v2 else None
+            raise RpcError(ErrorCode.RESOURCE_NOT_FOUND, f"unknown session: {session_id}", data)
         return session

@@ -79,6 +79,11 @@ class TurnUpdates:
         self._connection.notify("session/update", {"sessionId": self._session_id, "update": update})
         log_update(self._run.turn_log, update)
 
+    def render(self, event: TurnEvent) -> dict[str, Any] | None:
+        """The event as its v1 update, without sending it: what the v2 renderer builds on and the store keeps
+        (protocol/v2/updates.py)."""
+        return self._render(event)
+
     def _render(self, event: TurnEvent) -> dict[str, Any] | None:
         update: dict[str, Any]
         if type(event) is TextDelta:

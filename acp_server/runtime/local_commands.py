@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import anyio
+from anyio.abc import Process
 
 from acp_server.runtime.ports import CommandResult
 from acp_server.runtime.processes import ProcessTable
@@ -34,13 +35,20 @@ class LocalCommandRunner:
         cleanup_deadline: Callable[[], float],
         sandbox: Sandbox | None = None,
         roots: tuple[Path, ...] = (),
+        *,
+        on_output: Callable[[bytes], Awaitable[None]] | None = None,
+        on_started: Callable[[Process], None] | None = None,
     ) -> None:
         """`sandbox`: None runs commands with the user's rights; else they may write only in `roots` (the
-        session's directories) and the temp directory, or nowhere, as the sandbox says."""
+        session's directories) and the temp directory, or nowhere, as the sandbox says. `on_output`: each piece of
+        output as it is read (for a display terminal); `on_started`: the process, once it runs (so it can be
+        stopped on its own)."""
         self._processes = processes
         self._cleanup_deadline = cleanup_deadline
         self._sandbox = sandbox
         self._roots = roots
+        self._on_output = on_output
+        self._on_started = on_started
 
     async def run(
         self,
@@ -53,6 +61,9 @@ class LocalCommandRunner:
         if self._sandbox is not None:
             argv = self._sandbox.command(argv, self._roots)
         process = await self._processes.open(argv, cwd=str(cwd))
+        if self._on_started is not None:
+            self._on_started(process)
+        on_output = self._on_output
         output = bytearray()
         truncated = False
 
@@ -63,6 +74,8 @@ class LocalCommandRunner:
             assert process.stdout is not None
             try:
                 async for piece in process.stdout:
+                    if on_output is not None:
+                        await on_output(piece)
                     room = OUTPUT_LIMIT - len(output)
                     if len(piece) > room:
                         truncated = True

@@ -37,6 +37,8 @@ from acp_server.runtime.tools import ToolBox, ToolContext, ToolResult
 __all__ = ["run_turn"]
 
 ToolContextFactory = Callable[[ToolCall], ToolContext]
+# What the model reads for a tool call the user stopped on its own (ACP-V2.md §23 Q6).
+USER_CANCELLED = "The tool call was cancelled by the user; it did not finish."
 
 
 async def run_turn(
@@ -51,8 +53,12 @@ async def run_turn(
     compactor: ContextCompactor | None = None,
     hand_over: Callable[[], bool] = lambda: False,
     redactor: Redactor = NO_SECRETS,
+    cancellable_calls: dict[str, anyio.CancelScope] | None = None,
 ) -> StopReason:
     """Run one turn; `messages` (the turn's own copy of the conversation) grows as the turn goes.
+
+    `cancellable_calls` (the turn's): while a cancellable tool call runs, its id -> the scope that stops it alone;
+    the model is then told the user cancelled it, and the turn goes on.
 
     `hand_over` is asked at every model-call boundary (before each model call, when every tool call so far has its
     result): True ends the turn there with `end_turn`, so a steering prompt can carry on from this conversation.
@@ -84,13 +90,22 @@ async def run_turn(
             return reply.stop_reason
         for call in reply.tool_calls:
             await anyio.lowlevel.checkpoint()
-            result = await _run_tool_call(call, tools, emit, tool_context(call), probe, redactor=redactor)
+            result = await _run_tool_call(
+                call, tools, emit, tool_context(call), probe, redactor=redactor, cancellable_calls=cancellable_calls
+            )
             messages.append(Message("tool", result.output, tool_call_id=call.id, media=result.media))
     return StopReason.MAX_TURN_REQUESTS
 
 
 async def _run_tool_call(
-    call: ToolCall, tools: ToolBox, emit: Emit, context: ToolContext, probe: Probe, *, redactor: Redactor
+    call: ToolCall,
+    tools: ToolBox,
+    emit: Emit,
+    context: ToolContext,
+    probe: Probe,
+    *,
+    redactor: Redactor,
+    cancellable_calls: dict[str, anyio.CancelScope] | None = None,
 ) -> ToolResult:
     emit = _guarded_emit(emit, redactor)
     context = replace(context, emit=emit)
@@ -113,23 +128,37 @@ async def _run_tool_call(
         locations = tool.locations(args, context.cwd)
     except Exception:  # only a hint for the client; the tool itself reports a bad path properly
         locations = ()
-    await emit(ToolCallStarted(call, tool.title(args) or call.name, tool.kind, locations))
+    cancellable = tool.cancellable and cancellable_calls is not None
+    await emit(ToolCallStarted(call, tool.title(args) or call.name, tool.kind, locations, cancellable))
     if tool.asks_permission:
         context = replace(context, permissions=_InProgressOnApproval(context.permissions, emit, call.id))
     else:
         await emit(ToolCallUpdated(call.id, "in_progress"))
     probe("tool_started", toolCallId=call.id, tool=call.name)
     reason = "cancelled"  # unless the body returns or raises on its own
+    own = anyio.CancelScope()  # this call alone, for `tool_call/cancel`
+    if cancellable and cancellable_calls is not None:
+        cancellable_calls[call.id] = own
+    result: ToolResult | None = None
     try:
-        result = await tool.run(context, args)
-        reason = "completed"
+        with own:
+            result = await tool.run(context, args)
+            reason = "completed"
     except Exception as exc:
         # If the turn was cancelled, the error is how the abort surfaced: let the cancellation win.
         await anyio.lowlevel.checkpoint()
         reason = "failed"
         result = ToolResult(f"error: {exc}", ok=False)
     finally:
+        if cancellable_calls is not None:
+            cancellable_calls.pop(call.id, None)
+        if own.cancel_called and (result is None or not result.ok):
+            reason = "cancelled_by_user"
         probe("tool_exited", toolCallId=call.id, reason=reason)
+    if own.cancel_called and (result is None or not result.ok):
+        # Stopped by the user on its own (the turn's own cancel would have unwound past here): the model is told.
+        return await _finish(emit, call, ToolResult(USER_CANCELLED, ok=False), cancelled=True)
+    assert result is not None
     # Redacted before it is capped: a cut must never leave half a secret behind.
     output = redactor.redact(sanitize_text(result.output))
     content = None if result.content is None else guard_tool_content(result.content, redactor)
@@ -173,6 +202,6 @@ class _InProgressOnApproval:
         return decision
 
 
-async def _finish(emit: Emit, call: ToolCall, result: ToolResult) -> ToolResult:
-    await emit(ToolCallFinished(call.id, result.ok, result.output, result.raw_output, result.content))
+async def _finish(emit: Emit, call: ToolCall, result: ToolResult, *, cancelled: bool = False) -> ToolResult:
+    await emit(ToolCallFinished(call.id, result.ok, result.output, result.raw_output, result.content, cancelled))
     return result

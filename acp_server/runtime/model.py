@@ -204,6 +204,8 @@ class ToolCallStarted:
     title: str
     kind: str
     locations: tuple[str, ...] = ()
+    # The call may be cancelled on its own while it runs (`Tool.cancellable`).
+    cancellable: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,6 +228,8 @@ class ToolCallFinished:
     raw_output: Any = None
     # What the client is shown; None shows `output` as text.
     content: tuple[ToolContent, ...] | None = None
+    # Stopped on its own by the user (ACP v2 `tool_call/cancel`), the turn going on.
+    cancelled: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,7 +36,7 @@ class Prompt:
     megabytes of embedded files.
     """
 
-    __slots__ = ("_blocks", "_text", "_text_of", "attachments", "block_count", "meta")
+    __slots__ = ("_blocks", "_text", "_text_of", "attachments", "block_count", "message_id", "meta")
 
     def __init__(
         self,
@@ -55,6 +55,9 @@ class Prompt:
         self.meta: dict[str, Any] = {} if meta is None else meta
         # The media and linked images for the model, in the prompt's order (made on use, like the text).
         self.attachments = attachments
+        # The id the protocol edge gave the user message when it inserted it (ACP v2 returns it), kept by the store
+        # so a replay shows the same id; None: the store makes one.
+        self.message_id: str | None = None
 
     @property
     def text(self) -> str:

@@ -172,6 +172,10 @@ class RunContext:
     pending_requests: set[int] = field(default_factory=set)
     # Tool calls announced to the client and not yet finished, with their titles.
     open_tool_calls: dict[str, str] = field(default_factory=dict)
+    # Cancellable tool calls while they run: id -> the scope that stops that call alone (runtime/loop.py).
+    cancellable_calls: dict[str, anyio.CancelScope] = field(default_factory=dict)
+    # Display terminals of running commands (ACP v2): terminal id -> what stops that command's process group alone.
+    terminal_stops: dict[str, Callable[[], None]] = field(default_factory=dict)
     # The turn's own copy of the conversation; committed to the session only when the turn is answered.
     messages: list[Message] = field(default_factory=list)
     # Where this turn's own messages start in `messages` (after the history it was given); None until the work has
@@ -186,6 +190,12 @@ class RunContext:
     turn_log: TurnLog | None = None
     # Set (and replaced) on every change a waiter may be waiting for; see `wait_until`.
     _changed: anyio.Event = field(default_factory=anyio.Event, init=False, repr=False)
+    # The prompt has been the session's current one (ADMITTED) at some point: at admission into an idle session or
+    # at its hand-over. A cancel that claimed it before then withdrew it while it waited (ACP v2: never inserted).
+    was_admitted: bool = field(default=False, init=False)
+
+    def __post_init__(self) -> None:
+        self.was_admitted = self.state is RunState.ADMITTED
 
     @property
     def session_id(self) -> str:
@@ -239,6 +249,7 @@ class RunContext:
             return False
         if self.state is RunState.QUEUED:
             self._move(frozenset({RunState.QUEUED}), RunState.ADMITTED)
+            self.was_admitted = True
         return True
 
     def start(self) -> bool:
@@ -313,6 +324,10 @@ class RunRegistry:
     @property
     def running_turns(self) -> int:
         return len(self._runs)
+
+    def current(self) -> list[RunContext]:
+        """The turns running now, one per session (a snapshot)."""
+        return list(self._runs.values())
 
     def admit(
         self,

@@ -88,13 +88,16 @@ def admit_prompt(
 
 def release_prompt(services: TurnServices, run: RunContext) -> str | None:
     """The last transition, once the prompt's response is queued: the run ends and its session passes to the next
-    prompt. The session's first ordinary prompt names it: its first words are stored as the title at once (listed by
+    prompt. The session's first ordinary prompt that really started (its turn built the conversation: not one
+    refused, nor one cancelled before it ran) names it: its first words are stored as the title at once (listed by
     `session/list`, kept if the process ends before the model's title), and after the first ordinary turn that
     completes (once) the first prompt is returned for the model to title in the background."""
     services.runs.release(run)
     session = run.session
     if run.command is not None or session.title is not None or session.title_requested:
         return None
+    if run.turn_start is None:
+        return None  # never ran: it says nothing about what the session is for
     if session.first_prompt is None:
         session.first_prompt = run.prompt.text
         fallback = prompt_title(run.prompt.text)
@@ -112,7 +115,9 @@ async def execute_prompt(services: TurnServices, run: RunContext) -> StopReason:
     store = services.store()
     if store is not None:
         # Recorded from the start, so even a prompt cancelled before it ran is replayed with its outcome.
-        run.turn_log = store.begin_turn(run.session_id, run.prompt.blocks(), run.prompt.text)
+        run.turn_log = store.begin_turn(
+            run.session_id, run.prompt.blocks(), run.prompt.text, message_id=run.prompt.message_id
+        )
     try:
         return await _execute(services, run)
     finally:
@@ -217,6 +222,7 @@ async def _work(services: TurnServices, run: RunContext) -> None:
                     compactor=compactor,
                     hand_over=lambda: services.runs.hand_over_due(session),
                     redactor=redactor_for(services.config.held_secrets),
+                    cancellable_calls=run.cancellable_calls,
                 )
         if run.settle(stop) and model_turn is not None:
             await model_turn.settle()  # outside the turn's scope: a late cancel cannot undo a decided outcome

@@ -23,7 +23,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from acp_server.settings.config import INPUT_KINDS, LOG_LEVELS, PERMISSION_MODE_IDS, PROMPT_POLICY_IDS, SANDBOX_MODE_IDS
+from acp_server.settings.config import (
+    INPUT_KINDS,
+    LOG_LEVELS,
+    PERMISSION_MODE_IDS,
+    PROMPT_POLICY_IDS,
+    PROTOCOL_IDS,
+    SANDBOX_MODE_IDS,
+)
 from acp_server.settings.files import DEFAULT_TIMEOUTS, KEY_VARIABLES, TIMEOUT_KEYS, timeout_value_problem
 
 __all__ = [
@@ -116,6 +123,14 @@ def _choice(choices: tuple[str, ...]) -> Callable[[Any], str]:
         return value.lower()
 
     return check
+
+
+def _protocol(value: Any) -> str:
+    """`protocol = 1` or `2` (a number or its string): the highest ACP version served."""
+    text = str(value) if isinstance(value, (int, str)) and not isinstance(value, bool) else None
+    if text not in PROTOCOL_IDS:
+        raise _InvalidError(f"expected one of {', '.join(PROTOCOL_IDS)}; found {value!r}")
+    return text
 
 
 def _positive_int(value: Any) -> int:
@@ -275,6 +290,7 @@ class _Checker:
             "base_url": _url,
             "permission_mode": _choice(PERMISSION_MODE_IDS),
             "prompt_policy": _choice(PROMPT_POLICY_IDS),
+            "protocol": _protocol,
             "cleanup_deadline": _seconds,
             "mcp_start_wait": _seconds,
             "max_turn_requests": _positive_int,

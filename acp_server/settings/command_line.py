@@ -28,6 +28,7 @@ from acp_server.settings.config import (
     LOG_LEVELS,
     PERMISSION_MODE_IDS,
     PROMPT_POLICY_IDS,
+    PROTOCOL_IDS,
     SANDBOX_MODE_IDS,
     Config,
 )
@@ -130,6 +131,12 @@ def _parser(
         choices=PROMPT_POLICY_IDS,
         help="a prompt sent while a turn runs: interrupt it (default), queue behind it, reject it, or steer it "
         "(env ACP_SERVER_PROMPT_POLICY; file: prompt_policy)",
+    )
+    add(
+        "--protocol",
+        choices=PROTOCOL_IDS,
+        help="the highest ACP protocol version served: 2 (the v2 draft, the default; clients asking for 1 get v1) "
+        "or 1 (v1 only, exactly as before v2) (env ACP_SERVER_PROTOCOL; file: protocol)",
     )
     add(
         "--sandbox",
@@ -328,6 +335,10 @@ def load(
                 pick.choice(PERMISSION_MODE_IDS),
             )
         ),
+        prompt_policy_chosen=args.prompt_policy is not None
+        or bool(env.get("ACP_SERVER_PROMPT_POLICY", "").strip())
+        or "prompt_policy" in file.values,
+        protocol=int(pick(args.protocol, "ACP_SERVER_PROTOCOL", "protocol", "2", pick.choice(PROTOCOL_IDS))),
         prompt_policy=PromptPolicy(
             pick(
                 args.prompt_policy,

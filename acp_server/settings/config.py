@@ -25,6 +25,7 @@ __all__ = [
     "LOG_LEVELS",
     "PERMISSION_MODE_IDS",
     "PROMPT_POLICY_IDS",
+    "PROTOCOL_IDS",
     "SANDBOX_MODE_IDS",
     "Config",
     "SandboxMode",
@@ -34,6 +35,7 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 # The enums' spellings, as the command line and the config file's checks list them.
 PERMISSION_MODE_IDS = tuple(mode.value for mode in PermissionMode)
 PROMPT_POLICY_IDS = tuple(policy.value for policy in PromptPolicy)
+PROTOCOL_IDS = ("1", "2")
 SANDBOX_MODE_IDS = tuple(mode.value for mode in SandboxMode)
 DEFAULT_MAX_TURN_REQUESTS = 50
 
@@ -74,6 +76,11 @@ class Config:
     max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
     # What a prompt for a busy session does (agent.RunRegistry.admit): interrupt, queue, reject or steer.
     prompt_policy: PromptPolicy = PromptPolicy.INTERRUPT
+    # Whether a flag, the environment or the file chose `prompt_policy`: unchosen, a v2 connection queues (ACP-V2.md
+    # §23 Q4) while a v1 connection interrupts.
+    prompt_policy_chosen: bool = False
+    # The highest ACP protocol version served: 2 (the draft, on by default) or 1 (`--protocol 1`: exactly v1).
+    protocol: int = 2
     # The permission mode new sessions start in.
     permission_mode: PermissionMode = PermissionMode.DEFAULT
     # Model calls allowed in one turn before it ends with `max_turn_requests`.

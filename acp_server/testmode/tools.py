@@ -95,7 +95,15 @@ async def _client_request(ctx: ToolContext, args: ClientRequestArgs) -> ToolResu
 
 
 TEST_TOOLS: tuple[Tool[Any], ...] = (
-    Tool("test_sleep", "Sleep s seconds, cooperatively.", SleepArgs, "other", _sleep, lambda a: "test_sleep"),
+    Tool(
+        "test_sleep",
+        "Sleep s seconds, cooperatively.",
+        SleepArgs,
+        "other",
+        _sleep,
+        lambda a: "test_sleep",
+        cancellable=True,
+    ),
     Tool(
         "test_stubborn",
         "Sleep s seconds, ignoring cancellation.",
@@ -103,6 +111,7 @@ TEST_TOOLS: tuple[Tool[Any], ...] = (
         "other",
         _stubborn,
         lambda a: "test_stubborn",
+        cancellable=True,
     ),
     Tool(
         "test_hang_finalizer",
@@ -111,6 +120,7 @@ TEST_TOOLS: tuple[Tool[Any], ...] = (
         "other",
         _hang_finalizer,
         lambda a: "test_hang_finalizer",
+        cancellable=True,
     ),
     Tool(
         "test_local_proc",

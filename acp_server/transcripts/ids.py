@@ -16,7 +16,9 @@ import orjson
 
 __all__ = ["ID_KEYS", "IdMap", "Namer", "key", "map_ids", "render"]
 
-ID_KEYS = {"sessionId": "session", "toolCallId": "call", "messageId": "msg"}  # wherever they occur
+# Wherever they occur. A v2 agent-owned terminal's id is generated too; a v1 editor's terminal id, first seen in the
+# editor's own answer, stays literal.
+ID_KEYS = {"sessionId": "session", "toolCallId": "call", "messageId": "msg", "terminalId": "terminal"}
 
 IdMap = Callable[[str, Any], Any]  # (kind, value) -> replacement
 

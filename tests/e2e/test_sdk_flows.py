@@ -154,8 +154,10 @@ async def test_initialize_answers_protocol_version_1_with_agent_info(start_agent
 
 
 @pytest.mark.timeout(15)
-async def test_initialize_answers_1_when_the_client_asks_for_65535(start_agent: StartAgent) -> None:
-    agent = await start_agent(*ECHO_ARGS)
+async def test_initialize_answers_1_when_the_client_asks_for_65535_and_v2_is_off(start_agent: StartAgent) -> None:
+    """The v1 agent's promise, kept under `--protocol 1`. With v2 on (the default, issue 12 item 1) a request above 2
+    gets 2, the highest version at or below it (tests/e2e/test_v2_negotiation.py::test_acp_init_003_...)."""
+    agent = await start_agent(*ECHO_ARGS, "--protocol", "1")
     response = await agent.conn.initialize(protocol_version=65535)
     assert response.protocol_version == 1
 

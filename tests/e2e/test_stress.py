@@ -34,3 +34,13 @@ def test_the_stress_check_catches_a_reply_shown_under_another_session() -> None:
     received = [chunk_for("a", "s0r1.0 "), chunk_for("b", "s1r1.0 "), chunk_for("b", "s0r1.1 ")]
     client = cast(RawClient, SimpleNamespace(received=received))
     assert crossed_sessions(client, ["a", "b"]) == ["b was sent 's0r1.1 '"]
+
+
+@pytest.mark.timeout(120)
+async def test_the_randomized_busy_workload_on_acp_v2_keeps_every_promise_and_leaks_nothing() -> None:
+    """The same workload on a v2 connection: prompts answered at insertion or withdrawn (-32800), each session's
+    work ending with its idle, the v2 wire checks (turn output only between running and idle) and schema."""
+    seed = int(os.environ.get("ACP_TEST_RANDOM_SEED", "3"))
+    result = await run(sessions=6, rounds=3, seed=seed, validate=True, protocol=2)
+    assert result.problems == []
+    assert result.prompts >= 18

@@ -5,6 +5,11 @@ both directions with a monotonic timestamp, in wire order. `check_wire` then app
 docs/interrupts.md to the log: C1 (one response per request, none to notifications), C2 (only valid JSON-RPC lines,
 each valid against the official schema), C3 (no turn-scoped update for a session with no unanswered prompt), C4 (no
 agent-to-client request for a session with no unanswered prompt), and, from stderr, C6.
+
+A v2 connection (its `initialize` answered `protocolVersion: 2`) is checked against the v2 schema, and C3/C4 take
+their v2 reading (ACP-V2.md §20.7): the prompt is answered on acceptance, so turn-scoped updates and requests to the
+client belong between a session's `running` (or `requires_action`) `state_update` and its `idle`, or inside an open
+`session/resume` (its replay); an `idle` with a stop reason must end work that a `running` started.
 """
 
 from __future__ import annotations
@@ -65,6 +70,18 @@ T_WAIT = scaled(5.0)  # the default wait for something that must happen (a respo
 W_QUIET = scaled(0.5)  # observation window for "nothing more happens"
 
 TURN_SCOPED = {"agent_message_chunk", "agent_thought_chunk", "tool_call", "tool_call_update", "plan"}
+# v2's turn output (ACP-V2.md §6.2): only between `running` and `idle`, or in a resume's replay.
+TURN_SCOPED_V2 = {
+    "agent_message_chunk",
+    "agent_message",
+    "agent_thought_chunk",
+    "agent_thought",
+    "tool_call_update",
+    "tool_call_content_chunk",
+    "plan_update",
+    "terminal_update",
+    "terminal_output_chunk",
+}
 STDERR_RED_FLAGS = (
     "Task exception was never retrieved",
     "Attempted to exit cancel scope in a different task",
@@ -270,6 +287,44 @@ class RawClient:
         assert "result" in response, response
         return response
 
+    async def initialize_v2(self, capabilities: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The ACP v2 handshake: `info` and `capabilities` (object markers)."""
+        params = {"protocolVersion": 2, "info": {"name": "harness", "version": "0"}, "capabilities": capabilities or {}}
+        response = await self.call("initialize", params)
+        assert response.get("result", {}).get("protocolVersion") == 2, response
+        return response
+
+    async def new_session_v2(self, cwd: str = "/tmp") -> str:
+        """v2 `session/new`: `mcpServers` may be left out."""
+        response = await self.call("session/new", {"cwd": cwd})
+        assert "result" in response, response
+        session_id: str = response["result"]["sessionId"]
+        return session_id
+
+    def states(self, session_id: str) -> list[dict[str, Any]]:
+        """The session's v2 `state_update` states, in wire order."""
+        return [u for u in self.updates(session_id, "state_update")]
+
+    async def idle(self, session_id: str, nth: int = 1, timeout: float = T_WAIT) -> dict[str, Any]:
+        """The session's `nth` v2 `idle` (from the start of the connection), as its whole message."""
+
+        def matches(message: dict[str, Any]) -> bool:
+            if message.get("method") != "session/update" or message["params"].get("sessionId") != session_id:
+                return False
+            update = message["params"]["update"]
+            return bool(update.get("sessionUpdate") == "state_update" and update.get("state") == "idle")
+
+        seen = 0
+
+        def nth_match(message: dict[str, Any]) -> bool:
+            nonlocal seen  # wait_for looks at each message once, in order
+            if matches(message):
+                seen += 1
+                return seen == nth
+            return False
+
+        return await self.wait_for(nth_match, timeout)
+
     async def new_session(self, cwd: str = "/tmp") -> str:
         response = await self.call("session/new", {"cwd": cwd, "mcpServers": []})
         assert "result" in response, response
@@ -395,9 +450,73 @@ def request_key(request_id: Any) -> tuple[str, Any]:
     return (type(request_id).__name__, request_id)
 
 
+def speaks_v2(client: RawClient) -> bool:
+    """Whether the server answered this connection's `initialize` with protocol version 2."""
+    initializes = {
+        request_key(e.msg["id"])
+        for e in client.log
+        if e.dir == "in" and isinstance(e.msg, dict) and e.msg.get("method") == "initialize" and "id" in e.msg
+    }
+    return any(
+        e.dir == "out"
+        and isinstance(e.msg, dict)
+        and request_key(e.msg.get("id")) in initializes
+        and isinstance(e.msg.get("result"), dict)
+        and e.msg["result"].get("protocolVersion") == 2
+        for e in client.log
+    )
+
+
+def check_wire_v2(client: RawClient) -> list[str]:
+    """C3/C4 in their v2 reading (see the module docstring), and ACP-STATE-201 (a completing idle follows work)."""
+    problems: list[str] = []
+    working: set[str] = set()  # sessions between running/requires_action and idle
+    resumes: dict[tuple[str, Any], str] = {}
+    resuming: Counter[str] = Counter()
+    for entry in client.log:
+        message = entry.msg
+        if not isinstance(message, dict):
+            continue
+        if entry.dir == "in":
+            params = message.get("params")
+            resumed = params.get("sessionId") if isinstance(params, dict) else None
+            if message.get("method") == "session/resume" and "id" in message and isinstance(resumed, str):
+                resumes[request_key(message["id"])] = resumed
+                resuming[resumed] += 1
+            continue
+        method = message.get("method")
+        if method is None:
+            resumed = resumes.pop(request_key(message.get("id")), None)
+            if resumed is not None:
+                resuming[resumed] -= 1
+            continue
+        params = message.get("params") or {}
+        session_id = str(params.get("sessionId"))
+        update = params.get("update", {}) if method == "session/update" else {}
+        kind = update.get("sessionUpdate")
+        if kind == "state_update":
+            state = update.get("state")
+            if state in ("running", "requires_action"):
+                working.add(session_id)
+            elif state == "idle":
+                if session_id not in working and not resuming[session_id]:
+                    problems.append(f"ACP-STATE-201: an idle outside a resume ends no work: {entry.raw[:200]!r}")
+                working.discard(session_id)
+            continue
+        turn_update = kind in TURN_SCOPED_V2
+        client_request = "id" in message and not method.startswith("_") and method != "session/update"
+        if (turn_update or client_request) and session_id not in working and not resuming[session_id]:
+            check = "C3 (v2): turn update" if turn_update else "C4 (v2): client request"
+            problems.append(f"{check} outside running..idle on {session_id}: {entry.raw[:200]!r}")
+    return problems
+
+
 def check_wire(client: RawClient) -> list[str]:
     """C1-C4 over the whole wire log, plus schema violations and C6 over stderr."""
     problems = list(client.validator.violations)
+    v2 = speaks_v2(client)
+    if v2:
+        problems += check_wire_v2(client)
     sent: Counter[tuple[str, Any]] = Counter()
     answered: Counter[tuple[str, Any]] = Counter()
     prompt_session: dict[tuple[str, Any], str] = {}
@@ -434,7 +553,7 @@ def check_wire(client: RawClient) -> list[str]:
         session_id = params.get("sessionId")
         turn_update = method == "session/update" and params.get("update", {}).get("sessionUpdate") in TURN_SCOPED
         client_request = "id" in message and not method.startswith("_") and session_id is not None
-        if (turn_update or client_request) and not open_prompts.get(str(session_id)):
+        if (turn_update or client_request) and not v2 and not open_prompts.get(str(session_id)):
             check = "C3: turn update" if turn_update else "C4: client request"
             problems.append(f"{check} with no unanswered prompt on {session_id}: {entry.raw[:200]!r}")
     for key, count in sent.items():

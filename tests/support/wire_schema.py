@@ -1,5 +1,8 @@
 """Validates every message the server writes against the official ACP JSON schema, per method (`x-method`).
 
+A connection starts on the v1 schema and moves to the v2 draft's (fixtures/acp-schema/v2/schema.json) once the
+server answers `initialize` with `protocolVersion: 2`: each connection speaks exactly one version.
+
 The schema's top-level `anyOf` accepts nearly anything (its extension variants are open), so each message is
 checked against the `$defs` type whose `x-method` names its method: requests and notifications by their own
 method, responses by the method of the client request they answer.
@@ -17,30 +20,36 @@ from jsonschema import Draft202012Validator
 from referencing import Registry, Resource
 
 SCHEMA_PATH = Path(__file__).resolve().parents[2] / "fixtures" / "acp-schema" / "schema.json"
+SCHEMA_V2_PATH = Path(__file__).resolve().parents[2] / "fixtures" / "acp-schema" / "v2" / "schema.json"
 
 
 @cache
-def _schema() -> dict[str, Any]:
-    loaded: dict[str, Any] = orjson.loads(SCHEMA_PATH.read_bytes())
+def _schema(version: int = 1) -> dict[str, Any]:
+    loaded: dict[str, Any] = orjson.loads((SCHEMA_V2_PATH if version == 2 else SCHEMA_PATH).read_bytes())
     return loaded
 
 
 @cache
-def _registry() -> Registry:
-    registry: Registry = Registry().with_resource("urn:acp", Resource.from_contents(_schema()))
+def _registry(version: int = 1) -> Registry:
+    registry: Registry = Registry().with_resource("urn:acp", Resource.from_contents(_schema(version)))
     return registry
 
 
 @cache
-def _validator(definition: str) -> Draft202012Validator:
-    return Draft202012Validator({"$ref": f"urn:acp#/$defs/{definition}"}, registry=_registry())
+def _validator(definition: str, version: int = 1) -> Draft202012Validator:
+    return Draft202012Validator({"$ref": f"urn:acp#/$defs/{definition}"}, registry=_registry(version))
+
+
+def validate_v2(definition: str, instance: Any) -> list[str]:
+    """The v2 schema's complaints about `instance` as `definition` (for tests of single v2 shapes)."""
+    return [error.message for error in _validator(definition, 2).iter_errors(instance)]
 
 
 @cache
-def _definitions_by_method() -> dict[tuple[str, str], str]:
+def _definitions_by_method(version: int = 1) -> dict[tuple[str, str], str]:
     """(method, 'request'|'response') -> $defs name."""
     table: dict[tuple[str, str], str] = {}
-    for name, definition in _schema()["$defs"].items():
+    for name, definition in _schema(version)["$defs"].items():
         method = definition.get("x-method")
         if method:
             table[(method, "response" if name.endswith("Response") else "request")] = name
@@ -58,6 +67,8 @@ AGENT_TO_CLIENT = {
     "fs/write_text_file",
     "elicitation/create",
 } | {f"terminal/{verb}" for verb in ("create", "output", "release", "wait_for_exit", "kill")}
+# v2 removed the client's file system and terminals (ACP-V2.md §21.1).
+AGENT_TO_CLIENT_V2 = {"session/update", "session/request_permission", "elicitation/create", "elicitation/complete"}
 
 
 @dataclass
@@ -68,6 +79,8 @@ class WireValidator:
     violations: list[str] = field(default_factory=list)
     # Off only for benchmarks, where validating every line would make the client the bottleneck.
     schema: bool = True
+    # The protocol version the server's `initialize` answer chose (1 until it says otherwise).
+    version: int = 1
 
     def client_sent(self, message: Any) -> None:
         if isinstance(message, dict) and "method" in message and "id" in message:
@@ -97,8 +110,8 @@ class WireValidator:
                 pass  # an extension: free-form by the spec
             elif method == "$/cancel_request":
                 self._validate("CancelRequestNotification", message.get("params"), line)
-            elif method in AGENT_TO_CLIENT:
-                definition = _definitions_by_method().get((method, "request"))
+            elif method in (AGENT_TO_CLIENT_V2 if self.version == 2 else AGENT_TO_CLIENT):
+                definition = _definitions_by_method(self.version).get((method, "request"))
                 assert definition is not None
                 self._validate(definition, message.get("params"), line)
             else:
@@ -114,17 +127,21 @@ class WireValidator:
                 self._fail(line, "error message must be one non-empty line without internals")
             return
         method = self.client_requests.get(_key(message.get("id")))
+        if method == "initialize" and isinstance(message["result"], dict):
+            self.version = 2 if message["result"].get("protocolVersion") == 2 else 1
         if method is None:
             self._fail(line, "a result for a request the client never sent")
         elif not method.startswith("_"):
-            definition = _definitions_by_method().get((method, "response")) or UNSTABLE_RESPONSES.get(method)
+            definition = _definitions_by_method(self.version).get((method, "response"))
+            if definition is None and self.version == 1:
+                definition = UNSTABLE_RESPONSES.get(method)
             if definition is None:
                 self._fail(line, f"a result for {method}, which has no response type")
             else:
                 self._validate(definition, message["result"], line)
 
     def _validate(self, definition: str, instance: Any, line: bytes) -> None:
-        for error in _validator(definition).iter_errors(instance):
+        for error in _validator(definition, self.version).iter_errors(instance):
             self._fail(line, f"{definition}: {error.message} at {list(error.absolute_path)}")
 
     def _fail(self, line: bytes, why: str) -> None:

@@ -84,6 +84,9 @@ class Tool(Generic[ArgsT]):
     locations: Callable[[ArgsT, Path], tuple[str, ...]] = field(default=lambda args, cwd: ())
     # A tool that may ask the user first stays `pending` until allowed (ACP: pending = awaiting approval).
     asks_permission: bool = False
+    # A call may be stopped on its own while it runs (ACP v2 `tool_call/cancel`): the model is told and the turn goes
+    # on. Long or open-ended tools (commands, subagents, MCP calls); not the quick file tools.
+    cancellable: bool = False
     # The JSON schema the model is shown, for a tool defined elsewhere (an MCP server's, which validates its own
     # arguments); None: the schema of `args_model`.
     parameters: dict[str, Any] | None = None

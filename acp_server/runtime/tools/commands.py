@@ -175,5 +175,6 @@ COMMAND_TOOLS: tuple[Tool[Any], ...] = (
         _run_command,
         lambda a: a.command,
         asks_permission=True,
+        cancellable=True,
     ),
 )

@@ -42,5 +42,6 @@ DELEGATE_TOOLS: tuple[Tool[Any], ...] = (
         "think",
         _delegate,
         lambda a: f"Delegate: {a.task[:60]}",
+        cancellable=True,
     ),
 )

@@ -90,6 +90,17 @@ SETTINGS = [
         lambda c: c.prompt_policy,
     ),
     Setting(
+        "protocol",
+        "protocol = 1",
+        1,
+        ("ACP_SERVER_PROTOCOL", "2"),
+        2,
+        ["--protocol", "1"],
+        1,
+        2,
+        lambda c: c.protocol,
+    ),
+    Setting(
         "cleanup_deadline",
         "cleanup_deadline = 3.5",
         3.5,
@@ -533,6 +544,16 @@ async def test_a_bad_value_is_reported_and_the_server_starts_with_the_default(
     await server.close()
     assert f"{path}: permission_mode: expected one of default, accept_edits, bypass, read_only" in server.stderr_text
     assert "modle: unknown setting, ignored (did you mean 'model'?)" in server.stderr_text
+
+
+def test_a_prompt_policy_counts_as_chosen_only_when_a_flag_variable_or_file_sets_it(tmp_path: Path) -> None:
+    """Unchosen, a v2 connection queues busy prompts (ACP-V2.md §23 Q4); chosen anywhere, the choice holds."""
+    missing = {"ACP_SERVER_CONFIG": str(tmp_path / "none.toml")}
+    assert not load([], env=missing).config.prompt_policy_chosen
+    assert load(["--prompt-policy", "interrupt"], env=missing).config.prompt_policy_chosen
+    assert load([], env={**missing, "ACP_SERVER_PROMPT_POLICY": "reject"}).config.prompt_policy_chosen
+    path = write(tmp_path, 'prompt_policy = "interrupt"\n')
+    assert load([], env={"ACP_SERVER_CONFIG": str(path)}).config.prompt_policy_chosen
 
 
 @pytest.mark.parametrize("line", ["keep_sessions = -1", "keep_sessions = 2.5", 'keep_sessions_days = "a month"'])

@@ -1,0 +1,35 @@
+"""A session's title after its first turn, made in the background (both protocol versions' prompt lifecycles start
+it): it never delays a response and is cancelled with the session."""
+
+from __future__ import annotations
+
+import logging
+
+import anyio
+
+from acp_server.protocol.context import Parts
+from acp_server.sessions.runs import Session
+from acp_server.sessions.slash_commands import first_title, prompt_title
+
+__all__ = ["title_session"]
+
+log = logging.getLogger(__name__)
+
+
+async def title_session(parts: Parts, session: Session, first_prompt: str) -> None:
+    with anyio.CancelScope() as scope:
+        session.background.add(scope)
+        try:
+            title: str | None = await first_title(parts.providers.get(session.model), session.session_id, first_prompt)
+        except Exception as exc:  # a title is a nicety (cancellation is not caught here): the first words then
+            log.warning(
+                "session %s: the model gave no title (%s); using the prompt's first words", session.session_id, exc
+            )
+            title = prompt_title(first_prompt)
+        finally:
+            session.background.discard(scope)
+        if title is None:
+            return
+        if session.title is None and session.session_id in parts.sessions:
+            session.title = title
+            parts.turns.announce_title(session, title)

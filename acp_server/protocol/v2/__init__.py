@@ -1,0 +1,9 @@
+"""ACP v2 (the draft, schema 2.0.0-alpha): the second renderer of the protocol edge, beside v1's in `protocol/`.
+
+A connection speaks one version, chosen by `initialize` (`negotiation.py`). On v2 the same core runs the same turns;
+what differs is only the wire: the handshake (`initialize.py`), the session methods (`sessions.py`), the prompt
+answered on insertion with its completion as a `state_update` (`prompt.py`), the turn's events as upserts keyed by
+id (`updates.py`), and the cancel family routed by id (`cancels.py`). The tables are in `handlers.py`.
+
+Part of `protocol/`: may import what it may.
+"""

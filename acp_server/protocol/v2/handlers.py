@@ -1,0 +1,52 @@
+"""The methods a v2 connection serves, by wire name (ACP-V2.md §21.1). v1-only methods (`authenticate`,
+`session/load`, `session/set_mode`, `session/fork`) are absent, so they are `-32601` on v2; the cancel notifications
+are v1's handlers (routed by session id and by request id alike; see protocol/v2/prompt.py for what a withdrawn
+held prompt answers).
+"""
+
+from __future__ import annotations
+
+from acp_server.protocol.context import Handler, NotificationHandler
+from acp_server.protocol.handlers import METHODS, NOTIFICATIONS
+from acp_server.protocol.schema import (
+    CloseSessionRequest,
+    DeleteSessionRequest,
+    ListSessionsRequest,
+    PromptRequest,
+    SetSessionConfigOptionRequest,
+)
+from acp_server.protocol.session_handlers import session_delete
+from acp_server.protocol.v2.cancels import tool_call_cancel
+from acp_server.protocol.v2.prompt import session_prompt_v2
+from acp_server.protocol.v2.schema import (
+    CancelTerminalRequest,
+    CancelToolCallRequest,
+    NewSessionRequestV2,
+    ResumeSessionRequestV2,
+)
+from acp_server.protocol.v2.sessions import (
+    session_close_v2,
+    session_list_v2,
+    session_new_v2,
+    session_resume_v2,
+    session_set_config_option_v2,
+)
+from acp_server.protocol.v2.terminals import terminal_cancel
+
+__all__ = ["METHODS_V2", "NOTIFICATIONS_V2"]
+
+METHODS_V2: dict[str, Handler] = {
+    "initialize": METHODS["initialize"],
+    "session/new": (NewSessionRequestV2, session_new_v2),
+    "session/prompt": (PromptRequest, session_prompt_v2),
+    "session/set_config_option": (SetSessionConfigOptionRequest, session_set_config_option_v2),
+    "session/close": (CloseSessionRequest, session_close_v2),
+    "session/resume": (ResumeSessionRequestV2, session_resume_v2),
+    "session/list": (ListSessionsRequest, session_list_v2),
+    "session/delete": (DeleteSessionRequest, session_delete),
+    "tool_call/cancel": (CancelToolCallRequest, tool_call_cancel),
+    "terminal/cancel": (CancelTerminalRequest, terminal_cancel),
+    "_acp_server/stats": METHODS["_acp_server/stats"],
+}
+
+NOTIFICATIONS_V2: dict[str, NotificationHandler] = dict(NOTIFICATIONS)

@@ -1,0 +1,71 @@
+"""Permission questions on a v2 connection (ACP-V2.md §12, §23 Q13): the same `PermissionGate` asks, and this wraps
+its request. The params are v2's (`title` and a `tool_call` subject instead of v1's bare `toolCall`, v2 content), and
+the foreground state says `requires_action` while the answer is awaited, then `running` again once it comes (not
+after a cancel: the work then ends with its `idle`). Both state updates go through the turn's fence.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from acp_server.jsonrpc.connection import ClientRequestError, Connection
+from acp_server.protocol.v2.updates import requires_action, running, to_v2
+from acp_server.sessions.runs import RunContext
+
+__all__ = ["asking_v2", "permission_params_v2"]
+
+PERMISSION = "session/request_permission"
+
+
+def permission_params_v2(params: dict[str, Any], session_cwd: Path) -> dict[str, Any]:
+    """v1's `session/request_permission` params as v2's: a command line asks with a `command` subject (what is run
+    and where; approval lets us run it), anything else with a `tool_call` subject (§12)."""
+    tool_call = dict(params["toolCall"])
+    raw = tool_call.get("rawInput")
+    command = raw.get("command") if isinstance(raw, dict) and tool_call.get("kind") == "execute" else None
+    subject: dict[str, Any]
+    if isinstance(command, str):
+        where = raw.get("cwd") if isinstance(raw, dict) else None
+        cwd = session_cwd / where if isinstance(where, str) else session_cwd  # an absolute `where` replaces it
+        subject = {"type": "command", "command": command, "cwd": str(cwd), "toolCallId": tool_call["toolCallId"]}
+    else:
+        shown = to_v2({"sessionUpdate": "tool_call_update", **tool_call}, None, None)
+        del shown["sessionUpdate"]
+        subject = {"type": "tool_call", "toolCall": shown}
+    v2: dict[str, Any] = {
+        "sessionId": params["sessionId"],
+        "title": str(tool_call.get("title") or "Allow this tool call?"),
+        "subject": subject,
+        "options": params["options"],
+    }
+    if "_meta" in params:
+        v2["_meta"] = params["_meta"]
+    return v2
+
+
+def asking_v2(connection: Connection, run: RunContext) -> Callable[[str, dict[str, Any]], Awaitable[Any]]:
+    """The turn's request to the client, with a permission question asked the v2 way."""
+    # A subagent's question blocks its parent's foreground work: the state is the parent session's.
+    session_id = run.parent_session_id or run.session_id
+
+    async def state(update: dict[str, Any]) -> None:
+        message = {"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": session_id, "update": update}}
+        await connection.send_fenced(message, run)
+
+    async def request(method: str, params: dict[str, Any]) -> Any:
+        if method != PERMISSION:
+            return await connection.request(method, params, fence=run)
+        await state(requires_action())
+        try:
+            answer = await connection.request(method, permission_params_v2(params, run.session.cwd), fence=run)
+        except ClientRequestError:
+            if not run.cancelled:
+                await state(running())
+            raise
+        if not run.cancelled:
+            await state(running())
+        return answer
+
+    return request

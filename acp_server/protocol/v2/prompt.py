@@ -1,0 +1,119 @@
+"""The v2 prompt lifecycle (ACP-V2.md §6, §7, §23 Q2/Q4/Q14): `session/prompt` is answered the moment the prompt is
+inserted, and the work is reported by `state_update`s.
+
+Admission is v1's (AcpDispatcher.prepare, in reader order; the session's prompt policy applies). A prompt admitted
+behind running work is *held* (the run registry's QUEUED) until the work ends; a cancel that claims it first
+(`session/cancel`, `$/cancel_request` naming it, `session/close`) withdraws it: `-32800`, nothing inserted, no echo.
+Otherwise it is inserted: the response `{messageId}` goes out, then the `user_message` echo and `running`; the turn
+runs in a task the connection owns, and ends with `idle` and its stop reason — `error` with the error for a failure
+(never a response error once the message is in) — which is the last thing sent for the work: the turn is sealed by
+then. Only then does the session pass to the next held prompt.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import Any
+
+from acp_server.jsonrpc.rpc import ErrorCode, RpcError
+from acp_server.protocol.context import Parts, RequestContext
+from acp_server.protocol.schema import PromptRequest
+from acp_server.protocol.titles import title_session
+from acp_server.protocol.v2.updates import idle, running, user_message
+from acp_server.runtime.model import StopReason
+from acp_server.sessions.runs import RunContext, RunState
+from acp_server.sessions.turn import TurnFailedError, execute_prompt, release_prompt
+
+__all__ = ["session_prompt_v2"]
+
+log = logging.getLogger(__name__)
+
+
+async def session_prompt_v2(context: RequestContext, params: PromptRequest) -> dict[str, Any]:
+    if context.admission_error is not None:
+        raise context.admission_error
+    run = context.run
+    assert run is not None, "a valid prompt is always admitted or refused in prepare()"
+    parts = context.parts
+    parts.auth.require_for(run.session.model)  # a model that takes no key is never refused
+    if run.steers and run.state is RunState.QUEUED:
+        return _insert_now(context, run)
+    await run.wait_until(lambda: run.state is not RunState.QUEUED)  # held while the session's work runs
+    if run.cancelled and not run.was_admitted:
+        # Claimed while it was held, before it was inserted: withdrawn. The dispatcher releases it once this error
+        # is queued. (A prompt inserted, at admission or at its hand-over, and cancelled at once is answered, and its
+        # work ends `idle cancelled`.)
+        raise RpcError(
+            ErrorCode.REQUEST_CANCELLED, "Request cancelled: the prompt was withdrawn before it was inserted"
+        )
+    message_id = f"msg_{uuid.uuid4().hex}"
+    run.prompt.message_id = message_id  # the store keeps it, so a replay shows the id this response returns
+    # Inserted: the request is answered now, the work is this module's from here on (not the dispatcher's).
+    context.run = None
+    if parts.prompts.get(context.request_id) is run:
+        del parts.prompts[context.request_id]  # `$/cancel_request` no longer names it (§23 Q10)
+    context.after.append(lambda: _insert(parts, run, message_id))
+    return {"messageId": message_id}
+
+
+def _insert_now(context: RequestContext, run: RunContext) -> dict[str, Any]:
+    """`steer` (§7 insert now): the prompt joins the running work at once. It is answered and echoed now, and the
+    work stays `running`: the core hands the turn over to it at the next model-call boundary, and the one `idle` is
+    the joined work's. A cancel before the hand-over ends the joined work (one `idle cancelled`)."""
+    parts = context.parts
+    message_id = f"msg_{uuid.uuid4().hex}"
+    run.prompt.message_id = message_id
+    context.run = None
+    if parts.prompts.get(context.request_id) is run:
+        del parts.prompts[context.request_id]
+
+    def joined() -> None:
+        update = user_message(message_id, run.prompt.blocks())
+        parts.connection.notify("session/update", {"sessionId": run.session_id, "update": update})
+        parts.connection.spawn(_joined_work, parts, run)
+
+    context.after.append(joined)
+    return {"messageId": message_id}
+
+
+async def _joined_work(parts: Parts, run: RunContext) -> None:
+    """A steering prompt's part of the work, once the running turn hands over to it."""
+    await run.wait_until(lambda: run.state is not RunState.QUEUED)
+    if run.cancelled:
+        # Cancelled with the work it joined, whose `idle cancelled` has ended it: nothing more is sent for it.
+        parts.turns.runs.release(run)
+        return
+    # Repeated snapshots are idempotent: after a predecessor that failed (its idle sent) this starts the work again.
+    parts.connection.notify("session/update", {"sessionId": run.session_id, "update": running()})
+    await _work(parts, run)
+
+
+def _insert(parts: Parts, run: RunContext, message_id: str) -> None:
+    """Right after the response is queued: the echo, `running`, and the work in a task of the connection's."""
+    session_id = run.session_id
+    notify = parts.connection.notify
+    notify("session/update", {"sessionId": session_id, "update": user_message(message_id, run.prompt.blocks())})
+    notify("session/update", {"sessionId": session_id, "update": running()})
+    parts.connection.spawn(_work, parts, run)
+
+
+async def _work(parts: Parts, run: RunContext) -> None:
+    try:
+        error: dict[str, Any] | None = None
+        try:
+            stop: str = await execute_prompt(parts.turns, run)
+        except TurnFailedError as exc:
+            stop, error = "error", {"code": int(ErrorCode.INTERNAL_ERROR), "message": exc.message}
+        except Exception:  # a defect past the turn's own handling: the work still ends, as an error (not a crash)
+            log.exception("session %s: the v2 turn failed", run.session_id)
+            message = "Internal error: the turn failed; see the server log"
+            stop, error = "error", {"code": int(ErrorCode.INTERNAL_ERROR), "message": message}
+        # Sealed by now (execute_prompt returns or raises only after `_seal`): nothing of the work follows this idle.
+        # Unless a steering prompt carries the work on (it was inserted, §7): then the idle is the joined work's.
+        if not (stop == StopReason.END_TURN and parts.turns.runs.hand_over_due(run.session)):
+            parts.connection.notify("session/update", {"sessionId": run.session_id, "update": idle(stop, error)})
+    finally:
+        first_prompt = release_prompt(parts.turns, run)  # also when the connection's shutdown cancels this task
+    if first_prompt is not None:
+        parts.connection.spawn(title_session, parts, run.session, first_prompt)

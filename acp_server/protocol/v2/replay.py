@@ -1,0 +1,66 @@
+"""A stored session's history as v2 `session/update`s, for `session/resume` with `replayFrom: {"type": "start"}`
+(ACP-V2.md §5.3, §23 Q11): one whole-message upsert per message with its stored `messageId` (the user message keeps
+the id its prompt response returned, ACP-RESUME-204), tool calls as `tool_call_update`s, plans as `plan_update`s. No
+historical `state_update` is replayed. Built on the v1 rendering of the same records (protocol/replay.py), so a
+session stored by either version replays on either. Loaded with the store, never at start-up.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from acp_server.protocol.replay import replay_updates
+from acp_server.protocol.v2.updates import plan_id, to_v2
+
+if TYPE_CHECKING:
+    from acp_server.store import LoadedSession
+
+__all__ = ["replay_updates_v2"]
+
+_WHOLE = {
+    "user_message_chunk": "user_message",
+    "agent_message_chunk": "agent_message",
+    "agent_thought_chunk": "agent_thought",
+}
+
+
+def replay_updates_v2(loaded: LoadedSession) -> list[dict[str, Any]]:
+    session_id = loaded.session.session_id
+    out: list[dict[str, Any]] = []
+    for update in replay_updates(loaded, coalesce=True):
+        kind = update["sessionUpdate"]
+        whole = _WHOLE.get(kind)
+        if whole is not None:
+            last = out[-1] if out else None
+            if (
+                last is not None
+                and last["sessionUpdate"] == whole
+                and last["messageId"] == update["messageId"]
+                and last.get("_meta") == update.get("_meta")
+            ):
+                last["content"].append(update["content"])
+                continue
+            message: dict[str, Any] = {
+                "sessionUpdate": whole,
+                "messageId": update["messageId"],
+                "content": [update["content"]],
+            }
+            if update.get("_meta") is not None:
+                message["_meta"] = update["_meta"]
+            out.append(message)
+        elif kind == "plan":
+            plan = {"type": "items", "planId": plan_id(session_id), "entries": update["entries"]}
+            out.append({"sessionUpdate": "plan_update", "plan": plan})
+        else:
+            out.append(to_v2(update, None, None))
+    return _joined_texts(out)
+
+
+def _joined_texts(updates: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Consecutive plain text blocks of one agent message or thought are one block (how the model wrote them)."""
+    for update in updates:
+        if update["sessionUpdate"] in ("agent_message", "agent_thought"):
+            blocks = update["content"]
+            if len(blocks) > 1 and all(b.keys() == {"type", "text"} and b["type"] == "text" for b in blocks):
+                update["content"] = [{"type": "text", "text": "".join(b["text"] for b in blocks)}]
+    return updates

@@ -1,0 +1,133 @@
+"""Local commands as agent-owned display terminals on a v2 connection (ACP-V2.md §10, §20.4, §23 Q8/Q9).
+
+v2 has no client terminals: every `run_command` runs locally (runtime/local_commands.py, a process group of its own)
+and is shown as a terminal: the tool call's content anchors it (`{"type": "terminal", "terminalId"}`), a
+`terminal_update` announces it (command, cwd, `capabilities.cancel`), each piece of output is a
+`terminal_output_chunk` (independently base64), and its end is a `terminal_update` with `exitStatus` and the controls
+cleared — before the turn's `idle` even when a cancel stops it. `terminal/cancel` stops the process group alone
+(SIGTERM, then SIGKILL): the command reports how it died and the tool call finishes as a failed command; the turn goes
+on. Terminals are live only: the store keeps the tool call, not the terminal's bytes (not replayed yet).
+"""
+
+from __future__ import annotations
+
+import base64
+import uuid
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from anyio.abc import Process
+
+from acp_server.jsonrpc.connection import Connection
+from acp_server.jsonrpc.rpc import ErrorCode, RpcError
+from acp_server.protocol.context import RequestContext
+from acp_server.protocol.v2.schema import CancelTerminalRequest
+from acp_server.runtime.local_commands import LocalCommandRunner
+from acp_server.runtime.ports import CommandResult
+from acp_server.runtime.processes import ProcessTable
+from acp_server.runtime.sandbox import Sandbox
+from acp_server.sessions.runs import RunContext
+
+__all__ = ["TerminalRunner", "terminal_cancel"]
+
+
+class TerminalRunner:
+    """The turn's `CommandRunner` on v2: a local runner whose commands are shown as display terminals."""
+
+    def __init__(
+        self,
+        connection: Connection,
+        run: RunContext,
+        processes: ProcessTable,
+        deadline: Callable[[], float],
+        *,
+        sandbox: Sandbox | None = None,
+        roots: tuple[Path, ...] = (),
+    ) -> None:
+        """`sandbox` and `roots`: the local runner's confinement, as on v1."""
+        self._connection = connection
+        self._run = run
+        self._processes = processes
+        self._deadline = deadline
+        self._sandbox = sandbox
+        self._roots = roots
+
+    def _message(self, update: dict[str, Any]) -> dict[str, Any]:
+        # A subagent's command is shown in its parent's session (children never speak under their own id).
+        session_id = self._run.parent_session_id or self._run.session_id
+        return {"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": session_id, "update": update}}
+
+    async def run(
+        self,
+        command: str,
+        cwd: Path,
+        timeout: float | None,
+        on_terminal: Callable[[str], Awaitable[None]],
+    ) -> CommandResult:
+        run, connection = self._run, self._connection
+        terminal_id = f"term_{uuid.uuid4().hex}"
+        await on_terminal(terminal_id)  # the tool call's content anchors the terminal first
+        announced = {
+            "sessionUpdate": "terminal_update",
+            "terminalId": terminal_id,
+            "command": command,
+            "cwd": str(cwd),
+            "capabilities": {"cancel": {}},
+        }
+        await connection.send_fenced(self._message(announced), run)
+        started: list[Process] = []
+
+        def stop() -> None:
+            if started and started[0].returncode is None:
+                connection.spawn(self._processes.terminate, started[0])
+
+        async def output(piece: bytes) -> None:
+            chunk = {
+                "sessionUpdate": "terminal_output_chunk",
+                "terminalId": terminal_id,
+                "data": base64.b64encode(piece).decode("ascii"),
+            }
+            await connection.send_fenced(self._message(chunk), run)
+
+        runner = LocalCommandRunner(
+            self._processes, self._deadline, self._sandbox, self._roots, on_output=output, on_started=started.append
+        )
+        run.terminal_stops[terminal_id] = stop
+        try:
+            return await runner.run(command, cwd, timeout, on_terminal)
+        finally:
+            run.terminal_stops.pop(terminal_id, None)
+            # Synchronous, so a cancelled command's exit is queued before its turn's idle, like every final update.
+            if not run.fenced:
+                connection.notify("session/update", self._message(_exited(terminal_id, started))["params"])
+
+
+def _exited(terminal_id: str, started: list[Process]) -> dict[str, Any]:
+    status: dict[str, Any] = {}
+    code = started[0].returncode if started else None
+    if code is not None and code < 0:
+        import signal
+
+        try:
+            status["signal"] = signal.Signals(-code).name
+        except ValueError:
+            status["signal"] = str(-code)
+    elif code is not None:
+        status["exitCode"] = code
+    return {"sessionUpdate": "terminal_update", "terminalId": terminal_id, "exitStatus": status, "capabilities": None}
+
+
+async def terminal_cancel(context: RequestContext, params: CancelTerminalRequest) -> dict[str, Any]:
+    """`terminal/cancel`: `{}` on acceptance, then the process group is stopped (after the answer is queued)."""
+    parts = context.parts
+    session = parts.sessions.require(params.session_id)
+    run = parts.runs.running(session.session_id)
+    stop = None if run is None or run.fenced else run.terminal_stops.get(params.terminal_id)
+    if stop is None:
+        raise RpcError(
+            ErrorCode.INVALID_PARAMS,
+            f"Invalid params: terminalId: no running cancellable terminal {params.terminal_id!r} in this session",
+        )
+    context.after.append(stop)
+    return {}

@@ -1,0 +1,366 @@
+"""Cancellation and busy prompts on v2, end to end over stdio (ACP-V2.md §7, §20; the v2 reading of INTERRUPTS.md's
+invariants, §20.7): `session/cancel` ends the work with `idle cancelled` as the last thing sent for it, within T_ACK
+when the work cooperates; a prompt sent while work runs is held (`queue`, the v2 default) until `idle`; a cancel
+answers the prompts held before it `-32800` and never touches later ones (I10); `$/cancel_request` withdraws a held
+prompt; `session/close` ends it all before its answer. A permission wait is `requires_action`. Tests named `test_acp_…`
+hold the acp-tck v2 requirement of that id (src/tck/v2/requirements.py at 1314e0951863b03844fd530e0e14bd88843aabe7).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import StartServer
+from tests.e2e.test_interrupts import after, position
+from tests.support.harness import LONG_GRACE_ARGS, T_ACK, T_EXIT, T_WAIT, RawClient
+
+pytestmark = pytest.mark.timeout(40)
+
+
+def is_state(session_id: str, state: str) -> Any:
+    def matches(message: dict[str, Any]) -> bool:
+        if message.get("method") != "session/update" or message["params"]["sessionId"] != session_id:
+            return False
+        update = message["params"]["update"]
+        return bool(update["sessionUpdate"] == "state_update" and update["state"] == state)
+
+    return matches
+
+
+def of_session(session_id: str) -> Any:
+    def matches(message: dict[str, Any]) -> bool:
+        return bool(message.get("method") == "session/update" and message["params"]["sessionId"] == session_id)
+
+    return matches
+
+
+@pytest.mark.at_once
+async def test_acp_cancel_201_202_203_the_cancelled_work_ends_idle_cancelled_and_nothing_of_it_follows(
+    server_v2: RawClient,
+) -> None:
+    """I1/I5/I6 on v2: the announced tool call ends `cancelled` (§23 Q7) before the idle; the idle comes within T_ACK
+    (the work cooperates); after it, nothing of the work and no second state_update (ACP-CANCEL-202)."""
+    server = server_v2
+    session_id = await server.new_session_v2()
+    prompt = await server.prompt(session_id, [{"tool": "test_sleep", "args": {"s": 30}}, {"say": "late"}])
+    await server.response(prompt)
+    await server.probe("tool_started", sessionId=session_id, tool="test_sleep")
+    sent = await server.cancel(session_id)
+    idle = await server.idle(session_id)
+    assert server.arrival_time(idle) - sent <= T_ACK
+    assert idle["params"]["update"]["stopReason"] == "cancelled"
+    calls = [m for m in server.received[: position(server, idle)] if of_session(session_id)(m)]
+    finals = [m["params"]["update"] for m in calls if m["params"]["update"].get("status") == "cancelled"]
+    assert len(finals) == 1 and finals[0]["sessionUpdate"] == "tool_call_update"
+    await server.quiet(0.3, lambda m: m in after(server, idle) and of_session(session_id)(m))
+    assert not [m for m in server.received if "id" in m and m.get("id") is None]  # no answer to the notification
+
+
+async def test_a_prompt_sent_while_work_runs_is_held_until_idle_then_inserted(server_v2: RawClient) -> None:
+    """§7 hold (queue, the v2 default): no response while held; at the idle it is inserted (response, echo, running)
+    and runs; one foreground work at a time."""
+    server = server_v2
+    session_id = await server.new_session_v2()
+    first = await server.prompt(session_id, [{"gate": "g"}, {"say": "one"}])
+    await server.probe("gate_reached", sessionId=session_id, gate="g")
+    second = await server.prompt(session_id, [{"say": "two"}])
+    await server.quiet(0.3, lambda m: m.get("id") == second)
+    await server.release(session_id, "g")
+    first_idle = await server.idle(session_id)
+    answer = await server.response(second)
+    assert position(server, first_idle) < position(server, answer)
+    assert "messageId" in answer["result"] and (await server.response(first))["result"]["messageId"]
+    assert (await server.idle(session_id, 2))["params"]["update"]["stopReason"] == "end_turn"
+    assert [u["state"] for u in server.states(session_id)] == ["running", "idle", "running", "idle"]
+
+
+async def test_a_cancel_answers_the_prompts_held_before_it_and_not_the_one_after(server_v2: RawClient) -> None:
+    """I10 on v2: held prompts are answered -32800 at once (before the idle), nothing of them is echoed; a prompt
+    sent after the cancel is inserted and runs."""
+    server = server_v2
+    session_id = await server.new_session_v2()
+    await server.prompt(session_id, [{"gate": "g"}])
+    await server.probe("gate_reached", sessionId=session_id, gate="g")
+    held = await server.prompt(session_id, [{"say": "never"}])
+    cancel = {"method": "session/cancel", "params": {"sessionId": session_id}}
+    later = server.prompt_message(session_id, [{"say": "after"}])
+    await server.send(cancel, later)
+    withdrawn = await server.response(held)
+    assert withdrawn["error"]["code"] == -32800
+    idle = await server.idle(session_id)
+    assert position(server, withdrawn) < position(server, idle)
+    assert idle["params"]["update"]["stopReason"] == "cancelled"
+    inserted = await server.response(later["id"])
+    assert position(server, idle) < position(server, inserted)
+    assert (await server.idle(session_id, 2))["params"]["update"]["stopReason"] == "end_turn"
+    echoed = [u["messageId"] for u in server.updates(session_id, "user_message")]
+    assert len(echoed) == 2 and inserted["result"]["messageId"] in echoed
+
+
+async def test_cancel_request_withdraws_a_held_prompt_and_leaves_the_work_alone(server_v2: RawClient) -> None:
+    """§20.5: the held prompt is answered -32800; the running work goes on to end_turn. Naming an inserted prompt is
+    ignored (§23 Q10)."""
+    server = server_v2
+    session_id = await server.new_session_v2()
+    running = await server.prompt(session_id, [{"gate": "g"}, {"say": "done"}])
+    await server.probe("gate_reached", sessionId=session_id, gate="g")
+    held = await server.prompt(session_id, [{"say": "never"}])
+    await server.notify("$/cancel_request", {"requestId": held})
+    await server.notify("$/cancel_request", {"requestId": running})
+    assert (await server.response(held))["error"]["code"] == -32800
+    await server.release(session_id, "g")
+    assert (await server.idle(session_id))["params"]["update"]["stopReason"] == "end_turn"
+    assert len(server.updates(session_id, "user_message")) == 1
+
+
+async def test_acp_close_202_cancel_208_close_ends_the_work_and_held_prompts_before_its_answer(
+    server_v2: RawClient,
+) -> None:
+    """§5.4, §20.2: held prompts -32800, the work's idle cancelled, then `{}`; nothing for the session after."""
+    server = server_v2
+    session_id = await server.new_session_v2()
+    await server.prompt(session_id, [{"gate": "g"}])
+    await server.probe("gate_reached", sessionId=session_id, gate="g")
+    held = await server.prompt(session_id, [{"say": "never"}])
+    closed = await server.call("session/close", {"sessionId": session_id})
+    assert closed["result"] == {}
+    idle = await server.idle(session_id)
+    withdrawn = await server.response(held)
+    assert withdrawn["error"]["code"] == -32800
+    assert idle["params"]["update"]["stopReason"] == "cancelled"
+    assert position(server, idle) < position(server, closed)
+    await server.quiet(0.3, lambda m: m in after(server, closed) and of_session(session_id)(m))
+    again = await server.call("session/prompt", server.prompt_message(session_id, [{"say": "x"}])["params"])
+    assert again["error"]["code"] == -32002
+
+
+async def test_acp_patch_209_a_permission_wait_is_requires_action_then_running(server_v2: RawClient) -> None:
+    """§12: v2 params (title, a tool_call subject); requires_action while the answer is awaited, running after it,
+    all inside running..idle."""
+    server = server_v2
+    session_id = await server.new_session_v2()
+    await server.prompt(session_id, [{"tool": "run_command", "args": {"command": "true"}}, {"say": "ok"}])
+    asked = await server.wait_for(lambda m: m.get("method") == "session/request_permission")
+    params = asked["params"]
+    assert params["title"] == "true" and "toolCall" not in params
+    assert params["subject"]["type"] == "command"
+    assert params["subject"]["command"] == "true" and params["subject"]["cwd"] == "/tmp"
+    assert params["subject"]["toolCallId"]
+    blocked = await server.wait_for(is_state(session_id, "requires_action"))
+    assert position(server, blocked) < position(server, asked)
+    await server.send({"id": asked["id"], "result": {"outcome": {"outcome": "selected", "optionId": "allow_once"}}})
+    idle = await server.idle(session_id, timeout=T_WAIT)
+    resumed = [m for m in server.received if is_state(session_id, "running")(m)]
+    assert position(server, asked) < position(server, resumed[-1]) < position(server, idle)
+    assert idle["params"]["update"]["stopReason"] == "end_turn"
+
+
+async def test_a_cancel_during_a_permission_wait_ends_idle_cancelled_without_running_again(
+    start_server: StartServer,
+) -> None:
+    """I8 on v2: the wait stops at once, the question is withdrawn, no `running` follows requires_action."""
+    server = await start_server(*LONG_GRACE_ARGS)
+    await server.initialize_v2()
+    session_id = await server.new_session_v2()
+    await server.prompt(session_id, [{"tool": "run_command", "args": {"command": "true"}}])
+    asked = await server.wait_for(lambda m: m.get("method") == "session/request_permission")
+    sent = await server.cancel(session_id)
+    idle = await server.idle(session_id)
+    assert server.arrival_time(idle) - sent <= T_ACK
+    assert idle["params"]["update"]["stopReason"] == "cancelled"
+    # §20.1 step 2: the question is withdrawn before the idle.
+    withdrawn = await server.wait_for(
+        lambda m: m.get("method") == "$/cancel_request" and m["params"]["requestId"] == asked["id"]
+    )
+    assert position(server, withdrawn) < position(server, idle)
+    states = [u["state"] for u in server.states(session_id)]
+    assert states == ["running", "requires_action", "idle"]
+
+
+@pytest.mark.at_once
+async def test_tool_call_cancel_stops_that_call_alone_and_the_turn_goes_on(server_v2: RawClient) -> None:
+    """§20.3: the running call advertises `capabilities.cancel`; `{}` answers at once and precedes its final
+    `tool_call_update` (`cancelled`, capabilities cleared); no idle, no extra running; the model is told and the turn
+    ends `end_turn`. Then the finished call is -32602, and an unknown session -32002."""
+    server = server_v2
+    session_id = await server.new_session_v2()
+    await server.prompt(session_id, [{"tool": "test_sleep", "args": {"s": 30}}, {"say": "went on"}])
+    await server.probe("tool_started", sessionId=session_id, tool="test_sleep")
+    advertised = await server.wait_for(
+        lambda m: of_session(session_id)(m) and m["params"]["update"].get("capabilities") == {"cancel": {}}
+    )
+    call_id = advertised["params"]["update"]["toolCallId"]
+    request = await server.request("tool_call/cancel", {"sessionId": session_id, "toolCallId": call_id})
+    answer = await server.response(request)
+    assert answer["result"] == {}
+    final = await server.wait_for(
+        lambda m: of_session(session_id)(m) and m["params"]["update"].get("status") == "cancelled"
+    )
+    assert position(server, answer) < position(server, final)
+    assert final["params"]["update"]["capabilities"] is None
+    assert server.arrival_time(final) - server.arrival_time(answer) <= T_ACK
+    idle = await server.idle(session_id)
+    assert idle["params"]["update"]["stopReason"] == "end_turn"
+    went_on = [m for m in server.received if of_session(session_id)(m) and "went on" in repr(m)]
+    assert went_on and position(server, final) < position(server, went_on[0]) < position(server, idle)
+    assert [u["state"] for u in server.states(session_id)] == ["running", "idle"]
+    done = await server.call("tool_call/cancel", {"sessionId": session_id, "toolCallId": call_id})
+    assert done["error"]["code"] == -32602
+    nobody = await server.call("tool_call/cancel", {"sessionId": "sess_none", "toolCallId": call_id})
+    assert nobody["error"]["code"] == -32002 and nobody["error"]["data"] == {"sessionId": "sess_none"}
+
+
+async def test_tool_call_cancel_refuses_a_call_that_does_not_advertise_cancel(server_v2: RawClient) -> None:
+    """The quick file tools are not cancellable (§23 Q6): -32602, and the call completes normally."""
+    server = server_v2
+    session_id = await server.new_session_v2()
+    await server.prompt(session_id, [{"tool": "list_files", "args": {"path": "/tmp"}}, {"gate": "g"}])
+    await server.probe("gate_reached", sessionId=session_id, gate="g")
+    (call_id,) = {u["toolCallId"] for u in server.updates(session_id, "tool_call_update")}
+    assert all(u.get("capabilities") in (None,) for u in server.updates(session_id, "tool_call_update"))
+    refused = await server.call("tool_call/cancel", {"sessionId": session_id, "toolCallId": call_id})
+    assert refused["error"]["code"] == -32602
+    await server.release(session_id, "g")
+    assert (await server.idle(session_id))["params"]["update"]["stopReason"] == "end_turn"
+
+
+HOLD_V2 = {"tool": "test_client_request", "args": {"method": "_test/hold", "params": {}}}
+
+
+async def test_steer_inserts_the_prompt_at_once_and_the_joined_work_ends_with_one_idle(
+    start_server: StartServer,
+) -> None:
+    """§7 insert now: P2 is answered and echoed while P1's tool waits; the state stays running; at the next model
+    call the work goes on for P2; one idle, end_turn, for the whole work."""
+    server = await start_server(*LONG_GRACE_ARGS, "--prompt-policy", "steer")
+    await server.initialize_v2()
+    session_id = await server.new_session_v2()
+    await server.prompt(session_id, [{"say": "p1"}, HOLD_V2, {"say": "p1-never"}])
+    held = await server.wait_for(lambda m: m.get("method") == "_test/hold")
+    p2 = await server.prompt(session_id, [{"say": "steered"}])
+    answer = await server.response(p2)
+    echoed = await server.wait_for(
+        lambda m: of_session(session_id)(m) and m["params"]["update"].get("messageId") == answer["result"]["messageId"]
+    )
+    assert echoed["params"]["update"]["sessionUpdate"] == "user_message"
+    await server.send({"id": held["id"], "result": {}})
+    idle = await server.idle(session_id)
+    assert idle["params"]["update"]["stopReason"] == "end_turn"
+    assert server.texts(session_id) == ["p1", "steered"]
+    assert [u["state"] for u in server.states(session_id)].count("idle") == 1
+    await server.quiet(0.3, lambda m: is_state(session_id, "idle")(m) and m is not idle)
+
+
+async def test_steer_a_cancel_before_the_hand_over_ends_the_joined_work_with_one_idle_cancelled(
+    start_server: StartServer,
+) -> None:
+    server = await start_server(*LONG_GRACE_ARGS, "--prompt-policy", "steer")
+    await server.initialize_v2()
+    session_id = await server.new_session_v2()
+    await server.prompt(session_id, [{"say": "p1"}, HOLD_V2])
+    await server.wait_for(lambda m: m.get("method") == "_test/hold")
+    await server.response(await server.prompt(session_id, [{"say": "never"}]))
+    sent = await server.cancel(session_id)
+    idle = await server.idle(session_id)
+    assert server.arrival_time(idle) - sent <= T_ACK
+    assert idle["params"]["update"]["stopReason"] == "cancelled"
+    await server.quiet(0.3, lambda m: m in after(server, idle) and of_session(session_id)(m))
+    assert "never" not in server.texts(session_id)
+    # The session is not poisoned (I19): the next prompt runs.
+    await server.response(await server.prompt(session_id, [{"say": "next"}]))
+    assert (await server.idle(session_id, 2))["params"]["update"]["stopReason"] == "end_turn"
+
+
+async def test_stdin_eof_with_v2_work_running_and_a_prompt_held_exits_cleanly(start_server: StartServer) -> None:
+    """I17 on v2: the work is cancelled with the connection and the process exits in time (exit checked by the
+    fixture's close, like every test's)."""
+    server = await start_server()
+    await server.initialize_v2()
+    session_id = await server.new_session_v2()
+    await server.prompt(session_id, [{"tool": "test_sleep", "args": {"s": 30}}])
+    await server.probe("tool_started", sessionId=session_id, tool="test_sleep")
+    await server.prompt(session_id, [{"say": "held"}])
+    code, took = await server.close()
+    assert code == 0
+    assert took <= T_EXIT
+
+
+async def test_a_cancel_of_an_idle_or_unknown_session_sends_nothing(server_v2: RawClient) -> None:
+    """I11 on v2 (§23 Q15): no idle, no error, no response."""
+    server = server_v2
+    session_id = await server.new_session_v2()
+    await server.response(await server.prompt(session_id, [{"say": "done"}]))
+    idle = await server.idle(session_id)
+    await server.cancel(session_id)
+    await server.cancel("sess_unknown")
+    # (The session's title may follow its first turn: session-scoped, allowed while idle.)
+    await server.quiet(
+        0.3,
+        lambda m: m in after(server, idle) and (is_state(session_id, "idle")(m) or ("id" in m and "method" not in m)),
+    )
+
+
+async def test_the_interrupt_policy_on_v2_ends_the_running_work_cancelled_then_inserts_the_new_prompt(
+    start_server: StartServer,
+) -> None:
+    """I14 on v2 (§7 interrupt): P1's idle cancelled, then P2's response, echo and running, then its idle."""
+    server = await start_server(*LONG_GRACE_ARGS, "--prompt-policy", "interrupt")
+    await server.initialize_v2()
+    session_id = await server.new_session_v2()
+    await server.prompt(session_id, [{"gate": "g"}, {"say": "p1-late"}])
+    await server.probe("gate_reached", sessionId=session_id, gate="g")
+    sent = await server.send(second := server.prompt_message(session_id, [{"say": "p2"}]))
+    first_idle = await server.idle(session_id)
+    assert first_idle["params"]["update"]["stopReason"] == "cancelled"
+    assert server.arrival_time(first_idle) - sent <= T_ACK
+    inserted = await server.response(second["id"])
+    assert position(server, first_idle) < position(server, inserted)
+    assert (await server.idle(session_id, 2))["params"]["update"]["stopReason"] == "end_turn"
+    assert server.texts(session_id) == ["p2"]
+
+
+async def test_the_reject_policy_on_v2_refuses_a_busy_prompt_and_inserts_nothing(start_server: StartServer) -> None:
+    """§7 reject: -32600, no echo, the running work untouched."""
+    server = await start_server(*LONG_GRACE_ARGS, "--prompt-policy", "reject")
+    await server.initialize_v2()
+    session_id = await server.new_session_v2()
+    await server.prompt(session_id, [{"gate": "g"}, {"say": "p1"}])
+    await server.probe("gate_reached", sessionId=session_id, gate="g")
+    refused = await server.call("session/prompt", server.prompt_message(session_id, [{"say": "p2"}])["params"])
+    assert refused["error"]["code"] == -32600
+    await server.release(session_id, "g")
+    assert (await server.idle(session_id))["params"]["update"]["stopReason"] == "end_turn"
+    assert server.texts(session_id) == ["p1"] and len(server.updates(session_id, "user_message")) == 1
+
+
+async def test_a_cancel_right_behind_a_prompt_for_an_idle_session_cancels_its_work_not_the_prompt(
+    server_v2: RawClient,
+) -> None:
+    """ACP-CANCEL-203: the prompt was inserted when it was read (the session was idle), so a cancel in the same write
+    ends its work `idle cancelled`; the prompt itself is answered {messageId}, never an error."""
+    server = server_v2
+    session_id = await server.new_session_v2()
+    prompt = server.prompt_message(session_id, [{"say": "never"}])
+    await server.send(prompt, {"method": "session/cancel", "params": {"sessionId": session_id}})
+    assert "messageId" in (await server.response(prompt["id"]))["result"]
+    idle = await server.idle(session_id)
+    assert idle["params"]["update"]["stopReason"] == "cancelled"
+    assert "never" not in server.texts(session_id)
+
+
+async def test_an_edit_asks_with_a_tool_call_subject_in_v2_shape(server_v2: RawClient, tmp_path: Path) -> None:
+    """§12: an edit's question carries the tool call (v2 content: a `{changes, patch}` diff) as its subject."""
+    server = server_v2
+    session_id = (await server.call("session/new", {"cwd": str(tmp_path)}))["result"]["sessionId"]
+    await server.prompt(session_id, [{"tool": "write_file", "args": {"path": "a.txt", "content": "x\n"}}])
+    asked = await server.wait_for(lambda m: m.get("method") == "session/request_permission")
+    subject = asked["params"]["subject"]
+    assert subject["type"] == "tool_call" and subject["toolCall"]["toolCallId"]
+    diffs = [c for c in subject["toolCall"].get("content", []) if c["type"] == "diff"]
+    assert diffs and diffs[0]["changes"] == [{"operation": "add", "path": str(tmp_path / "a.txt")}]
+    await server.send({"id": asked["id"], "result": {"outcome": {"outcome": "selected", "optionId": "reject_once"}}})
+    assert (await server.idle(session_id))["params"]["update"]["stopReason"] == "end_turn"
+    assert not (tmp_path / "a.txt").exists()

@@ -1,0 +1,148 @@
+"""The v2 session methods end to end over stdio (ACP-V2.md §4, §5): `session/new` with optional typed MCP servers,
+`list`, `resume` with and without replay (one store shared by both versions, so a session made on one version
+resumes on the other), `close` and `delete`. Tests named `test_acp_…` hold the acp-tck v2 requirement of that id
+(src/tck/v2/requirements.py at 1314e0951863b03844fd530e0e14bd88843aabe7)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import StartServer
+from tests.e2e.test_interrupts import after, position
+from tests.support.harness import DEFAULT_ARGS, RawClient
+
+pytestmark = pytest.mark.timeout(40)
+
+
+def updates_before(server: RawClient, session_id: str, response: dict[str, Any]) -> list[dict[str, Any]]:
+    end = position(server, response)
+    return [
+        m["params"]["update"]
+        for m in server.received[:end]
+        if m.get("method") == "session/update" and m["params"]["sessionId"] == session_id
+    ]
+
+
+async def _v2(start_server: StartServer, state: Path, *args: str) -> RawClient:
+    server = await start_server(*DEFAULT_ARGS, *args, env={"ACP_SERVER_STATE_DIR": str(state)})
+    await server.initialize_v2()
+    return server
+
+
+async def test_acp_session_203_mcp_servers_may_be_left_out_and_sse_is_refused(server_v2: RawClient) -> None:
+    assert "sessionId" in (await server_v2.call("session/new", {"cwd": "/tmp", "mcpServers": []}))["result"]
+    assert "sessionId" in (await server_v2.call("session/new", {"cwd": "/tmp"}))["result"]
+    sse = {"type": "sse", "name": "old", "url": "http://localhost:1/sse", "headers": []}
+    refused = await server_v2.call("session/new", {"cwd": "/tmp", "mcpServers": [sse]})
+    assert refused["error"]["code"] == -32602 and "sse" in refused["error"]["message"]
+
+
+async def test_acp_resume_202_204_replay_from_start_replays_every_message_with_its_id_before_the_response(
+    start_server: StartServer, tmp_path: Path
+) -> None:
+    """Whole-message upserts with the ids the live session used (the user message keeps its prompt response's
+    id), a tool call as tool_call_updates, then the idle snapshot, then the response; nothing after it."""
+    first = await _v2(start_server, tmp_path)
+    session_id = await first.new_session_v2()
+    prompt = await first.prompt(session_id, [{"say": "hel"}, {"say": "lo"}, {"tool": "test_sleep", "args": {"s": 0}}])
+    user_id = (await first.response(prompt))["result"]["messageId"]
+    await first.idle(session_id)
+    agent_id = first.updates(session_id, "agent_message_chunk")[0]["messageId"]
+    await first.close()
+
+    second = await _v2(start_server, tmp_path)
+    response = await second.call(
+        "session/resume", {"sessionId": session_id, "cwd": "/tmp", "replayFrom": {"type": "start"}}
+    )
+    assert set(response["result"]) == {"configOptions", "availableCommands"}
+    replayed = updates_before(second, session_id, response)
+    kinds = [u["sessionUpdate"] for u in replayed]
+    assert kinds[0] == "user_message" and replayed[0]["messageId"] == user_id
+    whole = {"sessionUpdate": "agent_message", "messageId": agent_id, "content": [{"type": "text", "text": "hello"}]}
+    assert whole in replayed
+    assert "tool_call_update" in kinds and "tool_call" not in kinds and "agent_message_chunk" not in kinds
+    assert replayed[-1] == {"sessionUpdate": "state_update", "state": "idle", "stopReason": "end_turn"}
+    assert kinds.count("state_update") == 1
+    await second.quiet(0.3, lambda m: m in after(second, response) and m.get("method") == "session/update")
+    # The resumed session goes on.
+    await second.response(await second.prompt(session_id, [{"say": "more"}]))
+    assert (await second.idle(session_id))["params"]["update"]["stopReason"] == "end_turn"
+
+
+async def test_acp_resume_203_resume_without_replay_sends_only_the_state_snapshot(
+    start_server: StartServer, tmp_path: Path
+) -> None:
+    first = await _v2(start_server, tmp_path)
+    session_id = await first.new_session_v2()
+    await first.prompt(session_id, [{"say": "x"}])
+    await first.idle(session_id)
+    await first.close()
+    second = await _v2(start_server, tmp_path)
+    response = await second.call("session/resume", {"sessionId": session_id, "cwd": "/tmp"})
+    assert "result" in response
+    assert [u["sessionUpdate"] for u in updates_before(second, session_id, response)] == ["state_update"]
+    bad = await second.call("session/resume", {"sessionId": session_id, "cwd": "/tmp", "replayFrom": {"type": "_x"}})
+    assert bad["error"]["code"] == -32602
+    elsewhere = await second.call("session/resume", {"sessionId": session_id, "cwd": str(tmp_path)})
+    assert elsewhere["error"]["code"] == -32602 and "cwd" in elsewhere["error"]["message"]
+    unknown = await second.call("session/resume", {"sessionId": "sess_none", "cwd": "/tmp"})
+    assert unknown["error"]["code"] == -32002 and unknown["error"]["data"] == {"sessionId": "sess_none"}
+
+
+async def test_a_session_made_on_v1_resumes_on_v2_and_one_made_on_v2_loads_on_v1(
+    start_server: StartServer, tmp_path: Path
+) -> None:
+    env = {"ACP_SERVER_STATE_DIR": str(tmp_path)}
+    v1 = await start_server(*DEFAULT_ARGS, env=env)
+    await v1.initialize()
+    old = await v1.new_session()
+    await v1.response(await v1.prompt(old, [{"say": "from v1"}]))
+    await v1.close()
+
+    v2 = await start_server(*DEFAULT_ARGS, env=env)
+    await v2.initialize_v2()
+    response = await v2.call("session/resume", {"sessionId": old, "cwd": "/tmp", "replayFrom": {"type": "start"}})
+    replayed = updates_before(v2, old, response)
+    assert [b["text"] for u in replayed if u["sessionUpdate"] == "agent_message" for b in u["content"]] == ["from v1"]
+    assert replayed[0]["sessionUpdate"] == "user_message"
+    new = await v2.new_session_v2()
+    await v2.response(await v2.prompt(new, [{"say": "from v2"}]))
+    await v2.idle(new)
+    await v2.close()
+
+    back = await start_server(*DEFAULT_ARGS, env=env)
+    await back.initialize()
+    loaded = await back.call("session/load", {"sessionId": new, "cwd": "/tmp", "mcpServers": []})
+    assert "modes" in loaded["result"]
+    assert back.texts(new) == ["from v2"]
+
+
+async def test_acp_list_201_202_close_201_delete_201_202_203(server_v2: RawClient) -> None:
+    session_id = await server_v2.new_session_v2()
+    await server_v2.response(await server_v2.prompt(session_id, [{"say": "x"}]))
+    await server_v2.idle(session_id)
+    listed = (await server_v2.call("session/list", {}))["result"]["sessions"]
+    assert session_id in [s["sessionId"] for s in listed]
+    assert (await server_v2.call("session/list", {"cwd": "/nonexistent/nowhere"}))["result"] == {"sessions": []}
+    assert (await server_v2.call("session/close", {"sessionId": session_id}))["result"] == {}
+    assert (await server_v2.call("session/close", {"sessionId": "sess_never"}))["result"] == {}
+    assert (await server_v2.call("session/delete", {"sessionId": session_id}))["result"] == {}
+    listed = (await server_v2.call("session/list", {}))["result"]["sessions"]
+    assert session_id not in [s["sessionId"] for s in listed]
+    assert (await server_v2.call("session/delete", {"sessionId": session_id}))["result"] == {}
+
+
+async def test_list_and_resume_are_baseline_without_a_store(start_server: StartServer) -> None:
+    """§23 Q22: under `--no-store` they serve this process's open sessions."""
+    server = await start_server(*DEFAULT_ARGS, "--no-store")
+    await server.initialize_v2()
+    session_id = await server.new_session_v2()
+    listed = (await server.call("session/list", {}))["result"]["sessions"]
+    assert [s["sessionId"] for s in listed] == [session_id]
+    resumed = await server.call("session/resume", {"sessionId": session_id, "cwd": "/tmp"})
+    assert "configOptions" in resumed["result"]
+    other = await server.call("session/resume", {"sessionId": "sess_elsewhere", "cwd": "/tmp"})
+    assert other["error"]["code"] == -32002
