@@ -68,9 +68,10 @@ async def initialize(context: RequestContext, params: InitializeRequest) -> dict
         raise context.admission_error
     parts = context.parts
     stored = context.parts.config.store  # loading, listing and resuming need the session store
-    # The endpoints' models lists: the cached ones now, a refresh in the background (never awaited); a session/new
-    # right behind offers them.
+    # The endpoints' models lists: the cached ones read in a worker thread (awaited: a short local read, off the
+    # event loop), a refresh in the background (never awaited); a session/new right behind offers them.
     discover_models(context.parts)
+    await context.parts.models.ready()
     # Images (sounds) when any model a session may pick takes them; a prompt for one that does not is refused then.
     taken = frozenset().union(*(context.parts.config.accepts(spec) for spec in context.parts.models.current))
     # The default model, warmed once this answer is out (protocol/warmup.py); a session on another model warms its

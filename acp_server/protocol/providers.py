@@ -9,6 +9,7 @@ was given. The check is per model: a session whose model takes no key (echo, scr
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Sequence
 
 import anyio
@@ -34,11 +35,18 @@ class ProviderCache:
         # Set by `logout`: no provider that takes credentials is built again until `authenticate`.
         self.logged_out = False
         self._warming: set[str] = set()  # the specs whose warm-up has started (protocol/warmup.py)
+        # Model discovery builds its providers in a worker thread (protocol/model_choices.py): each spec once.
+        self._building = threading.Lock()
 
     def get(self, spec: str) -> Provider:
         """The spec's provider; a missing key or a bad spec is the client's error to fix."""
         provider = self._providers.get(spec)
-        if provider is None:
+        if provider is not None:
+            return provider
+        with self._building:
+            provider = self._providers.get(spec)
+            if provider is not None:
+                return provider
             if self.logged_out and needs_credentials(spec):
                 raise RpcError(ErrorCode.AUTH_REQUIRED, f"Authentication required: {LOGGED_OUT}")
             try:
@@ -48,7 +56,7 @@ class ProviderCache:
             except ModelSpecError as exc:
                 raise RpcError(ErrorCode.INVALID_PARAMS, f"Invalid params: {exc}") from None
             self._providers[spec] = provider
-        return provider
+            return provider
 
     def forget_credentials(self) -> list[Provider]:
         """`logout`: drop every provider built with credentials, and build none again until `authenticate`. The
