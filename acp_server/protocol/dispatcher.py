@@ -99,9 +99,12 @@ class AcpDispatcher:
             except ValidationError:
                 return
             handshake.version = 2
-            # v2 has no client files or terminals; its elicitation markers are v1's (`{}` advertises a mode).
+            # v2 has no client files or terminals; its elicitation markers are v1's (`{}` advertises a mode). Notices
+            # and compactions need no client capability in v2 (ACP-V2.md §18): every v2 client is shown them as such.
             offered = initialize_v2.capabilities if isinstance(initialize_v2.capabilities, dict) else {}
-            handshake.client_capabilities = ClientCapabilities(elicitation=offered.get("elicitation"))
+            handshake.client_capabilities = ClientCapabilities(
+                session={"notices": {}, "compaction": {}}, elicitation=offered.get("elicitation")
+            )
             return
         try:
             initialize_request = InitializeRequest.model_validate(params)
