@@ -15,7 +15,7 @@ from acp_server.runtime.providers import MissingCredentialsError, needs_credenti
 
 __all__ = ["LOGGED_OUT", "AuthState", "ProviderCache"]
 
-LOGGED_OUT = "logged out: authenticate again (method api-key) to use the model"
+LOGGED_OUT = "logged out: authenticate again (ACP v1 `authenticate`, method api-key; v2 `auth/login`) to use the model"
 
 
 class ProviderCache:

@@ -65,7 +65,8 @@ async def test_login_finds_the_key_and_logout_forgets_it_until_the_next_login(
 
     assert (await server.call("auth/logout", {}))["result"] == {}
     assert (await server.call("auth/logout", {"_meta": None}))["result"] == {}  # idempotent
-    assert (await server.call("session/prompt", prompt(session, "again")))["error"]["code"] == -32000
+    refused = await server.call("session/prompt", prompt(session, "again"))
+    assert refused["error"]["code"] == -32000 and "auth/login" in refused["error"]["message"]
     assert (await server.call("session/new", {"cwd": str(tmp_path)}))["error"]["code"] == -32000
     assert not any("again" in str(r.body) for r in model.requests)  # the refused prompt never reached the model
 
