@@ -340,11 +340,12 @@ def check_log_file(config: Config) -> Check:
 
 def check_sandbox(config: Config) -> Check:
     """OK when local commands are confined as asked; WARN when they run with the user's rights (asked for, or no
-    choice), or when the network was to be closed and the kernel cannot."""
+    choice), or part of what was asked for cannot be done here (the network, a writable directory); FAIL when a
+    sandbox was asked for by name and none can be had, so commands are refused."""
     from acp_server.runtime.sandbox import describe
 
-    active, words = describe(config)
-    return _ok("sandbox", words) if active else _warn("sandbox", words)
+    level, words = describe(config)
+    return {"ok": _ok, "warn": _warn, "fail": _fail}[level]("sandbox", words)
 
 
 # --- MCP servers ---

@@ -127,16 +127,15 @@ async def _show(store: SessionStore, config: Config, options: argparse.Namespace
 async def _delete(store: SessionStore, config: Config, options: argparse.Namespace) -> int:
     status = 0
     for session_id in options.session_ids:
-        if await store.load(session_id) is None:
+        outcome = await store.delete_unless_held(session_id, force=options.force)  # checked and deleted at once
+        if outcome == "unknown":
             _say(f"unknown session: {session_id}")
             status = 1
             continue
-        if not options.force and await store.held_elsewhere(session_id):
+        if outcome == "held":
             _say(f"not deleted: {session_id} is open in a running acp-server (an editor); --force deletes it anyway")
             status = 1
             continue
-        store.delete(session_id)
-        await store.flush()
         _say(f"deleted {session_id}")
     return status
 

@@ -6,7 +6,7 @@ import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-__all__ = ["Figure", "format_table"]
+__all__ = ["Figure", "format_table", "versioned"]
 
 _COMPARE: dict[str, Callable[[float, float], bool]] = {"<=": operator.le, ">=": operator.ge}
 
@@ -37,6 +37,11 @@ class Figure:
 
     def verdict(self) -> str:
         return {True: "PASS", False: "FAIL", None: "info"}[self.passed]
+
+
+def versioned(name: str, protocol: int) -> str:
+    """A figure's name for a protocol version: v1's as it always was (results stay comparable), v2's prefixed."""
+    return name if protocol == 1 else f"v{protocol} {name}"
 
 
 def _number(value: float) -> str:

@@ -7,6 +7,8 @@ bench/README.md for what each figure means and which are indicative on a shared 
 - `results.md`: the same figures as a markdown table;
 - `scale.png`: cancel latency, chunks/s and CPU per chunk against the number of busy sessions (with the optional
   `bench` extra, matplotlib; without it the plot is skipped and the run says so).
+Start-up, chunks/s and cancel latency run for both protocol versions, v1 then v2 (sections `startup_v2`, `chunks_v2`,
+`cancel_v2`), so the v2 figures (named `v2 ...`; v1's keep their names) sit beside v1's.
 `--quick` shrinks every benchmark to a few iterations (tests/e2e/test_bench_smoke.py runs it so bench stays runnable).
 Exits 1 when a figure misses its target, so it can gate a release, but it is not a test: CI does not run it.
 """
@@ -98,10 +100,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         scales[provider_name] = [level.as_dict() for level in result.levels]
         return result
 
+    startup_args = [f"--spawns={options.spawns}"]
+    chunks_args = [f"--chunks={options.chunks}", f"--turns={options.turns}"]
+    cancel_args = [f"--iterations={options.cancels}", *(["--streaming=2"] if q else [])]
     sections: tuple[tuple[str, Callable[[], Any]], ...] = (
-        ("startup", lambda: startup.main([f"--spawns={options.spawns}"])),
-        ("chunks", lambda: chunks.main([f"--chunks={options.chunks}", f"--turns={options.turns}"])),
-        ("cancel", lambda: cancel.main([f"--iterations={options.cancels}", *(["--streaming=2"] if q else [])])),
+        ("startup", lambda: startup.main(startup_args)),
+        ("startup_v2", lambda: startup.main([*startup_args, "--protocol=2", "--breakdown=0"])),
+        ("chunks", lambda: chunks.main(chunks_args)),
+        ("chunks_v2", lambda: chunks.main([*chunks_args, "--protocol=2"])),
+        ("cancel", lambda: cancel.main(cancel_args)),
+        ("cancel_v2", lambda: cancel.main([*cancel_args, "--protocol=2"])),
         ("cancel_tool", lambda: cancel_tool.main([f"--iterations={options.tool_cancels}"])),
         ("memory", lambda: memory.main([f"--sessions={options.sessions}"])),
         ("provider", lambda: provider.main(["--chunks=500", "--turns=1", "--cancels=2"] if q else [])),

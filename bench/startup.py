@@ -6,8 +6,9 @@ sees them; the server's resident memory (VmRSS) is read right then, before the p
 starts has done anything that counts. It also times, in this process, reading the settings when there is no config
 file (every start-up does it), and runs one more server under `python -X importtime` to show where the time goes:
 the import self-time of each package (acp_server by layer), largest first, with its share of the total. The import
-times are inflated by the measurement itself; read them as proportions. Run alone:
-`python -m bench.startup [--spawns N] [--breakdown N]`.
+times are inflated by the measurement itself; read them as proportions. `--protocol 2` opens every connection as an
+ACP v2 client (its figures are named `v2 startup: ...`; the settings and import figures do not depend on the
+version and are left to the v1 run). Run alone: `python -m bench.startup [--spawns N] [--breakdown N] [--protocol 2]`.
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.report import Figure, format_table
-from bench.wire import Server, WireError, percentile
+from bench.report import Figure, format_table, versioned
+from bench.wire import PROTOCOLS, Server, WireError, percentile
 from tests.support.harness import isolated_env
 
 __all__ = ["StartupResult", "main", "run"]
@@ -46,6 +47,7 @@ class StartupResult:
     rss_mb: list[float] = field(default_factory=list)  # per spawn, when the answer was read
     # (package, self-time ms) of one `-X importtime` start-up, largest first
     imports: list[tuple[str, float]] = field(default_factory=list)
+    protocol: int = 1
 
     @property
     def median_ms(self) -> float:
@@ -64,12 +66,15 @@ class StartupResult:
         return percentile(self.samples_ms, 90)
 
     def figures(self) -> list[Figure]:
+        def name(text: str) -> str:
+            return versioned(text, self.protocol)
+
         return [
-            Figure("startup: spawn -> initialize, median", self.median_ms, "ms", "<=", TARGET_MEDIAN_MS),
-            Figure("startup: min", self.min_ms, "ms"),
-            Figure("startup: p90", self.p90_ms, "ms"),
+            Figure(name("startup: spawn -> initialize, median"), self.median_ms, "ms", "<=", TARGET_MEDIAN_MS),
+            Figure(name("startup: min"), self.min_ms, "ms"),
+            Figure(name("startup: p90"), self.p90_ms, "ms"),
             *(
-                [Figure("startup: RSS after initialize, median", self.rss_median_mb, "MB", "<=", TARGET_RSS_MB)]
+                [Figure(name("startup: RSS after initialize, median"), self.rss_median_mb, "MB", "<=", TARGET_RSS_MB)]
                 if self.rss_mb
                 else []
             ),
@@ -119,20 +124,23 @@ def format_breakdown(imports: Sequence[tuple[str, float]], top: int = 25) -> str
     return "\n".join(lines)
 
 
-def run(spawns: int = 20, args: Sequence[str] = ("--model", "scripted"), breakdown: bool = True) -> StartupResult:
+def run(
+    spawns: int = 20, args: Sequence[str] = ("--model", "scripted"), breakdown: bool = True, protocol: int = 1
+) -> StartupResult:
+    """`spawns` fresh servers, each opened in `protocol`; on v2 only the spawn and RSS figures (the rest is v1's)."""
     samples: list[float] = []
     codes: list[int] = []
     rss: list[float] = []
     for _ in range(spawns):
         server = Server.spawn(*args)
         try:
-            response, t_read = server.initialize()
+            _, t_read = server.initialize(protocol)  # a WireError unless the server agreed on `protocol`
             rss.append(server.rss_kb() / 1024)
         finally:
             codes.append(server.close())
-        if response.get("result", {}).get("protocolVersion") != 1:
-            raise WireError(f"unexpected initialize answer: {response}")
         samples.append((t_read - server.t_spawn_ns) / 1e6)
+    if protocol != 1:
+        return StartupResult(samples, codes, None, rss, protocol=protocol)
     imports = import_breakdown(args) if breakdown else []
     return StartupResult(samples, codes, time_no_config_file(), rss, imports)
 
@@ -141,9 +149,11 @@ def main(argv: Sequence[str] | None = None) -> StartupResult:
     parser = argparse.ArgumentParser(prog="python -m bench.startup", description=__doc__)
     parser.add_argument("--spawns", type=int, default=20, help="number of fresh processes (default 20)")
     parser.add_argument("--breakdown", type=int, default=25, help="packages shown in the import breakdown (0: none)")
+    parser.add_argument("--protocol", type=int, choices=PROTOCOLS, default=1, help="ACP version spoken (default 1)")
     options = parser.parse_args(argv)
-    result = run(options.spawns, breakdown=options.breakdown > 0)
-    print(f"startup: {len(result.samples_ms)} spawns, samples (ms): {', '.join(f'{s:.0f}' for s in result.samples_ms)}")
+    result = run(options.spawns, breakdown=options.breakdown > 0, protocol=options.protocol)
+    samples = ", ".join(f"{s:.0f}" for s in result.samples_ms)
+    print(f"{versioned('startup', result.protocol)}: {len(result.samples_ms)} spawns, samples (ms): {samples}")
     if result.imports:
         print(format_breakdown(result.imports, options.breakdown))
     if any(result.exit_codes):

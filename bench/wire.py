@@ -6,6 +6,10 @@ This client is plain `subprocess` + pipes: unbuffered `os.write` (a write has be
 `os.read` blocks split at newlines, and `orjson` for parsing. Streaming chunk lines are recognised by a byte-prefix
 test instead of being parsed, which keeps the reader at well under a microsecond per chunk.
 
+It speaks either protocol version: `initialize(protocol=2)` opens an ACP v2 connection, on which a prompt is answered
+the moment it is accepted and its work ends with the session's `idle` `state_update` (`stream_work`); `play` reads
+one prompt's turn the way the connection's version ends it, so a benchmark can time both versions alike.
+
 It also reads the server's own counters from /proc (CPU ticks, VmRSS), which is why it needs Linux.
 """
 
@@ -32,11 +36,14 @@ from tests.support.harness import isolated_env, server_command
 
 __all__ = [
     "CLOCK_TICKS",
+    "IDLE_UPDATE",
     "MESSAGE_CHUNK",
+    "PROTOCOLS",
     "UPDATE_PREFIX",
     "Server",
     "TurnResult",
     "WireError",
+    "initialize_params",
     "percentile",
     "process_cpu_ns",
     "process_cpu_ticks",
@@ -47,6 +54,9 @@ __all__ = [
 # every session/update line starts with these exact bytes; matching the prefix avoids parsing 10,000 chunks a turn.
 UPDATE_PREFIX = b'{"jsonrpc":"2.0","method":"session/update"'
 MESSAGE_CHUNK = b'"sessionUpdate":"agent_message_chunk"'
+# A v2 work's end: its session's `idle` `state_update` (the server writes these keys in this order).
+IDLE_UPDATE = b'"sessionUpdate":"state_update","state":"idle"'
+PROTOCOLS = (1, 2)
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 READ_BLOCK = 1 << 20
 
@@ -84,14 +94,32 @@ def percentile(samples: Sequence[float], p: float) -> float:
     return ordered[rank - 1]
 
 
+def initialize_params(protocol: int) -> Message:
+    """`initialize` as a v1 client (clientCapabilities) or a v2 one (info and object capability markers) sends it."""
+    if protocol == 1:
+        return {"protocolVersion": 1, "clientCapabilities": {}}
+    if protocol == 2:
+        return {"protocolVersion": 2, "info": {"name": "acp-server-bench", "version": "0"}, "capabilities": {}}
+    raise ValueError(f"no such protocol version: {protocol}")
+
+
 @dataclass(slots=True)
 class TurnResult:
     """One streamed prompt turn as the client saw it."""
 
     chunks: int
     other_lines: int
-    response: Message
-    t_response_ns: int  # perf_counter_ns when the block holding the response was read
+    response: Message  # v1: the prompt's response; v2: the work's `idle` state_update notification
+    t_response_ns: int  # perf_counter_ns when the block holding the response (v2: the idle) was read
+
+    @property
+    def stop_reason(self) -> str | None:
+        """How the turn ended: the v1 response's `stopReason`, or the v2 idle's."""
+        if "method" in self.response:
+            reason = self.response["params"]["update"].get("stopReason")
+        else:
+            reason = self.response.get("result", {}).get("stopReason")
+        return reason if isinstance(reason, str) else None
 
 
 @dataclass
@@ -101,6 +129,7 @@ class Server:
     process: subprocess.Popen[bytes]
     t_spawn_ns: int
     stderr_file: IO[bytes]
+    protocol: int = 1  # the version `initialize` agreed on
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
     _lines: deque[bytes] = field(default_factory=deque)
     _lines_t_ns: int = 0  # when the lines in _lines were read
@@ -258,6 +287,40 @@ class Server:
                 if message.get("id") == request_id and "method" not in message:
                     return TurnResult(chunks, other, message, self._lines_t_ns)
 
+    def stream_work(self, request_id: int, session_id: str, timeout: float = 60.0) -> TurnResult:
+        """v2: read a prompt's work up to its session's `idle` state_update, counting agent_message_chunk lines
+        without parsing them; the prompt's acceptance passes by on the way (a refusal is a WireError)."""
+        deadline = time.monotonic() + timeout
+        chunks = 0
+        other = 0
+        lines = self._lines
+        while True:
+            while not lines:
+                self._fill(deadline)
+            while lines:
+                line = lines.popleft()
+                if line.startswith(UPDATE_PREFIX) and MESSAGE_CHUNK in line:
+                    chunks += 1
+                    continue
+                if not line:
+                    continue
+                other += 1
+                if line.startswith(UPDATE_PREFIX):
+                    if IDLE_UPDATE in line:
+                        message = orjson.loads(line)
+                        if message["params"]["sessionId"] == session_id:
+                            return TurnResult(chunks, other, message, self._lines_t_ns)
+                    continue
+                message = orjson.loads(line)
+                if message.get("id") == request_id and "error" in message:
+                    raise WireError(f"the prompt was refused: {message['error']}")
+
+    def play(self, request_id: int, session_id: str, timeout: float = 60.0) -> TurnResult:
+        """One prompt's turn as this connection's version ends it: v1 its response, v2 its session's `idle`."""
+        if self.protocol == 2:
+            return self.stream_work(request_id, session_id, timeout)
+        return self.stream_turn(request_id, timeout)
+
     def skip_chunks(self, count: int, timeout: float = 10.0) -> None:
         """Consume lines until `count` agent_message_chunk lines have gone by (other lines are dropped too)."""
         deadline = time.monotonic() + timeout
@@ -280,12 +343,19 @@ class Server:
 
     # --- lifecycle ---
 
-    def initialize(self) -> tuple[Message, int]:
-        request_id, _ = self.request("initialize", {"protocolVersion": 1, "clientCapabilities": {}})
-        return self.response(request_id)
+    def initialize(self, protocol: int = 1) -> tuple[Message, int]:
+        """Open the connection in `protocol` (1 or 2); the server must agree on it."""
+        request_id, _ = self.request("initialize", initialize_params(protocol))
+        response, t_read = self.response(request_id)
+        agreed = response.get("result", {}).get("protocolVersion")
+        if agreed != protocol:
+            raise WireError(f"asked for protocol {protocol}, got {response}")
+        self.protocol = protocol
+        return response, t_read
 
     def new_session(self, cwd: str = "/tmp") -> str:
-        session_id: str = self.call("session/new", {"cwd": cwd, "mcpServers": []})["sessionId"]
+        params: Message = {"cwd": cwd, "mcpServers": []} if self.protocol == 1 else {"cwd": cwd}
+        session_id: str = self.call("session/new", params)["sessionId"]
         return session_id
 
     def stderr_tail(self, limit: int = 2000) -> str:

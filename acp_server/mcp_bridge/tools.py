@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict
 
 from acp_server.mcp_bridge.link import RemoteTool, ServerLink
 from acp_server.mcp_bridge.specs import tool_name
+from acp_server.runtime.media import validate_media
 from acp_server.runtime.model import Media, TextOutput, ToolContent
 from acp_server.runtime.ports import PermissionRequest, ToolError
 from acp_server.runtime.tools import Tool, ToolContext, ToolResult
@@ -75,22 +76,31 @@ def tool_result(result: CallToolResult) -> ToolResult:
     content becomes `rawOutput`, and the text when there is no other content; `isError` fails the tool call.
 
     Images and sounds also go to the model as `media`, beside the text (named there, without "not shown"): the
-    provider shows them to a model that takes them and says what was left out to one that does not."""
+    provider shows them to a model that takes them and says what was left out to one that does not. One the
+    providers would refuse (`validate_media`) stays a placeholder that says why."""
     parts = [_block_text(block) for block in result.content]
     structured = result.structured_content
     if not parts and structured is not None:
         parts.append(orjson.dumps(structured, option=orjson.OPT_INDENT_2).decode())
     shown: tuple[ToolContent, ...] = tuple(TextOutput(part) for part in parts)
-    media = tuple(_media(block) for block in result.content if getattr(block, "type", None) in ("image", "audio"))
-    read = [part.removesuffix(", not shown]") + "]" if part.endswith(", not shown]") else part for part in parts]
-    output = "\n".join(read if media else parts) or "(no output)"
+    media: list[Media] = []
+    read = list(parts)
+    blocks: list[Any] = list(result.content)
+    for index, block in enumerate(blocks):
+        if getattr(block, "type", None) not in ("image", "audio"):
+            continue
+        # A medium the endpoint would refuse is never sent (it would stay in the history and fail every later
+        # turn): the model reads why instead.
+        why = validate_media(block.type, str(block.mime_type), str(block.data))
+        if why is None:
+            media.append(Media(block.type, str(block.mime_type), str(block.data)))
+            read[index] = parts[index].removesuffix(", not shown]") + "]"
+        else:
+            read[index] = parts[index].removesuffix("]") + f": {why}]"
+    output = "\n".join(read) or "(no output)"
     if result.is_error:
         output = f"error: {output}"
-    return ToolResult(output, ok=not result.is_error, raw_output=structured, content=shown or None, media=media)
-
-
-def _media(block: Any) -> Media:
-    return Media(block.type, str(block.mime_type), str(block.data))
+    return ToolResult(output, ok=not result.is_error, raw_output=structured, content=shown or None, media=tuple(media))
 
 
 def _block_text(block: Any) -> str:

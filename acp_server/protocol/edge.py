@@ -25,7 +25,7 @@ from acp_server.runtime.local_commands import LocalCommandRunner
 from acp_server.runtime.local_fs import LocalFileSystem
 from acp_server.runtime.ports import CommandRunner, NoQuestions, Questions
 from acp_server.runtime.processes import ProcessTable
-from acp_server.runtime.sandbox import Sandbox
+from acp_server.runtime.sandbox import Sandbox, Unconfined
 from acp_server.sessions.edge import Ports, SessionEvent, TurnSink
 from acp_server.sessions.runs import RunContext
 from acp_server.settings.config import Config
@@ -42,9 +42,10 @@ class AcpEdge:
         config: Config,
         processes: ProcessTable,
         handshake: Handshake,
-        sandbox: Sandbox | None = None,
+        sandbox: Sandbox | Unconfined | None = None,
     ) -> None:
-        """`sandbox`: how local commands are confined (None: not at all), decided once at start-up."""
+        """`sandbox`: how local commands are confined (None: not at all; Unconfined: asked for, but impossible
+        here), decided once at start-up."""
         self._connection = connection
         self._config = config
         self._processes = processes

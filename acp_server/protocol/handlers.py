@@ -15,6 +15,7 @@ import anyio
 from acp_server import __version__
 from acp_server.jsonrpc.rpc import ErrorCode, RpcError
 from acp_server.protocol.context import Handler, NotificationHandler, Parts, RequestContext
+from acp_server.protocol.providers import close_providers
 from acp_server.protocol.schema import (
     AuthenticateRequest,
     CancelNotification,
@@ -67,9 +68,10 @@ async def initialize(context: RequestContext, params: InitializeRequest) -> dict
         raise context.admission_error
     parts = context.parts
     stored = context.parts.config.store  # loading, listing and resuming need the session store
-    # The endpoints' models lists: the cached ones now, a refresh in the background (never awaited); a session/new
-    # right behind offers them.
+    # The endpoints' models lists: the cached ones read in a worker thread (awaited: a short local read, off the
+    # event loop), a refresh in the background (never awaited); a session/new right behind offers them.
     discover_models(context.parts)
+    await context.parts.models.ready()
     # Images (sounds) when any model a session may pick takes them; a prompt for one that does not is refused then.
     taken = frozenset().union(*(context.parts.config.accepts(spec) for spec in context.parts.models.current))
     # The default model, warmed once this answer is out (protocol/warmup.py); a session on another model warms its
@@ -137,7 +139,12 @@ def log_in(context: RequestContext) -> dict[str, Any]:
 
 async def logout(context: RequestContext, params: LogoutRequest) -> dict[str, Any]:
     """Forget the keys this process holds until the next `authenticate` (protocol/providers.py). Idempotent."""
-    context.parts.auth.logout()
+    parts = context.parts
+    dropped = parts.auth.logout()
+    if dropped:  # their clients are closed in a task of the connection, once the turns running now have ended
+        running = parts.runs.current()
+        deadline = parts.config.cleanup_deadline
+        context.after.append(lambda: parts.connection.spawn(close_providers, dropped, running, deadline))
     return {}
 
 
@@ -145,7 +152,7 @@ async def session_prompt(context: RequestContext, params: PromptRequest) -> dict
     if context.admission_error is not None:
         raise context.admission_error
     assert context.run is not None, "a valid prompt is always admitted or refused in prepare()"
-    context.parts.auth.require()
+    context.parts.auth.require_for(context.run.session.model)  # a model that takes no key is never refused
     try:
         stop_reason = await execute_prompt(context.parts.turns, context.run)
     except TurnFailedError as exc:

@@ -2,9 +2,11 @@
 endpoint lists (model discovery), so a user picks one in the editor, or with `acpx --model NAME`, without editing
 `config.toml`.
 
-The lists come from the disk cache at once (`runtime/providers/catalog.py`), so a new session's response already
-offers them, and are asked for again in the background, in a task the connection owns, when one is older than its
-time to live: `initialize` and `session/new` never wait for an endpoint, and a cancel never waits for a listing. A
+The lists come from the disk cache (`runtime/providers/catalog.py`), read in a worker thread once per connection
+(and after `authenticate`), never on the event loop: `initialize` and `session/new` await that short local read if
+it is still running, so a new session's response already offers them. They are asked for again in the background,
+in a task the connection owns, when one is older than its time to live: `initialize` and `session/new` never wait
+for an endpoint, and a cancel never waits for a listing or for the cache. A
 list that changed is announced to the open sessions (`on_change`, a `config_option_update` each). An endpoint that
 is down, slow or answers garbage costs a line on stderr and its list: the configured models are offered alone.
 """
@@ -54,6 +56,8 @@ class ModelChoices:
         self._endpoints: dict[str, str] = {}
         self._cache: ListingCache | None = None
         self._loaded = False
+        self._loading: anyio.Event | None = None  # set once the cached lists are read (`_load`)
+        self._load_again = False  # credentials changed while they were read: read again after
         self._refreshing = False
         self._attempted_at: float | None = None
         self._again = False  # credentials changed while a refresh ran: start another after it
@@ -75,19 +79,30 @@ class ModelChoices:
         return endpoint is not None and (family, endpoint) in self._listings
 
     def start(self, on_change: Callable[[], None]) -> None:
-        """Take the cached lists now (synchronously: one small file) and refresh in the background when one is
-        due. Called at `initialize` and at each `session/new`; at most one refresh runs, and one is tried at most
-        once per time to live."""
+        """Read the cached lists (in a worker thread, a task the connection owns: the disk is never read on the
+        event loop) and refresh in the background when one is due. Called at `initialize` and at each
+        `session/new`, which then await `ready` (the short local read, never the network); at most one refresh
+        runs, and one is tried at most once per time to live."""
         if not self._families:
             return
+        if not self._loaded:
+            if self._loading is not None:  # read again after `authenticate` while a read runs: once it ends
+                self._load_again = True
+                return
+            self._loaded = True
+            self._loading = anyio.Event()
+            self._spawn(lambda: self._load(on_change))
+            return  # the load decides whether a refresh is due
+        self._maybe_refresh(on_change)
+
+    async def ready(self) -> None:
+        """Once the cached lists are read (at once if they are): a new session offers them."""
+        if self._loading is not None:
+            await self._loading.wait()
+
+    def _maybe_refresh(self, on_change: Callable[[], None]) -> None:
         from acp_server.runtime.providers.catalog import LIST_TTL
 
-        if not self._loaded:
-            before = self.current
-            self._loaded = True
-            self._load()
-            if self.current != before:  # read again after `authenticate`: open sessions hear of it
-                on_change()
         now = time.time()
         if self._refreshing or (self._attempted_at is not None and now - self._attempted_at < LIST_TTL):
             return
@@ -108,21 +123,53 @@ class ModelChoices:
         self._loaded = False  # their endpoints, and what the cache holds for them, are read again
         self._again = self._refreshing
 
-    def _load(self) -> None:
-        from acp_server.runtime.providers.catalog import CACHE_FILENAME, ListingCache, merge_choices
+    async def _load(self, on_change: Callable[[], None]) -> None:
+        """The endpoints and the cached lists, read in a worker thread (the providers may read the configuration
+        file for a key, the cache is a file); the choices are updated here, on the loop."""
+        from acp_server.runtime.providers.catalog import merge_choices
 
+        before = self.current
+        try:
+            try:
+                endpoints, cache, listings = await anyio.to_thread.run_sync(self._read)
+            except Exception:  # a cache is optional: the configured models are offered, the refresh still runs
+                log.warning("model discovery: cannot read the cached lists", exc_info=True)
+                endpoints, cache, listings = {}, None, {}
+            self._endpoints.update(endpoints)
+            self._cache = cache
+            if cache is not None:
+                self._listings = listings
+            self.current = merge_choices(self.configured, self._ordered())
+        finally:  # a cancelled read (the connection ends) releases its waiters too
+            loading, self._loading = self._loading, None
+            if loading is not None:
+                loading.set()
+        if self.current != before:  # read again after `authenticate`: open sessions hear of it
+            on_change()
+        if self._load_again:
+            self._load_again = False
+            self._loaded = False
+            self.start(on_change)
+        else:
+            self._maybe_refresh(on_change)
+
+    def _read(self) -> tuple[dict[str, str], ListingCache | None, dict[tuple[str, str], Listing]]:
+        """In a worker thread: each family's endpoint (its provider, built if need be) and the cache's lists."""
+        from acp_server.runtime.providers.catalog import CACHE_FILENAME, ListingCache
+
+        endpoints: dict[str, str] = {}
         for family, spec in self._families.items():
             endpoint = self._endpoint_of(spec)
             if endpoint is not None:
-                self._endpoints[family] = endpoint
-        if self._config.store:  # --no-store: nothing is written, the lists are kept in memory only
-            from acp_server.store.sqlite_file import default_state_dir
+                endpoints[family] = endpoint
+        if not self._config.store:  # --no-store: nothing is written, the lists are kept in memory only
+            return endpoints, None, {}
+        from acp_server.store.sqlite_file import default_state_dir
 
-            directory = Path(self._config.state_dir) if self._config.state_dir else default_state_dir()
-            self._cache = ListingCache(directory / CACHE_FILENAME)
-            cached = self._cache.load()
-            self._listings = {key: cached[key] for key in self._endpoints.items() if key in cached}
-        self.current = merge_choices(self.configured, self._ordered())
+        directory = Path(self._config.state_dir) if self._config.state_dir else default_state_dir()
+        cache = ListingCache(directory / CACHE_FILENAME)
+        cached = cache.load()
+        return endpoints, cache, {key: cached[key] for key in endpoints.items() if key in cached}
 
     def _endpoint_of(self, spec: str) -> str | None:
         inner = self._lister(spec)

@@ -5,7 +5,6 @@ as the store keeps them.
 
 from __future__ import annotations
 
-import binascii
 from typing import Any
 from urllib.parse import unquote, urlparse
 
@@ -19,14 +18,15 @@ from acp_server.protocol.schema import (
     ResourceLink,
     TextContent,
 )
+from acp_server.runtime.media import validate_media
 from acp_server.runtime.model import TEXT_ONLY, Media
 from acp_server.sessions.commands import Attachment, ClientTools, LinkedImage, Prompt
 
 __all__ = ["check_media", "client_tools", "prompt_attachments", "prompt_command", "prompt_text"]
 
 # The image formats both providers take (OpenAI and Anthropic: PNG, JPEG, GIF, WebP), by file name ending.
-IMAGE_TYPES = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".gif": "image/gif"}
-IMAGE_TYPES[".webp"] = "image/webp"
+IMAGE_ENDINGS = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".gif": "image/gif"}
+IMAGE_ENDINGS[".webp"] = "image/webp"
 
 
 def prompt_command(request: PromptRequest, accepts: frozenset[str] = TEXT_ONLY) -> Prompt:
@@ -42,30 +42,31 @@ def prompt_command(request: PromptRequest, accepts: frozenset[str] = TEXT_ONLY) 
 
 
 def check_media(request: PromptRequest, model: str, accepts: frozenset[str]) -> None:
-    """Refuse (-32602, naming the block) an image or a sound the session's model does not take, or one whose data
-    is not base64 of its kind: never silently dropped, never sent to fail at the endpoint."""
+    """Refuse (-32602, naming the block) an image or a sound the session's model does not take, or one the
+    providers would refuse (`validate_media`: its format, its base64, its size), pasted or an embedded resource's
+    blob: never silently dropped, never sent to fail at the endpoint and stay in the history. Cheap: it runs on the
+    connection's reader path."""
     for index, block in enumerate(request.prompt):
+        where = f"Invalid params: prompt.{index}"
+        if isinstance(block, EmbeddedResource):
+            image = _embedded_image(block)
+            if image is not None and "image" in accepts and (why := validate_media("image", *image)) is not None:
+                raise RpcError(ErrorCode.INVALID_PARAMS, f"{where}: embedded resource: {why}")
+            continue
         if not isinstance(block, ImageContent | AudioContent):
             continue
         kind = block.type
-        where = f"Invalid params: prompt.{index}"
         if kind not in accepts:
             raise RpcError(
                 ErrorCode.INVALID_PARAMS,
                 f"{where}: {kind} content is not supported by the model {model}; if it takes {kind}s, list it in "
                 f'config.toml as models = [{{ model = "{model}", input = ["text", "{kind}"] }}] (README, Images)',
             )
-        if kind == "image" and block.mime_type not in IMAGE_TYPES.values():
-            raise RpcError(
-                ErrorCode.INVALID_PARAMS,
-                f"{where}: mimeType {block.mime_type!r}: the models take PNG, JPEG, GIF and WebP images",
-            )
         if not block.mime_type.startswith(f"{kind}/"):
             raise RpcError(ErrorCode.INVALID_PARAMS, f"{where}: mimeType {block.mime_type!r} is not an {kind} type")
-        try:
-            binascii.a2b_base64(block.data, strict_mode=True)
-        except (binascii.Error, ValueError):
-            raise RpcError(ErrorCode.INVALID_PARAMS, f"{where}: data is not base64") from None
+        why = validate_media(kind, block.mime_type, block.data)
+        if why is not None:
+            raise RpcError(ErrorCode.INVALID_PARAMS, f"{where}: {why}")
 
 
 def _linked_image(block: ResourceLink) -> str | None:
@@ -75,7 +76,7 @@ def _linked_image(block: ResourceLink) -> str | None:
         return None
     path = unquote(parsed.path)
     ending = path[path.rfind(".") :].lower() if "." in path.rpartition("/")[2] else ""
-    if (block.mime_type or "").startswith("image/") or ending in IMAGE_TYPES:
+    if (block.mime_type or "").startswith("image/") or ending in IMAGE_ENDINGS:
         return path
     return None
 

@@ -1,19 +1,27 @@
 """The connection's providers by model spec, and ACP authentication: whether the default model's key is found.
 
 `authenticate` re-reads the configuration file and the environment for the key; `logout` forgets every key this
-process holds (the providers built with one are dropped) until the next `authenticate`, so the same
-`authenticate` / `logout` cycle works however the key was given.
+process holds (the providers built with one are dropped, and their clients closed once the turns running at the
+logout have ended) until the next `authenticate`, so the same `authenticate` / `logout` cycle works however the key
+was given. The check is per model: a session whose model takes no key (echo, scripted) goes on working.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import logging
+import threading
+from collections.abc import Callable, Sequence
+
+import anyio
 
 from acp_server.jsonrpc.rpc import ErrorCode, RpcError
 from acp_server.runtime.model import ModelSpecError, Provider
 from acp_server.runtime.providers import MissingCredentialsError, needs_credentials
+from acp_server.sessions.runs import RunContext
 
-__all__ = ["LOGGED_OUT", "AuthState", "ProviderCache"]
+__all__ = ["LOGGED_OUT", "AuthState", "ProviderCache", "close_providers"]
+
+log = logging.getLogger(__name__)
 
 LOGGED_OUT = "logged out: authenticate again (ACP v1 `authenticate`, method api-key; v2 `auth/login`) to use the model"
 
@@ -27,11 +35,18 @@ class ProviderCache:
         # Set by `logout`: no provider that takes credentials is built again until `authenticate`.
         self.logged_out = False
         self._warming: set[str] = set()  # the specs whose warm-up has started (protocol/warmup.py)
+        # Model discovery builds its providers in a worker thread (protocol/model_choices.py): each spec once.
+        self._building = threading.Lock()
 
     def get(self, spec: str) -> Provider:
         """The spec's provider; a missing key or a bad spec is the client's error to fix."""
         provider = self._providers.get(spec)
-        if provider is None:
+        if provider is not None:
+            return provider
+        with self._building:
+            provider = self._providers.get(spec)
+            if provider is not None:
+                return provider
             if self.logged_out and needs_credentials(spec):
                 raise RpcError(ErrorCode.AUTH_REQUIRED, f"Authentication required: {LOGGED_OUT}")
             try:
@@ -41,13 +56,15 @@ class ProviderCache:
             except ModelSpecError as exc:
                 raise RpcError(ErrorCode.INVALID_PARAMS, f"Invalid params: {exc}") from None
             self._providers[spec] = provider
-        return provider
+            return provider
 
-    def forget_credentials(self) -> None:
-        """`logout`: drop every provider built with credentials, and build none again until `authenticate`."""
+    def forget_credentials(self) -> list[Provider]:
+        """`logout`: drop every provider built with credentials, and build none again until `authenticate`. The
+        dropped providers are returned for closing (`close_providers`); their specs are warmed up again when rebuilt."""
         self.logged_out = True
-        for spec in [spec for spec in self._providers if needs_credentials(spec)]:
-            del self._providers[spec]
+        dropped = [self._providers.pop(spec) for spec in list(self._providers) if needs_credentials(spec)]
+        self._warming = {spec for spec in self._warming if not needs_credentials(spec)}
+        return dropped
 
     def first_warm_up(self, spec: str) -> bool:
         """True the first time it is asked for a spec: that caller warms it up, later ones need not."""
@@ -55,6 +72,10 @@ class ProviderCache:
             return False
         self._warming.add(spec)
         return True
+
+    def warm_up_failed(self, spec: str) -> None:
+        """The spec's warm-up could not build its provider (a key missing): the next caller may try again."""
+        self._warming.discard(spec)
 
     def reload(self, spec: str) -> None:
         """Build the spec's provider again, now (raises `MissingCredentialsError` while its key is missing)."""
@@ -75,12 +96,13 @@ class AuthState:
         self._providers.logged_out = False
         return self.problem is None or self.retry()
 
-    def logout(self) -> None:
-        """ACP `logout`: forget the keys; where the default model takes one, sessions and prompts need
-        `authenticate` again (an offline model or none that takes credentials is not affected)."""
-        self._providers.forget_credentials()
+    def logout(self) -> list[Provider]:
+        """ACP `logout`: forget the keys; where the default model takes one, new sessions need `authenticate` again,
+        and so do prompts of a session whose model takes one (`require_for`). The dropped providers, to close."""
+        dropped = self._providers.forget_credentials()
         if needs_credentials(self._default_model):
             self.problem = LOGGED_OUT
+        return dropped
 
     def retry(self) -> bool:
         """Build the default model's provider; False (with `problem`) while its key is missing. The configuration
@@ -94,5 +116,34 @@ class AuthState:
         return True
 
     def require(self) -> None:
+        """For what uses the default model (session/new, load, fork): refused while its key is missing."""
         if self.problem is not None:
             raise RpcError(ErrorCode.AUTH_REQUIRED, f"Authentication required: {self.problem}")
+
+    def require_for(self, spec: str) -> None:
+        """For a prompt on a session's model: a model that takes no key is never refused; one that does is while
+        the default's key is missing or after a logout (until `authenticate`)."""
+        if not needs_credentials(spec):
+            return
+        if self._providers.logged_out:
+            raise RpcError(ErrorCode.AUTH_REQUIRED, f"Authentication required: {LOGGED_OUT}")
+        self.require()
+
+
+async def close_providers(dropped: Sequence[Provider], running: Sequence[RunContext], deadline: float) -> None:
+    """After a logout, in a task of the connection: once the turns that were running then have ended (one may be
+    streaming through a dropped provider), close the dropped providers' clients, each within `deadline` seconds.
+    Cancelled at shutdown, it still closes them (shielded, bounded)."""
+    try:
+        for run in running:
+            await run.wait_ended()
+    finally:
+        with anyio.CancelScope(shield=True), anyio.move_on_after(deadline):
+            for provider in dropped:
+                close = getattr(provider, "aclose", None)  # the HTTP providers; the offline ones hold nothing
+                if close is None:
+                    continue
+                try:
+                    await close()
+                except Exception as exc:  # a client that fails to close is gone either way
+                    log.debug("closing %r after logout failed: %s", provider, exc)

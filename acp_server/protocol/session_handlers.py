@@ -59,7 +59,8 @@ async def session_new(context: RequestContext, params: NewSessionRequest) -> dic
     parts.handshake.require_initialized()
     parts.auth.require()
     _check_directories(params.cwd, params.additional_directories)
-    discover_models(parts)  # the cached lists at once; a due refresh in the background, never awaited here
+    discover_models(parts)  # a due refresh in the background, never awaited here
+    await parts.models.ready()  # the cached lists, if their read (in a worker thread) is still running
     session_id = f"sess_{uuid.uuid4().hex}"
     session = Session(
         session_id,
@@ -206,6 +207,7 @@ async def restore_session(context: RequestContext, params: LoadSessionRequest, r
     if loaded is None:
         data = {"sessionId": params.session_id} if parts.handshake.v2 else None
         raise RpcError(ErrorCode.RESOURCE_NOT_FOUND, f"unknown session: {params.session_id}", data)
+    await parts.models.ready()  # a model discovery found in the cache keeps the stored model (`accepts`)
     record = loaded.session
     stored_model = record.config.get(MODEL_OPTION)
     stored_policy = record.config.get(PROMPT_POLICY_OPTION)

@@ -39,6 +39,7 @@ async def warm_up(providers: ProviderCache, tools: ToolBox, spec: str) -> None:
     try:
         provider = providers.get(spec)
     except RpcError:
+        providers.warm_up_failed(spec)  # warmed once the key is there (after `authenticate`)
         return  # a missing key or a bad spec: the prompt answers with it
     try:
         warm = getattr(provider, "warm", None)  # the HTTP providers; the offline ones have nothing to warm

@@ -12,26 +12,14 @@ from pathlib import Path
 import anyio
 
 from acp_server.runtime import beneath
+from acp_server.runtime.media import MAX_MEDIA_BYTES, image_type
 from acp_server.runtime.model import Media
 from acp_server.runtime.ports import ToolError
 
 __all__ = ["MAX_IMAGE_BYTES", "image_type", "read_image"]
 
-# The largest image file read for a prompt: Anthropic's limit for one image (OpenAI's is higher).
-MAX_IMAGE_BYTES = 5 * 1024 * 1024
-
-
-def image_type(data: bytes) -> str | None:
-    """The image format of `data` by its first bytes, as a mime type, or None."""
-    if data.startswith(b"\x89PNG\r\n\x1a\n"):
-        return "image/png"
-    if data.startswith(b"\xff\xd8\xff"):
-        return "image/jpeg"
-    if data.startswith((b"GIF87a", b"GIF89a")):
-        return "image/gif"
-    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
-        return "image/webp"
-    return None
+# The largest image file read for a prompt: the largest medium sent to a model (runtime/media.py).
+MAX_IMAGE_BYTES = MAX_MEDIA_BYTES
 
 
 async def read_image(path: str, roots: Sequence[Path]) -> Media:

@@ -8,10 +8,20 @@ the user it happened. A provider error that says the context is too long trigger
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Callable, Sequence
 
-from acp_server.runtime.model import Compaction, Emit, Message, ModelTurn, Notice, TurnEvent, UsageReported
+from acp_server.runtime.model import (
+    Compaction,
+    Emit,
+    Message,
+    ModelError,
+    ModelTurn,
+    Notice,
+    TurnEvent,
+    UsageReported,
+)
 
 __all__ = ["SUMMARY_REQUEST", "ContextCompactor", "compact_history", "is_context_overflow"]
 
@@ -29,6 +39,11 @@ OVERFLOW_WORDS = (
     "too many tokens",
     "prompt is too long",
 )
+# What the client is told of a compaction that failed of anything but a provider's (redacted) `ModelError`: an
+# unforeseen exception's text may hold paths, keys or internals, so it goes to the server log only.
+GENERIC_FAILURE = "compaction failed; see the server log"
+
+log = logging.getLogger(__name__)
 
 
 async def compact_history(model: ModelTurn, history: Sequence[Message], emit: Emit | None = None) -> list[Message]:
@@ -90,7 +105,12 @@ class ContextCompactor:
         try:
             reply = await self._summariser().respond([*earlier, Message("user", SUMMARY_REQUEST)], (), _ignore)
         except Exception as exc:  # a cancellation is not an Exception: it passes untouched
-            await self._emit(Compaction(compaction_id, "failed", error=str(exc)[:300] or type(exc).__name__))
+            if isinstance(exc, ModelError):
+                error = str(exc)[:300] or GENERIC_FAILURE
+            else:
+                log.error("compaction %s failed", compaction_id, exc_info=True)
+                error = GENERIC_FAILURE
+            await self._emit(Compaction(compaction_id, "failed", error=error))
             raise
         summary = summary_history(reply.text)
         messages[:] = [*summary, *current]

@@ -15,9 +15,9 @@ from pathlib import Path
 import anyio
 from anyio.abc import Process
 
-from acp_server.runtime.ports import CommandResult
+from acp_server.runtime.ports import CommandResult, ToolError
 from acp_server.runtime.processes import ProcessTable
-from acp_server.runtime.sandbox import Sandbox
+from acp_server.runtime.sandbox import Sandbox, Unconfined
 
 __all__ = ["OUTPUT_LIMIT", "LocalCommandRunner"]
 
@@ -33,16 +33,17 @@ class LocalCommandRunner:
         self,
         processes: ProcessTable,
         cleanup_deadline: Callable[[], float],
-        sandbox: Sandbox | None = None,
+        sandbox: Sandbox | Unconfined | None = None,
         roots: tuple[Path, ...] = (),
         *,
         on_output: Callable[[bytes], Awaitable[None]] | None = None,
         on_started: Callable[[Process], None] | None = None,
     ) -> None:
-        """`sandbox`: None runs commands with the user's rights; else they may write only in `roots` (the
-        session's directories) and the temp directory, or nowhere, as the sandbox says. `on_output`: each piece of
-        output as it is read (for a display terminal); `on_started`: the process, once it runs (so it can be
-        stopped on its own)."""
+        """`sandbox`: None runs commands with the user's rights; Unconfined too, saying so to the model, or refuses
+        them when the sandbox was asked for by name; else they may write only in `roots` (the session's
+        directories) and the temp directory, or nowhere, as the sandbox says. `on_output`: each piece of output as
+        it is read (for a display terminal); `on_started`: the process, once it runs (so it can be stopped on its
+        own)."""
         self._processes = processes
         self._cleanup_deadline = cleanup_deadline
         self._sandbox = sandbox
@@ -58,7 +59,12 @@ class LocalCommandRunner:
         on_terminal: Callable[[str], Awaitable[None]],
     ) -> CommandResult:
         argv = ["/bin/sh", "-c", command]
-        if self._sandbox is not None:
+        unconfined: str | None = None
+        if isinstance(self._sandbox, Unconfined):
+            if self._sandbox.refuse:
+                raise ToolError(self._sandbox.reason)
+            unconfined = self._sandbox.reason
+        elif self._sandbox is not None:
             argv = self._sandbox.command(argv, self._roots)
         process = await self._processes.open(argv, cwd=str(cwd))
         if self._on_started is not None:
@@ -102,10 +108,12 @@ class LocalCommandRunner:
             self._processes.forget(process, keep_group_if_alive=True)
         code = process.returncode
         text = output.decode(errors="replace")
-        sandbox = None if self._sandbox is None else self._sandbox.mode.value
+        sandbox = self._sandbox.mode.value if isinstance(self._sandbox, Sandbox) else None
         if code is not None and code < 0:
-            return CommandResult(text, None, _signal_name(-code), truncated, timer.cancelled_caught, sandbox)
-        return CommandResult(text, code, None, truncated, timer.cancelled_caught, sandbox)
+            return CommandResult(
+                text, None, _signal_name(-code), truncated, timer.cancelled_caught, sandbox, unconfined
+            )
+        return CommandResult(text, code, None, truncated, timer.cancelled_caught, sandbox, unconfined)
 
 
 def _signal_name(number: int) -> str:

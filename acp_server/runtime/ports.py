@@ -59,6 +59,8 @@ class CommandResult:
     timed_out: bool = False
     # The sandbox mode it ran in (runtime/sandbox.py: "workspace-write", "read-only"), None when unconfined.
     sandbox: str | None = None
+    # Why it ran unconfined although a sandbox was meant to hold it (the default mode, where none can be had).
+    unconfined: str | None = None
 
 
 class CommandRunner(Protocol):

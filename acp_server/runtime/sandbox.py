@@ -8,14 +8,17 @@ everything it starts, with no privileges and no namespaces. The `sandbox` settin
   `cwd` and additional directories), the temp directory (`$TMPDIR`, `/tmp`) and `/dev/shm` may be written, plus
   the harmless devices (`/dev/null`, `/dev/zero`, `/dev/full`, the terminal). `~/.bashrc`, `/etc`, another
   project: refused (EACCES), for the command and for everything it starts, for ever.
-  `sandbox_writable` names more directories (`~/.cache`, `~/.cargo`: tools that insist on their caches).
+  `sandbox_writable` names more directories (`~/.cache/pip`: tools that insist on their caches).
 - `read-only`: nothing may be written but those devices.
 - `off`: as before, the user's full rights.
 
 `sandbox_network = false` also refuses TCP connections and listening sockets (Landlock ABI 4, Linux 6.7; UDP from
 ABI 10) and, from ABI 6, connecting to abstract Unix sockets outside the sandbox. Landlock does not confine
 connecting to a Unix socket by path before ABI 9 (the D-Bus session bus, a tmux, docker or ssh-agent socket):
-a service outside the sandbox reached that way acts with its own rights. Set-user-ID programs (`sudo`) gain nothing
+a service outside the sandbox reached that way acts with its own rights (`systemd-run --user` starts a process
+outside it), which `doctor` names. Whatever the network, from ABI 6 a command may signal only processes of its own
+domain (Scope.SIGNAL): not the editor, the server or the user's other processes; the server, outside, can still
+kill it. Before ABI 3 truncate(2) is not controlled, and `doctor` warns. Set-user-ID programs (`sudo`) gain nothing
 inside (no_new_privs). On ABI 1 (Linux 5.13 to 5.18) moving or linking a file into another directory is refused even
 inside the roots (EXDEV); ABI 2 allows it.
 
@@ -23,14 +26,20 @@ The cost: the launcher is a second Python start per command, about 70 ms of CPU 
 whose libc lookup runs `ldconfig -p`), small beside a model's turn.
 
 Where no sandbox is possible (not Linux, a kernel before 5.13 or without Landlock enabled, the package missing),
-commands run as before; `sandbox_for` says so on stderr when the server starts, and `doctor` reports it.
+it depends on who chose the mode. Set by name (flag, variable, file: `Config.sandbox_explicit`), it fails closed:
+every `run_command` is refused with a tool error saying why (`Unconfined(refuse=True)`), and `doctor` FAILs. Left
+at the default, commands run as before, `sandbox_for` says so on stderr when the server starts, `doctor` warns, and
+each result tells the model the command was not sandboxed.
 
 Each command goes through a small launcher (runtime/sandbox_exec.py) that confines itself, then execs
 `/bin/sh -c LINE`: the server itself stays unconfined (each session has its own roots), and no Python code runs in
 a forked child of the threaded server (`preexec_fn` is not safe there). The launcher runs isolated (`-I -S`: no
 environment variables, no site-packages, no current directory on its path), so nothing a command wrote in a root can
-change it. Nothing, that is, unless the server's own code lives in a root (an editable install of a project the
-agent works on): then a command could edit the launcher, and that is logged once per set of roots.
+change it. Nothing, that is, unless what it runs before it confines itself lies in a writable directory: the
+server's code (an editable install in the project the agent works on; a uvx install in `~/.cache/uv`), landlockpy,
+the standard library or the interpreter (by its path and resolved). Then a command could edit the launcher and run
+the commands after it unconfined, so such a directory is never writable (fails closed): it is dropped from the
+rules, said on stderr once per set of directories, and named by `doctor` when `sandbox_writable` holds it.
 """
 
 from __future__ import annotations
@@ -46,12 +55,16 @@ from pathlib import Path
 
 from acp_server.settings.config import Config, SandboxMode
 
-__all__ = ["NETWORK_ABI", "Sandbox", "Support", "describe", "landlock_support", "sandbox_for"]
+__all__ = ["NETWORK_ABI", "Sandbox", "Support", "Unconfined", "describe", "landlock_support", "sandbox_for"]
 
 log = logging.getLogger(__name__)
 
 # The Landlock ABI that can refuse TCP bind and connect.
 NETWORK_ABI = 4
+# The Landlock ABI that controls truncate(2) (before it, a command may truncate any file it can read).
+_TRUNCATE_ABI = 3
+# The Landlock ABI that controls connecting to a Unix socket by path (the D-Bus session bus, systemd's).
+_UNIX_SOCKET_ABI = 9
 # The system call's number, the same on every architecture that has it.
 _SYS_LANDLOCK_CREATE_RULESET = 444
 # Writable in workspace-write besides the roots and the temp directory: POSIX shared memory and semaphores.
@@ -105,6 +118,16 @@ def _landlock_abi() -> int:
 
 
 @dataclass(frozen=True, slots=True)
+class Unconfined:
+    """A sandbox was asked for and the machine offers none (`reason`). `refuse`: it was asked for by name (flag,
+    variable or file), so commands are refused rather than run with the user's rights; else (the default mode)
+    they run unconfined and the model is told so with each result."""
+
+    reason: str
+    refuse: bool
+
+
+@dataclass(frozen=True, slots=True)
 class Sandbox:
     """How local commands are confined: the mode (never off here), whether the network stays open, and the kernel's
     Landlock ABI. Frozen: built once from the configuration when the server starts."""
@@ -118,11 +141,11 @@ class Sandbox:
 
     def command(self, argv: Sequence[str], roots: Sequence[Path]) -> list[str]:
         """`argv` run by the launcher, confined to write only in `roots` and the temp directory (workspace-write)
-        or nowhere (read-only)."""
-        writable: list[str] = []
+        or nowhere (read-only). A directory holding the launcher's own code or interpreter is never writable."""
+        writable: tuple[str, ...] = ()
         if self.mode is SandboxMode.WORKSPACE_WRITE:
-            writable = [*dict.fromkeys([*(str(root) for root in roots), *_temp_dirs(), *self.extra])]
-            _warn_if_launcher_writable(tuple(writable), self.package_dir)
+            asked = tuple(dict.fromkeys([*(str(root) for root in roots), *_temp_dirs(), *self.extra]))
+            writable = _safe_writable(asked, self.package_dir)
         args = [f"--write={path}" for path in writable]
         if not self.network:
             args.append("--no-network")
@@ -132,8 +155,9 @@ class Sandbox:
         """What it does, for `doctor`, the start-up log and the model."""
         if self.mode is SandboxMode.WORKSPACE_WRITE:
             what = "local commands may write only in the session's directories and the temp directory"
-            if self.extra:
-                what += f" (and {', '.join(self.extra)})"
+            kept = [path for path in self.extra if not _exposed(path, self.package_dir)]
+            if kept:
+                what += f" (and {', '.join(kept)})"
         else:
             what = "local commands may write nothing"
         if self.network:
@@ -145,41 +169,97 @@ class Sandbox:
                 f"network NOT restricted: this kernel's Landlock (ABI {self.abi}) cannot refuse TCP "
                 f"(ABI {NETWORK_ABI}, Linux 6.7, can)"
             )
-        return f"{self.mode.value} through Landlock ABI {self.abi}: {what}; {network}"
+        gaps = self.gaps()
+        return f"{self.mode.value} through Landlock ABI {self.abi}: {what}; {network}" + "".join(
+            f"; {gap}" for gap in gaps
+        )
+
+    def gaps(self) -> list[str]:
+        """What this kernel's Landlock leaves open that the setting would close, in words (empty: nothing)."""
+        found = []
+        if self.abi < _TRUNCATE_ABI:
+            found.append(
+                f"NOT controlled by this kernel's Landlock (ABI {self.abi}): truncating files (`truncate -s 0 "
+                f"~/.bashrc` works anywhere; ABI {_TRUNCATE_ABI}, Linux 6.2, refuses it)"
+            )
+        if not self.network and self.abi < _UNIX_SOCKET_ABI:
+            found.append(
+                f"Unix sockets by path NOT restricted (ABI {_UNIX_SOCKET_ABI} can): a command can reach the D-Bus "
+                "session bus or `systemd-run --user` and start processes outside the sandbox"
+            )
+        return found
+
+    def problems(self) -> list[str]:
+        """What the configuration asks for that will not be done, for `doctor` and the start-up log: writable
+        directories dropped because they hold the launcher, or missing."""
+        found = []
+        for path in self.extra if self.mode is SandboxMode.WORKSPACE_WRITE else ():
+            exposed = _exposed(path, self.package_dir)
+            if exposed:
+                found.append(f"{path} NOT writable: {_dropped_because(exposed)}")
+            elif not os.path.isdir(path):
+                found.append(f"sandbox_writable {path} does not exist (nothing will be writable there)")
+        return found
 
 
-def sandbox_for(config: Config, support: Support | None = None) -> Sandbox | None:
-    """The sandbox the configuration asks for, if the machine offers one; None means commands run unconfined.
-    Says on stderr (the log) when a sandbox was asked for and cannot be had."""
+def sandbox_for(config: Config, support: Support | None = None) -> Sandbox | Unconfined | None:
+    """The sandbox the configuration asks for, if the machine offers one; None means commands run unconfined as
+    asked (`off`), Unconfined that a sandbox was asked for and cannot be had. Says on stderr (the log) when a sandbox
+    was asked for and cannot be had, and what of it will not be done."""
     if config.sandbox is SandboxMode.OFF:
         log.info("sandbox off: local commands run with the user's full rights")
         return None
     found = landlock_support() if support is None else support
     if found.abi < 1:
+        if config.sandbox_explicit:
+            log.error(
+                "no sandbox for commands: %s; the %s sandbox was asked for, so run_command refuses every command "
+                "(--sandbox off runs them with the user's full rights)",
+                found.reason,
+                config.sandbox.value,
+            )
+            return Unconfined(_refusal(config, found), refuse=True)
         log.warning(
             "no sandbox for commands: %s; local commands run with the user's full rights (--sandbox off hides this)",
             found.reason,
         )
-        return None
+        return Unconfined(found.reason, refuse=False)
     sandbox = _sandbox(config, found)
-    if not config.sandbox_network and found.abi < NETWORK_ABI:
+    for problem in sandbox.problems():
+        log.warning("sandbox: %s", problem)
+    if sandbox.gaps() or (not config.sandbox_network and found.abi < NETWORK_ABI):
         log.warning("sandbox: %s", sandbox.words())
     else:
         log.info("sandbox: %s", sandbox.words())
     return sandbox
 
 
-def describe(config: Config, support: Support | None = None) -> tuple[bool, str]:
-    """(all that was asked for in force?, in words) for `doctor`: the same decision as `sandbox_for`, without the
-    log. False when commands are unconfined, or when the network was to be closed and the kernel cannot."""
+def describe(config: Config, support: Support | None = None) -> tuple[str, str]:
+    """("ok" | "warn" | "fail", in words) for `doctor`: the same decision as `sandbox_for`, without the log. "warn"
+    when commands are unconfined, or part of what was asked for cannot be done here; "fail" when a sandbox was
+    asked for by name and none can be had (commands are refused)."""
     if config.sandbox is SandboxMode.OFF:
-        return False, "off: local commands run with your full rights"
+        return "warn", "off: local commands run with your full rights"
     found = landlock_support() if support is None else support
     if found.abi < 1:
-        return False, f"not possible here: {found.reason}; local commands run with your full rights"
-    words = _sandbox(config, found).words()
-    complete = config.sandbox_network or found.abi >= NETWORK_ABI
-    return complete, f"{words} (commands an editor runs in its own terminals are not confined by acp-server)"
+        if config.sandbox_explicit:
+            return "fail", f"not possible here: {_refusal(config, found)}"
+        return "warn", f"not possible here: {found.reason}; local commands run with your full rights"
+    sandbox = _sandbox(config, found)
+    problems = sandbox.problems()
+    complete = (config.sandbox_network or found.abi >= NETWORK_ABI) and not sandbox.gaps() and not problems
+    words = "; ".join([sandbox.words(), *problems])
+    return (
+        "ok" if complete else "warn",
+        f"{words} (commands an editor runs in its own terminals are not confined by acp-server)",
+    )
+
+
+def _refusal(config: Config, found: Support) -> str:
+    return (
+        f"the {config.sandbox.value} sandbox was asked for but cannot be had: {found.reason}; so no command is run "
+        '(set sandbox = "off", or --sandbox off, to run commands with the user\'s full rights)'
+    )
 
 
 def _sandbox(config: Config, found: Support) -> Sandbox:
@@ -192,31 +272,70 @@ def _temp_dirs() -> list[str]:
     return [path for path in found if os.path.isdir(path)]
 
 
+def _here() -> str:
+    """The directory the launcher imports acp_server from (site-packages, or the checkout of an editable install)."""
+    return str(Path(__file__).resolve().parents[2])
+
+
 @functools.cache
 def _boot(package_dir: str) -> str:
     """The launcher's `-c` program: the path to this package and to landlockpy, set by hand since `-S` skips
     site-packages, then the launcher's main."""
-    here = str(Path(__file__).resolve().parents[2])
-    path = [entry for entry in dict.fromkeys([here, package_dir]) if entry]  # never "": the current directory
+    path = [entry for entry in dict.fromkeys([_here(), package_dir]) if entry]  # never "": the current directory
     return f"import sys;sys.path[:0]={path!r};from acp_server.runtime.sandbox_exec import main;main(sys.argv[1:])"
 
 
 @functools.cache
-def _warn_if_launcher_writable(writable: tuple[str, ...], package_dir: str) -> None:
-    """Once per set of writable directories: a launcher a command can edit is no sandbox for the next command."""
-    launcher = [str(Path(__file__).resolve().parents[2]), package_dir]
-    exposed = [code for code in launcher if any(_beneath(code, root) for root in writable)]
-    if exposed:
-        log.warning(
-            "sandbox: the server's own code (%s) is inside a directory commands may write (%s); a command could "
-            "change the sandbox of the commands after it",
-            ", ".join(exposed),
-            ", ".join(writable),
-        )
+def _launcher_code(package_dir: str) -> tuple[tuple[str, str], ...]:
+    """(what, path) of everything the launcher runs before it confines itself: the directories it imports from
+    (this package's, landlockpy's: put first on its path, so anything written there shadows even the standard
+    library), the standard library, and the interpreter, both the path it is started by (a venv's `bin/python`
+    link, its directory resolved) and the file that path resolves to."""
+    executable = os.path.abspath(sys.executable)
+    found = [
+        ("the server's code", _here()),
+        ("the landlockpy package", package_dir),
+        ("the standard library", os.path.dirname(os.__file__)),
+        ("the interpreter", executable),
+        ("the interpreter", os.path.join(os.path.realpath(os.path.dirname(executable)), os.path.basename(executable))),
+        ("the interpreter", os.path.realpath(executable)),
+    ]
+    return tuple(dict.fromkeys((what, path) for what, path in found if path))
+
+
+def _exposed(root: str, package_dir: str) -> list[tuple[str, str]]:
+    """What of the launcher's code a command could change if `root` were writable: code inside the root, or the
+    root inside the code's directories. Both the path as given and as resolved count (fail closed)."""
+    forms = {os.path.abspath(root), os.path.realpath(root)}
+    return [
+        (what, code)
+        for what, code in _launcher_code(package_dir)
+        if any(_beneath(code, form) or _beneath(form, code) for form in forms)
+    ]
+
+
+def _dropped_because(exposed: list[tuple[str, str]]) -> str:
+    held = ", ".join(dict.fromkeys(f"{what} ({path})" for what, path in exposed))
+    return (
+        f"it holds or lies inside {held}, which the sandbox's launcher runs before it confines a command: a command "
+        "that changed it would run the commands after it unconfined"
+    )
+
+
+@functools.cache
+def _safe_writable(writable: tuple[str, ...], package_dir: str) -> tuple[str, ...]:
+    """`writable` without the directories that expose the launcher's code (fails closed: such a directory is not
+    writable at all, rather than a sandbox a command can undo); says so on stderr once per set of directories."""
+    kept = []
+    for root in writable:
+        exposed = _exposed(root, package_dir)
+        if exposed:
+            log.warning("sandbox: commands may NOT write in %s: %s", root, _dropped_because(exposed))
+        else:
+            kept.append(root)
+    return tuple(kept)
 
 
 def _beneath(path: str, root: str) -> bool:
-    try:
-        return Path(path).resolve().is_relative_to(Path(root).resolve())
-    except OSError:
-        return False
+    """Whether `path` is `root` or inside it, by name (both are already absolute; resolve them first if needed)."""
+    return Path(path).is_relative_to(root)

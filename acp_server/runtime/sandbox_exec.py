@@ -2,9 +2,9 @@
 
 Started by the server (runtime/sandbox.py builds its command line) as `python -I -S -c BOOT ARGS`, so it imports only
 the standard library, landlockpy and this module. It asks Landlock for a domain in which the whole file system may
-be read and executed, only the `--write` directories (and the harmless devices) written, and, with `--no-network`,
-no TCP connection made or socket bound; enforces it on itself (no_new_privs included), then execs ARGV. The domain
-holds for ARGV and everything it starts, and cannot be undone.
+be read and executed, only the `--write` directories (and the harmless devices) written, no signal sent to a process
+outside the domain (ABI 6), and, with `--no-network`, no TCP connection made or socket bound; enforces it on itself
+(no_new_privs included), then execs ARGV. The domain holds for ARGV and everything it starts, and cannot be undone.
 
 Why a launcher rather than the server: Landlock confines the calling thread, and the server serves sessions with
 other roots; a `preexec_fn` would run Python in a forked child of a threaded process, which can deadlock.
@@ -59,7 +59,9 @@ def confine(writable: Sequence[str], network: bool) -> None:
         read |= AccessFS.RESOLVE_UNIX  # a Unix socket by path is a network peer: allowed with the network
     device = AccessFS.READ_FILE | AccessFS.WRITE_FILE | AccessFS.TRUNCATE | AccessFS.IOCTL_DEV
     handled_net = AccessNet.NONE if network else net_for_abi(abi)
-    scoped = Scope.NONE if network else Scope.ABSTRACT_UNIX_SOCKET
+    # Signals only within the domain (ABI 6; dropped on older kernels): a command cannot kill or stop the editor,
+    # the server or the user's other processes. The server, outside the domain, can still kill the command's group.
+    scoped = Scope.SIGNAL if network else Scope.SIGNAL | Scope.ABSTRACT_UNIX_SOCKET
     with Ruleset(handled_fs=every_fs, handled_net=handled_net, scoped=scoped) as ruleset:
         ruleset.allow_path("/", read)
         for path in WRITABLE_DEVICES:
@@ -75,6 +77,10 @@ def main(args: Sequence[str]) -> None:
     try:
         writable, network, argv = _parse(args)
         confine(writable, network)
+        if not network:
+            # Without the network, no session bus either, as far as an environment can say so (a client may still
+            # find $XDG_RUNTIME_DIR/bus: Landlock refuses Unix sockets by path only from ABI 9).
+            os.environ.pop("DBUS_SESSION_BUS_ADDRESS", None)
     except (OSError, ValueError, ImportError) as exc:
         _say(f"acp-server sandbox: cannot confine the command, so it was not run: {exc}")
         sys.exit(CANNOT_CONFINE)

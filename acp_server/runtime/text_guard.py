@@ -222,6 +222,12 @@ class GuardedProvider:
         if warm is not None:
             await warm()
 
+    async def aclose(self) -> None:
+        """Close the inner provider's client, if it has one (after a logout dropped it: protocol/providers.py)."""
+        close = getattr(self.inner, "aclose", None)
+        if close is not None:
+            await close()
+
 
 class GuardedTurn:
     """A provider's turn, guarded. Holds only the inner turn and the (immutable) redactor; each `respond` makes the

@@ -327,6 +327,10 @@ class RunRegistry:
     def running_turns(self) -> int:
         return len(self._runs)
 
+    def current(self) -> list[RunContext]:
+        """The turns running now, one per session (a snapshot)."""
+        return list(self._runs.values())
+
     def admit(
         self,
         session: Session,

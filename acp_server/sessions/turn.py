@@ -89,13 +89,16 @@ def admit_prompt(
 
 def release_prompt(services: TurnServices, run: RunContext) -> str | None:
     """The last transition, once the prompt's response is queued: the run ends and its session passes to the next
-    prompt. The session's first ordinary prompt names it: its first words are stored as the title at once (listed by
+    prompt. The session's first ordinary prompt that really started (its turn built the conversation: not one
+    refused, nor one cancelled before it ran) names it: its first words are stored as the title at once (listed by
     `session/list`, kept if the process ends before the model's title), and after the first ordinary turn that
     completes (once) the first prompt is returned for the model to title in the background."""
     services.runs.release(run)
     session = run.session
     if run.command is not None or session.title is not None or session.title_requested:
         return None
+    if run.turn_start is None:
+        return None  # never ran: it says nothing about what the session is for
     if session.first_prompt is None:
         session.first_prompt = run.prompt.text
         fallback = prompt_title(run.prompt.text)

@@ -155,7 +155,8 @@ def _parser(
         "--sandbox-writable",
         action="append",
         metavar="DIR",
-        help="one more directory sandboxed commands may write in workspace-write, e.g. ~/.cache; repeat for more "
+        help="one more directory sandboxed commands may write in workspace-write, absolute or ~/..., e.g. "
+        "~/.cache/pip; never one holding acp-server, landlockpy or the interpreter; repeat for more "
         f"(env ACP_SERVER_SANDBOX_WRITABLE, separated by {os.pathsep!r}; file: sandbox_writable = [...])",
     )
     add(
@@ -281,6 +282,19 @@ def _paths(text: str) -> list[str]:
     return [part for part in text.split(os.pathsep) if part.strip()]
 
 
+def _writable_dirs(parser: argparse.ArgumentParser, flag: list[str] | None, pick: _Merge) -> tuple[str, ...]:
+    """`sandbox_writable`, absolute with `~` expanded. A relative path from a flag or variable is a usage error: it
+    would be relative to the editor's working directory, anyone's guess (the file's are relative to the file)."""
+    found = pick(flag, "ACP_SERVER_SANDBOX_WRITABLE", "sandbox_writable", [], _paths)
+    source = "--sandbox-writable" if flag is not None else "ACP_SERVER_SANDBOX_WRITABLE"
+    expanded = [os.path.expanduser(path) for path in found]
+    if flag is not None or pick.env.get("ACP_SERVER_SANDBOX_WRITABLE", "").strip():
+        for path in expanded:
+            if not os.path.isabs(path):
+                parser.error(f"{source} {path!r}: must be an absolute path (or start with ~)")
+    return tuple(os.path.abspath(path) for path in expanded)
+
+
 def _log_file(flag: Any, env: Mapping[str, str], file: FileSettings) -> tuple[bool, str | None]:
     """(log to a file?, which one; None = the default place). flag > ACP_SERVER_LOG_FILE > file > on, default."""
     if flag is False:
@@ -357,10 +371,10 @@ def load(
                 pick.choice(SANDBOX_MODE_IDS),
             )
         ),
-        sandbox_writable=tuple(
-            os.path.abspath(os.path.expanduser(path))
-            for path in pick(args.sandbox_writable, "ACP_SERVER_SANDBOX_WRITABLE", "sandbox_writable", [], _paths)
-        ),
+        sandbox_explicit=args.sandbox is not None
+        or bool(env.get("ACP_SERVER_SANDBOX", "").strip())
+        or "sandbox" in file.values,
+        sandbox_writable=_writable_dirs(parser, args.sandbox_writable, pick),
         sandbox_network=pick(
             args.sandbox_network, "ACP_SERVER_SANDBOX_NETWORK", "sandbox_network", True, _Merge.switch
         ),

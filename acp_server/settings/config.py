@@ -126,9 +126,12 @@ class Config:
     # How local commands are confined (runtime/sandbox.py): the careful choice by default; where the kernel offers
     # no sandbox, commands run as before and the server says so at start and in `doctor`.
     sandbox: SandboxMode = SandboxMode.WORKSPACE_WRITE
+    # Whether `sandbox` was set by the user (flag, variable or file) rather than defaulted: a sandbox asked for by
+    # name that cannot be had refuses commands (fails closed) instead of running them with the user's rights.
+    sandbox_explicit: bool = False
     # Whether sandboxed commands may use the network (off: TCP bind and connect refused, where the kernel can).
     sandbox_network: bool = True
-    # More directories sandboxed commands may write in workspace-write (caches: `~/.cache`, `~/.cargo`), absolute.
+    # More directories sandboxed commands may write in workspace-write (caches: `~/.cache/pip`), absolute.
     sandbox_writable: tuple[str, ...] = ()
 
     def accepts(self, spec: str) -> frozenset[str]:

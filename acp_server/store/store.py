@@ -51,7 +51,7 @@ from acp_server.store.records import (
 from acp_server.store.sqlite_file import HOLD, SESSION_COLUMNS, connect, enter_wal, validate
 from acp_server.store.turn_log import Batch, TurnLog, new_turn_id
 from acp_server.store.turn_records import UserChunk
-from acp_server.store.worker import StoreWorker
+from acp_server.store.worker import DeleteOutcome, StoreWorker, tombstone_ops
 
 __all__ = ["FLUSH_INTERVAL_S", "STALE_AFTER_S", "SessionStore"]
 
@@ -267,14 +267,7 @@ class SessionStore:
     def delete(self, session_id: str) -> None:
         """Remove the session's content and leave a tombstone; it disappears from `list_sessions` and `load`.
         An unknown id is a silent success. Later writes for the session are ignored."""
-        self._ops += [
-            ("UPDATE sessions SET deleted = 1, updated_at = ? WHERE id = ?", (utc_now(), session_id)),
-            (
-                "DELETE FROM updates WHERE turn_id IN (SELECT turn_id FROM turns WHERE session_id = ?)",
-                (session_id,),
-            ),
-            ("DELETE FROM turns WHERE session_id = ?", (session_id,)),
-        ]
+        self._ops += tombstone_ops(session_id)
 
     def release(self, session_id: str) -> None:
         """This process no longer has the session open (session/close): pruning may remove it again."""
@@ -325,10 +318,11 @@ class SessionStore:
         await self.flush()
         return await self._locked(self._worker.prune, retention)
 
-    async def held_elsewhere(self, session_id: str) -> bool:
-        """Whether another live process has the session open (an editor window using it)."""
+    async def delete_unless_held(self, session_id: str, *, force: bool = False) -> DeleteOutcome:
+        """Delete the session now, unless it is unknown or (without `force`) another live process has it open: the
+        check and the deletion are one transaction (StoreWorker.delete). "deleted", "unknown" or "held"."""
         await self.flush()
-        return await self._locked(self._worker.held_elsewhere, session_id)
+        return await self._locked(self._worker.delete, session_id, force)
 
     async def overview(self, cwd: str | None = None, limit: int = 50) -> list[SessionOverview]:
         """The most recently updated sessions for a person (`acp-server sessions list`)."""

@@ -16,7 +16,7 @@ import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 import orjson
 
@@ -42,13 +42,24 @@ from acp_server.store.sqlite_file import HOLD, HOLDS_SCHEMA, SCHEMA_VERSION, SES
 from acp_server.store.turn_log import Batch, decode_row, new_turn_id, update_rows
 from acp_server.store.turn_records import TurnEntry, decode_entry
 
-__all__ = ["StoreWorker"]
+__all__ = ["DeleteOutcome", "StoreWorker", "tombstone_ops"]
 
 log = logging.getLogger(__name__)
 
 _INSERT_UPDATES = (
     "INSERT INTO updates (turn_id, n, data) SELECT ?, ?, ? WHERE EXISTS (SELECT 1 FROM turns WHERE turn_id = ?)"
 )
+
+DeleteOutcome = Literal["deleted", "unknown", "held"]
+
+
+def tombstone_ops(session_id: str) -> list[tuple[str, tuple[Any, ...]]]:
+    """The statements that delete a session's content and leave a tombstone (pruning removes it later)."""
+    return [
+        ("UPDATE sessions SET deleted = 1, updated_at = ? WHERE id = ?", (utc_now(), session_id)),
+        ("DELETE FROM updates WHERE turn_id IN (SELECT turn_id FROM turns WHERE session_id = ?)", (session_id,)),
+        ("DELETE FROM turns WHERE session_id = ?", (session_id,)),
+    ]
 
 
 class StoreWorker:
@@ -170,17 +181,17 @@ class StoreWorker:
             return self.sweep(time.time())
 
     def load(self, session_id: str, hold: bool = False) -> LoadedSession | None:
+        """The session as stored; None for an unknown or deleted one. `hold`: this process opens it, and the hold is
+        written in the same write transaction as the read, only when the session is there and readable (a refused
+        load leaves none behind), so a prune or a `sessions delete` that comes after sees it is open."""
         conn = self._conn
-        if hold:
-            # Before the read, in the same turn of the lock: a prune that comes after sees the session is open.
-            with self._transaction():
-                conn.execute(HOLD, (session_id, self.owner_id))
         if conn.execute(
             "SELECT 1 FROM turns WHERE session_id = ? AND status = 'running' AND owner_id != ? LIMIT 1",
             (session_id, self.owner_id),
         ).fetchone():
             self.sweep_now()  # a turn of another process: find out whether that process is still there
-        with self._transaction("BEGIN"):  # one read snapshot for the session, its turns and their updates
+        # A write transaction when it holds (no prune or delete between the read and the hold), else a read snapshot.
+        with self._transaction("BEGIN IMMEDIATE" if hold else "BEGIN"):
             row = conn.execute(
                 f"SELECT {SESSION_COLUMNS} FROM sessions WHERE id = ? AND deleted = 0", (session_id,)
             ).fetchone()
@@ -196,6 +207,14 @@ class StoreWorker:
                 " WHERE t.session_id = ? ORDER BY t.seq, u.seq",
                 (session_id,),
             ).fetchall()
+            loaded = self._decode(session_id, row, turn_rows, update_rows)  # raises (rolling back) when unreadable
+            if hold:
+                conn.execute(HOLD, (session_id, self.owner_id))
+        return loaded
+
+    def _decode(
+        self, session_id: str, row: Sequence[Any], turn_rows: Sequence[Sequence[Any]], update_rows: Sequence[Any]
+    ) -> LoadedSession:
         entries: dict[str, list[TurnEntry]] = {}
         try:
             for turn_id, data in update_rows:
@@ -355,13 +374,25 @@ class StoreWorker:
                 conn.execute("DELETE FROM turns WHERE session_id = ?", (member,))
                 conn.execute("DELETE FROM sessions WHERE id = ?", (member,))
 
-    def held_elsewhere(self, session_id: str) -> bool:
-        """Whether another live process has the session open (the sweep runs first)."""
-        self.sweep_now()
-        row = self._conn.execute(
-            "SELECT 1 FROM holds WHERE session_id = ? AND owner_id != ? LIMIT 1", (session_id, self.owner_id)
-        ).fetchone()
-        return row is not None
+    def delete(self, session_id: str, force: bool = False) -> DeleteOutcome:
+        """`acp-server sessions delete`: in ONE write transaction, sweep, then check the session is there and that no
+        other live process has it open (unless `force`), then delete it (a tombstone, as `SessionStore.delete`). A
+        `session/load` of another process cannot write its hold between the check and the deletion: it waits for the
+        write lock and then finds the session gone."""
+        with self._transaction() as conn:
+            self.sweep(time.time())
+            if conn.execute("SELECT 1 FROM sessions WHERE id = ? AND deleted = 0", (session_id,)).fetchone() is None:
+                return "unknown"
+            if (
+                not force
+                and conn.execute(
+                    "SELECT 1 FROM holds WHERE session_id = ? AND owner_id != ? LIMIT 1", (session_id, self.owner_id)
+                ).fetchone()
+            ):
+                return "held"
+            for sql, params in tombstone_ops(session_id):
+                conn.execute(sql, params)
+        return "deleted"
 
     def overview(self, cwd: str | None, limit: int) -> list[SessionOverview]:
         """The most recently updated top-level sessions, with their turn counts and whether another live process has

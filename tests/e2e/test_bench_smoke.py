@@ -65,6 +65,27 @@ def test_cancel_bench_runs() -> None:
 
 
 @pytest.mark.timeout(60)
+def test_cancel_bench_on_v2_times_each_cancel_to_the_idle_cancelled_and_names_its_figures_v2() -> None:
+    result = cancel.run(iterations=3, streaming=1, protocol=2)
+    assert len(result.samples_ms) == 3  # run() raises unless every work ended with an `idle` `cancelled`
+    assert 0 < result.median_ms < scaled(1000)
+    assert len(result.streaming_ms) == 1 and 0 < result.streaming_ms[0] < scaled(5000)
+    assert result.stats_after["runningTurns"] == 0
+    assert result.stats_after["queuedPrompts"] == 0
+    names = [figure.name for figure in result.figures()]
+    assert "v2 cancel -> idle cancelled, p99" in names
+    assert all(name.startswith("v2 ") for name in names)
+
+
+@pytest.mark.timeout(60)
+def test_chunks_bench_on_v2_counts_every_chunk_up_to_the_idle() -> None:
+    result = chunks.run(chunks=500, turns=1, steps=False, protocol=2)
+    assert result.repeat.chunks == 500 and len(result.repeat.seconds) == 1  # a turn with any other number raises
+    assert 0 < result.repeat.seconds[0] < scaled(30)
+    assert result.figures()[0].name == "v2 chunks: say x500, median"
+
+
+@pytest.mark.timeout(60)
 def test_cancel_with_a_tool_running_bench_runs_both_variants_and_leaves_nothing_running() -> None:
     result = cancel_tool.run(iterations=3)
     assert len(result.test_sleep_ms) == 3
@@ -133,6 +154,7 @@ def test_run_all_writes_one_json_file_a_markdown_table_and_the_plot_or_says_it_w
     for level in result["scale"]["scripted"]:
         assert level["problems"] == []
         assert level["chunks"] > 0
+    assert not any(name.startswith("v2 ") for name in names)  # only the sections asked for ran
     table = (tmp_path / "results.md").read_text()
     assert all(f"| {name} |" in table for name in names)
     output = capsys.readouterr().out

@@ -1,5 +1,6 @@
 """Distribution: the ACP registry manifest (`agent.json`) agrees with the package, the README's editor set-ups name
-flags this server takes and start it, and the built wheel installs and runs through `uvx` (initialize answered)."""
+flags this server takes and start it, and the built wheel installs and runs through `uvx` and `pipx` (initialize
+answered)."""
 
 from __future__ import annotations
 
@@ -96,7 +97,7 @@ UV = shutil.which("uv", path=str(Path(sys.executable).parent)) or shutil.which("
 
 @pytest.mark.skipif(UV is None, reason="uv is not installed (the test extra installs it)")
 @pytest.mark.timeout(300)
-def test_the_built_wheel_runs_through_uvx_and_answers_initialize(tmp_path: Path) -> None:
+def test_the_built_wheel_runs_through_uvx_and_pipx_and_answers_initialize(tmp_path: Path) -> None:
     assert UV is not None
     source = tmp_path / "source"  # a copy, so the build leaves the checkout as it was
     source.mkdir()
@@ -116,13 +117,40 @@ def test_the_built_wheel_runs_through_uvx_and_answers_initialize(tmp_path: Path)
     assert wheel.name == f"acp_server-{__version__}-py3-none-any.whl"
     uvx = [UV, "tool", "run", "--from", str(wheel), "acp-server"]  # what `uvx --from WHEEL acp-server` runs
     env = {**os.environ, **isolated_env()}
+    _answers_version_and_initialize(uvx, env)
+    # pipx, the other way people install a Python command: its own venv under PIPX_HOME, the command in PIPX_BIN_DIR.
+    pipx_env = {
+        **env,
+        "PIPX_HOME": str(tmp_path / "pipx"),
+        "PIPX_BIN_DIR": str(tmp_path / "pipx-bin"),
+        "PIPX_MAN_DIR": str(tmp_path / "pipx-man"),
+    }
+    installed = subprocess.run(
+        [sys.executable, "-m", "pipx", "install", str(wheel)],
+        capture_output=True,
+        text=True,
+        env=pipx_env,
+        timeout=scaled(180),
+        check=False,
+    )
+    assert installed.returncode == 0, installed.stderr
+    _answers_version_and_initialize([str(tmp_path / "pipx-bin" / "acp-server")], pipx_env)
+
+
+def _answers_version_and_initialize(command: list[str], env: dict[str, str]) -> None:
+    """The installed command prints the package's version and answers `initialize` with one line on stdout."""
     version = subprocess.run(
-        [*uvx, "--version"], capture_output=True, text=True, env=env, timeout=scaled(120), check=False
+        [*command, "--version"], capture_output=True, text=True, env=env, timeout=scaled(120), check=False
     )
     assert version.returncode == 0, version.stderr
     assert version.stdout.strip() == f"acp-server {__version__}"
     served = subprocess.run(
-        [*uvx, "--model", "scripted"], input=INITIALIZE, capture_output=True, env=env, timeout=scaled(60), check=False
+        [*command, "--model", "scripted"],
+        input=INITIALIZE,
+        capture_output=True,
+        env=env,
+        timeout=scaled(60),
+        check=False,
     )
     assert served.returncode == 0, served.stderr
     (line,) = served.stdout.splitlines()

@@ -209,7 +209,12 @@ def test_the_sandbox_line_says_whether_commands_are_confined_and_how() -> None:
         line = default.line("OK   sandbox")
         assert f"workspace-write through Landlock ABI {support.abi}" in line
         assert "write only in the session's directories and the temp directory; network allowed" in line
-        assert "network off" in doctor("--sandbox", "read-only", "--no-sandbox-network").line("OK   sandbox")
+        closed = doctor("--sandbox", "read-only", "--no-sandbox-network")
+        if support.abi >= 9:
+            assert "network off" in closed.line("OK   sandbox")
+        else:  # Unix sockets by path stay reachable: half of "no network", named
+            line = closed.line("WARN sandbox")
+            assert "network off" in line and "Unix sockets by path NOT restricted" in line and "D-Bus" in line
     else:
         assert "not possible here" in default.line("WARN sandbox")
     assert doctor("--sandbox", "off").line("WARN sandbox") == (
@@ -226,6 +231,21 @@ def test_where_no_sandbox_is_possible_doctor_says_so_and_why(tmp_path: Path) -> 
     line = report.line("WARN sandbox")
     assert "not possible here: the landlockpy package cannot be imported" in line
     assert "local commands run with your full rights" in line
+    named = doctor("--sandbox", "read-only", env={"PYTHONPATH": str(shadow)})  # asked for: commands are refused
+    line = named.line("FAIL sandbox")
+    assert "the read-only sandbox was asked for but cannot be had: the landlockpy package cannot be imported" in line
+    assert "no command is run" in line
+
+
+def test_a_writable_directory_holding_the_servers_interpreter_is_named_as_not_writable() -> None:
+    from acp_server.runtime.sandbox import landlock_support
+
+    if landlock_support().abi < 1:
+        pytest.skip("no Landlock on this machine")
+    interpreter_dir = str(Path(sys.executable).parent)
+    line = doctor("--sandbox-writable", interpreter_dir).line("WARN sandbox")
+    assert f"{interpreter_dir} NOT writable: it holds or lies inside" in line
+    assert f"the interpreter ({interpreter_dir}/python" in line
 
 
 def test_model_discovery_reports_what_the_endpoint_adds_and_warms_the_cache(

@@ -328,3 +328,57 @@ async def test_the_scripted_model_takes_images_and_sounds_and_says_what_it_was_s
         f"image image/png {len(PNG)} bytes from the user",
         "audio audio/wav 12 bytes from the user",
     ]
+
+
+async def test_media_the_endpoint_would_refuse_is_refused_naming_the_block_and_the_session_goes_on(
+    start_server: StartServer, openai: FakeOpenAI, tmp_path: Path, workdir: Path
+) -> None:
+    openai.script(fake_openai.text_reply("still here"), fake_openai.text_reply("a title"))
+    client, _ = await openai_agent(start_server, openai, tmp_path)
+    session = await client.new_session(str(workdir))
+    svg = {"type": "resource", "resource": {"uri": "file:///x/a.svg", "mimeType": "image/svg+xml", "blob": "PHN2Zy8+"}}
+    not_png = {"type": "resource", "resource": {"uri": "file:///x/b.png", "mimeType": "image/png", "blob": "R0lGODlh"}}
+    huge = {**IMAGE, "data": base64.b64encode(PNG + bytes(MAX_IMAGE_BYTES)).decode()}
+    for bad, why in (
+        (svg, "prompt.1: embedded resource: mimeType 'image/svg+xml': the models take PNG, JPEG, GIF and WebP"),
+        (not_png, "prompt.1: embedded resource: data is not a image/png image (its bytes are image/gif)"),
+        (huge, f"prompt.1: data is too large: about {len(PNG) + MAX_IMAGE_BYTES} bytes, at most {MAX_IMAGE_BYTES}"),
+    ):
+        refused = await prompt(client, session, [{"type": "text", "text": "look"}, bad])
+        assert refused["error"]["code"] == -32602 and why in refused["error"]["message"], refused
+    assert openai.requests == []
+    # Nothing of the refused prompts was kept: the next turn is sent without them, and answered.
+    answer = await prompt(client, session, [{"type": "text", "text": "and now?"}])
+    assert answer["result"] == {"stopReason": "end_turn"}
+    request = openai.requests[0]
+    assert request.body["messages"][-1]["content"] == "and now?"
+    assert fake_openai.images_sent(request) == []
+    assert "svg" not in str(request.body) and "R0lGODlh" not in str(request.body)
+
+
+async def test_an_mcp_tool_image_the_endpoint_would_refuse_reaches_the_model_as_a_placeholder_and_the_next_turn_works(
+    start_server: StartServer, openai: FakeOpenAI, tmp_path: Path, workdir: Path
+) -> None:
+    openai.script(
+        fake_openai.tool_call_reply(("call_1", "mcp__srv__svg", ["{}"])),
+        fake_openai.text_reply("no picture"),
+        fake_openai.text_reply("a title"),  # the session's title request, after its first turn
+        fake_openai.text_reply("next turn"),
+    )
+    client, _ = await openai_agent(start_server, openai, tmp_path)
+    opened = await client.call("session/new", {"cwd": str(workdir), "mcpServers": [mcp_server()]})
+    session = opened["result"]["sessionId"]
+    answer = await client.call(
+        "session/prompt", {"sessionId": session, "prompt": [{"type": "text", "text": "draw"}]}, timeout=T_MCP
+    )
+    assert answer["result"] == {"stopReason": "end_turn"}
+    second = openai.requests[1]
+    assert fake_openai.images_sent(second) == []
+    tool = second.body["messages"][-1]
+    assert tool["role"] == "tool" and tool["tool_call_id"] == "call_1"
+    assert "a drawing follows" in tool["content"]
+    assert "[image: image/svg+xml, about 6 bytes, not shown: mimeType 'image/svg+xml'" in tool["content"]
+    again = await prompt(client, session, [{"type": "text", "text": "again"}])
+    assert again.get("result") == {"stopReason": "end_turn"}, again
+    third = next(r for r in openai.requests if r.body["messages"][-1].get("content") == "again")
+    assert fake_openai.images_sent(third) == [] and "image/svg+xml" in str(third.body["messages"])

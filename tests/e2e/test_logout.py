@@ -65,3 +65,37 @@ async def test_logout_changes_nothing_for_a_model_that_needs_no_key(start_server
     assert (await server.call("logout", {}))["result"] == {}
     assert (await server.call("session/prompt", prompt(session, "still here")))["result"] == {"stopReason": "end_turn"}
     assert "".join(server.texts(session)) == "still here"
+
+
+async def test_after_logout_a_session_switched_to_a_model_without_a_key_keeps_working(
+    start_server: StartServer, model: FakeOpenAI, tmp_path: Path
+) -> None:
+    config = tmp_path / "config.toml"
+    config.write_text(
+        f'models = ["echo"]\n[providers.openai]\napi_key = "sk-test-not-real"\nbase_url = "{model.base_url}"\n'
+    )
+    server = await start_server("--model", "openai:fake-model", env={**NO_KEYS, "ACP_SERVER_CONFIG": str(config)})
+    await server.initialize()
+    keyed = await server.new_session(str(tmp_path))
+    offline = await server.new_session(str(tmp_path))
+    switched = await server.call(
+        "session/set_config_option", {"sessionId": offline, "configId": "model", "value": "echo"}
+    )
+    assert "result" in switched, switched
+    model.set_default(text_reply("hello"))
+    assert (await server.call("session/prompt", prompt(keyed, "hi"), timeout=scaled(30)))["result"] == {
+        "stopReason": "end_turn"
+    }
+
+    assert (await server.call("logout", {}))["result"] == {}
+    answer = await server.call("session/prompt", prompt(offline, "still echoed"))
+    assert answer["result"] == {"stopReason": "end_turn"}
+    assert "".join(server.texts(offline)) == "still echoed"
+    refused = await server.call("session/prompt", prompt(keyed, "refused"))
+    assert refused["error"]["code"] == -32000 and "authenticate" in refused["error"]["message"]
+    assert not any("refused" in str(r.body) for r in model.requests)
+
+    assert (await server.call("authenticate", {"methodId": "api-key"}))["result"] == {}
+    assert (await server.call("session/prompt", prompt(keyed, "back"), timeout=scaled(30)))["result"] == {
+        "stopReason": "end_turn"
+    }

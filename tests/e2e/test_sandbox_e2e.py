@@ -241,7 +241,60 @@ async def test_where_no_sandbox_is_possible_the_server_says_so_at_start_and_runs
     outcomes = await run_all(client, session_id, [f"echo mine > {places.elsewhere}/f"])
     assert outcomes[0][0] == 0, outcomes
     assert (places.elsewhere / "f").read_text() == "mine\n"
+    assert (
+        "NOT sandboxed: it ran with the user's full rights (the landlockpy package cannot be imported"
+        in (outcomes[0][1])
+    )  # the model is told, so it does not take the writes it makes for confined ones
     code, _ = await client.close()
     assert code == 0
     assert "no sandbox for commands: the landlockpy package cannot be imported" in client.stderr_text
     assert "local commands run with the user's full rights" in client.stderr_text
+
+
+@pytest.mark.parametrize(
+    ("args", "env"),
+    [(["--sandbox", "workspace-write"], {}), ([], {"ACP_SERVER_SANDBOX": "read-only"})],
+    ids=["flag", "variable"],
+)
+async def test_a_sandbox_asked_for_by_name_that_cannot_be_had_refuses_commands_and_the_server_keeps_serving(
+    start_server: StartServer, places: Places, tmp_path: Path, args: list[str], env: dict[str, str]
+) -> None:
+    client = await start(start_server, places, *args, env={**no_landlock_env(tmp_path), **env})
+    session_id = await session_in(client, places)
+    for attempt in ("first", "second"):  # the connection and the session keep working after a refusal
+        response = await client.call(
+            "session/prompt",
+            client.prompt_message(
+                session_id,
+                [{"tool": "run_command", "args": {"command": f"echo {attempt} > {places.elsewhere}/f"}}, {"say": "ok"}],
+            )["params"],
+        )
+        assert response["result"] == {"stopReason": "end_turn"}, response
+    finals = [u for u in client.updates(session_id, "tool_call_update") if u.get("status") in ("completed", "failed")]
+    assert [final["status"] for final in finals] == ["failed", "failed"], finals
+    text = "".join(c["content"]["text"] for c in finals[0].get("content", []) if c["type"] == "content")
+    assert "sandbox was asked for but cannot be had: the landlockpy package cannot be imported" in text, text
+    assert "no command is run" in text, text
+    assert not (places.elsewhere / "f").exists()
+    code, _ = await client.close()
+    assert code == 0
+    assert "run_command refuses every command" in client.stderr_text
+
+
+async def test_on_v2_a_refused_command_shows_no_terminal_and_the_tool_call_says_why(
+    start_server: StartServer, tmp_path: Path
+) -> None:
+    server = await start_server(*DEFAULT_ARGS, "--sandbox", "read-only", env=no_landlock_env(tmp_path))
+    await server.initialize_v2()
+    session_id = await server.new_session_v2()
+    response = await server.call(
+        "session/set_config_option", {"sessionId": session_id, "configId": "mode", "type": "id", "value": "bypass"}
+    )
+    assert "result" in response, response
+    await server.prompt(session_id, [{"tool": "run_command", "args": {"command": f"touch {tmp_path}/ran"}}])
+    await server.idle(session_id)
+    assert server.updates(session_id, "terminal_update") == []  # nothing ran, so no terminal was shown
+    finals = [u for u in server.updates(session_id, "tool_call_update") if u.get("status") in ("completed", "failed")]
+    assert [final["status"] for final in finals] == ["failed"], finals
+    assert "the read-only sandbox was asked for but cannot be had" in str(finals[0]), finals
+    assert not (tmp_path / "ran").exists()

@@ -83,8 +83,11 @@ async def test_a_cancelled_first_turn_still_names_the_session_in_the_list_and_th
     server = await start_server("--model", "scripted", env={"ACP_SERVER_STATE_DIR": str(tmp_path)})
     await server.initialize()
     session = await server.new_session(str(tmp_path))
-    request = server.prompt_message(session, [{"gate": "never"}], text="triage the failing nightly job")
+    request = server.prompt_message(
+        session, [{"say": "on it"}, {"gate": "never"}], text="triage the failing nightly job"
+    )
     await server.send(request)
+    await server.wait_for(lambda m: "".join(server.texts(session)) == "on it")  # the turn has started
     await server.cancel(session)
     assert (await server.response(request["id"]))["result"] == {"stopReason": "cancelled"}
     assert (await listed(server))[session] == "triage the failing nightly job"
@@ -93,6 +96,43 @@ async def test_a_cancelled_first_turn_still_names_the_session_in_the_list_and_th
     assert (await server.call("session/prompt", second["params"]))["result"] == {"stopReason": "end_turn"}
     await server.wait_for(lambda m: bool(titles(server, session)))
     assert titles(server, session) == ["triage the failing nightly job"]  # from the first prompt
+
+
+async def test_a_first_prompt_cancelled_before_it_started_does_not_become_the_title(
+    start_server: StartServer, tmp_path: Path
+) -> None:
+    env = {"ACP_SERVER_STATE_DIR": str(tmp_path)}
+    server = await start_server("--model", "scripted", "--prompt-policy", "queue", env=env)
+    await server.initialize()
+    session = await server.new_session(str(tmp_path))
+    running = server.prompt_message(session, [{"say": "on it"}, {"gate": "never"}], text="triage the nightly job")
+    await server.send(running)
+    await server.wait_for(lambda m: "".join(server.texts(session)) == "on it")
+    queued = server.prompt_message(session, [{"say": "never said"}], text="words of a prompt that never ran")
+    await server.send(queued)
+    await server.notify("$/cancel_request", {"requestId": queued["id"]})
+    assert (await server.response(queued["id"]))["result"] == {"stopReason": "cancelled"}  # answered first
+    assert (await listed(server))[session] is None
+    await server.cancel(session)
+    assert (await server.response(running["id"]))["result"] == {"stopReason": "cancelled"}
+    assert (await listed(server))[session] == "triage the nightly job"
+
+
+async def test_a_refused_first_prompt_does_not_become_the_title(
+    start_server: StartServer, model: FakeOpenAI, tmp_path: Path
+) -> None:
+    model.script(text_reply("Sure."), error(400, "titles are not my thing"))
+    client = await openai_server(start_server, model, tmp_path)
+    session = await client.new_session(str(tmp_path))
+    assert (await client.call("logout", {}))["result"] == {}
+    refused = await client.call("session/prompt", ask(session, "refused words"))
+    assert refused["error"]["code"] == -32000
+    assert (await listed(client))[session] is None
+    assert (await client.call("authenticate", {"methodId": "api-key"}))["result"] == {}
+    assert (await client.call("session/prompt", ask(session, "explain the build"), timeout=scaled(30)))["result"]
+    await client.wait_for(lambda m: bool(titles(client, session)), timeout=scaled(10))
+    assert titles(client, session) == ["explain the build"]
+    assert (await listed(client))[session] == "explain the build"
 
 
 # --- pruning ---

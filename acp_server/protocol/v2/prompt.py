@@ -36,7 +36,7 @@ async def session_prompt_v2(context: RequestContext, params: PromptRequest) -> d
     run = context.run
     assert run is not None, "a valid prompt is always admitted or refused in prepare()"
     parts = context.parts
-    parts.auth.require()
+    parts.auth.require_for(run.session.model)  # a model that takes no key is never refused
     if run.steers and run.state is RunState.QUEUED:
         return _insert_now(context, run)
     await run.wait_until(lambda: run.state is not RunState.QUEUED)  # held while the session's work runs

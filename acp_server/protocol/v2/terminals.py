@@ -24,9 +24,9 @@ from acp_server.jsonrpc.rpc import ErrorCode, RpcError
 from acp_server.protocol.context import RequestContext
 from acp_server.protocol.v2.schema import CancelTerminalRequest
 from acp_server.runtime.local_commands import LocalCommandRunner
-from acp_server.runtime.ports import CommandResult
+from acp_server.runtime.ports import CommandResult, ToolError
 from acp_server.runtime.processes import ProcessTable
-from acp_server.runtime.sandbox import Sandbox
+from acp_server.runtime.sandbox import Sandbox, Unconfined
 from acp_server.sessions.runs import RunContext
 
 __all__ = ["TerminalRunner", "terminal_cancel"]
@@ -42,7 +42,7 @@ class TerminalRunner:
         processes: ProcessTable,
         deadline: Callable[[], float],
         *,
-        sandbox: Sandbox | None = None,
+        sandbox: Sandbox | Unconfined | None = None,
         roots: tuple[Path, ...] = (),
     ) -> None:
         """`sandbox` and `roots`: the local runner's confinement, as on v1."""
@@ -66,6 +66,8 @@ class TerminalRunner:
         on_terminal: Callable[[str], Awaitable[None]],
     ) -> CommandResult:
         run, connection = self._run, self._connection
+        if isinstance(self._sandbox, Unconfined) and self._sandbox.refuse:
+            raise ToolError(self._sandbox.reason)  # before any terminal is shown: nothing will run
         terminal_id = f"term_{uuid.uuid4().hex}"
         await on_terminal(terminal_id)  # the tool call's content anchors the terminal first
         announced = {

@@ -95,6 +95,13 @@ class HttpProvider:
         """Import the SDK and build the client now, in the background, so the first turn finds them ready."""
         await self.client()
 
+    async def aclose(self) -> None:
+        """Close the client (its connection pool), if one was made. For a provider no one uses any more (a logout
+        dropped it); a later turn would make a new client."""
+        client, self._client = self._client, None
+        if client is not None:
+            await client.close()
+
     def _new_client(self, sdk: ModuleType) -> Any:
         limits = self.timeouts
         # The socket timeouts are only a backstop: the first-byte and between-chunks bounds are `stream_reply`'s

@@ -38,6 +38,7 @@ from typing import Any
 
 import orjson
 
+from acp_server.runtime.media import AUDIO_FORMATS
 from acp_server.runtime.model import (
     INVALID_ARGUMENTS,
     TEXT_ONLY,
@@ -280,8 +281,9 @@ def _user_content(message: Message, accepts: frozenset[str]) -> str | list[dict[
 
 def _part(media: Media) -> dict[str, Any]:
     if media.kind == "audio":
-        # Chat Completions takes wav and mp3 (`input_audio.format`).
-        audio_format = "mp3" if media.mime_type in ("audio/mpeg", "audio/mp3") else "wav"
+        # Chat Completions takes wav and mp3 (`input_audio.format`); every sound that reaches a model passed
+        # `validate_media`, which admits only those.
+        audio_format = AUDIO_FORMATS.get(media.mime_type, "wav")
         return {"type": "input_audio", "input_audio": {"data": media.data, "format": audio_format}}
     return {"type": "image_url", "image_url": {"url": f"data:{media.mime_type};base64,{media.data}"}}
 

@@ -156,6 +156,8 @@ def _report(result: CommandResult, timeout: float, where: str) -> str:
             else "only the session's directories and the temp directory may be written"
         )
         notes.append(f"it ran in the {result.sandbox} sandbox: {where_writable}")
+    if result.unconfined is not None:
+        notes.append(f"NOT sandboxed: it ran with the user's full rights ({result.unconfined})")
     body = output if output.strip() else "(no output)"
     if not body.endswith("\n"):
         body += "\n"

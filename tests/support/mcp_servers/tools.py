@@ -1,6 +1,6 @@
 """The tools every test MCP server offers: one read-only, one that writes, one slow (it records being cancelled),
-one that fails, one that returns mixed content, one that adds a tool (and says the list changed), and two that make
-the server die (now, or a moment later).
+one that fails, one that returns mixed content, one an SVG image (which no model takes), one that adds a tool (and
+says the list changed), and two that make the server die (now, or a moment later).
 
 Kept in one place so the stdio and HTTP servers behave the same; `MCPServer` is the MCP SDK's own server class, so
 the bridge is tested against a real implementation of the protocol, not a fake.
@@ -8,6 +8,7 @@ the bridge is tested against a real implementation of the protocol, not a fake.
 
 from __future__ import annotations
 
+import base64
 import os
 import threading
 import time
@@ -74,6 +75,14 @@ def build_server(name: str) -> MCPServer:
             TextContent(type="text", text="a picture follows"),
             ImageContent(type="image", data="iVBORw0KGgo=", mime_type="image/png"),
             ResourceLink(type="resource_link", uri="file:///tmp/report.txt", name="report.txt"),
+        ]
+
+    @server.tool(annotations=READ_ONLY)
+    def svg() -> list[Any]:
+        """An SVG image, which no model endpoint takes."""
+        return [
+            TextContent(type="text", text="a drawing follows"),
+            ImageContent(type="image", data=base64.b64encode(b"<svg/>").decode(), mime_type="image/svg+xml"),
         ]
 
     @server.tool(annotations=READ_ONLY, structured_output=True)

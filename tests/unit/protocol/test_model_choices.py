@@ -1,9 +1,11 @@
-"""`ModelChoices`, the `model` option's choices of one connection, with a lister standing in for an endpoint: a
-stale cached list is offered at once and asked for again, a failed listing takes its list away (in the cache too),
-and one try is made per time to live. The HTTP side is proven end to end in tests/e2e/test_model_discovery.py."""
+"""`ModelChoices`, the `model` option's choices of one connection, with a lister standing in for an endpoint: the
+cache and the providers are read in a worker thread, never on the event loop; a stale cached list is offered once
+read and asked for again, a failed listing takes its list away (in the cache too), and one try is made per time to
+live. The HTTP side is proven end to end in tests/e2e/test_model_discovery.py."""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Coroutine
 from pathlib import Path
@@ -17,7 +19,7 @@ import pytest
 from acp_server.protocol.model_choices import ModelChoices
 from acp_server.protocol.providers import ProviderCache
 from acp_server.runtime.model import ModelError
-from acp_server.runtime.providers.catalog import CACHE_FILENAME, LIST_TTL
+from acp_server.runtime.providers.catalog import CACHE_FILENAME, LIST_TTL, ListingCache
 from acp_server.settings.config import Config
 
 pytestmark = pytest.mark.timeout(30)
@@ -63,7 +65,9 @@ def spawner(group: anyio.abc.TaskGroup) -> Callable[[Callable[[], Coroutine[Any,
 
 
 async def run_start(choices: ModelChoices, changes: list[tuple[str, ...]]) -> None:
+    """What `initialize` and `session/new` do: start, then await the cache's read (in a worker thread)."""
     choices.start(lambda: changes.append(choices.current))
+    await choices.ready()
 
 
 async def test_a_stale_list_is_offered_at_once_and_dropped_when_the_endpoint_fails(tmp_path: Path) -> None:
@@ -146,3 +150,36 @@ async def test_credentials_found_during_a_refresh_start_another_after_it(tmp_pat
         held.set()
     assert asked == [0, 1]
     assert choices.current == ("openai:m", "openai:other")
+
+
+async def test_the_cache_and_the_providers_are_read_in_a_worker_thread_and_ready_waits_for_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    state = tmp_path / "state"
+    write_cache(state, ["cached-model"], age=1)
+    lister = Lister([])
+    readers: list[threading.Thread] = []
+    real_load = ListingCache.load
+
+    def load(cache: ListingCache) -> Any:
+        readers.append(threading.current_thread())
+        return real_load(cache)
+
+    def open_model(spec: str) -> Any:
+        readers.append(threading.current_thread())  # a provider may read the configuration file for its key
+        return lister
+
+    monkeypatch.setattr(ListingCache, "load", load)
+    config = Config(model="openai:configured", state_dir=str(state))
+    changes: list[tuple[str, ...]] = []
+    async with anyio.create_task_group() as group:
+        choices = ModelChoices(config, ProviderCache(open_model), spawner(group))
+        choices.start(lambda: changes.append(choices.current))
+        # Nothing was read on the event loop: `start` only started the read.
+        assert readers == [] and choices.current == ("openai:configured",)
+        await choices.ready()
+        offered: tuple[str, ...] = choices.current  # (mypy narrowed it above)
+        assert offered == ("openai:configured", "openai:cached-model")
+        await choices.ready()  # once read, at once
+    assert len(readers) == 2 and threading.main_thread() not in readers
+    assert lister.asked == 0 and changes == [("openai:configured", "openai:cached-model")]

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import logging
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+from acp_server.runtime import sandbox as sandbox_module
 from acp_server.runtime.ports import CommandResult
-from acp_server.runtime.sandbox import Sandbox, Support, describe, landlock_support, sandbox_for
+from acp_server.runtime.sandbox import Sandbox, Support, Unconfined, describe, landlock_support, sandbox_for
 from acp_server.runtime.sandbox_exec import CANNOT_CONFINE
 from acp_server.runtime.tools.commands import _report
 from acp_server.settings.config import Config, SandboxMode
@@ -26,12 +28,24 @@ def test_where_the_kernel_has_no_landlock_commands_run_unconfined_and_the_log_sa
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     with caplog.at_level(logging.WARNING, logger="acp_server.runtime.sandbox"):
-        assert sandbox_for(Config(), NONE) is None
+        assert sandbox_for(Config(), NONE) == Unconfined("this kernel (4.19) has no Landlock", refuse=False)
     (record,) = caplog.records
     assert "no sandbox for commands: this kernel (4.19) has no Landlock" in record.getMessage()
     assert "full rights" in record.getMessage()
-    active, words = describe(Config(), NONE)
-    assert not active and words.startswith("not possible here: this kernel (4.19) has no Landlock")
+    level, words = describe(Config(), NONE)
+    assert level == "warn" and words.startswith("not possible here: this kernel (4.19) has no Landlock")
+
+
+def test_a_sandbox_asked_for_by_name_that_cannot_be_had_refuses_commands(caplog: pytest.LogCaptureFixture) -> None:
+    config = Config(sandbox=SandboxMode.READ_ONLY, sandbox_explicit=True)
+    with caplog.at_level(logging.WARNING, logger="acp_server.runtime.sandbox"):
+        chosen = sandbox_for(config, NONE)
+    assert isinstance(chosen, Unconfined) and chosen.refuse
+    assert "the read-only sandbox was asked for but cannot be had: this kernel (4.19) has no Landlock" in chosen.reason
+    assert "no command is run" in chosen.reason
+    assert "refuses every command" in caplog.records[0].getMessage()
+    level, words = describe(config, NONE)
+    assert level == "fail" and "the read-only sandbox was asked for but cannot be had" in words
 
 
 def test_sandbox_off_is_no_sandbox_and_no_warning(caplog: pytest.LogCaptureFixture) -> None:
@@ -39,7 +53,7 @@ def test_sandbox_off_is_no_sandbox_and_no_warning(caplog: pytest.LogCaptureFixtu
         assert sandbox_for(Config(sandbox=SandboxMode.OFF), Support(7, package_dir="/x")) is None
     assert caplog.records == []
     assert describe(Config(sandbox=SandboxMode.OFF), Support(7)) == (
-        False,
+        "warn",
         "off: local commands run with your full rights",
     )
 
@@ -47,10 +61,23 @@ def test_sandbox_off_is_no_sandbox_and_no_warning(caplog: pytest.LogCaptureFixtu
 def test_a_kernel_that_cannot_refuse_tcp_is_said_to_leave_the_network_open(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING, logger="acp_server.runtime.sandbox"):
         sandbox = sandbox_for(Config(sandbox_network=False), Support(3, package_dir="/x"))
-    assert sandbox is not None and not sandbox.network
+    assert isinstance(sandbox, Sandbox) and not sandbox.network
     assert "network NOT restricted" in caplog.records[0].getMessage()
-    complete, words = describe(Config(sandbox_network=False), Support(3, package_dir="/x"))
-    assert not complete and "workspace-write through Landlock ABI 3" in words  # doctor's WARN: half of what was asked
+    level, words = describe(Config(sandbox_network=False), Support(3, package_dir="/x"))
+    assert (
+        level == "warn" and "workspace-write through Landlock ABI 3" in words
+    )  # doctor's WARN: half of what was asked
+    assert "Unix sockets by path NOT restricted" in words and "D-Bus" in words
+
+
+def test_what_an_old_kernel_leaves_open_is_a_warning_naming_it() -> None:
+    level, words = describe(Config(), Support(2, package_dir="/x"))
+    assert level == "warn" and "truncating files" in words and "NOT controlled" in words
+    assert "Unix sockets" not in words  # the network was not to be closed
+    level, words = describe(Config(sandbox_network=False), Support(8, package_dir="/x"))
+    assert level == "warn" and "Unix sockets by path NOT restricted (ABI 9 can)" in words and "truncat" not in words
+    level, words = describe(Config(sandbox_network=False), Support(9, package_dir="/x"))
+    assert level == "ok" and "NOT" not in words
 
 
 def test_the_launcher_gets_the_roots_and_temp_dirs_in_workspace_write_and_nothing_in_read_only(tmp_path: Path) -> None:
@@ -108,3 +135,90 @@ def test_a_refused_write_tells_the_model_it_was_the_sandbox() -> None:
     assert "sandbox" not in _report(other, 10, ".")
     unconfined = CommandResult("Permission denied\n", 1)
     assert "sandbox" not in _report(unconfined, 10, ".")
+    by_default = CommandResult("ok\n", 0, unconfined="the landlockpy package cannot be imported")
+    assert "NOT sandboxed: it ran with the user's full rights (the landlockpy package" in _report(by_default, 10, ".")
+
+
+@needs_landlock
+def test_a_writable_directory_holding_the_launchers_interpreter_or_code_is_not_writable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A command that could rewrite what the launcher runs before it confines itself (its interpreter, the server's
+    code, landlockpy) would run every later command unconfined: such a directory is dropped from the rules."""
+    tools = tmp_path / "tools"  # as ~/.cache with a uvx install in ~/.cache/uv: the interpreter lives inside
+    (tools / "bin").mkdir(parents=True)
+    (tools / "bin" / "python").symlink_to(Path(sys.executable).resolve())
+    monkeypatch.setattr(sys, "executable", str(tools / "bin" / "python"))
+    sandbox_module._launcher_code.cache_clear()
+    sandbox_module._safe_writable.cache_clear()
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    try:
+        package_parent = str(Path(SUPPORTED.package_dir).parent)  # a directory that holds landlockpy's
+        sandbox = Sandbox(
+            SandboxMode.WORKSPACE_WRITE, True, SUPPORTED.abi, SUPPORTED.package_dir, (str(tools), package_parent)
+        )
+        with caplog.at_level(logging.WARNING, logger="acp_server.runtime.sandbox"):
+            argv = sandbox.command(["/bin/sh", "-c", f"echo evil > {tools}/bin/planted; echo ok > {cache}/f"], [cache])
+        assert f"--write={cache}" in argv
+        assert not [arg for arg in argv if arg in (f"--write={tools}", f"--write={package_parent}")], argv
+        said = " ".join(record.getMessage() for record in caplog.records)
+        assert f"commands may NOT write in {tools}: it holds or lies inside the interpreter" in said
+        assert f"commands may NOT write in {package_parent}" in said and "the landlockpy package" in said
+        problems = " ".join(sandbox.problems())
+        assert f"{tools} NOT writable" in problems and f"{package_parent} NOT writable" in problems
+        result = subprocess.run(argv, cwd=cache, capture_output=True, text=True, timeout=scaled(30), check=False)
+        assert "Permission denied" in result.stderr, result
+        assert not (tools / "bin" / "planted").exists()
+        assert (cache / "f").read_text() == "ok\n"  # the rest of the rules hold
+    finally:
+        sandbox_module._launcher_code.cache_clear()
+        sandbox_module._safe_writable.cache_clear()
+
+
+def test_a_writable_directory_that_does_not_exist_is_named_at_start(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger="acp_server.runtime.sandbox"):
+        sandbox_for(Config(sandbox_writable=("/nonexistent/acp-cache",)), Support(7, package_dir="/x"))
+    assert "sandbox_writable /nonexistent/acp-cache does not exist" in caplog.records[0].getMessage()
+
+
+@needs_landlock
+@pytest.mark.skipif(SUPPORTED.abi < 6, reason=f"Landlock ABI {SUPPORTED.abi} cannot scope signals (ABI 6 can)")
+def test_a_sandboxed_command_cannot_signal_a_process_outside_it_but_can_its_own(tmp_path: Path) -> None:
+    outside = subprocess.Popen(["sleep", "60"])
+    try:
+        sandbox = Sandbox(SandboxMode.WORKSPACE_WRITE, True, SUPPORTED.abi, SUPPORTED.package_dir)
+        line = f"kill -TERM {outside.pid}; echo outside=$?; sleep 60 & kill -TERM $!; echo own=$?"
+        result = subprocess.run(
+            sandbox.command(["/bin/sh", "-c", line], [tmp_path]),
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=scaled(30),
+            check=False,
+        )
+        assert "outside=1" in result.stdout and "own=0" in result.stdout, result
+        assert "Operation not permitted" in result.stderr, result
+        assert outside.poll() is None  # still running: the signal never reached it
+    finally:
+        outside.kill()
+        outside.wait()
+
+
+@needs_landlock
+def test_without_network_the_session_bus_address_is_not_passed_on(tmp_path: Path) -> None:
+    env = {"PATH": "/usr/bin:/bin", "DBUS_SESSION_BUS_ADDRESS": "unix:path=/run/user/1/bus"}
+    said = []
+    for network in (True, False):
+        sandbox = Sandbox(SandboxMode.WORKSPACE_WRITE, network, SUPPORTED.abi, SUPPORTED.package_dir)
+        result = subprocess.run(
+            sandbox.command(["/bin/sh", "-c", "echo ${DBUS_SESSION_BUS_ADDRESS-unset}"], [tmp_path]),
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=scaled(30),
+            check=False,
+        )
+        said.append(result.stdout.strip())
+    assert said == ["unix:path=/run/user/1/bus", "unset"]

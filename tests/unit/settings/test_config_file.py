@@ -274,6 +274,34 @@ def test_a_bad_environment_variable_is_a_usage_error_naming_it(
     assert "ACP_SERVER_PROMPT_POLICY='later'" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("flags", "env", "named"),
+    [
+        (["--sandbox-writable", "/srv/ok", "--sandbox-writable", "cache"], {}, "--sandbox-writable 'cache'"),
+        ([], {"ACP_SERVER_SANDBOX_WRITABLE": f"/srv/ok{os.pathsep}./build"}, "ACP_SERVER_SANDBOX_WRITABLE './build'"),
+    ],
+    ids=["flag", "variable"],
+)
+def test_a_relative_sandbox_writable_from_a_flag_or_variable_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], flags: list[str], env: dict[str, str], named: str
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        load(flags, env={"ACP_SERVER_CONFIG": str(tmp_path / "none.toml"), **env})
+    assert exited.value.code == 2
+    assert f"{named}: must be an absolute path (or start with ~)" in capsys.readouterr().err
+
+
+def test_whether_the_sandbox_mode_was_asked_for_by_name_is_recorded_from_every_source(tmp_path: Path) -> None:
+    path = tmp_path / "config.toml"
+    base = {"ACP_SERVER_CONFIG": str(path)}
+    assert not load([], env=base).config.sandbox_explicit  # the default
+    assert not load([], env={**base, "ACP_SERVER_SANDBOX": ""}).config.sandbox_explicit  # empty is unset
+    assert load(["--sandbox", "workspace-write"], env=base).config.sandbox_explicit
+    assert load([], env={**base, "ACP_SERVER_SANDBOX": "read-only"}).config.sandbox_explicit
+    path.write_text('sandbox = "workspace-write"\n')
+    assert load([], env=base).config.sandbox_explicit
+
+
 def test_relative_paths_in_the_file_are_relative_to_the_file_and_tilde_is_home(tmp_path: Path) -> None:
     path = write(tmp_path, 'state_dir = "sessions"\nlog_file = "~/acp.log"\n')
     config = load([], env={"ACP_SERVER_CONFIG": str(path)}).config

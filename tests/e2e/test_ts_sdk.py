@@ -1,0 +1,190 @@
+"""The editor flows driven by a real third-party client: the official ACP TypeScript SDK (issue 12 item 6).
+
+`tests/ts_client/flows.mjs` spawns acp-server through the SDK's client-side connection over stdio, runs one group of
+flows and prints what it saw as JSON. The SDK is `@agentclientprotocol/sdk`, pinned at 2.4.0 by
+`tests/ts_client/package-lock.json` and installed by `.ci/run` with `npm ci`; without `node` or that install these
+tests skip and say how to install it. One Node process runs a whole group, so the suite pays one server start per
+group. Every message the server wrote must pass the SDK's own zod schemas (its connection checks what it handles, the
+script checks the responses) and the official JSON schema (tests/support/wire_schema.py, fed the same wire).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from tests.support.harness import DEFAULT_ARGS, STDERR_RED_FLAGS, T_WAIT, isolated_env, scaled, server_command
+from tests.support.wire_schema import WireValidator
+
+CLIENT_DIR = Path(__file__).resolve().parent.parent / "ts_client"
+SDK_PACKAGE = CLIENT_DIR / "node_modules" / "@agentclientprotocol" / "sdk" / "package.json"
+# What the SDK logs when a message fails its validation or its dispatch (core/jsonrpc.js).
+SDK_COMPLAINTS = ("Invalid message", "Error handling notification", "Got response to unknown request")
+
+
+def pinned_sdk_version() -> str:
+    lock = orjson.loads((CLIENT_DIR / "package-lock.json").read_text())
+    version = lock["packages"]["node_modules/@agentclientprotocol/sdk"]["version"]
+    assert isinstance(version, str)
+    return version
+
+
+def run_flows(group: str) -> tuple[dict[str, Any], str]:
+    """Run one flow group in Node against a fresh server; its JSON report and the combined stderr."""
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("`node` is not on PATH: the TypeScript SDK tests need Node 20 (`.ci/run` has it)")
+    if not SDK_PACKAGE.exists():
+        pytest.skip(f"the TypeScript SDK is not installed: run `npm ci --prefix {CLIENT_DIR}` (`.ci/run` does)")
+    installed = orjson.loads(SDK_PACKAGE.read_text())["version"]
+    assert installed == pinned_sdk_version(), f"installed SDK {installed}, lockfile pins {pinned_sdk_version()}"
+    env = {**os.environ, **isolated_env(), "TS_FLOW_STEP_TIMEOUT_MS": f"{T_WAIT * 1000:.0f}"}
+    with tempfile.TemporaryDirectory(prefix="acp-ts-flows-") as cwd:
+        done = subprocess.run(
+            [node, str(CLIENT_DIR / "flows.mjs"), group, "--", *server_command(*DEFAULT_ARGS)],
+            cwd=cwd,
+            env=env,
+            capture_output=True,
+            timeout=scaled(40),
+            check=False,
+        )
+    stderr = done.stderr.decode(errors="replace")
+    assert done.stdout, f"flows.mjs printed nothing (exit {done.returncode}); stderr:\n{stderr[-3000:]}"
+    report = orjson.loads(done.stdout)
+    assert isinstance(report, dict)
+    assert "fatal" not in report, f"{report['fatal']}\n{report.get('data')}\nstderr:\n{stderr[-3000:]}"
+    assert done.returncode == 0, stderr[-3000:]
+    return report, stderr
+
+
+def wire_problems(wire: list[dict[str, Any]]) -> list[str]:
+    """The official JSON schema over the wire the SDK saw, in order (the same checks as every other e2e test)."""
+    validator = WireValidator()
+    for entry in wire:
+        if entry["dir"] == "client":
+            validator.client_sent(entry["message"])
+        else:
+            validator.server_wrote(orjson.dumps({"jsonrpc": "2.0", **entry["message"]}))
+    return validator.violations
+
+
+def assert_clean(report: dict[str, Any], stderr: str) -> None:
+    assert report["schemaChecked"] > 0 and any(e["dir"] == "agent" for e in report["wire"]), "nothing was checked"
+    assert report["schemaErrors"] == [], report["schemaErrors"]
+    assert wire_problems(report["wire"]) == []
+    for complaint in (*SDK_COMPLAINTS, *STDERR_RED_FLAGS):
+        assert complaint not in stderr, stderr[-3000:]
+    assert report["exit"] == {"code": 0, "signal": None}, "closing stdin ends the server with exit 0"
+
+
+@pytest.mark.timeout(60)
+def test_the_typescript_sdk_runs_the_v1_flows_and_accepts_every_message() -> None:
+    report, stderr = run_flows("v1")
+    assert_clean(report, stderr)
+
+    init = report["initialize"]
+    assert init["protocolVersion"] == 1
+    assert init["agentInfo"]["name"] == "acp-server"
+    assert init["agentCapabilities"]["loadSession"] is True
+    assert {"list", "close"} <= set(init["agentCapabilities"]["sessionCapabilities"])
+    session_id = report["newSession"]["sessionId"]
+    assert isinstance(session_id, str) and session_id
+
+    # A streamed prompt: one chunk per step, in order, then end_turn.
+    assert report["streamed"] == {"stopReason": "end_turn", "texts": ["hello, ", "typescript ", "sdk"]}
+    # session/cancel during a gate: cancelled with only what came before the gate; the next prompt is a clean turn.
+    assert report["cancel"] == {
+        "stopReason": "cancelled",
+        "texts": ["before"],
+        "nextStopReason": "end_turn",
+        "nextTexts": ["ok"],
+    }
+    # The permission request reached the SDK's handler, and its answer reached the tool.
+    permission = report["permission"]
+    assert permission["stopReason"] == "end_turn"
+    assert permission["requests"] == [{"sessionId": session_id, "optionIds": ["allow-once", "reject-once"]}]
+    assert permission["toolResults"] == [{"outcome": {"outcome": "selected", "optionId": "allow-once"}}]
+    assert permission["texts"] == ["granted"]
+
+    # list shows the session, close closes it, load brings it back with its history replayed in order.
+    assert [s["sessionId"] for s in report["list"]["sessions"]] == [session_id]
+    assert report["close"] == {}
+    assert "modes" in report["load"]
+    assert report["loadReplay"]["userTexts"] == ["stream", "gated", "next", "ask"]
+    replayed = report["loadReplay"]["agentTexts"]
+    assert replayed[:4] == ["hello, ", "typescript ", "sdk", "before"]
+    assert replayed[-2:] == ["ok", "granted"]
+    assert "after" not in replayed, "the cancelled turn never got past its gate"
+    assert report["afterLoad"] == {"stopReason": "end_turn", "texts": ["again"]}
+    assert report["finalClose"] == {}
+
+
+@pytest.mark.timeout(60)
+def test_the_typescript_sdk_v2_entry_runs_held_prompts_three_cancels_and_a_resume_with_replay() -> None:
+    """`@agentclientprotocol/sdk/experimental/v2`, the SDK's v2 draft (ACP-V2.md): `initialize` at version 2, a
+    prompt answered with its `messageId` while still held at a gate, its work between `running` and `idle end_turn`,
+    `session/cancel` ending a turn `idle cancelled`, `tool_call/cancel` and `terminal/cancel` each stopping one thing
+    while the turn goes on, a prompt held while work runs, then `session/close` and `session/resume` from the start
+    replaying the history as whole messages."""
+    report, stderr = run_flows("v2")
+    assert_clean(report, stderr)
+    assert report["initialize"]["protocolVersion"] == 2
+    assert report["initialize"]["info"]["name"] == "acp-server"
+    assert report["newSession"]["sessionId"]
+
+    prompt = report["prompt"]
+    assert isinstance(prompt["response"]["messageId"], str) and prompt["response"]["messageId"]
+    assert prompt["beforeRelease"] == {"states": [{"state": "running"}], "texts": []}, "answered before the work"
+    assert prompt["states"] == [{"state": "running"}, {"state": "idle", "stopReason": "end_turn"}]
+    assert prompt["texts"] == ["hello ", "v2"]
+    kinds = prompt["kinds"]
+    assert kinds[:2] == ["user_message", "state_update"], "the echo, then running"
+    last_idle = len(kinds) - 1 - kinds[::-1].index("state_update")
+    assert kinds.index("agent_message_chunk") < last_idle, "the reply lies between running and idle"
+
+    cancel = report["cancel"]
+    assert cancel["response"]["messageId"] not in (None, prompt["response"]["messageId"])
+    assert cancel["states"] == [{"state": "running"}, {"state": "idle", "stopReason": "cancelled"}]
+    assert cancel["texts"] == ["before"]
+    assert report["next"] == {
+        "states": [{"state": "running"}, {"state": "idle", "stopReason": "end_turn"}],
+        "texts": ["ok"],
+    }
+
+    tool_cancel = report["toolCancel"]
+    assert tool_cancel["response"] == {}
+    assert tool_cancel["statuses"][-1] == "cancelled" and tool_cancel["statuses"].count("cancelled") == 1
+    assert tool_cancel["states"] == [{"state": "running"}, {"state": "idle", "stopReason": "end_turn"}]
+    assert tool_cancel["texts"] == ["went on"], "the turn went on after the cancelled call"
+
+    held = report["held"]
+    assert held["heldAnsweredAfterTheFirstIdle"] is True, "a prompt sent while work runs waits for its idle"
+    assert held["distinctMessageIds"] is True
+    assert held["states"] == [{"state": "running"}, {"state": "idle", "stopReason": "end_turn"}] * 2
+    assert held["texts"] == ["one", "two"]
+
+    terminal = report["terminalCancel"]
+    assert terminal["response"] == {}
+    assert terminal["exitStatuses"] == [{"signal": "SIGTERM"}]
+    assert terminal["finalToolStatuses"] == ["failed"], "run_command ends failed with what it printed"
+    assert terminal["states"] == [{"state": "running"}, {"state": "idle", "stopReason": "end_turn"}]
+    assert terminal["texts"] == ["went on"]
+
+    assert report["close"] == {}
+    assert "configOptions" in report["resume"]
+    replay = report["resumeReplay"]
+    assert replay["userTexts"] == ["first", "second", "third", "fourth", "fifth", "sixth", "seventh"]
+    agent_texts = replay["agentTexts"]
+    assert agent_texts[:2] == ["hello v2", "before"]
+    assert agent_texts[-5:] == ["ok", "went on", "one", "two", "went on"]
+    assert "after" not in "".join(agent_texts), "the cancelled turn never got past its gate"
+    assert "agent_message_chunk" not in replay["kinds"], "a replay sends whole messages"
+    assert replay["kinds"].count("state_update") == 1
+    assert replay["last"] == {"sessionUpdate": "state_update", "state": "idle", "stopReason": "end_turn"}

@@ -1,0 +1,132 @@
+"""Holds (which live process has a session open) on real SQLite files: a load writes its hold only when it succeeds,
+and `acp-server sessions delete` checks the holds and deletes in one write transaction, so a session/load of another
+process cannot slip in between and have the session deleted under it."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from acp_server.store import STORE_FILENAME, SessionStore, StoreUnavailable
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    return tmp_path / "state" / STORE_FILENAME
+
+
+@pytest.fixture
+async def store(db: Path) -> AsyncIterator[SessionStore]:
+    opened = SessionStore.open(db)
+    yield opened
+    await opened.aclose()
+
+
+@pytest.fixture
+async def editor(db: Path) -> AsyncIterator[SessionStore]:
+    """Another server process on the same file (same pid, its own owner): an editor window."""
+    opened = SessionStore.open(db)
+    yield opened
+    await opened.aclose()
+
+
+def holds(db: Path) -> set[tuple[str, str]]:
+    conn = sqlite3.connect(db, isolation_level=None)
+    try:
+        return {(row[0], row[1]) for row in conn.execute("SELECT session_id, owner_id FROM holds")}
+    finally:
+        conn.close()
+
+
+async def stored_closed(store: SessionStore, session_id: str) -> None:
+    """A session stored by `store` and closed again: nobody holds it."""
+    store.create_session(session_id, "/w")
+    turn = store.begin_turn(session_id, [{"type": "text", "text": "hi"}], "hi")
+    store.finish_turn(turn, "completed", stop_reason="end_turn")
+    store.release(session_id)
+    await store.flush()
+
+
+async def test_a_load_of_an_unknown_or_deleted_session_leaves_no_hold(store: SessionStore, db: Path) -> None:
+    await stored_closed(store, "gone")
+    store.delete("gone")
+    await store.flush()
+    assert await store.load("never-was", hold=True) is None
+    assert await store.load("gone", hold=True) is None
+    assert holds(db) == set()
+
+
+async def test_an_unreadable_session_refused_on_load_leaves_no_hold(store: SessionStore, db: Path) -> None:
+    await stored_closed(store, "s")
+    conn = sqlite3.connect(db, isolation_level=None)
+    conn.execute("UPDATE updates SET data = x'00ff00ff'")
+    conn.close()
+    with pytest.raises(StoreUnavailable, match="session s is unreadable"):
+        await store.load("s", hold=True)
+    assert holds(db) == set()
+
+
+async def test_a_successful_load_holds_the_session_and_a_plain_read_does_not(
+    store: SessionStore, editor: SessionStore, db: Path
+) -> None:
+    await stored_closed(store, "s")
+    assert await store.load("s") is not None
+    assert holds(db) == set()
+    assert await editor.load("s", hold=True) is not None
+    assert holds(db) == {("s", editor.owner_id)}
+
+
+async def test_delete_refuses_a_session_another_process_holds_and_force_deletes_it(
+    store: SessionStore, editor: SessionStore
+) -> None:
+    await stored_closed(store, "s")
+    assert await editor.load("s", hold=True) is not None
+    assert await store.delete_unless_held("s") == "held"
+    assert await store.load("s") is not None
+    assert await store.delete_unless_held("s", force=True) == "deleted"
+    assert await store.load("s") is None
+    assert await store.delete_unless_held("s") == "unknown"
+    assert await store.delete_unless_held("never-was", force=True) == "unknown"
+
+
+async def test_delete_of_a_session_nobody_holds_removes_it_for_every_process(
+    store: SessionStore, editor: SessionStore
+) -> None:
+    await stored_closed(store, "s")
+    assert await store.delete_unless_held("s") == "deleted"
+    assert await editor.load("s", hold=True) is None
+
+
+async def test_a_load_cannot_write_its_hold_between_deletes_check_and_the_deletion(
+    store: SessionStore, db: Path
+) -> None:
+    """The race a reviewer found: an editor's session/load writes its hold right after `sessions delete` looked at the
+    holds. Here the "editor" tries exactly then, from its own connection: the delete's transaction has the write lock,
+    so the hold cannot be written until the session is gone (the load then finds nothing)."""
+    await stored_closed(store, "s")
+    attempts: list[str] = []
+
+    def editor_loads_now(statement: str) -> None:
+        if "FROM holds WHERE session_id" in statement and not attempts:
+            other = sqlite3.connect(db, isolation_level=None, timeout=0)
+            try:
+                other.execute("INSERT INTO holds (session_id, owner_id) VALUES ('s', 'an-editor')")
+                attempts.append("held")
+            except sqlite3.OperationalError as exc:
+                attempts.append(str(exc))
+            finally:
+                other.close()
+
+    store._conn.set_trace_callback(editor_loads_now)
+    try:
+        outcome = await store.delete_unless_held("s")
+    finally:
+        store._conn.set_trace_callback(None)
+    assert attempts == ["database is locked"]
+    assert outcome == "deleted"
+    assert await store.load("s") is None
