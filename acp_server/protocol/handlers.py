@@ -49,7 +49,7 @@ from acp_server.protocol.warmup import warm_up
 from acp_server.sessions.options import PROMPT_POLICIES
 from acp_server.sessions.turn import TurnFailedError, execute_prompt
 
-__all__ = ["METHODS", "NOTIFICATIONS", "NoParams", "log_in"]
+__all__ = ["METHODS", "NOTIFICATIONS", "NoParams", "log_in", "log_out"]
 
 PROTOCOL_VERSION = 1
 
@@ -139,6 +139,12 @@ def log_in(context: RequestContext) -> dict[str, Any]:
 
 async def logout(context: RequestContext, params: LogoutRequest) -> dict[str, Any]:
     """Forget the keys this process holds until the next `authenticate` (protocol/providers.py). Idempotent."""
+    return log_out(context)
+
+
+def log_out(context: RequestContext) -> dict[str, Any]:
+    """What v1's `logout` and v2's `auth/logout` do: forget the keys; the dropped providers' clients are closed
+    later."""
     parts = context.parts
     dropped = parts.auth.logout()
     if dropped:  # their clients are closed in a task of the connection, once the turns running now have ended

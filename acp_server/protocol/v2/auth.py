@@ -12,7 +12,7 @@ from typing import Any
 
 from acp_server.jsonrpc.rpc import ErrorCode, RpcError
 from acp_server.protocol.context import Parts, RequestContext
-from acp_server.protocol.handlers import log_in
+from acp_server.protocol.handlers import log_in, log_out
 from acp_server.protocol.schema import AuthenticateRequest, LogoutRequest
 from acp_server.protocol.v2.initialize import auth_method_id
 
@@ -39,5 +39,4 @@ async def auth_logout(context: RequestContext, params: LogoutRequest) -> dict[st
     """Forget the keys for new sessions and prompts until the next `auth/login`; a running turn finishes (§23 Q16).
     Idempotent."""
     _require_offered(context.parts, "auth/logout")
-    context.parts.auth.logout()
-    return {}
+    return log_out(context)
