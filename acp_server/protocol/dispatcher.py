@@ -95,11 +95,16 @@ class AcpDispatcher:
             return
         if version == 2:
             try:
-                InitializeRequestV2.model_validate(params)
+                initialize_v2 = InitializeRequestV2.model_validate(params)
             except ValidationError:
                 return
             handshake.version = 2
-            handshake.client_capabilities = ClientCapabilities()  # v2 has no client files or terminals
+            # v2 has no client files or terminals; its elicitation markers are v1's (`{}` advertises a mode). Notices
+            # and compactions need no client capability in v2 (ACP-V2.md §18): every v2 client is shown them as such.
+            offered = initialize_v2.capabilities if isinstance(initialize_v2.capabilities, dict) else {}
+            handshake.client_capabilities = ClientCapabilities(
+                session={"notices": {}, "compaction": {}}, elicitation=offered.get("elicitation")
+            )
             return
         try:
             initialize_request = InitializeRequest.model_validate(params)

@@ -95,7 +95,7 @@ class AcpEdge:
             commands = EditorTerminalRunner(request, session.session_id, deadline)
         else:
             commands = LocalCommandRunner(self._processes, deadline, self._sandbox, roots)
-        # v2 elicitation is not built: a v2 session's client capabilities carry none, so it gets NoQuestions.
+        # Forms where the client advertised `elicitation.form` (v1 and v2 alike; on v2 `asking_v2` adds the states).
         questions: Questions = (
             EditorQuestions(request, session.session_id, on_behalf_of) if session.client.elicitation else NoQuestions()
         )

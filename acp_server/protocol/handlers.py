@@ -49,7 +49,7 @@ from acp_server.protocol.warmup import warm_up
 from acp_server.sessions.options import PROMPT_POLICIES
 from acp_server.sessions.turn import TurnFailedError, execute_prompt
 
-__all__ = ["METHODS", "NOTIFICATIONS", "NoParams"]
+__all__ = ["METHODS", "NOTIFICATIONS", "NoParams", "log_in", "log_out"]
 
 PROTOCOL_VERSION = 1
 
@@ -119,9 +119,15 @@ def _auth_methods(parts: Parts) -> list[dict[str, Any]]:
 
 async def authenticate(context: RequestContext, params: AuthenticateRequest) -> dict[str, Any]:
     """Re-read the configuration and environment for the key. Instant, idempotent, never interactive."""
-    parts = context.parts
     if params.method_id != AUTH_METHOD_ID:
         raise RpcError(ErrorCode.INVALID_PARAMS, f"Invalid params: methodId: unknown auth method {params.method_id!r}")
+    return log_in(context)
+
+
+def log_in(context: RequestContext) -> dict[str, Any]:
+    """What v1's `authenticate` and v2's `auth/login` do once the method is known: end a logout, look for the key
+    again, and let the endpoints that needed it be asked for their models."""
+    parts = context.parts
     was_missing = parts.auth.problem is not None
     if not parts.auth.authenticate():
         raise RpcError(ErrorCode.AUTH_REQUIRED, f"Authentication required: {parts.auth.problem}")
@@ -133,6 +139,12 @@ async def authenticate(context: RequestContext, params: AuthenticateRequest) -> 
 
 async def logout(context: RequestContext, params: LogoutRequest) -> dict[str, Any]:
     """Forget the keys this process holds until the next `authenticate` (protocol/providers.py). Idempotent."""
+    return log_out(context)
+
+
+def log_out(context: RequestContext) -> dict[str, Any]:
+    """What v1's `logout` and v2's `auth/logout` do: forget the keys; the dropped providers' clients are closed
+    later."""
     parts = context.parts
     dropped = parts.auth.logout()
     if dropped:  # their clients are closed in a task of the connection, once the turns running now have ended

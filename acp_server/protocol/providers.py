@@ -23,7 +23,7 @@ __all__ = ["LOGGED_OUT", "AuthState", "ProviderCache", "close_providers"]
 
 log = logging.getLogger(__name__)
 
-LOGGED_OUT = "logged out: authenticate again (method api-key) to use the model"
+LOGGED_OUT = "logged out: authenticate again (ACP v1 `authenticate`, method api-key; v2 `auth/login`) to use the model"
 
 
 class ProviderCache:

@@ -18,6 +18,8 @@ class Handshake:
     def __init__(self) -> None:
         self.client_capabilities: ClientCapabilities | None = None
         self.version = 1
+        # Whether a v2 `initialize` offered `authMethods`: only then are `auth/login` and `auth/logout` served.
+        self.auth_offered = False
 
     @property
     def v2(self) -> bool:

@@ -149,11 +149,12 @@ class Notice:
 @dataclass(frozen=True, slots=True)
 class Compaction:
     """A context compaction of the conversation, by its id: `in_progress` when it starts, then `completed` (with
-    the summary the model made) or `failed`. A client that cannot show compactions is shown `notice` once it
-    completed; nothing of it enters the model's history but the summary itself."""
+    the summary the model made) or `failed`, or `cancelled` when the turn ended while it ran (sessions/turn.py
+    ends it then). A client that cannot show compactions is shown `notice` once it completed; nothing of it enters
+    the model's history but the summary itself."""
 
     compaction_id: str
-    status: Literal["in_progress", "completed", "failed"]
+    status: Literal["in_progress", "completed", "failed", "cancelled"]
     summary: str | None = None
     error: str | None = None
     notice: Notice | None = None

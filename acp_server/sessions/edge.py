@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from acp_server.runtime.model import (
+    Compaction,
     ReplyStarted,
     TextDelta,
     ToolCallFinished,
@@ -145,4 +146,9 @@ class TurnOutput:
             run.open_tool_calls.pop(event.call_id, None)
         elif isinstance(event, UsageReported):
             run.session.context_usage = (event.used, event.size)
+        elif isinstance(event, Compaction):
+            if event.status == "in_progress":
+                run.open_compactions.add(event.compaction_id)
+            else:
+                run.open_compactions.discard(event.compaction_id)
         await self._sink.send(event)

@@ -172,6 +172,8 @@ class RunContext:
     pending_requests: set[int] = field(default_factory=set)
     # Tool calls announced to the client and not yet finished, with their titles.
     open_tool_calls: dict[str, str] = field(default_factory=dict)
+    # Compactions announced `in_progress` and not yet ended (each gets exactly one end; sessions/turn.py `_seal`).
+    open_compactions: set[str] = field(default_factory=set)
     # Cancellable tool calls while they run: id -> the scope that stops that call alone (runtime/loop.py).
     cancellable_calls: dict[str, anyio.CancelScope] = field(default_factory=dict)
     # Display terminals of running commands (ACP v2): terminal id -> what stops that command's process group alone.

@@ -26,6 +26,7 @@ from acp_server.runtime.attachments import read_image
 from acp_server.runtime.compaction import ContextCompactor
 from acp_server.runtime.loop import run_turn
 from acp_server.runtime.model import (
+    Compaction,
     Media,
     Message,
     ModelError,
@@ -263,6 +264,12 @@ def _seal(services: TurnServices, run: RunContext) -> StopReason:
         for call_id in list(run.open_tool_calls):
             sink.send_now(ToolCallFinished(call_id, ok=False, output=f"The tool call was {note or 'abandoned'}."))
     run.open_tool_calls.clear()
+    if run.open_compactions:  # a compaction the turn's end interrupted: `cancelled`, or `failed` with the turn
+        sink = edge.turn_sink(run)
+        for compaction_id in sorted(run.open_compactions):
+            ended = Compaction(compaction_id, "failed", error="the turn failed") if failed else None
+            sink.send_now(ended or Compaction(compaction_id, "cancelled"))
+    run.open_compactions.clear()
     previous = run.session.history
     if run.turn_start is not None:
         run.session.history = _sealed_history(run, note)

@@ -1,5 +1,6 @@
-"""The methods a v2 connection serves, by wire name (ACP-V2.md §21.1). v1-only methods (`authenticate`,
-`session/load`, `session/set_mode`, `session/fork`) are absent, so they are `-32601` on v2; the cancel notifications
+"""The methods a v2 connection serves, by wire name (ACP-V2.md §21.1). v1-only methods (`authenticate`, `logout`,
+`session/load`, `session/set_mode`, `session/fork`) are absent, so they are `-32601` on v2 (`auth/login` and
+`auth/logout` replace the first two); the cancel notifications
 are v1's handlers (routed by session id and by request id alike; see protocol/v2/prompt.py for what a withdrawn
 held prompt answers).
 """
@@ -9,13 +10,16 @@ from __future__ import annotations
 from acp_server.protocol.context import Handler, NotificationHandler
 from acp_server.protocol.handlers import METHODS, NOTIFICATIONS
 from acp_server.protocol.schema import (
+    AuthenticateRequest,
     CloseSessionRequest,
     DeleteSessionRequest,
     ListSessionsRequest,
+    LogoutRequest,
     PromptRequest,
     SetSessionConfigOptionRequest,
 )
 from acp_server.protocol.session_handlers import session_delete
+from acp_server.protocol.v2.auth import auth_login, auth_logout
 from acp_server.protocol.v2.cancels import tool_call_cancel
 from acp_server.protocol.v2.prompt import session_prompt_v2
 from acp_server.protocol.v2.schema import (
@@ -37,6 +41,8 @@ __all__ = ["METHODS_V2", "NOTIFICATIONS_V2"]
 
 METHODS_V2: dict[str, Handler] = {
     "initialize": METHODS["initialize"],
+    "auth/login": (AuthenticateRequest, auth_login),
+    "auth/logout": (LogoutRequest, auth_logout),
     "session/new": (NewSessionRequestV2, session_new_v2),
     "session/prompt": (PromptRequest, session_prompt_v2),
     "session/set_config_option": (SetSessionConfigOptionRequest, session_set_config_option_v2),

@@ -2,8 +2,8 @@
 
 `capabilities.session` commits to the baseline (new, list, resume, close, prompt, cancel, update); `delete` and
 `additionalDirectories` are advertised beside it. Images and audio are advertised when a configured model takes
-them, else left out (never `false`). No `auth/*` methods are advertised yet: `authMethods` is `[]` (v2 login and
-logout are not built).
+them, else left out (never `false`). `authMethods` holds the `agent` key method while the default model's key is
+missing, else it is `[]` (§16; the methods themselves are in `auth.py`).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from acp_server import __version__
 from acp_server.protocol.context import Parts
 from acp_server.sessions.options import PROMPT_POLICIES
 
-__all__ = ["initialize_result"]
+__all__ = ["auth_method_id", "initialize_result"]
 
 
 def initialize_result(parts: Parts, taken: frozenset[str]) -> dict[str, Any]:
@@ -41,7 +41,7 @@ def initialize_result(parts: Parts, taken: frozenset[str]) -> dict[str, Any]:
                 }
             },
         },
-        "authMethods": [],
+        "authMethods": auth_methods_v2(parts),
     }
 
 
@@ -50,3 +50,18 @@ def default_prompt_policy(parts: Parts) -> str:
     was chosen, else `queue` (hold it until idle; ACP-V2.md §23 Q4)."""
     config = parts.config
     return config.prompt_policy.value if config.prompt_policy_chosen else "queue"
+
+
+def auth_method_id(parts: Parts) -> str:
+    """`<provider>-key`, the provider being the default model's (`openai:gpt-x` -> `openai-key`)."""
+    provider = parts.config.model.partition(":")[0] or "api"
+    return f"{provider}-key"
+
+
+def auth_methods_v2(parts: Parts) -> list[dict[str, Any]]:
+    """What `initialize` advertises: the `agent` method while a key is missing (its description says where to put
+    it), else nothing. Recorded on the connection: it decides whether `auth/*` is served."""
+    if parts.auth.problem is None:
+        return []
+    parts.handshake.auth_offered = True
+    return [{"methodId": auth_method_id(parts), "name": "API key", "type": "agent", "description": parts.auth.problem}]

@@ -1,7 +1,9 @@
-"""Permission questions on a v2 connection (ACP-V2.md §12, §23 Q13): the same `PermissionGate` asks, and this wraps
-its request. The params are v2's (`title` and a `tool_call` subject instead of v1's bare `toolCall`, v2 content), and
-the foreground state says `requires_action` while the answer is awaited, then `running` again once it comes (not
-after a cancel: the work then ends with its `idle`). Both state updates go through the turn's fence.
+"""Permission questions and `ask_user`'s forms on a v2 connection (ACP-V2.md §12, §15, §23 Q13): the same
+`PermissionGate` and `EditorQuestions` ask, and this wraps their request. The permission params are v2's (`title` and
+a `tool_call` subject instead of v1's bare `toolCall`, v2 content); an `elicitation/create` in form mode is already
+v2's shape (session scope, `toolCallId`, `mode`, `message`, `requestedSchema`). For both, the foreground state says
+`requires_action` while the answer is awaited, then `running` again once it comes (not after a cancel: the work then
+ends with its `idle`). Both state updates go through the turn's fence.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from acp_server.sessions.runs import RunContext
 __all__ = ["asking_v2", "permission_params_v2"]
 
 PERMISSION = "session/request_permission"
+ELICITATION = "elicitation/create"
 
 
 def permission_params_v2(params: dict[str, Any], session_cwd: Path) -> dict[str, Any]:
@@ -46,7 +49,7 @@ def permission_params_v2(params: dict[str, Any], session_cwd: Path) -> dict[str,
 
 
 def asking_v2(connection: Connection, run: RunContext) -> Callable[[str, dict[str, Any]], Awaitable[Any]]:
-    """The turn's request to the client, with a permission question asked the v2 way."""
+    """The turn's request to the client, with a permission question or a form asked the v2 way."""
     # A subagent's question blocks its parent's foreground work: the state is the parent session's.
     session_id = run.parent_session_id or run.session_id
 
@@ -55,11 +58,13 @@ def asking_v2(connection: Connection, run: RunContext) -> Callable[[str, dict[st
         await connection.send_fenced(message, run)
 
     async def request(method: str, params: dict[str, Any]) -> Any:
-        if method != PERMISSION:
+        if method not in (PERMISSION, ELICITATION):
             return await connection.request(method, params, fence=run)
+        if method == PERMISSION:
+            params = permission_params_v2(params, run.session.cwd)
         await state(requires_action())
         try:
-            answer = await connection.request(method, permission_params_v2(params, run.session.cwd), fence=run)
+            answer = await connection.request(method, params, fence=run)
         except ClientRequestError:
             if not run.cancelled:
                 await state(running())
