@@ -38,10 +38,12 @@ class Places:
     extra: Path  # its additional directory
     home: Path  # the fake HOME the server (and so every command) gets
     elsewhere: Path  # a directory no session names
-    temp: Path  # a directory in the temp directory
+    temp: Path  # the server's temp directory (its TMPDIR)
 
     def env(self) -> dict[str, str]:
-        return {"HOME": str(self.home)}
+        # TMPDIR too, under /var/tmp: the temp directory commands may write is then ours wherever this checkout lies.
+        # (A checkout under /tmp, as a CI clone may be, makes /tmp itself unwritable: it holds the launcher's code.)
+        return {"HOME": str(self.home), "TMPDIR": str(self.temp)}
 
 
 @pytest.fixture
@@ -49,7 +51,7 @@ def places(tmp_path: Path) -> Iterator[Places]:
     if not OUTSIDE_TMP.is_dir():
         pytest.skip(f"{OUTSIDE_TMP} does not exist: no place outside the temp directory to test in")
     base = Path(tempfile.mkdtemp(prefix="acp-sandbox-test-", dir=OUTSIDE_TMP))
-    made = Places(base / "root", base / "extra", base / "home", base / "elsewhere", tmp_path / "temp")
+    made = Places(base / "root", base / "extra", base / "home", base / "elsewhere", base / "temp")
     for path in (made.root, made.extra, made.home, made.elsewhere, made.temp):
         path.mkdir()
     (made.root / "readme.txt").write_text("kept\n")

@@ -5,12 +5,14 @@ leaves in its working directory can stand in for the real landlockpy."""
 from __future__ import annotations
 
 import logging
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+import acp_server
 from acp_server.runtime import sandbox as sandbox_module
 from acp_server.runtime.ports import CommandResult
 from acp_server.runtime.sandbox import Sandbox, Support, Unconfined, describe, landlock_support, sandbox_for
@@ -22,6 +24,18 @@ from tests.support.harness import scaled
 SUPPORTED = landlock_support()
 needs_landlock = pytest.mark.skipif(SUPPORTED.abi < 1, reason=f"no Landlock on this machine: {SUPPORTED.reason}")
 NONE = Support(0, "this kernel (4.19) has no Landlock")
+
+
+def _lies_in_tmp(path: str) -> bool:
+    return any(Path(form).is_relative_to("/tmp") for form in (os.path.abspath(path), os.path.realpath(path)))
+
+
+# Whether what the launcher runs before it confines itself (this checkout or site-packages, the interpreter, the
+# standard library) lies in /tmp, as in a CI clone there: the sandbox must then never let commands write /tmp.
+_LAUNCHER_IN_TMP = any(
+    _lies_in_tmp(path)
+    for path in (sys.executable, str(Path(acp_server.__file__).parent.parent), os.path.dirname(os.__file__))
+)
 
 
 def test_where_the_kernel_has_no_landlock_commands_run_unconfined_and_the_log_says_why(
@@ -83,7 +97,9 @@ def test_what_an_old_kernel_leaves_open_is_a_warning_naming_it() -> None:
 def test_the_launcher_gets_the_roots_and_temp_dirs_in_workspace_write_and_nothing_in_read_only(tmp_path: Path) -> None:
     workspace = Sandbox(SandboxMode.WORKSPACE_WRITE, True, 7, "/pkgs").command(["/bin/sh", "-c", "x"], [tmp_path])
     assert workspace[1:3] == ["-I", "-S"]  # no environment, no site-packages, no current directory on its path
-    assert f"--write={tmp_path}" in workspace and "--write=/tmp" in workspace
+    assert f"--write={tmp_path}" in workspace
+    # /tmp is writable unless this checkout (the launcher's code, its interpreter) lies in it: then never (fail closed).
+    assert ("--write=/tmp" in workspace) is not _LAUNCHER_IN_TMP
     assert workspace[-4:] == ["--", "/bin/sh", "-c", "x"]
     assert "--no-network" not in workspace
     read_only = Sandbox(SandboxMode.READ_ONLY, False, 7, "/pkgs").command(["/bin/sh", "-c", "x"], [tmp_path])
