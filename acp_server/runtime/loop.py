@@ -7,7 +7,7 @@ the turn boundary in `sessions/turn.py` decides the stop reason.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Any
 
@@ -57,8 +57,8 @@ async def run_turn(
 ) -> StopReason:
     """Run one turn; `messages` (the turn's own copy of the conversation) grows as the turn goes.
 
-    `cancellable_calls` (the turn's): while a cancellable tool call runs, its id -> the scope that stops it alone;
-    the model is then told the user cancelled it, and the turn goes on.
+    `cancellable_calls` (the turn's): from its `in_progress` until it ends, a cancellable call's id -> the scope that
+    stops it alone; the model is then told the user cancelled it, and the turn goes on.
 
     `hand_over` is asked at every model-call boundary (before each model call, when every tool call so far has its
     result): True ends the turn there with `end_turn`, so a steering prompt can carry on from this conversation.
@@ -130,15 +130,21 @@ async def _run_tool_call(
         locations = ()
     cancellable = tool.cancellable and cancellable_calls is not None
     await emit(ToolCallStarted(call, tool.title(args) or call.name, tool.kind, locations, cancellable))
-    if tool.asks_permission:
-        context = replace(context, permissions=_InProgressOnApproval(context.permissions, emit, call.id))
-    else:
+    own = anyio.CancelScope()  # this call alone, for `tool_call/cancel`
+
+    async def in_progress() -> None:
+        # One source of truth: the call may be stopped alone exactly from the `in_progress` that advertises it
+        # (`capabilities.cancel`), never while its permission question is still open (§20.3).
+        if cancellable and cancellable_calls is not None:
+            cancellable_calls[call.id] = own
         await emit(ToolCallUpdated(call.id, "in_progress"))
+
+    if tool.asks_permission:
+        context = replace(context, permissions=_InProgressOnApproval(context.permissions, in_progress))
+    else:
+        await in_progress()
     probe("tool_started", toolCallId=call.id, tool=call.name)
     reason = "cancelled"  # unless the body returns or raises on its own
-    own = anyio.CancelScope()  # this call alone, for `tool_call/cancel`
-    if cancellable and cancellable_calls is not None:
-        cancellable_calls[call.id] = own
     result: ToolResult | None = None
     try:
         with own:
@@ -190,15 +196,14 @@ def _guard_json(value: Any, redactor: Redactor) -> Any:
 class _InProgressOnApproval:
     """Reports the call `in_progress` once the user allows it (or no question was needed)."""
 
-    def __init__(self, inner: Permissions, emit: Emit, call_id: str) -> None:
+    def __init__(self, inner: Permissions, in_progress: Callable[[], Awaitable[None]]) -> None:
         self._inner = inner
-        self._emit = emit
-        self._call_id = call_id
+        self._in_progress = in_progress
 
     async def decide(self, request: PermissionRequest) -> Decision:
         decision = await self._inner.decide(request)
         if decision.allowed:
-            await self._emit(ToolCallUpdated(self._call_id, "in_progress"))
+            await self._in_progress()
         return decision
 
 

@@ -364,3 +364,26 @@ async def test_an_edit_asks_with_a_tool_call_subject_in_v2_shape(server_v2: RawC
     await server.send({"id": asked["id"], "result": {"outcome": {"outcome": "selected", "optionId": "reject_once"}}})
     assert (await server.idle(session_id))["params"]["update"]["stopReason"] == "end_turn"
     assert not (tmp_path / "a.txt").exists()
+
+
+async def test_tool_call_cancel_refuses_a_call_still_waiting_for_permission_and_the_answer_then_runs_it(
+    server_v2: RawClient,
+) -> None:
+    """§20.3: a cancellable call advertises `capabilities.cancel` only with its `in_progress` (after approval), so
+    while its question is open it is not cancellable: -32602, the question stays, and the approved call runs."""
+    server = server_v2
+    session_id = await server.new_session_v2()
+    await server.prompt(session_id, [{"tool": "run_command", "args": {"command": "true"}}, {"say": "ok"}])
+    asked = await server.wait_for(lambda m: m.get("method") == "session/request_permission")
+    call_id = asked["params"]["subject"]["toolCallId"]
+    assert not [u for u in server.updates(session_id, "tool_call_update") if u.get("capabilities")]
+    refused = await server.call("tool_call/cancel", {"sessionId": session_id, "toolCallId": call_id})
+    assert refused["error"]["code"] == -32602
+    await server.send({"id": asked["id"], "result": {"outcome": {"outcome": "selected", "optionId": "allow_once"}}})
+    idle = await server.idle(session_id, timeout=T_WAIT)
+    assert idle["params"]["update"]["stopReason"] == "end_turn"
+    statuses = [u.get("status") for u in server.updates(session_id, "tool_call_update") if u["toolCallId"] == call_id]
+    assert "cancelled" not in statuses and statuses[-1] == "completed"
+    assert not [m for m in server.received if m.get("method") == "$/cancel_request"]
+    assert [u["state"] for u in server.states(session_id)] == ["running", "requires_action", "running", "idle"]
+
