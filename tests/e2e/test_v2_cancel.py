@@ -387,3 +387,31 @@ async def test_tool_call_cancel_refuses_a_call_still_waiting_for_permission_and_
     assert not [m for m in server.received if m.get("method") == "$/cancel_request"]
     assert [u["state"] for u in server.states(session_id)] == ["running", "requires_action", "running", "idle"]
 
+
+async def test_a_permission_wait_ended_by_tool_call_cancel_of_its_delegate_goes_back_to_running(
+    server_v2: RawClient,
+) -> None:
+    """§6.2: a subagent's question blocks the parent (`requires_action`); stopping the delegate call alone ends the
+    wait without a session cancel, so the foreground is `running` again (the question withdrawn) and the turn goes
+    on to `end_turn`."""
+    server = server_v2
+    session_id = await server.new_session_v2()
+    child = [{"tool": "run_command", "args": {"command": "true"}}]
+    delegate = {"tool": "delegate", "args": {"task": "work", "script": child}}
+    await server.prompt(session_id, [delegate, {"say": "went on"}])
+    asked = await server.wait_for(lambda m: m.get("method") == "session/request_permission")
+    await server.wait_for(is_state(session_id, "requires_action"))
+    advertised = [u for u in server.updates(session_id, "tool_call_update") if u.get("capabilities") == {"cancel": {}}]
+    (delegate_id,) = {u["toolCallId"] for u in advertised}
+    answer = await server.call("tool_call/cancel", {"sessionId": session_id, "toolCallId": delegate_id})
+    assert answer["result"] == {}
+    withdrawn = await server.wait_for(
+        lambda m: m.get("method") == "$/cancel_request" and m["params"]["requestId"] == asked["id"]
+    )
+    idle = await server.idle(session_id, timeout=T_WAIT)
+    assert idle["params"]["update"]["stopReason"] == "end_turn"
+    assert [u["state"] for u in server.states(session_id)] == ["running", "requires_action", "running", "idle"]
+    resumed = [m for m in server.received if is_state(session_id, "running")(m)][-1]
+    went_on = [m for m in server.received if of_session(session_id)(m) and "went on" in repr(m)]
+    assert position(server, withdrawn) < position(server, idle)
+    assert went_on and position(server, answer) < position(server, resumed) < position(server, went_on[0])

@@ -2,8 +2,8 @@
 `PermissionGate` and `EditorQuestions` ask, and this wraps their request. The permission params are v2's (`title` and
 a `tool_call` subject instead of v1's bare `toolCall`, v2 content); an `elicitation/create` in form mode is already
 v2's shape (session scope, `toolCallId`, `mode`, `message`, `requestedSchema`). For both, the foreground state says
-`requires_action` while the answer is awaited, then `running` again once it comes (not after a cancel: the work then
-ends with its `idle`). Both state updates go through the turn's fence.
+`requires_action` while the answer is awaited, then `running` again however the wait ends (not after a cancel of the
+work: it then ends with its `idle`). Both state updates go through the turn's fence.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from acp_server.jsonrpc.connection import ClientRequestError, Connection
+from acp_server.jsonrpc.connection import Connection
 from acp_server.protocol.v2.updates import requires_action, running, to_v2
 from acp_server.sessions.runs import RunContext
 
@@ -64,13 +64,13 @@ def asking_v2(connection: Connection, run: RunContext) -> Callable[[str, dict[st
             params = permission_params_v2(params, run.session.cwd)
         await state(requires_action())
         try:
-            answer = await connection.request(method, params, fence=run)
-        except ClientRequestError:
-            if not run.cancelled:
-                await state(running())
-            raise
-        if not run.cancelled:
-            await state(running())
-        return answer
+            return await connection.request(method, params, fence=run)
+        finally:
+            # However the wait ends (an answer, an error, or the call stopped alone by `tool_call/cancel`), the
+            # foreground is `running` again (§6.2), unless the work itself was cancelled: it then ends with its
+            # `idle`. Synchronous, so it is queued even while a cancel unwinds this frame.
+            if not run.cancelled and not run.fenced:
+                update = running()
+                connection.notify("session/update", {"sessionId": session_id, "update": update})
 
     return request
