@@ -135,3 +135,30 @@ async def test_a_v2_command_replays_as_its_text_output_never_as_a_terminal_the_c
     contents = [item for u in v1.updates(session_id, "tool_call_update") for item in u.get("content") or []]
     assert contents and all(item["type"] != "terminal" for item in contents)
     assert any("stored-output" in str(item) for item in contents)
+
+
+@pytest.mark.at_once
+async def test_terminal_cancel_sent_the_moment_the_terminal_is_announced_stops_its_command(
+    start_server: StartServer,
+) -> None:
+    """§20.4: the terminal advertises `capabilities.cancel` from its announcement, which may come before its process
+    runs; a `terminal/cancel` accepted then is kept and stops the process the moment it starts, never lost."""
+    server = await start_server(*LONG_GRACE_ARGS)
+    await server.initialize_v2()
+    session_id = await bypass_session(server)
+    await server.prompt(session_id, [{"tool": "run_command", "args": {"command": "sleep 30"}}, {"say": "went on"}])
+    announced = await server.wait_for(
+        lambda m: (
+            m.get("params", {}).get("update", {}).get("capabilities") == {"cancel": {}}
+            and m["params"]["update"]["sessionUpdate"] == "terminal_update"
+        )
+    )
+    terminal_id = announced["params"]["update"]["terminalId"]
+    answer = await server.call("terminal/cancel", {"sessionId": session_id, "terminalId": terminal_id})
+    assert answer["result"] == {}
+    exited = await server.wait_for(lambda m: m.get("params", {}).get("update", {}).get("exitStatus") is not None)
+    assert exited["params"]["update"]["exitStatus"] == {"signal": "SIGTERM"}
+    assert server.arrival_time(exited) - server.arrival_time(answer) <= T_ACK
+    idle = await server.idle(session_id)
+    assert idle["params"]["update"]["stopReason"] == "end_turn"
+    assert "went on" in server.texts(session_id)

@@ -5,8 +5,9 @@ and is shown as a terminal: the tool call's content anchors it (`{"type": "termi
 `terminal_update` announces it (command, cwd, `capabilities.cancel`), each piece of output is a
 `terminal_output_chunk` (independently base64), and its end is a `terminal_update` with `exitStatus` and the controls
 cleared — before the turn's `idle` even when a cancel stops it. `terminal/cancel` stops the process group alone
-(SIGTERM, then SIGKILL): the command reports how it died and the tool call finishes as a failed command; the turn goes
-on. Terminals are live only: the store keeps the tool call, not the terminal's bytes (not replayed yet).
+(SIGTERM, then SIGKILL), at once or, when it comes while the process is still being spawned, the moment it runs: the
+command reports how it died and the tool call finishes as a failed command; the turn goes on. Terminals are live
+only: the store keeps the tool call, not the terminal's bytes (not replayed yet).
 """
 
 from __future__ import annotations
@@ -79,10 +80,17 @@ class TerminalRunner:
         }
         await connection.send_fenced(self._message(announced), run)
         started: list[Process] = []
+        stop_asked: list[bool] = []  # a `terminal/cancel` came; it may come before the process runs (§20.4)
 
         def stop() -> None:
+            stop_asked.append(True)
             if started and started[0].returncode is None:
                 connection.spawn(self._processes.terminate, started[0])
+
+        def on_started(process: Process) -> None:
+            started.append(process)
+            if stop_asked:  # cancelled while it was being spawned: it is stopped the moment it runs
+                connection.spawn(self._processes.terminate, process)
 
         async def output(piece: bytes) -> None:
             chunk = {
@@ -93,7 +101,7 @@ class TerminalRunner:
             await connection.send_fenced(self._message(chunk), run)
 
         runner = LocalCommandRunner(
-            self._processes, self._deadline, self._sandbox, self._roots, on_output=output, on_started=started.append
+            self._processes, self._deadline, self._sandbox, self._roots, on_output=output, on_started=on_started
         )
         run.terminal_stops[terminal_id] = stop
         try:
