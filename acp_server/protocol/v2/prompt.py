@@ -89,8 +89,10 @@ def _insert_now(context: RequestContext, run: RunContext) -> dict[str, Any]:
 async def _joined_work(parts: Parts, run: RunContext) -> None:
     """A steering prompt's part of the work, once the running turn hands over to it."""
     await run.wait_until(lambda: run.state is not RunState.QUEUED)
-    if run.cancelled:
-        # Cancelled with the work it joined, whose `idle cancelled` has ended it: nothing more is sent for it.
+    if run.cancelled and not run.was_admitted:
+        # Cancelled with the work it joined, before the hand-over: that work's `idle cancelled` has ended it, so
+        # nothing more is sent for it. Cancelled after the hand-over, the work is its own (the predecessor sent no
+        # idle): the normal path below ends it with `idle cancelled`.
         parts.turns.runs.release(run)
         return
     # Repeated snapshots are idempotent: after a predecessor that failed (its idle sent) this starts the work again.
