@@ -88,8 +88,13 @@ class AcpDispatcher:
         handshake = self.parts.handshake
         try:
             version = negotiate(requested, self.parts.config.protocol)
-            if version < handshake.version:
-                raise RpcError(ErrorCode.INVALID_REQUEST, "Invalid request: this connection already speaks ACP v2")
+            # The version is chosen once per connection: after a handshake (either way) another one is refused;
+            # the same one is answered again as before.
+            if version != handshake.version and (handshake.v2 or handshake.client_capabilities is not None):
+                raise RpcError(
+                    ErrorCode.INVALID_REQUEST,
+                    f"Invalid request: this connection already speaks ACP v{handshake.version}",
+                )
         except RpcError as exc:
             context.admission_error = exc
             return

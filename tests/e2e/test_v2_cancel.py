@@ -116,6 +116,20 @@ async def test_cancel_request_withdraws_a_held_prompt_and_leaves_the_work_alone(
     assert len(server.updates(session_id, "user_message")) == 1
 
 
+async def test_cancel_request_right_behind_a_prompt_to_an_idle_session_leaves_its_work_alone(
+    server_v2: RawClient,
+) -> None:
+    """§23 Q10: a prompt to an idle session is inserted at admission, so a `$/cancel_request` naming it, read right
+    behind it, finds nothing held: ignored, and the work ends end_turn (not `idle cancelled`)."""
+    server = server_v2
+    session_id = await server.new_session_v2()
+    prompt = server.prompt_message(session_id, [{"say": "done"}])
+    await server.send(prompt, {"method": "$/cancel_request", "params": {"requestId": prompt["id"]}})
+    assert "messageId" in (await server.response(prompt["id"]))["result"]
+    assert (await server.idle(session_id))["params"]["update"]["stopReason"] == "end_turn"
+    assert len(server.updates(session_id, "user_message")) == 1
+
+
 async def test_acp_close_202_cancel_208_close_ends_the_work_and_held_prompts_before_its_answer(
     server_v2: RawClient,
 ) -> None:

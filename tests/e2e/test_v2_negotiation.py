@@ -108,3 +108,21 @@ async def test_acp_ext_001_an_extension_request_is_answered_on_v2(server_v2: Raw
     assert stats["result"]["sessions"] == 0
     unknown = await server_v2.call("_nobody/knows", {})
     assert unknown["error"]["code"] == -32601
+
+
+@pytest.mark.parametrize("asked", [2, 65535])
+async def test_a_v1_connection_stays_v1_when_a_second_initialize_asks_for_2(
+    start_server: StartServer, asked: int
+) -> None:
+    """The version is chosen once per connection (§2): a later `initialize` asking another one is -32600 and the
+    connection goes on speaking v1; asking the same version again is answered as the first was."""
+    server = await start_server()
+    assert (await server.initialize())["result"]["protocolVersion"] == 1
+    again = await server.call("initialize", {"protocolVersion": asked, "info": {"name": "x", "version": "1"}})
+    assert again["error"]["code"] == -32600
+    same = await server.call("initialize", {"protocolVersion": 1, "clientCapabilities": {}})
+    assert same["result"]["protocolVersion"] == 1 and "agentCapabilities" in same["result"]
+    session_id = await server.new_session()  # v1 still: mcpServers required, the prompt answered with its stop
+    prompt = await server.prompt(session_id, [{"say": "hi"}])
+    assert (await server.response(prompt))["result"] == {"stopReason": "end_turn"}
+    assert server.states(session_id) == []

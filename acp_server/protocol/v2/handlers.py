@@ -1,8 +1,8 @@
 """The methods a v2 connection serves, by wire name (ACP-V2.md §21.1). v1-only methods (`authenticate`, `logout`,
 `session/load`, `session/set_mode`, `session/fork`) are absent, so they are `-32601` on v2 (`auth/login` and
-`auth/logout` replace the first two); the cancel notifications
-are v1's handlers (routed by session id and by request id alike; see protocol/v2/prompt.py for what a withdrawn
-held prompt answers).
+`auth/logout` replace the first two); `session/cancel`
+is v1's handler; `$/cancel_request` is v2's own, acting only on a held prompt (see protocol/v2/prompt.py for what a
+withdrawn held prompt answers).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from acp_server.protocol.schema import (
 from acp_server.protocol.session_handlers import session_delete
 from acp_server.protocol.v2.auth import auth_login, auth_logout
 from acp_server.protocol.v2.cancels import tool_call_cancel
-from acp_server.protocol.v2.prompt import session_prompt_v2
+from acp_server.protocol.v2.prompt import cancel_request_v2, session_prompt_v2
 from acp_server.protocol.v2.schema import (
     CancelTerminalRequest,
     CancelToolCallRequest,
@@ -55,4 +55,7 @@ METHODS_V2: dict[str, Handler] = {
     "_acp_server/stats": METHODS["_acp_server/stats"],
 }
 
-NOTIFICATIONS_V2: dict[str, NotificationHandler] = dict(NOTIFICATIONS)
+NOTIFICATIONS_V2: dict[str, NotificationHandler] = {
+    **NOTIFICATIONS,
+    "$/cancel_request": (NOTIFICATIONS["$/cancel_request"][0], cancel_request_v2),
+}

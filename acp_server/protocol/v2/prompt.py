@@ -18,14 +18,14 @@ from typing import Any
 
 from acp_server.jsonrpc.rpc import ErrorCode, RpcError
 from acp_server.protocol.context import Parts, RequestContext
-from acp_server.protocol.schema import PromptRequest
+from acp_server.protocol.schema import CancelRequestNotification, PromptRequest
 from acp_server.protocol.titles import title_session
 from acp_server.protocol.v2.updates import idle, running, user_message
 from acp_server.runtime.model import StopReason
 from acp_server.sessions.runs import RunContext, RunState
 from acp_server.sessions.turn import TurnFailedError, execute_prompt, release_prompt
 
-__all__ = ["session_prompt_v2"]
+__all__ = ["cancel_request_v2", "session_prompt_v2"]
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +57,15 @@ async def session_prompt_v2(context: RequestContext, params: PromptRequest) -> d
     return {"messageId": message_id}
 
 
+def cancel_request_v2(parts: Parts, params: CancelRequestNotification) -> None:
+    """`$/cancel_request` on v2 (§20.5, §23 Q10): it withdraws a prompt still held (QUEUED, not inserted) and
+    nothing else. A prompt inserted at admission (an idle session) is already the session's work, whose only
+    cancel is `session/cancel`: naming it is ignored, as is naming any other request."""
+    run = parts.prompts.get(params.request_id)
+    if run is not None and run.state is RunState.QUEUED:
+        parts.runs.cancel_run(run)
+
+
 def _insert_now(context: RequestContext, run: RunContext) -> dict[str, Any]:
     """`steer` (§7 insert now): the prompt joins the running work at once. It is answered and echoed now, and the
     work stays `running`: the core hands the turn over to it at the next model-call boundary, and the one `idle` is
@@ -80,8 +89,10 @@ def _insert_now(context: RequestContext, run: RunContext) -> dict[str, Any]:
 async def _joined_work(parts: Parts, run: RunContext) -> None:
     """A steering prompt's part of the work, once the running turn hands over to it."""
     await run.wait_until(lambda: run.state is not RunState.QUEUED)
-    if run.cancelled:
-        # Cancelled with the work it joined, whose `idle cancelled` has ended it: nothing more is sent for it.
+    if run.cancelled and not run.was_admitted:
+        # Cancelled with the work it joined, before the hand-over: that work's `idle cancelled` has ended it, so
+        # nothing more is sent for it. Cancelled after the hand-over, the work is its own (the predecessor sent no
+        # idle): the normal path below ends it with `idle cancelled`.
         parts.turns.runs.release(run)
         return
     # Repeated snapshots are idempotent: after a predecessor that failed (its idle sent) this starts the work again.
