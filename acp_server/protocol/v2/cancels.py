@@ -9,25 +9,43 @@ An unknown, finished or non-cancellable call is `-32602`; an unknown session `-3
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from acp_server.jsonrpc.rpc import ErrorCode, RpcError
 from acp_server.protocol.context import RequestContext
 from acp_server.protocol.v2.schema import CancelToolCallRequest
+from acp_server.sessions.runs import RunContext
 
-__all__ = ["tool_call_cancel"]
+__all__ = ["cancel_target", "tool_call_cancel"]
+
+T = TypeVar("T")
+
+
+def cancel_target(
+    context: RequestContext, session_id: str, pick: Callable[[RunContext], T | None], field: str, what: str
+) -> T:
+    """What a by-id cancel names in the session's running, unfenced turn (`pick` looks it up there); an unknown
+    session is `-32002` (`require`), anything not running and cancellable `-32602` naming `field` and `what`."""
+    session = context.parts.sessions.require(session_id)
+    run = context.parts.runs.running(session.session_id)
+    target = None if run is None or run.fenced else pick(run)
+    if target is None:
+        raise RpcError(
+            ErrorCode.INVALID_PARAMS, f"Invalid params: {field}: no running cancellable {what} in this session"
+        )
+    return target
 
 
 async def tool_call_cancel(context: RequestContext, params: CancelToolCallRequest) -> dict[str, Any]:
-    parts = context.parts
-    session = parts.sessions.require(params.session_id)
-    run = parts.runs.running(session.session_id)
-    scope = None if run is None or run.fenced else run.cancellable_calls.get(params.tool_call_id)
-    if scope is None:
-        raise RpcError(
-            ErrorCode.INVALID_PARAMS,
-            f"Invalid params: toolCallId: no running cancellable tool call {params.tool_call_id!r} in this session",
-        )
+    call_id = params.tool_call_id
+    scope = cancel_target(
+        context,
+        params.session_id,
+        lambda run: run.cancellable_calls.get(call_id),
+        "toolCallId",
+        f"tool call {call_id!r}",
+    )
     # After the response is queued: `{}` (accepted) always precedes the call's final update.
     context.after.append(scope.cancel)
     return {}

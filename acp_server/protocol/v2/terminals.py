@@ -21,8 +21,8 @@ from typing import Any
 from anyio.abc import Process
 
 from acp_server.jsonrpc.connection import Connection
-from acp_server.jsonrpc.rpc import ErrorCode, RpcError
 from acp_server.protocol.context import RequestContext
+from acp_server.protocol.v2.cancels import cancel_target
 from acp_server.protocol.v2.schema import CancelTerminalRequest
 from acp_server.runtime.local_commands import LocalCommandRunner
 from acp_server.runtime.ports import CommandResult, ToolError
@@ -130,14 +130,13 @@ def _exited(terminal_id: str, started: list[Process]) -> dict[str, Any]:
 
 async def terminal_cancel(context: RequestContext, params: CancelTerminalRequest) -> dict[str, Any]:
     """`terminal/cancel`: `{}` on acceptance, then the process group is stopped (after the answer is queued)."""
-    parts = context.parts
-    session = parts.sessions.require(params.session_id)
-    run = parts.runs.running(session.session_id)
-    stop = None if run is None or run.fenced else run.terminal_stops.get(params.terminal_id)
-    if stop is None:
-        raise RpcError(
-            ErrorCode.INVALID_PARAMS,
-            f"Invalid params: terminalId: no running cancellable terminal {params.terminal_id!r} in this session",
-        )
+    terminal_id = params.terminal_id
+    stop = cancel_target(
+        context,
+        params.session_id,
+        lambda run: run.terminal_stops.get(terminal_id),
+        "terminalId",
+        f"terminal {terminal_id!r}",
+    )
     context.after.append(stop)
     return {}
