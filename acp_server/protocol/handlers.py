@@ -177,6 +177,9 @@ async def stats(context: RequestContext, params: NoParams) -> dict[str, Any]:
         "pendingClientRequests": parts.connection.pending_client_requests,
         "requestsInFlight": parts.connection.requests_in_flight,
         "tasks": len(anyio.get_running_tasks()),
+        # Background warm-ups of a model (protocol/warmup.py) among those tasks: they end on their own, so a test
+        # that counts tasks before and after takes its "before" once they have.
+        "warmUps": parts.providers.warm_ups_running,
         "childProcesses": len(parts.processes),
         # Sessions whose MCP servers are not all shut down yet (closed sessions' servers included until they are).
         "mcpSessions": len(parts.mcp),

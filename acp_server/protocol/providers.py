@@ -35,6 +35,7 @@ class ProviderCache:
         # Set by `logout`: no provider that takes credentials is built again until `authenticate`.
         self.logged_out = False
         self._warming: set[str] = set()  # the specs whose warm-up has started (protocol/warmup.py)
+        self.warm_ups_running = 0  # warm-up tasks not ended yet: `_acp_server/stats` shows them apart from the rest
         # Model discovery builds its providers in a worker thread (protocol/model_choices.py): each spec once.
         self._building = threading.Lock()
 

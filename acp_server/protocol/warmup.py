@@ -35,6 +35,15 @@ async def warm_up(providers: ProviderCache, tools: ToolBox, spec: str) -> None:
     """Make what the first turn on `spec` needs, in the background."""
     if not providers.first_warm_up(spec):
         return
+    providers.warm_ups_running += 1
+    try:
+        await _warm(providers, tools, spec)
+    finally:
+        providers.warm_ups_running -= 1
+
+
+async def _warm(providers: ProviderCache, tools: ToolBox, spec: str) -> None:
+    """The warm-up itself: build the provider, open its connection, make the first turn's models."""
     started = time.perf_counter()
     try:
         provider = providers.get(spec)
