@@ -103,7 +103,9 @@ async def start_doomed_work(server: RawClient, tmp_path: Path) -> tuple[list[Any
     running.append(await server.prompt(stubborn, [run(f"trap '' TERM; {SLEEP} & echo up > stubborn; wait")]))
     for session, command in (
         (background, f"{SLEEP} & {SLEEP} & echo started"),
-        (escaped, f"setsid {SLEEP} & echo $! > escaped"),
+        # The pid is written from inside the new session, so the file exists only once `setsid()` has taken effect
+        # (`echo $!` from the parent could be read before the child got that far).
+        (escaped, f"setsid sh -c 'echo $$ > escaped; exec {SLEEP}' &"),
     ):
         response = await server.response(await server.prompt(session, [run(command)]), timeout=10)
         assert response["result"] == {"stopReason": "end_turn"}, response
