@@ -227,11 +227,17 @@ async def test_tool_call_cancel_stops_that_call_alone_and_the_turn_goes_on(serve
     assert nobody["error"]["code"] == -32002 and nobody["error"]["data"] == {"sessionId": "sess_none"}
 
 
-async def test_tool_call_cancel_refuses_a_call_that_does_not_advertise_cancel(server_v2: RawClient) -> None:
+async def test_tool_call_cancel_refuses_a_call_that_does_not_advertise_cancel(
+    server_v2: RawClient, tmp_path: Path
+) -> None:
     """The quick file tools are not cancellable (§23 Q6): -32602, and the call completes normally."""
     server = server_v2
+    # A small folder of our own: a listing of all of /tmp walks whatever the machine keeps there (on CI, other
+    # clones and their virtualenvs), which can outlast the wait below.
+    (tmp_path / "a.txt").write_text("a\n")
+    (tmp_path / "b.txt").write_text("b\n")
     session_id = await server.new_session_v2()
-    await server.prompt(session_id, [{"tool": "list_files", "args": {"path": "/tmp"}}, {"gate": "g"}])
+    await server.prompt(session_id, [{"tool": "list_files", "args": {"path": str(tmp_path)}}, {"gate": "g"}])
     await server.probe("gate_reached", sessionId=session_id, gate="g")
     (call_id,) = {u["toolCallId"] for u in server.updates(session_id, "tool_call_update")}
     assert all(u.get("capabilities") in (None,) for u in server.updates(session_id, "tool_call_update"))
