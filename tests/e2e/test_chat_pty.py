@@ -388,7 +388,11 @@ def test_chat_streams_a_reply_shows_a_tool_call_and_answers_a_permission_on_eith
     chat: Any, tmp_path: Path, protocol: int
 ) -> None:
     recording = tmp_path.parent / f"{tmp_path.name}-agent.jsonl"
-    steps = [{"say": "let me check"}, {"tool": "run_command", "args": {"command": "echo ran-it"}}, {"say": "all done"}]
+    steps: list[dict[str, Any]] = [
+        {"say": "let me check"},
+        {"tool": "run_command", "args": {"command": "echo ran-it"}},
+        {"say": "all done"},
+    ]
     agent = scripted_agent(tmp_path, steps, flags=f"--protocol {protocol} --record {recording}")
     session = chat("--agent", agent, "run it")
     session.expect("let me check")
