@@ -189,3 +189,15 @@ class Renderer:
     def ask(self, count: int) -> None:
         self.write(f"choose 1-{count}: ")
         self._at_line_start = True  # the person's Enter ends the line
+
+    def form_question(self, message: str) -> None:
+        self.end_stream()
+        self.write(
+            self.style.paint("? ", "yellow", "bold") + self.style.paint(message or "The agent asks:", "bold") + "\n"
+        )
+
+    def ask_field(self, label: str, description: str, hint: str) -> None:
+        about = f" ({description})" if description else ""
+        how = self.style.paint(f" [{hint}]", "dim") if hint else ""
+        self.write(f"  {label}{about}{how}: ")
+        self._at_line_start = True  # the person's Enter ends the line

@@ -7,7 +7,7 @@ that answer is awaited, it exits at once. The agent runs in its own process grou
 terminal's SIGINT, and the agent hears about it only through the protocol.
 
 This client advertises no file system and no terminal capability: the agent reads, edits and runs commands itself,
-in the session's directory, and asks permission here.
+in the session's directory, and asks permission here (and, on v2, asks its questions as forms).
 
 Versions: `initialize` asks for ACP 2 and the agent's answer decides (ACP-V2.md §2). On 2 the prompt is answered
 when the message is inserted (`{messageId}`) and the turn ends with the `idle` `state_update` and its stop reason
@@ -142,6 +142,8 @@ class Conversation:
             if self._v2 is not None:
                 params = self._v2.permission(params)
             return await self._questions.ask(params, request_id)
+        if method == "elicitation/create" and self._v2 is not None:  # forms are advertised on v2 only
+            return await self._questions.ask_form(params, request_id)
         raise ResponseError(METHOD_NOT_FOUND, f"this client does not offer {method}")
 
     # --- the conversation ---
@@ -237,12 +239,13 @@ class Conversation:
 def _initialize_params() -> dict[str, Any]:
     """Asks for version 2 in both shapes: v2's `info` and `capabilities` for an agent that answers 2, and v1's
     `clientInfo` and `clientCapabilities` for one that answers 1 (each version's schema lets the other's keys be).
-    No capability on either: no client files or terminals (v1), no elicitation mode (v2's `{}`)."""
+    No client files or terminals (v1); on v2, forms (`elicitation.form`: the agent may ask a question as a form,
+    answered a field a line), never URL mode. v1 stays as it was: no elicitation."""
     info = {"name": "acp-server-chat", "title": "acp-server chat", "version": __version__}
     return {
         "protocolVersion": PROTOCOL_VERSION,
         "info": info,
-        "capabilities": {},
+        "capabilities": {"elicitation": {"form": {}}},
         "clientInfo": info,
         "clientCapabilities": {"fs": {"readTextFile": False, "writeTextFile": False}, "terminal": False},
     }

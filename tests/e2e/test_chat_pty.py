@@ -454,6 +454,65 @@ def test_a_failed_turn_is_reported_as_an_error_on_either_version(chat: Any, tmp_
     session.expect("error: The model failed: the endpoint fell over")
 
 
+# The `ask_user` tool's question (tests/e2e/test_ask_user.py): a form on a client that advertised forms.
+FORM_QUESTION: dict[str, Any] = {
+    "question": "Which branch should I release from?",
+    "fields": [
+        {"name": "branch", "title": "Branch", "choices": ["main", "dev"]},
+        {"name": "tag", "type": "boolean", "description": "also tag it", "required": False},
+    ],
+}
+
+
+def test_on_v2_a_form_question_is_answered_a_field_a_line_and_the_answer_reaches_the_agent(
+    chat: Any, tmp_path: Path
+) -> None:
+    recording = tmp_path.parent / f"{tmp_path.name}-agent.jsonl"
+    steps = [{"tool": "ask_user", "args": FORM_QUESTION}, {"say": "released"}]
+    session = chat("--agent", scripted_agent(tmp_path, steps, flags=f"--record {recording}"), "release it")
+    session.expect("? Which branch should I release from?")
+    session.expect("Branch [1. main, 2. dev]: ")
+    session.send(b"3" + ENTER)  # no such choice: asked again
+    session.expect("Branch [1. main, 2. dev]: ")
+    session.send(b"2" + ENTER)
+    session.expect("tag (also tag it) [y/n; Enter to skip]: ")
+    session.send(b"y" + ENTER)
+    session.expect('The user answered: {"branch":"dev","tag":true}')  # the tool's result, under its call
+    session.expect("released")
+    assert session.wait() == 0
+    [asked] = [m for m in spoken(recording) if m.get("method") == "elicitation/create"]
+    assert asked["params"]["mode"] == "form"
+
+
+def test_on_v2_ctrl_c_while_a_form_is_open_withdraws_it_and_cancels_the_turn(chat: Any, tmp_path: Path) -> None:
+    steps = [{"tool": "ask_user", "args": FORM_QUESTION}, {"say": "never shown"}]
+    session = chat("--agent", scripted_agent(tmp_path, steps, [{"say": "back again"}]))
+    session.expect("> ")
+    session.type_line("release it")
+    session.expect("Branch [1. main, 2. dev]: ")
+    session.send(CTRL_C)
+    session.expect("cancelling…")
+    session.expect("(question withdrawn)")
+    session.expect("cancelled")
+    session.expect("> ")
+    session.type_line("again")
+    session.expect("back again")
+    session.expect("> ")
+    session.type_line("/quit")
+    assert session.wait() == 0
+    assert "never shown" not in session.text
+
+
+def test_on_v1_no_forms_are_offered_and_the_question_comes_in_the_reply(chat: Any, tmp_path: Path) -> None:
+    recording = tmp_path.parent / f"{tmp_path.name}-agent.jsonl"
+    steps = [{"tool": "ask_user", "args": FORM_QUESTION}]
+    session = chat("--agent", scripted_agent(tmp_path, steps, flags=f"--protocol 1 --record {recording}"), "release")
+    assert session.wait() == 0
+    session.expect("\nWhich branch should I release from?\n- Branch (one of: main, dev)")  # the reply's text
+    assert "Branch [" not in session.text
+    assert not [m for m in spoken(recording) if m.get("method") == "elicitation/create"]
+
+
 # --- failures ---
 
 
