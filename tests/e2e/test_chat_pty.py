@@ -468,7 +468,7 @@ def test_on_v2_a_form_question_is_answered_a_field_a_line_and_the_answer_reaches
     chat: Any, tmp_path: Path
 ) -> None:
     recording = tmp_path.parent / f"{tmp_path.name}-agent.jsonl"
-    steps = [{"tool": "ask_user", "args": FORM_QUESTION}, {"say": "released"}]
+    steps: list[dict[str, Any]] = [{"tool": "ask_user", "args": FORM_QUESTION}, {"say": "released"}]
     session = chat("--agent", scripted_agent(tmp_path, steps, flags=f"--record {recording}"), "release it")
     session.expect("? Which branch should I release from?")
     session.expect("Branch [1. main, 2. dev]: ")
@@ -485,7 +485,7 @@ def test_on_v2_a_form_question_is_answered_a_field_a_line_and_the_answer_reaches
 
 
 def test_on_v2_ctrl_c_while_a_form_is_open_withdraws_it_and_cancels_the_turn(chat: Any, tmp_path: Path) -> None:
-    steps = [{"tool": "ask_user", "args": FORM_QUESTION}, {"say": "never shown"}]
+    steps: list[dict[str, Any]] = [{"tool": "ask_user", "args": FORM_QUESTION}, {"say": "never shown"}]
     session = chat("--agent", scripted_agent(tmp_path, steps, [{"say": "back again"}]))
     session.expect("> ")
     session.type_line("release it")
@@ -505,7 +505,7 @@ def test_on_v2_ctrl_c_while_a_form_is_open_withdraws_it_and_cancels_the_turn(cha
 
 def test_on_v1_no_forms_are_offered_and_the_question_comes_in_the_reply(chat: Any, tmp_path: Path) -> None:
     recording = tmp_path.parent / f"{tmp_path.name}-agent.jsonl"
-    steps = [{"tool": "ask_user", "args": FORM_QUESTION}]
+    steps: list[dict[str, Any]] = [{"tool": "ask_user", "args": FORM_QUESTION}]
     session = chat("--agent", scripted_agent(tmp_path, steps, flags=f"--protocol 1 --record {recording}"), "release")
     assert session.wait() == 0
     session.expect("\nWhich branch should I release from?\n- Branch (one of: main, dev)")  # the reply's text
