@@ -340,15 +340,17 @@ V2_SCRIPT: list[dict[str, Any]] = [
     # Two pieces of output a moment apart: the terminal's bytes come in chunks, split as the pipe was read.
     {"tool": "run_command", "args": {"command": "printf 'one\\n'; sleep 0.2; printf 'two\\n'"}},
     {"tool": "write_file", "args": {"path": "out.txt", "content": "done\n"}},
+    {"tool": "ask_user", "args": {"question": "Tag it?", "fields": [{"name": "tag", "type": "boolean"}]}},
     {"say": "written"},
 ]
 
 
 async def _record_a_v2_session(start_server: StartServer, workdir: Path, path: Path) -> None:
     """ACP v2: prompts answered on insertion, the v2 permission questions (a command subject, a tool call subject)
-    answered as they come, a terminal's output in base64 chunks, then a second turn cancelled at a gate."""
+    and a form answered as they come, a terminal's output in base64 chunks, then a second turn cancelled at a
+    gate."""
     client = await start_server(*DEFAULT_ARGS, "--record", str(path))
-    await client.initialize_v2()
+    await client.initialize_v2({"elicitation": {"form": {}}})
     session = await client.new_session_v2(str(workdir))
     await client.prompt(session, V2_SCRIPT)
     subjects: list[str] = []
@@ -361,11 +363,13 @@ async def _record_a_v2_session(start_server: StartServer, workdir: Path, path: P
         for message in arrived:
             if message.get("method") == "session/request_permission":
                 subjects.append(message["params"]["subject"]["type"])
-                await client.send(
-                    {"id": message["id"], "result": {"outcome": {"outcome": "selected", "optionId": "allow_once"}}}
-                )
+                allow = {"outcome": {"outcome": "selected", "optionId": "allow_once"}}
+                await client.send({"id": message["id"], "result": allow})
+            elif message.get("method") == "elicitation/create":
+                subjects.append("form")
+                await client.send({"id": message["id"], "result": {"action": "accept", "content": {"tag": True}}})
         await asyncio.sleep(0.01)
-    assert subjects == ["command", "tool_call"]
+    assert subjects == ["command", "tool_call", "form"]
     assert client.states(session)[-1].get("stopReason") == "end_turn"
     assert (workdir / "out.txt").read_text() == "done\n"
     await client.wait_for(lambda m: m.get("params", {}).get("update", {}).get("sessionUpdate") == "session_info_update")
@@ -379,7 +383,7 @@ async def _record_a_v2_session(start_server: StartServer, workdir: Path, path: P
 
 
 @pytest.mark.timeout(60)
-async def test_a_recorded_v2_session_with_permissions_terminals_and_a_cancel_replays_in_another_directory(
+async def test_a_recorded_v2_session_with_questions_terminals_and_a_cancel_replays_in_another_directory(
     start_server: StartServer, tmp_path: Path
 ) -> None:
     recorded_dir, replay_dir = tmp_path / "recorded", tmp_path / "elsewhere"
