@@ -73,6 +73,8 @@ class AcpDispatcher:
 
     def prepare(self, request: IncomingRequest) -> RequestContext:
         context = RequestContext(self.parts, request.id)
+        if _null_id_on_v2(request, self.parts):
+            return context  # refused in `answer`: nothing of it may start here
         if request.method == "session/prompt" and isinstance(request.params, dict):
             self._admit(context, request.params)
         elif request.method == "initialize" and isinstance(request.params, dict):
@@ -141,6 +143,12 @@ class AcpDispatcher:
         self.prompts[context.request_id] = context.run
 
     async def answer(self, request: IncomingRequest, context: RequestContext) -> dict[str, Any]:
+        if _null_id_on_v2(request, self.parts):
+            return error_message(
+                None,
+                ErrorCode.INVALID_REQUEST,
+                "Invalid request: a v2 request id is a string or an integer, never null",
+            )
         methods = self._methods_v2 if self.parts.handshake.v2 else self._methods
         if request.method.startswith("session/") and request.method in methods:
             try:
@@ -191,3 +199,10 @@ class AcpDispatcher:
 
     async def released(self, timeout: float) -> None:
         await self.parts.processes.release(timeout)
+
+
+def _null_id_on_v2(request: IncomingRequest, parts: Parts) -> bool:
+    """v2's `RequestId` is a string or an integer and MUST NOT be null (schema 2.4.0 `$defs/RequestId`), and a v2
+    result's `id` is a `RequestId`: such a request cannot be answered with a result, so it is an invalid request.
+    Base JSON-RPC (and so v1) allows a null id, and keeps it."""
+    return request.id is None and parts.handshake.v2
