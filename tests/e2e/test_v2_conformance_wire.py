@@ -155,17 +155,29 @@ async def test_acp_jsonrpc_001_a_response_echoes_the_request_id_exactly(server_v
 
 
 async def test_acp_transport_201_schema_a_v2_request_with_id_null_is_an_invalid_request_not_a_null_id_result(
-    server_v2: RawClient,
+    start_server: StartServer,
 ) -> None:
     """The 2.4.0 schema's `RequestId` is a string or an integer and "MUST NOT be null" (unlike base JSON-RPC), and a
     result's `id` is a `RequestId`: a result with `id: null` is no v2 message at all. So a v2 request with `id: null`
-    is refused as an invalid request (an error, whose id may be null), and not run."""
-    await server_v2.write_raw(b'{"jsonrpc":"2.0","id":null,"method":"session/new","params":{"cwd":"/tmp"}}\n')
-    refused = await server_v2.wait_for(lambda m: "method" not in m and m.get("id") is None)
-    assert "result" not in refused and refused["error"]["code"] == -32600
-    assert "id" in refused["error"]["message"]
-    assert (await server_v2.stats())["sessions"] == 0  # the session/new never ran
-    assert (await server_v2.call("session/list", {}))["result"] == {"sessions": []}
+    is refused as an invalid request (an error, whose id may be null), and not run: on a v2 connection, and as the
+    `initialize` that would choose v2 (which then chooses nothing: a proper `initialize` follows)."""
+    server = await start_server()
+    v2_handshake = {"protocolVersion": 2, "info": {"name": "x", "version": "1"}, "capabilities": {}}
+    await server.send({"id": None, "method": "initialize", "params": v2_handshake})
+    first = await server.wait_for(lambda m: "method" not in m and m.get("id") is None)
+    assert "result" not in first and first["error"]["code"] == -32600, first
+    await server.initialize_v2()
+    await server.write_raw(b'{"jsonrpc":"2.0","id":null,"method":"session/new","params":{"cwd":"/tmp"}}\n')
+    await server.call("_acp_server/stats", {})
+    refused = [m for m in responses(server) if m.get("id") is None]
+    assert len(refused) == 2 and all("result" not in m for m in refused), refused
+    assert refused[1]["error"]["code"] == -32600 and "id" in refused[1]["error"]["message"]
+    assert (await server.stats())["sessions"] == 0  # the session/new never ran
+    # v1 keeps base JSON-RPC's null id.
+    v1 = await start_server()
+    await v1.initialize()
+    await v1.write_raw(b'{"jsonrpc":"2.0","id":null,"method":"session/list","params":{}}\n')
+    assert "result" in await v1.wait_for(lambda m: "method" not in m and m.get("id") is None)
 
 
 async def test_acp_jsonrpc_002_error_001_every_response_is_a_result_or_an_error_with_a_one_line_message(
