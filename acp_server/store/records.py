@@ -187,8 +187,15 @@ def _media(item: Any) -> Media:
     return Media(kind, mime_type, payload)
 
 
+def json_bytes(value: Any) -> bytes:
+    """`value` as JSON, in bytes of its own size. orjson (3.12 and later) hands back its whole growth buffer, 4 KB
+    at least, whatever the length: a value buffered for the next commit (a new session's three columns, a turn's
+    messages) would hold that until the commit, and a burst of `session/new` fills one batch with thousands."""
+    return bytes(memoryview(orjson.dumps(value)))
+
+
 def encode_messages(messages: Iterable[Message]) -> bytes:
-    return orjson.dumps([message_to_json(m) for m in messages])
+    return json_bytes([message_to_json(m) for m in messages])
 
 
 def decode_messages(data: bytes) -> list[Message]:

@@ -46,6 +46,7 @@ from acp_server.store.records import (
     TurnStatus,
     decode_cursor,
     encode_messages,
+    json_bytes,
     utc_now,
 )
 from acp_server.store.sqlite_file import HOLD, SESSION_COLUMNS, connect, enter_wal, validate
@@ -67,6 +68,8 @@ _RETRY_WINDOW_S = 60.0
 _MAX_RETAINED_UPDATES = 500_000
 
 _TOUCH = "UPDATE sessions SET updated_at = ? WHERE id = ? AND deleted = 0"
+# One string for every buffered `create_session`, not a copy each (a burst of `session/new` buffers thousands).
+_CREATE_SESSION = f"INSERT OR REPLACE INTO sessions ({SESSION_COLUMNS}, deleted) VALUES (?,?,?,?,?,?,?,?,?,?,NULL,0)"
 
 
 class SessionStore:
@@ -176,17 +179,17 @@ class SessionStore:
         now = utc_now()
         self._ops.append(
             (
-                f"INSERT OR REPLACE INTO sessions ({SESSION_COLUMNS}, deleted) VALUES (?,?,?,?,?,?,?,?,?,?,NULL,0)",
+                _CREATE_SESSION,
                 (
                     session_id,
                     cwd,
-                    orjson.dumps(list(additional_directories)),
-                    orjson.dumps(list(mcp_servers)),
+                    json_bytes(list(additional_directories)),
+                    json_bytes(list(mcp_servers)),
                     now,
                     now,
                     title,
                     mode,
-                    orjson.dumps(dict(config or {})),
+                    json_bytes(dict(config or {})),
                     parent_session_id,
                 ),
             )
@@ -257,7 +260,7 @@ class SessionStore:
         self._ops.append(
             (
                 "UPDATE sessions SET config = ?, updated_at = ? WHERE id = ? AND deleted = 0",
-                (orjson.dumps(dict(config)), utc_now(), session_id),
+                (json_bytes(dict(config)), utc_now(), session_id),
             )
         )
 
