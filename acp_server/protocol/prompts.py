@@ -148,7 +148,7 @@ def prompt_text(request: PromptRequest, accepts: frozenset[str] = TEXT_ONLY) -> 
 
 def client_tools(capabilities: ClientCapabilities) -> ClientTools:
     session, elicitation = capabilities.session, capabilities.elicitation
-    return ClientTools(
+    tools = ClientTools(
         capabilities.fs.read_text_file,
         capabilities.fs.write_text_file,
         capabilities.terminal,
@@ -156,6 +156,12 @@ def client_tools(capabilities: ClientCapabilities) -> ClientTools:
         compaction=_advertised(session, "compaction"),
         elicitation=_advertised(elicitation, "form"),
     )
+    return _SHARED_CLIENT_TOOLS.setdefault(tools, tools)
+
+
+# One (frozen) `ClientTools` per combination of capabilities, shared by every session that has it, rather than one
+# each; there are 64 combinations at most.
+_SHARED_CLIENT_TOOLS: dict[ClientTools, ClientTools] = {}
 
 
 def _advertised(capabilities: Any, name: str) -> bool:

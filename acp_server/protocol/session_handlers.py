@@ -5,6 +5,7 @@ Small typed `(context, params)` handlers, registered in `handlers.METHODS`.
 
 from __future__ import annotations
 
+import functools
 import os
 import uuid
 from collections.abc import Callable
@@ -64,8 +65,8 @@ async def session_new(context: RequestContext, params: NewSessionRequest) -> dic
     session_id = f"sess_{uuid.uuid4().hex}"
     session = Session(
         session_id,
-        Path(params.cwd),
-        tuple(Path(d) for d in params.additional_directories),
+        _shared_path(params.cwd),
+        tuple(_shared_path(d) for d in params.additional_directories),
         tuple(params.mcp_servers),
         client=client_tools(parts.handshake.client_capabilities or ClientCapabilities()),
         mode=parts.config.permission_mode,
@@ -84,6 +85,11 @@ async def session_new(context: RequestContext, params: NewSessionRequest) -> dic
         )
         await store.flush()  # committed before the client learns the id: a kill -9 after the answer keeps it
     return {"sessionId": session_id, **_opened(context, session)}
+
+
+# A session's directories, one `Path` for every session opened in the same one (a `Path` is immutable): an editor's
+# sessions mostly share a project, and each would otherwise hold its own (some 300 bytes with its cached parts).
+_shared_path = functools.lru_cache(maxsize=256)(Path)
 
 
 def _check_directories(cwd: str, additional_directories: list[str]) -> None:
@@ -213,8 +219,8 @@ async def restore_session(context: RequestContext, params: LoadSessionRequest, r
     stored_policy = record.config.get(PROMPT_POLICY_OPTION)
     session = Session(
         record.session_id,
-        Path(params.cwd),
-        tuple(Path(d) for d in params.additional_directories),
+        _shared_path(params.cwd),
+        tuple(_shared_path(d) for d in params.additional_directories),
         tuple(params.mcp_servers),
         history=list(loaded.history),
         client=client_tools(parts.handshake.client_capabilities or ClientCapabilities()),

@@ -18,7 +18,7 @@ log = logging.getLogger(__name__)
 
 async def title_session(parts: Parts, session: Session, first_prompt: str) -> None:
     with anyio.CancelScope() as scope:
-        session.background.add(scope)
+        session.background.append(scope)
         try:
             title: str | None = await first_title(parts.providers.get(session.model), session.session_id, first_prompt)
         except Exception as exc:  # a title is a nicety (cancellation is not caught here): the first words then
@@ -27,7 +27,7 @@ async def title_session(parts: Parts, session: Session, first_prompt: str) -> No
             )
             title = prompt_title(first_prompt)
         finally:
-            session.background.discard(scope)
+            session.background.remove(scope)
         if title is None:
             return
         if session.title is None and session.session_id in parts.sessions:

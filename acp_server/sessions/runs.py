@@ -27,7 +27,6 @@ from __future__ import annotations
 import enum
 import itertools
 import logging
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,6 +43,7 @@ if TYPE_CHECKING:  # the store (and sqlite3) load only when a session needs them
     from acp_server.store import TurnLog
 
 __all__ = [
+    "AdmissionQueue",
     "PromptRejectedError",
     "RunContext",
     "RunRegistry",
@@ -104,17 +104,32 @@ class SessionService(Protocol):
         ...
 
 
-@dataclass(eq=False)
+class AdmissionQueue(list["RunContext"]):
+    """A session's prompts admitted behind its running turn, first in first out. A list, not a deque: a deque
+    allocates a 64-slot block the moment it is made (760 bytes), and most sessions never queue a prompt; the few
+    that do hold a handful, so taking the first is as cheap."""
+
+    __slots__ = ()
+
+    def popleft(self) -> RunContext:
+        return self.pop(0)
+
+
+@dataclass(eq=False, slots=True)
 class Session:
     """A conversation: its working directory, history and admission queue. Mutated only by its own turns, except
-    the admission queue, which the reader and cancels also touch."""
+    the admission queue, which the reader and cancels also touch.
+
+    An editor keeps hundreds of these open and idle, so one holds only what it must (no `__dict__`; empty containers
+    that allocate nothing until used; its client tools and paths shared with the other sessions): what a turn needs
+    is made by the turn, on its run context."""
 
     session_id: str
     cwd: Path
     additional_directories: tuple[Path, ...]
     mcp_servers: tuple[dict[str, Any], ...]
     history: list[Message] = field(default_factory=list)
-    waiting: deque[RunContext] = field(default_factory=deque)
+    waiting: AdmissionQueue = field(default_factory=AdmissionQueue)
     # Kept here for the provider, by name (see runtime/model.py `TurnInput.session_services`).
     services: dict[str, SessionService] = field(default_factory=dict)
     turns_started: int = 0
@@ -138,8 +153,9 @@ class Session:
     context_usage: tuple[int, int] | None = None
     # Set by session/close: the id is refused from then on, even while the close is still settling.
     closed: bool = False
-    # Scopes of work the session does outside its turns (title generation); cancelled when the session closes.
-    background: set[anyio.CancelScope] = field(default_factory=set)
+    # Scopes of work the session does outside its turns (title generation); cancelled when the session closes. A
+    # list (an empty set is 216 bytes): at most one or two at a time.
+    background: list[anyio.CancelScope] = field(default_factory=list)
     # The session's MCP servers (editor's and config file's), connecting in the background; None without any.
     mcp: McpHub | None = None
 
