@@ -55,6 +55,11 @@ __all__ = [
 ]
 
 
+# A session's directories, one `Path` for every session opened in the same one (a `Path` is immutable): an editor's
+# sessions mostly share a project, and each would otherwise hold its own (some 300 bytes with its cached parts).
+_shared_path = functools.lru_cache(maxsize=256)(Path)
+
+
 async def session_new(context: RequestContext, params: NewSessionRequest) -> dict[str, Any]:
     parts = context.parts
     parts.handshake.require_initialized()
@@ -85,11 +90,6 @@ async def session_new(context: RequestContext, params: NewSessionRequest) -> dic
         )
         await store.flush()  # committed before the client learns the id: a kill -9 after the answer keeps it
     return {"sessionId": session_id, **_opened(context, session)}
-
-
-# A session's directories, one `Path` for every session opened in the same one (a `Path` is immutable): an editor's
-# sessions mostly share a project, and each would otherwise hold its own (some 300 bytes with its cached parts).
-_shared_path = functools.lru_cache(maxsize=256)(Path)
 
 
 def _check_directories(cwd: str, additional_directories: list[str]) -> None:
