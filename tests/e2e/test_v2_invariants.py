@@ -483,6 +483,7 @@ async def test_v2_back_to_back_prompts_under_interrupt_leave_only_the_last_to_ru
     assert server.arrival_time(first_idle) - t0 <= T_ACK
     superseded = await server.response(second["id"])
     assert superseded["error"]["code"] == -32800
+    assert position(server, superseded) < position(server, first_idle)  # §20.1: held prompts first, then the idle
     answer = await server.response(third["id"])
     assert position(server, first_idle) < position(server, answer)
     assert stop_of(await server.idle(a, 2)) == "end_turn"
