@@ -15,11 +15,13 @@ import os
 import time
 from typing import Any
 
+import orjson
 import pytest
 
 from tests.conftest import StartServer
 from tests.e2e.test_interrupts import after, chunk, position
 from tests.e2e.test_v2_cancel import HOLD_V2, is_state, of_session
+from tests.support.fake_openai import FakeOpenAI, text_reply, tool_call_reply
 from tests.support.harness import (
     GRACE,
     LONG_GRACE_ARGS,
@@ -697,3 +699,84 @@ async def test_v2_close_with_a_tool_ignoring_cancel_still_ends_the_work_before_i
     assert position(server, idle) < position(server, closed)
     assert server.arrival_time(closed) - t0 <= T_ESC
     await server.quiet(0.3, lambda m: m in after(server, closed) and of_session(a)(m))
+
+
+# --- the v2 twins of two proofs in test_invariant_proofs.py (I6 with a real model loop, I19 with a late finisher) ---
+
+
+async def test_v2_a_late_tool_result_of_an_abandoned_work_never_reaches_the_next_model_request(
+    start_server: StartServer,
+) -> None:
+    """I6 on v2, seen from the model: the work abandoned at the deadline (idle `cancelled` within T_ESC, the probe
+    before it) later gets its tool's result; the next prompt's model request has exactly one result for that call,
+    the note the cancel wrote, never the late one."""
+    stubborn_seconds = GRACE + 1.0  # returns well after the work was abandoned at the deadline
+    with FakeOpenAI() as model:
+        model.script(tool_call_reply(("call_late", "test_stubborn", [orjson.dumps({"s": stubborn_seconds}).decode()])))
+        model.set_default(text_reply("fresh"))
+        server = await start_server(
+            "--model", "openai:fake", "--base-url", model.base_url, "--test-mode", "--cleanup-deadline", str(GRACE),
+            env={"OPENAI_API_KEY": "sk-test"},
+        )  # fmt: skip
+        await server.initialize_v2()
+        a = await server.new_session_v2()
+        # Named first, so no background title request is still talking to the fake model when the test ends.
+        title = {"sessionId": a, "prompt": [{"type": "text", "text": "/title Proof"}]}
+        assert "messageId" in (await server.call("session/prompt", title))["result"]
+        assert stop_of(await server.idle(a)) == "end_turn"
+        one = {"sessionId": a, "prompt": [{"type": "text", "text": "one"}]}
+        assert "messageId" in (await server.call("session/prompt", one))["result"]
+        # Only a wait, never asserted: the first model call loads the HTTP client, seconds on a loaded machine.
+        await server.probe("tool_started", sessionId=a, toolCallId="call_late", timeout=4 * T_EXIT)
+        t0 = await server.cancel(a)
+        cancelled = await server.idle(a, 2, timeout=T_ESC + 1)
+        assert stop_of(cancelled) == "cancelled"
+        assert server.arrival_time(cancelled) - t0 <= T_ESC
+        abandoned = await server.probe("step_exited", sessionId=a, reason="abandoned")
+        assert position(server, abandoned) < position(server, cancelled)
+        # The zombie's tool returns now, and its loop appends the result to the conversation it was working on.
+        await server.probe("tool_exited", sessionId=a, toolCallId="call_late", reason="completed", timeout=T_ESC + 2)
+        two = {"sessionId": a, "prompt": [{"type": "text", "text": "two"}]}
+        assert "messageId" in (await server.call("session/prompt", two))["result"]
+        assert stop_of(await server.idle(a, 3)) == "end_turn"
+        [asked] = [
+            r.body["messages"]
+            for r in model.requests
+            if r.body.get("tools") and r.body["messages"][-1] == {"role": "user", "content": "two"}
+        ]
+    assert not [m for m in asked if "ignored cancellation" in str(m.get("content"))], asked
+    results = [m for m in asked if m["role"] == "tool" and m.get("tool_call_id") == "call_late"]
+    assert len(results) == 1, asked
+    assert "cancelled" in str(results[0]["content"])
+
+
+async def test_v2_a_replacement_stays_cancellable_after_the_replaced_work_finishes_late(
+    start_server: StartServer,
+) -> None:
+    """I19 on v2 (§7 interrupt): P1's cleanup takes a while (far less than the deadline), P2 and P3 arrive together:
+    P2 is withdrawn (-32800), P1 ends `idle cancelled` once its finalizer is done, P3 is inserted and runs alone after
+    that idle; P1's late finish left P3's registry entry alone, so a cancel still finds P3 (idle within T_ACK)."""
+    server = await start_v2(start_server, *LONG_GRACE_ARGS, "--prompt-policy", "interrupt")
+    a = await server.new_session_v2()
+    await inserted(server, a, [{"tool": "test_hang_finalizer", "args": {"s": 30, "f": T_ACK}}])
+    await server.probe("tool_started", sessionId=a)
+    superseded = server.prompt_message(a, [{"say": "never"}])
+    successor = server.prompt_message(a, [{"say": "p3"}, {"gate": "g3"}, {"say": "p3-late"}])
+    await server.send(superseded, successor)
+    assert (await server.response(superseded["id"]))["error"]["code"] == -32800
+    old_idle = await server.idle(a)
+    assert stop_of(old_idle) == "cancelled"
+    finalized = await server.probe("finalizer_exited", sessionId=a)
+    assert position(server, finalized) < position(server, old_idle)
+    assert "messageId" in (await server.response(successor["id"]))["result"]
+    await server.probe("gate_reached", sessionId=a, prompt=successor["id"], gate="g3")
+    t0 = await server.cancel(a)  # finds the successor: the old work's late finish left its entry alone
+    idle = await server.idle(a, 2)
+    assert stop_of(idle) == "cancelled"
+    assert server.arrival_time(idle) - t0 <= T_ACK
+    started = probes(server, "step_started", prompt=successor["id"])
+    assert position(server, old_idle) < position(server, started[0])  # and it ran alone, after P1's idle
+    assert server.texts(a) == ["p3"]
+    assert not [m for m in server.received if m.get("params", {}).get("reason") == "abandoned"]
+    stats = await server.stats()
+    assert (stats["runningTurns"], stats["queuedPrompts"]) == (0, 0)
