@@ -780,3 +780,22 @@ async def test_v2_a_replacement_stays_cancellable_after_the_replaced_work_finish
     assert not [m for m in server.received if m.get("params", {}).get("reason") == "abandoned"]
     stats = await server.stats()
     assert (stats["runningTurns"], stats["queuedPrompts"]) == (0, 0)
+
+
+async def test_v2_a_client_answering_our_request_with_request_cancelled_fails_the_call_and_the_work_goes_on(
+    server_v2: RawClient,
+) -> None:
+    """I20 (b) on v2: the client gave up on one of our requests (`-32800`). That is an ordinary error answer, not a
+    cancel of the work: the tool call ends `failed` (not `cancelled`: nobody cancelled the work) with the code in its
+    content, the model goes on, and the work ends `idle end_turn`, one idle."""
+    server = server_v2
+    a = await server.new_session_v2()
+    await inserted(server, a, [HOLD_V2, {"say": "after"}])
+    held = await server.wait_for(lambda m: m.get("method") == "_test/hold")
+    await server.send({"id": held["id"], "error": {"code": -32800, "message": "Request cancelled"}})
+    assert stop_of(await server.idle(a)) == "end_turn"
+    closing = [u for u in server.updates(a, "tool_call_update") if u.get("status") in FINAL_V2]
+    assert [u["status"] for u in closing] == ["failed"]
+    assert "-32800" in orjson.dumps(closing[0].get("content")).decode()
+    assert server.texts(a) == ["after"]
+    assert [u["state"] for u in server.states(a)] == ["running", "idle"]
