@@ -321,12 +321,15 @@ async def test_v2_cancel_on_an_idle_session_leaves_no_residue(server_v2: RawClie
     assert [u["state"] for u in server.states(a)] == ["running", "idle"]
 
 
+@pytest.mark.parametrize("policy", ["queue", "interrupt", "reject", "steer"])
 async def test_v2_a_prompt_sent_while_a_cancelled_work_cleans_up_is_held_and_runs_after_the_cleanup(
-    server_v2: RawClient,
+    start_server: StartServer, policy: str
 ) -> None:
-    """I10 on v2 (decision 1): a prompt read after the cancel is not covered by it: held while the stopping work
-    cleans up, inserted after that work's `idle cancelled`, its first chunk within T_START of it; one work at a time."""
-    server = server_v2
+    """I10 on v2 (decision 1, under every policy): a prompt read after the cancel is not covered by it: held while
+    the stopping work cleans up, inserted after that work's `idle cancelled`, its first chunk within T_START of it;
+    one work at a time."""
+    server = await start_v2(start_server, "--model", "scripted", "--test-mode", "--cleanup-deadline", str(GRACE),
+                            "--prompt-policy", policy)  # fmt: skip
     a = await server.new_session_v2()
     await inserted(server, a, [{"tool": "test_stubborn", "args": {"s": 2}}])
     await server.probe("tool_started", sessionId=a)
