@@ -8,6 +8,7 @@ reported the way the SDK's own reader reported it.
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
@@ -114,6 +115,22 @@ async def test_chunks_are_the_json_values_up_to_done() -> None:
     got: list[Any] = []
     await read_all(ChatChunks(response(cut(STREAM + b"data: " + ONE + b"\n\n", 9)), openai.APIError), got)
     assert got == [orjson.loads(ONE), orjson.loads(TWO)]  # what follows [DONE] is not a chunk
+
+
+async def test_a_compressed_body_is_decompressed_first() -> None:
+    packer = zlib.compressobj(wbits=31)  # gzip
+    packed = packer.compress(STREAM) + packer.flush()
+    reads = [packed[: len(packed) // 2], packed[len(packed) // 2 :]]
+    request = httpx2.Request("POST", "http://127.0.0.1:9/v1/chat/completions")
+
+    async def body() -> AsyncIterator[bytes]:
+        for read in reads:
+            yield read
+
+    resp = httpx2.Response(200, content=body(), request=request, headers={"content-encoding": "gzip"})
+    got: list[Any] = []
+    await read_all(ChatChunks(resp, openai.APIError), got)
+    assert got == [orjson.loads(ONE), orjson.loads(TWO)]
 
 
 @pytest.mark.parametrize(("version", "drained"), [("HTTP/1.1", True), ("HTTP/2", False)])
