@@ -13,7 +13,7 @@ Why it looks the way it does:
   Building the SDK's typed chunk objects costs about 70 µs a chunk (measured: 85 µs against 15 µs end to end), and
   the fields that matter most here, the reasoning deltas local servers add, are not in those types anyway. The
   body of that stream is read by `chat_stream.ChatChunks` rather than by the SDK's SSE decoder, which alone cost
-  more than the agent's whole budget per chunk (12 µs); the SDK still sends the request and closes the stream.
+  most of the agent's budget per chunk (12 µs); the SDK still sends the request and closes the stream.
 - The stream is held in `async with` inside the caller's cancel scope, so a cancel closes the HTTP connection at
   once (the server stops generating) and surfaces as a cancellation, never as a model error.
 - Tool-call arguments are untrusted text: if they are not a JSON object, the call carries

@@ -1,6 +1,6 @@
 """Server-Sent Events framing, lean: bytes as they arrive in, complete events out, in the fewest Python steps.
 
-A model's reply streams as one SSE event per token or so, and the SDK's own decoder spends about 10 µs on each
+A model's reply streams as one SSE event per token or so, and the SDK's own decoder spends 8 to 11 µs on each
 (a generator step and a `str` decode per line, a `ServerSentEvent` object per event, then `json`), most of the agent's
 CPU per streamed chunk. This decoder keeps the bytes as bytes (the JSON parser reads them directly), splits all the
 complete lines of a network read at once, and hands back a list of `(event name, data)` per read.
