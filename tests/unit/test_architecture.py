@@ -30,8 +30,20 @@ ALLOWED: dict[str, frozenset[str]] = {
     # The test machinery, a plug-in: only the composition root imports it (see the test below).
     "testmode": frozenset({"protocol", "sessions", "runtime", "jsonrpc", "settings"}),
     "server": frozenset(
-        {"protocol", "sessions", "runtime", "mcp_bridge", "jsonrpc", "settings", "transcripts", "testmode"}
+        {
+            "protocol",
+            "sessions",
+            "runtime",
+            "mcp_bridge",
+            "jsonrpc",
+            "settings",
+            "transcripts",
+            "testmode",
+            "session_side",
+        }
     ),
+    # The composition root's second half (what a session needs), loaded after `initialize` (protocol/deferred.py).
+    "session_side": frozenset({"protocol", "sessions", "runtime", "store", "jsonrpc", "settings"}),
     "doctor": frozenset({"settings", "runtime", "store", "mcp_bridge"}),
     # `acp-server sessions`: the store for people, beside doctor.
     "stored_sessions": frozenset({"settings", "store"}),
