@@ -299,8 +299,9 @@ def test_no_module_globals_hold_mutable_run_state() -> None:
 
 # Modules the path to the first `initialize` answer must not import: the provider SDKs and their HTTP stack (warmed
 # in the background once `initialize` is answered), MCP, the test client, jsonrpcserver's JSON-schema validator and
-# its toy HTTP server (rpc.py loads only its dispatcher core), the TOML parser (only when a config file exists), and
-# the session store (opened on first need).
+# its toy HTTP server (rpc.py loads only its dispatcher core), the TOML parser and the config file's checks (only when
+# a config file exists), the session store (opened on first need), and the session side: the session handlers, the
+# turn, the tools, the edge to the editor and the sandbox (protocol/deferred.py: loaded once `initialize` is answered).
 HEAVY_AT_START_UP = (
     "openai",
     "anthropic",
@@ -315,6 +316,19 @@ HEAVY_AT_START_UP = (
     "tomllib",
     "sqlite3",
     "acp_server.store",
+    "acp_server.settings.checks",
+    "acp_server.session_side",
+    "acp_server.protocol.session_handlers",
+    "acp_server.protocol.v2.sessions",
+    "acp_server.protocol.v2.prompt",
+    "acp_server.protocol.edge",
+    "acp_server.sessions.turn",
+    "acp_server.sessions.services",
+    "acp_server.runtime.loop",
+    "acp_server.runtime.tools",
+    "acp_server.runtime.sandbox",
+    "landlockpy",
+    "acp_server.testmode.mode",
 )
 
 
