@@ -23,7 +23,7 @@ from typing import Any, Generic, TypeVar
 import anyio
 import anyio.lowlevel
 
-__all__ = ["Deferred", "deferred"]
+__all__ = ["Deferred", "DeferredHandler", "deferred"]
 
 T = TypeVar("T")
 
@@ -71,17 +71,23 @@ class Deferred(Generic[T]):
         return self._value
 
 
-def deferred(module: str, name: str) -> Callable[[Any, Any], Any]:
+class DeferredHandler:
     """A request handler that lives on the session side: the function `name` of `module`, called once the session
     side is loaded (`Parts.session_side`). Its context is a `RequestContext` (protocol/context.py, which names this
     module's `Deferred`: typed `Any` here, so neither imports the other)."""
 
-    async def handler(context: Any, params: Any) -> Any:
+    def __init__(self, module: str, name: str) -> None:
+        self.module = module
+        self.__name__ = name  # what the error boundary's log names (jsonrpc/rpc.py)
+
+    async def __call__(self, context: Any, params: Any) -> Any:
         if context.admission_error is not None:
             raise context.admission_error  # a refused prompt (the first thing its handler does), answered at once
         await context.parts.session_side.load()
-        function = getattr(importlib.import_module(module), name)
+        function = getattr(importlib.import_module(self.module), self.__name__)
         return await function(context, params)
 
-    handler.__name__ = handler.__qualname__ = name  # what the error boundary's log names (jsonrpc/rpc.py)
-    return handler
+
+def deferred(module: str, name: str) -> DeferredHandler:
+    """The handler `name` of `module`, on the session side (see `DeferredHandler`)."""
+    return DeferredHandler(module, name)
