@@ -72,6 +72,8 @@ class RequestContext:
     validated_params: BaseModel | None = None
     run: RunContext | None = None
     admission_error: RpcError | None = None
+    # Refused before any handler (a v2 request with id null): the answer is this error, nothing of the request runs.
+    refused: RpcError | None = None
     # Run once the response is queued (e.g. session-scoped updates that must follow the response).
     after: list[Callable[[], None]] = field(default_factory=list)
 
