@@ -99,6 +99,8 @@ class SessionStore:
         self._lock: anyio.Lock | None = None
         self._taken = 0  # batches taken so far
         self._committed = 0  # the latest batch known committed
+        self._committing = False  # a flush is taking and committing a batch; other flushes wait for its end
+        self._commit_ended: anyio.Event | None = None  # set when that commit ends (made on the event loop)
         now = time.monotonic()
         self._last_heartbeat = now
         self._last_sweep = now
@@ -377,11 +379,34 @@ class SessionStore:
         return result
 
     async def _flush(self, wanted: int) -> bool:
+        """Commit batch `wanted` (or a later one). One caller commits; every other caller meanwhile waits for that
+        commit's end together (`_commit_ended`), then looks again. Passing each caller through the lock in turn
+        would cost one event-loop iteration per caller even when the commit in flight already covers it, and with
+        a thousand busy sessions (every prompt response flushes) that queue held responses for a second or more."""
+        while self._committed < wanted and not self._closed:
+            if self._committing:
+                if self._commit_ended is None:
+                    self._commit_ended = anyio.Event()
+                await self._commit_ended.wait()
+                continue
+            self._committing = True
+            try:
+                return await self._commit(wanted)
+            finally:
+                self._committing = False
+                ended, self._commit_ended = self._commit_ended, None
+                if ended is not None:
+                    ended.set()
+        return True  # a flush that started after the call already committed everything
+
+    async def _commit(self, wanted: int) -> bool:
         async with self._async_lock():
             if self._committed >= wanted or self._closed:
-                return True  # a flush that started after the call already committed everything
+                return True
             batch = self._take()
             if batch.empty:
+                # Nothing buffered, none retained: everything taken before is committed (or was dropped).
+                self._committed = self._taken
                 return True
             try:
                 await anyio.to_thread.run_sync(self._worker.commit, batch)
