@@ -25,7 +25,9 @@ import os
 import sqlite3
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -69,6 +71,16 @@ _MAX_RETAINED_UPDATES = 500_000
 _TOUCH = "UPDATE sessions SET updated_at = ? WHERE id = ? AND deleted = 0"
 
 
+@dataclass(eq=False, slots=True)
+class _FlushWait:
+    """One `flush` waiting for the batch it needs to be committed."""
+
+    wanted: int
+    event: anyio.Event = field(default_factory=anyio.Event)
+    resolved: bool = False
+    ok: bool = True
+
+
 class SessionStore:
     """One SQLite store shared by this process's sessions (and by other server processes).
 
@@ -99,8 +111,8 @@ class SessionStore:
         self._lock: anyio.Lock | None = None
         self._taken = 0  # batches taken so far
         self._committed = 0  # the latest batch known committed
-        self._committing = False  # a flush is taking and committing a batch; other flushes wait for its end
-        self._commit_ended: anyio.Event | None = None  # set when that commit ends (made on the event loop)
+        self._waits: deque[_FlushWait] = deque()  # flushes waiting for a commit, in call order
+        self._driver: _FlushWait | None = None  # the one of them committing for all
         now = time.monotonic()
         self._last_heartbeat = now
         self._last_sweep = now
@@ -379,25 +391,41 @@ class SessionStore:
         return result
 
     async def _flush(self, wanted: int) -> bool:
-        """Commit batch `wanted` (or a later one). One caller commits; every other caller meanwhile waits for that
-        commit's end together (`_commit_ended`), then looks again. Passing each caller through the lock in turn
-        would cost one event-loop iteration per caller even when the commit in flight already covers it, and with
-        a thousand busy sessions (every prompt response flushes) that queue held responses for a second or more."""
-        while self._committed < wanted and not self._closed:
-            if self._committing:
-                if self._commit_ended is None:
-                    self._commit_ended = anyio.Event()
-                await self._commit_ended.wait()
-                continue
-            self._committing = True
-            try:
-                return await self._commit(wanted)
-            finally:
-                self._committing = False
-                ended, self._commit_ended = self._commit_ended, None
-                if ended is not None:
-                    ended.set()
-        return True  # a flush that started after the call already committed everything
+        """Commit batch `wanted` (or a later one), answering flushes in the order they were called.
+
+        Flushes wait in one queue; one of them (the driver) commits everything buffered for all of them and resolves
+        every flush that commit covered at once, then hands the driving to the first flush still waiting. Passing
+        each flush through the lock in turn instead cost one event-loop iteration per flush even when the commit in
+        flight already covered it: with a thousand busy sessions (every prompt response flushes) that queue held
+        responses for a second or more."""
+        if self._committed >= wanted or self._closed:
+            return True
+        entry = _FlushWait(wanted)
+        self._waits.append(entry)
+        if self._driver is None:
+            self._driver = entry
+        while self._driver is not entry:
+            await entry.event.wait()  # resolved, or made the driver
+            if entry.resolved:
+                return entry.ok
+        try:
+            while not entry.resolved:
+                self._resolve(await self._commit(self._waits[-1].wanted))
+        finally:
+            self._driver = None
+            if self._waits:  # flushes called during the last commit: the first of them drives next
+                self._driver = self._waits[0]
+                self._driver.event.set()
+        return entry.ok
+
+    def _resolve(self, ok: bool) -> None:
+        """After a commit: every waiting flush it covered (a failed one covered what it took) gets its outcome; once
+        the store is closed, every one (as a flush called after closing)."""
+        covered = self._committed if ok else self._taken
+        while self._waits and (self._closed or self._waits[0].wanted <= covered):
+            entry = self._waits.popleft()
+            entry.ok, entry.resolved = ok, True
+            entry.event.set()
 
     async def _commit(self, wanted: int) -> bool:
         async with self._async_lock():

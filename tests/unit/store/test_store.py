@@ -323,12 +323,12 @@ async def test_a_flush_of_many_busy_turns_writes_their_rows_in_a_few_statements_
         assert entries == [text_chunk(f"{index}.0"), text_chunk(f"{index}.1"), text_chunk("last")]
 
 
-async def test_flushes_called_while_a_commit_runs_share_the_next_commit_and_return_together(
+async def test_flushes_called_while_a_commit_runs_share_the_next_commit_and_return_together_in_order(
     store: SessionStore,
 ) -> None:
     """Every prompt response flushes: the ones that come while a commit runs wait for it and then for one more
-    commit between them, and are released together, not one event-loop iteration after another (with a thousand
-    busy sessions that queue held responses for a second)."""
+    commit between them, and are released together, in call order, not one event-loop iteration after another
+    (with a thousand busy sessions that queue held responses for a second)."""
     commits: list[int] = []
     commit = store._worker.commit
 
@@ -349,10 +349,13 @@ async def test_flushes_called_while_a_commit_runs_share_the_next_commit_and_retu
             iterations += 1
             await anyio.lowlevel.checkpoint()
 
+    returned: list[str] = []
+
     async def flush_after(text: str) -> None:
         turn.append(text_chunk(text))
         assert await store.flush()
         returned_at.append(iterations)
+        returned.append(text)
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(tick)
@@ -361,12 +364,17 @@ async def test_flushes_called_while_a_commit_runs_share_the_next_commit_and_retu
             await anyio.sleep(0.01)  # its commit is running
             for index in range(20):
                 flushes.start_soon(flush_after, f"w{index}")
+            await anyio.sleep(0.06)  # the second commit is running: these wait for a third
+            for index in range(5):
+                flushes.start_soon(flush_after, f"late{index}")
         tg.cancel_scope.cancel()
-    assert len(commits) == 2
-    waiters = returned_at[1:]
+    assert len(commits) == 3
+    waiters = returned_at[1:21]
     assert max(waiters) - min(waiters) <= 2, returned_at
+    expected = ["a", *(f"w{index}" for index in range(20)), *(f"late{index}" for index in range(5))]
+    assert returned == expected  # answered in the order they were called, as the lock's queue did
     texts = [e.text for e in (await loaded(store, "s")).turns[0].entries if isinstance(e, AgentText)]
-    assert texts == ["a", *(f"w{index}" for index in range(20))]
+    assert texts == expected
 
 
 async def test_a_flush_blocked_by_another_writer_keeps_the_batch_and_the_next_commits_it_in_order(
