@@ -48,11 +48,11 @@ __all__ = ["DeleteOutcome", "StoreWorker", "tombstone_ops"]
 log = logging.getLogger(__name__)
 
 # A flush's rows go in a few statements of many rows each, not one statement per row: each statement the worker
-# runs hands the GIL to SQLite and takes it back, and while the event loop is busy taking it back waits for the
-# loop's switch interval. With a thousand sessions streaming a flush holds a row for nearly every one of them, so one
-# statement per row made a commit (which prompt responses wait for) grow with the number of sessions. Rows of a turn
-# that is gone (its session deleted) are still dropped; the ordinal keeps them in the order given. 200 rows x 4
-# parameters stays under the 999 variables of the oldest SQLite builds.
+# runs lets go of the GIL for SQLite and must take it back from a busy event loop, which can take the interpreter's
+# whole switch interval (5 ms). With a thousand sessions streaming, a flush holds a row for nearly every one of them,
+# so one statement per row made each commit (which prompt responses wait for) grow with the number of sessions. Rows
+# of a turn that is gone (its session deleted) are still dropped; the ordinal keeps them in the order given. 200 rows
+# x 4 parameters stays under the 999 variables of the oldest SQLite builds.
 _UPDATES_PER_STATEMENT = 200
 
 
