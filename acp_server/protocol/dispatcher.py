@@ -27,17 +27,19 @@ from acp_server.jsonrpc.rpc import (
     validation_message,
 )
 from acp_server.protocol.context import Handler, NotificationHandler, Parts, RequestContext
-from acp_server.protocol.prompts import check_media, prompt_command
 from acp_server.protocol.schema import ClientCapabilities, InitializeRequest, PromptRequest
-from acp_server.protocol.titles import title_session
 from acp_server.protocol.v2.negotiation import negotiate
 from acp_server.protocol.v2.schema import InitializeRequestV2
 from acp_server.sessions.runs import PromptRejectedError
-from acp_server.sessions.turn import admit_prompt, release_prompt
 
 __all__ = ["AcpDispatcher"]
 
 log = logging.getLogger(__name__)
+
+# v2's `RequestId` is a string or an integer and MUST NOT be null (schema 2.4.0 `$defs/RequestId`), and a v2 result's
+# `id` is a `RequestId`: a request with `id: null` cannot get a result, so on v2 it is an invalid request. Base
+# JSON-RPC (and so v1) allows a null id, and keeps it.
+NULL_ID_V2 = "Invalid request: a v2 request id is a string or an integer, never null"
 
 
 class AcpDispatcher:
@@ -65,7 +67,6 @@ class AcpDispatcher:
         self.prompts = parts.prompts
         self.connection = parts.connection
         self.sessions = parts.sessions
-        self.turns = parts.turns
         self.session = parts.sessions.require
         self.provider_for = parts.providers.get
 
@@ -73,11 +74,31 @@ class AcpDispatcher:
 
     def prepare(self, request: IncomingRequest) -> RequestContext:
         context = RequestContext(self.parts, request.id)
+        if request.id is None and self._speaks_v2(request):
+            # Decided here, before a handshake could change the version; answered as it is, nothing of it runs.
+            context.refused = RpcError(ErrorCode.INVALID_REQUEST, NULL_ID_V2)
+            return context
         if request.method == "session/prompt" and isinstance(request.params, dict):
             self._admit(context, request.params)
         elif request.method == "initialize" and isinstance(request.params, dict):
             self._handshake(context, request.params)
         return context
+
+    def _speaks_v2(self, request: IncomingRequest) -> bool:
+        """Whether this request is one of a v2 connection: the connection speaks v2, or it is the `initialize` that
+        will choose v2."""
+        if self.parts.handshake.v2:
+            return True
+        params = request.params
+        requested = (
+            params.get("protocolVersion") if request.method == "initialize" and isinstance(params, dict) else None
+        )
+        if type(requested) is not int or self.parts.handshake.client_capabilities is not None:
+            return False  # no version asked for, or the connection already chose v1
+        try:
+            return negotiate(requested, self.parts.config.protocol) == 2
+        except RpcError:
+            return False
 
     def _handshake(self, context: RequestContext, params: dict[str, Any]) -> None:
         """Applied in reader order, so a request pipelined right behind `initialize` already sees it. The version is
@@ -126,11 +147,15 @@ class AcpDispatcher:
         context.validated_params = prompt
         try:
             model = self.session(prompt.session_id).model
+            # The session exists, so the session side is loaded (protocol/deferred.py): these are look-ups.
+            from acp_server.protocol.prompts import check_media, prompt_command
+            from acp_server.sessions.turn import admit_prompt
+
             accepts = self.parts.config.accepts(model)
             # An image for a model that takes none is never silently dropped: refused, naming the block and model.
             check_media(prompt, model, accepts)
             command = prompt_command(prompt, accepts)
-            context.run = admit_prompt(self.turns, context.request_id, prompt.session_id, command, self.session)
+            context.run = admit_prompt(self.parts.turns, context.request_id, prompt.session_id, command, self.session)
         except RpcError as exc:
             context.admission_error = exc
             return
@@ -141,6 +166,8 @@ class AcpDispatcher:
         self.prompts[context.request_id] = context.run
 
     async def answer(self, request: IncomingRequest, context: RequestContext) -> dict[str, Any]:
+        if context.refused is not None:
+            return error_message(request.id, context.refused.code, context.refused.message)
         methods = self._methods_v2 if self.parts.handshake.v2 else self._methods
         if request.method.startswith("session/") and request.method in methods:
             try:
@@ -155,7 +182,10 @@ class AcpDispatcher:
         if run is not None:
             if self.prompts.get(context.request_id) is run:
                 del self.prompts[context.request_id]
-            first_prompt = release_prompt(self.turns, run)
+            from acp_server.protocol.titles import title_session  # a run: the session side is loaded
+            from acp_server.sessions.turn import release_prompt
+
+            first_prompt = release_prompt(self.parts.turns, run)
             if first_prompt is not None:
                 self.connection.spawn(title_session, self.parts, run.session, first_prompt)
         for follow_up in context.after:
