@@ -329,19 +329,27 @@ async def test_flushes_called_while_a_commit_runs_share_the_next_commit_and_retu
     """Every prompt response flushes: the ones that come while a commit runs wait for it and then for one more
     commit between them, and are released together, in call order, not one event-loop iteration after another
     (with a thousand busy sessions that queue held responses for a second)."""
+    started: list[threading.Event] = [threading.Event() for _ in range(3)]
+    release: list[threading.Event] = [threading.Event() for _ in range(3)]
     commits: list[int] = []
     commit = store._worker.commit
 
-    def counted(batch: Any) -> None:
+    def gated(batch: Any) -> None:  # each of the first three commits runs only when the test lets it
+        number = len(commits)
+        if number == len(started):
+            commit(batch)  # the store's final write, as it closes
+            return
         commits.append(batch.update_count())
-        time.sleep(0.05)  # a slow commit: the other flushes arrive while it runs
+        started[number].set()
+        release[number].wait(scaled(10))
         commit(batch)
 
-    store._worker.commit = counted  # type: ignore[method-assign]
+    store._worker.commit = gated  # type: ignore[method-assign]
     store.create_session("s", "/w")
     turn = store.begin_turn("s", [], "")
     iterations = 0
     returned_at: list[int] = []
+    returned: list[str] = []
 
     async def tick() -> None:
         nonlocal iterations
@@ -349,26 +357,34 @@ async def test_flushes_called_while_a_commit_runs_share_the_next_commit_and_retu
             iterations += 1
             await anyio.lowlevel.checkpoint()
 
-    returned: list[str] = []
-
     async def flush_after(text: str) -> None:
         turn.append(text_chunk(text))
         assert await store.flush()
         returned_at.append(iterations)
         returned.append(text)
 
+    async def until(condition: Any) -> None:
+        with anyio.fail_after(scaled(10)):
+            while not condition():
+                await anyio.sleep(0.001)
+
     async with anyio.create_task_group() as tg:
         tg.start_soon(tick)
         async with anyio.create_task_group() as flushes:
             flushes.start_soon(flush_after, "a")
-            await anyio.sleep(0.01)  # its commit is running
+            await until(started[0].is_set)
             for index in range(20):
                 flushes.start_soon(flush_after, f"w{index}")
-            await anyio.sleep(0.06)  # the second commit is running: these wait for a third
+            await until(lambda: len(store._waits) == 21)  # "a" and the twenty waiting behind its commit
+            release[0].set()
+            await until(started[1].is_set)  # the first of the twenty commits for all of them
             for index in range(5):
                 flushes.start_soon(flush_after, f"late{index}")
+            await until(lambda: len(store._waits) == 25)
+            release[1].set()
+            release[2].set()
         tg.cancel_scope.cancel()
-    assert len(commits) == 3
+    assert commits == [1, 20, 5]
     waiters = returned_at[1:21]
     assert max(waiters) - min(waiters) <= 2, returned_at
     expected = ["a", *(f"w{index}" for index in range(20)), *(f"late{index}" for index in range(5))]
