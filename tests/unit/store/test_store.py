@@ -365,7 +365,7 @@ async def test_flushes_called_while_a_commit_runs_share_the_next_commit_and_retu
 
     async def until(condition: Any) -> None:
         with anyio.fail_after(scaled(10)):
-            while not condition():
+            while not condition():  # noqa: ASYNC110 - a worker thread's progress and the store's queue: no event
                 await anyio.sleep(0.001)
 
     async with anyio.create_task_group() as tg:
