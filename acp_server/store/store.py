@@ -25,7 +25,9 @@ import os
 import sqlite3
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -72,6 +74,16 @@ _TOUCH = "UPDATE sessions SET updated_at = ? WHERE id = ? AND deleted = 0"
 _CREATE_SESSION = f"INSERT OR REPLACE INTO sessions ({SESSION_COLUMNS}, deleted) VALUES (?,?,?,?,?,?,?,?,?,?,NULL,0)"
 
 
+@dataclass(eq=False, slots=True)
+class _FlushWait:
+    """One `flush` waiting for the batch it needs to be committed."""
+
+    wanted: int
+    event: anyio.Event = field(default_factory=anyio.Event)
+    resolved: bool = False
+    ok: bool = True
+
+
 class SessionStore:
     """One SQLite store shared by this process's sessions (and by other server processes).
 
@@ -102,6 +114,8 @@ class SessionStore:
         self._lock: anyio.Lock | None = None
         self._taken = 0  # batches taken so far
         self._committed = 0  # the latest batch known committed
+        self._waits: deque[_FlushWait] = deque()  # flushes waiting for a commit, in call order
+        self._driver: _FlushWait | None = None  # the one of them committing for all
         now = time.monotonic()
         self._last_heartbeat = now
         self._last_sweep = now
@@ -380,11 +394,50 @@ class SessionStore:
         return result
 
     async def _flush(self, wanted: int) -> bool:
+        """Commit batch `wanted` (or a later one), answering flushes in the order they were called.
+
+        Flushes wait in one queue; one of them (the driver) commits everything buffered for all of them and resolves
+        every flush that commit covered at once, then hands the driving to the first flush still waiting. Passing
+        each flush through the lock in turn instead cost one event-loop iteration per flush even when the commit in
+        flight already covered it: with a thousand busy sessions (every prompt response flushes) that queue held
+        responses for a second or more."""
+        if self._committed >= wanted or self._closed:
+            return True
+        entry = _FlushWait(wanted)
+        self._waits.append(entry)
+        if self._driver is None:
+            self._driver = entry
+        while self._driver is not entry:
+            await entry.event.wait()  # resolved, or made the driver
+            if entry.resolved:
+                return entry.ok
+        try:
+            while not entry.resolved:
+                self._resolve(await self._commit(self._waits[-1].wanted))
+        finally:
+            self._driver = None
+            if self._waits:  # flushes called during the last commit: the first of them drives next
+                self._driver = self._waits[0]
+                self._driver.event.set()
+        return entry.ok
+
+    def _resolve(self, ok: bool) -> None:
+        """After a commit: every waiting flush it covered (a failed one covered what it took) gets its outcome; once
+        the store is closed, every one (as a flush called after closing)."""
+        covered = self._committed if ok else self._taken
+        while self._waits and (self._closed or self._waits[0].wanted <= covered):
+            entry = self._waits.popleft()
+            entry.ok, entry.resolved = ok, True
+            entry.event.set()
+
+    async def _commit(self, wanted: int) -> bool:
         async with self._async_lock():
             if self._committed >= wanted or self._closed:
-                return True  # a flush that started after the call already committed everything
+                return True
             batch = self._take()
             if batch.empty:
+                # Nothing buffered, none retained: everything taken before is committed (or was dropped).
+                self._committed = self._taken
                 return True
             try:
                 await anyio.to_thread.run_sync(self._worker.commit, batch)

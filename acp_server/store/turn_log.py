@@ -146,11 +146,11 @@ class Batch:
         return sum(count for _, count, _ in self.updates)
 
 
-def update_rows(updates: Sequence[tuple[str, int, bytearray]]) -> Iterator[tuple[str, int, bytes, str]]:
+def update_rows(updates: Sequence[tuple[str, int, bytearray]]) -> Iterator[tuple[str, int, bytes]]:
     for turn_id, count, data in updates:
         # Streamed chunks repeat themselves (kind, message id): zlib at level 1 shrinks them ~100x for less CPU than
         # SQLite spends writing them uncompressed, and it runs without the GIL.
-        yield turn_id, count, zlib.compress(data, 1) if len(data) >= _COMPRESS_FROM else bytes(data), turn_id
+        yield turn_id, count, zlib.compress(data, 1) if len(data) >= _COMPRESS_FROM else bytes(data)
 
 
 def decode_row(data: bytes) -> list[Any]:
