@@ -1,7 +1,7 @@
 """What an idle session costs the server (issue 14: at most 20 KB of RSS each, `bench.memory`): the session itself
 holds no `__dict__` and no pre-allocated containers, shares what sessions have in common, and what `session/new`
-buffers for the store's next commit is sized to what it says. Measured with tracemalloc, which counts the Python
-allocations themselves: deterministic, unlike RSS."""
+buffers for the store's next commit and queues for the client is sized to what it says. Measured with tracemalloc,
+which counts the Python allocations themselves: deterministic, unlike RSS."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from acp_server.jsonrpc.connection import Connection
 from acp_server.protocol.prompts import client_tools
 from acp_server.protocol.schema import ClientCapabilities
 from acp_server.sessions.runs import Session
@@ -80,3 +81,15 @@ async def test_a_new_sessions_buffered_row_is_sized_to_its_content(tmp_path: Pat
         await store.flush()
     finally:
         await store.aclose()
+
+
+async def test_lines_queued_for_the_client_hold_their_own_size(traced: Callable[[], int]) -> None:
+    # What session/new sends (its response, its commands) is queued unbounded: a burst queues thousands at once.
+    connection = Connection(cleanup_deadline=1.0)
+    update = {"sessionUpdate": "available_commands_update", "availableCommands": []}
+    before = traced()
+    for _ in range(SESSIONS):
+        connection.notify("session/update", {"sessionId": f"sess_{uuid.uuid4().hex}", "update": update})
+    per_line = (traced() - before) / SESSIONS
+    # A 150-byte line: with orjson's own buffer each held 4 KB.
+    assert per_line < 512, f"a queued line holds {per_line:.0f} bytes"
