@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 
+from acp_server.runtime.call_stops import CallStop
 from acp_server.runtime.model import Message, StopReason
 from acp_server.sessions.commands import ClientTools, Prompt, RequestId
 from acp_server.settings.choices import PermissionMode, PromptPolicy
@@ -174,8 +175,8 @@ class RunContext:
     open_tool_calls: dict[str, str] = field(default_factory=dict)
     # Compactions announced `in_progress` and not yet ended (each gets exactly one end; sessions/turn.py `_seal`).
     open_compactions: set[str] = field(default_factory=set)
-    # Cancellable tool calls while they run: id -> the scope that stops that call alone (runtime/loop.py).
-    cancellable_calls: dict[str, anyio.CancelScope] = field(default_factory=dict)
+    # Cancellable tool calls while they run: id -> what stops that call alone (runtime/loop.py, call_stops.py).
+    cancellable_calls: dict[str, CallStop] = field(default_factory=dict)
     # Display terminals of running commands (ACP v2): terminal id -> what stops that command's process group alone.
     terminal_stops: dict[str, Callable[[], None]] = field(default_factory=dict)
     # The turn's own copy of the conversation; committed to the session only when the turn is answered.

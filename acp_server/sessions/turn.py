@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 import anyio
 
 from acp_server.runtime.attachments import read_image
+from acp_server.runtime.call_stops import Abandonment
 from acp_server.runtime.compaction import ContextCompactor
 from acp_server.runtime.loop import run_turn
 from acp_server.runtime.model import (
@@ -224,6 +225,7 @@ async def _work(services: TurnServices, run: RunContext) -> None:
                     hand_over=lambda: services.runs.hand_over_due(session),
                     redactor=redactor_for(services.config.held_secrets),
                     cancellable_calls=run.cancellable_calls,
+                    abandonment=Abandonment(services.edge.spawn, services.config.cleanup_deadline),
                 )
         if run.settle(stop) and model_turn is not None:
             await model_turn.settle()  # outside the turn's scope: a late cancel cannot undo a decided outcome

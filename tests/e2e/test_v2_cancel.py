@@ -15,7 +15,7 @@ import pytest
 
 from tests.conftest import StartServer
 from tests.e2e.test_interrupts import after, position
-from tests.support.harness import LONG_GRACE_ARGS, T_ACK, T_EXIT, T_WAIT, RawClient
+from tests.support.harness import LONG_GRACE_ARGS, T_ACK, T_ESC, T_EXIT, T_WAIT, W_QUIET, RawClient
 
 pytestmark = pytest.mark.timeout(40)
 
@@ -225,6 +225,93 @@ async def test_tool_call_cancel_stops_that_call_alone_and_the_turn_goes_on(serve
     assert done["error"]["code"] == -32602
     nobody = await server.call("tool_call/cancel", {"sessionId": "sess_none", "toolCallId": call_id})
     assert nobody["error"]["code"] == -32002 and nobody["error"]["data"] == {"sessionId": "sess_none"}
+
+
+# Longer than T_ESC: a call that ends cancelled within T_ESC was abandoned, not waited for.
+STUBBORN_SECONDS = T_ESC + 1.0
+
+
+def is_zombie_output(server: RawClient, since: dict[str, Any], call_id: str) -> Any:
+    """Anything but a probe that names the abandoned call after `since`, or shows its late progress ("zombie")."""
+
+    def matches(message: dict[str, Any]) -> bool:
+        if message.get("method") == "_scripted/probe":
+            return False
+        shown = message.get("params", {}).get("update", {}).get("content")
+        return (call_id in repr(message) and message in after(server, since)) or "zombie" in repr(shown)
+
+    return matches
+
+
+async def test_tool_call_cancel_of_a_tool_ignoring_it_abandons_the_call_at_the_deadline_and_the_turn_goes_on(
+    server_v2: RawClient,
+) -> None:
+    """§23 Q6 / INTERRUPTS I6 for one call: the call that ignores `tool_call/cancel` is abandoned at T_grace and ends
+    `cancelled` once (capabilities cleared); the model is told and the turn goes on to `end_turn` (no idle
+    cancelled, no extra running); nothing of the abandoned call follows, even when it finishes; the session runs the
+    next prompt."""
+    server = server_v2
+    session_id = await server.new_session_v2()
+    stubborn = {"tool": "test_stubborn", "args": {"s": STUBBORN_SECONDS, "progress": "zombie"}}
+    await server.prompt(session_id, [stubborn, {"say": "went on"}])
+    advertised = await server.wait_for(
+        lambda m: of_session(session_id)(m) and m["params"]["update"].get("capabilities") == {"cancel": {}}
+    )
+    call_id = advertised["params"]["update"]["toolCallId"]
+    request = {"id": server.next_id(), "method": "tool_call/cancel", "params": {"sessionId": session_id}}
+    sent = await server.send({**request, "params": {"sessionId": session_id, "toolCallId": call_id}})
+    assert (await server.response(request["id"]))["result"] == {}
+    final = await server.wait_for(
+        lambda m: of_session(session_id)(m) and m["params"]["update"].get("status") == "cancelled", timeout=T_ESC + 1
+    )
+    assert server.arrival_time(final) - sent <= T_ESC
+    assert final["params"]["update"]["toolCallId"] == call_id and final["params"]["update"]["capabilities"] is None
+    abandoned = await server.probe("tool_abandoned", sessionId=session_id, toolCallId=call_id)
+    assert position(server, abandoned) < position(server, final)
+    idle = await server.idle(session_id, timeout=T_WAIT)
+    assert idle["params"]["update"]["stopReason"] == "end_turn"
+    went_on = [m for m in server.received if of_session(session_id)(m) and "went on" in repr(m)]
+    assert went_on and position(server, final) < position(server, went_on[0]) < position(server, idle)
+    assert [u["state"] for u in server.states(session_id)] == ["running", "idle"]
+    finals = [u for u in server.updates(session_id, "tool_call_update") if u["toolCallId"] == call_id]
+    assert [u.get("status") for u in finals].count("cancelled") == 1
+    # The session goes on while the abandoned call still runs.
+    await server.response(await server.prompt(session_id, [{"say": "next"}]))
+    assert (await server.idle(session_id, 2))["params"]["update"]["stopReason"] == "end_turn"
+    # The abandoned call finishes later: a probe may say so, nothing else.
+    await server.probe(
+        "tool_exited", sessionId=session_id, toolCallId=call_id, reason="completed", timeout=STUBBORN_SECONDS + T_WAIT
+    )
+    await server.quiet(W_QUIET, is_zombie_output(server, final, call_id))
+
+
+async def test_session_cancel_of_a_tool_ignoring_it_abandons_the_work_at_the_deadline_and_fences_it(
+    server_v2: RawClient,
+) -> None:
+    """INTERRUPTS I6 on v2 (§20.7): the work is abandoned at T_grace; the call ends `cancelled` before `idle
+    cancelled`, which comes within T_ESC; nothing of the abandoned work follows, even when its tool finishes; the
+    next prompt runs."""
+    server = server_v2
+    session_id = await server.new_session_v2()
+    stubborn = {"tool": "test_stubborn", "args": {"s": STUBBORN_SECONDS, "progress": "zombie"}}
+    await server.prompt(session_id, [stubborn, {"say": "late"}])
+    started = await server.probe("tool_started", sessionId=session_id, tool="test_stubborn")
+    call_id = started["params"]["toolCallId"]
+    sent = await server.cancel(session_id)
+    idle = await server.idle(session_id, timeout=T_ESC + 1)
+    assert server.arrival_time(idle) - sent <= T_ESC
+    assert idle["params"]["update"]["stopReason"] == "cancelled"
+    abandoned = await server.probe("step_exited", sessionId=session_id, reason="abandoned")
+    assert position(server, abandoned) < position(server, idle)
+    finals = [u for u in server.updates(session_id, "tool_call_update") if u["toolCallId"] == call_id]
+    assert finals[-1]["status"] == "cancelled" and finals[-1]["capabilities"] is None
+    await server.response(await server.prompt(session_id, [{"say": "next"}]))
+    assert (await server.idle(session_id, 2))["params"]["update"]["stopReason"] == "end_turn"
+    await server.probe(
+        "tool_exited", sessionId=session_id, toolCallId=call_id, reason="completed", timeout=STUBBORN_SECONDS + T_WAIT
+    )
+    await server.quiet(W_QUIET, is_zombie_output(server, idle, call_id))
+    assert "late" not in server.texts(session_id)
 
 
 async def test_tool_call_cancel_refuses_a_call_that_does_not_advertise_cancel(
