@@ -179,6 +179,9 @@ class RunContext:
     cancellable_calls: dict[str, CallStop] = field(default_factory=dict)
     # Display terminals of running commands (ACP v2): terminal id -> what stops that command's process group alone.
     terminal_stops: dict[str, Callable[[], None]] = field(default_factory=dict)
+    # ... and what sends each one's final update (its `exitStatus`): the command's end, or `_seal` for a terminal
+    # still open when the turn is sealed (sessions/turn.py), which must not leave it running on the client's screen.
+    terminal_ends: dict[str, Callable[[], None]] = field(default_factory=dict)
     # The turn's own copy of the conversation; committed to the session only when the turn is answered.
     messages: list[Message] = field(default_factory=list)
     # Where this turn's own messages start in `messages` (after the history it was given); None until the work has

@@ -258,6 +258,8 @@ def _seal(services: TurnServices, run: RunContext) -> StopReason:
     edge = services.edge
     for request_id in list(run.pending_requests):
         edge.retract(request_id)
+    for end_terminal in list(run.terminal_ends.values()):  # a command the cleanup deadline cut short: exited now
+        end_terminal()
     cancelled = run.cancelled or run.outcome == StopReason.CANCELLED
     failed = run.error is not None and not cancelled
     note = "cancelled" if cancelled else "failed" if failed else None
