@@ -52,6 +52,9 @@ class Parts:
     models: ModelChoices
     # The notifications beyond ACP's that this server handles (advertised in `initialize`).
     extension_notifications: tuple[str, ...] = ()
+    # Held v2 prompts a cancel withdrew and answered itself, at once (protocol/v2/prompt.py `withdraw_held`): their
+    # own request handlers send nothing more (the dispatcher drops their answer).
+    withdrawn: set[RequestId] = field(default_factory=set)
 
 
 @dataclass(eq=False)

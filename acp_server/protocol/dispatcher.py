@@ -32,6 +32,7 @@ from acp_server.protocol.schema import ClientCapabilities, InitializeRequest, Pr
 from acp_server.protocol.titles import title_session
 from acp_server.protocol.v2.negotiation import negotiate
 from acp_server.protocol.v2.schema import InitializeRequestV2
+from acp_server.protocol.v2.withdrawals import withdraw_held
 from acp_server.sessions.runs import PromptRejectedError
 from acp_server.sessions.turn import admit_prompt, release_prompt
 
@@ -131,6 +132,9 @@ class AcpDispatcher:
             check_media(prompt, model, accepts)
             command = prompt_command(prompt, accepts)
             context.run = admit_prompt(self.turns, context.request_id, prompt.session_id, command, self.session)
+            if self.parts.handshake.v2:
+                # The `interrupt` policy cancels what was admitted before this prompt: held prompts answer first.
+                withdraw_held(self.parts, context.run.session)
         except RpcError as exc:
             context.admission_error = exc
             return
@@ -140,7 +144,21 @@ class AcpDispatcher:
             return
         self.prompts[context.request_id] = context.run
 
-    async def answer(self, request: IncomingRequest, context: RequestContext) -> dict[str, Any]:
+    async def answer(self, request: IncomingRequest, context: RequestContext) -> dict[str, Any] | None:
+        if self._answered_by_withdrawal(context):
+            return None
+        response = await self._answer(request, context)
+        return None if self._answered_by_withdrawal(context) else response
+
+    def _answered_by_withdrawal(self, context: RequestContext) -> bool:
+        """A held v2 prompt whose -32800 its cancel already sent (before or while its handler waited)."""
+        withdrawn = self.parts.withdrawn
+        if context.run is None or context.request_id not in withdrawn:
+            return False
+        withdrawn.discard(context.request_id)
+        return True
+
+    async def _answer(self, request: IncomingRequest, context: RequestContext) -> dict[str, Any]:
         methods = self._methods_v2 if self.parts.handshake.v2 else self._methods
         if request.method.startswith("session/") and request.method in methods:
             try:

@@ -337,6 +337,58 @@ async def test_tool_call_cancel_refuses_a_call_that_does_not_advertise_cancel(
 HOLD_V2 = {"tool": "test_client_request", "args": {"method": "_test/hold", "params": {}}}
 
 
+def retraction_of(request_id: Any) -> Any:
+    return lambda m: m.get("method") == "$/cancel_request" and m["params"]["requestId"] == request_id
+
+
+async def test_a_cancel_answers_its_held_prompts_first_in_order_then_retracts_then_ends_idle_cancelled(
+    server_v2: RawClient,
+) -> None:
+    """§20.1's order, by construction: 1. each held prompt's -32800, in the order received; 2. `$/cancel_request`
+    for the work's pending request to the client; 3. its final updates; 4. `idle cancelled`; a prompt sent after the
+    cancel is inserted after that idle."""
+    server = server_v2
+    session_id = await server.new_session_v2()
+    await server.prompt(session_id, [HOLD_V2])
+    pending = await server.wait_for(lambda m: m.get("method") == "_test/hold")
+    first = await server.prompt(session_id, [{"say": "never-1"}])
+    second = await server.prompt(session_id, [{"say": "never-2"}])
+    later = server.prompt_message(session_id, [{"say": "after"}])
+    await server.send({"method": "session/cancel", "params": {"sessionId": session_id}}, later)
+    answers = [await server.response(first), await server.response(second)]
+    assert [a["error"]["code"] for a in answers] == [-32800, -32800]
+    retraction = await server.wait_for(retraction_of(pending["id"]))
+    idle = await server.idle(session_id)
+    assert idle["params"]["update"]["stopReason"] == "cancelled"
+    final = [m for m in server.received if of_session(session_id)(m) and m["params"]["update"].get("status")][-1]
+    assert final["params"]["update"]["status"] == "cancelled"
+    order = [position(server, m) for m in (*answers, retraction, final, idle)]
+    assert order == sorted(order)
+    inserted = await server.response(later["id"])
+    assert position(server, idle) < position(server, inserted)
+    assert (await server.idle(session_id, 2))["params"]["update"]["stopReason"] == "end_turn"
+
+
+async def test_a_close_answers_its_held_prompts_first_in_order_then_the_idle_then_its_own_answer(
+    server_v2: RawClient,
+) -> None:
+    """§20.2's order: held prompts -32800 (in the order received), `$/cancel_request`, the idle cancelled, `{}`."""
+    server = server_v2
+    session_id = await server.new_session_v2()
+    await server.prompt(session_id, [HOLD_V2])
+    pending = await server.wait_for(lambda m: m.get("method") == "_test/hold")
+    first = await server.prompt(session_id, [{"say": "never-1"}])
+    second = await server.prompt(session_id, [{"say": "never-2"}])
+    closed = await server.call("session/close", {"sessionId": session_id})
+    assert closed["result"] == {}
+    answers = [await server.response(first), await server.response(second)]
+    assert [a["error"]["code"] for a in answers] == [-32800, -32800]
+    retraction = await server.wait_for(retraction_of(pending["id"]))
+    idle = await server.idle(session_id)
+    order = [position(server, m) for m in (*answers, retraction, idle, closed)]
+    assert order == sorted(order)
+
+
 async def test_steer_inserts_the_prompt_at_once_and_the_joined_work_ends_with_one_idle(
     start_server: StartServer,
 ) -> None:

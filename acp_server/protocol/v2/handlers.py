@@ -1,8 +1,8 @@
 """The methods a v2 connection serves, by wire name (ACP-V2.md §21.1). v1-only methods (`authenticate`, `logout`,
 `session/load`, `session/set_mode`, `session/fork`) are absent, so they are `-32601` on v2 (`auth/login` and
 `auth/logout` replace the first two); `session/cancel`
-is v1's handler; `$/cancel_request` is v2's own, acting only on a held prompt (see protocol/v2/prompt.py for what a
-withdrawn held prompt answers).
+is v1's cancel that then answers the held prompts it withdrew (protocol/v2/withdrawals.py); `$/cancel_request` is
+v2's own, acting only on a held prompt (see protocol/v2/prompt.py for what a withdrawn held prompt answers).
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from acp_server.protocol.v2.sessions import (
     session_set_config_option_v2,
 )
 from acp_server.protocol.v2.terminals import terminal_cancel
+from acp_server.protocol.v2.withdrawals import session_cancel_v2
 
 __all__ = ["METHODS_V2", "NOTIFICATIONS_V2"]
 
@@ -57,5 +58,6 @@ METHODS_V2: dict[str, Handler] = {
 
 NOTIFICATIONS_V2: dict[str, NotificationHandler] = {
     **NOTIFICATIONS,
+    "session/cancel": (NOTIFICATIONS["session/cancel"][0], session_cancel_v2),
     "$/cancel_request": (NOTIFICATIONS["$/cancel_request"][0], cancel_request_v2),
 }

@@ -21,6 +21,7 @@ from acp_server.protocol.context import Parts, RequestContext
 from acp_server.protocol.schema import CancelRequestNotification, PromptRequest
 from acp_server.protocol.titles import title_session
 from acp_server.protocol.v2.updates import idle, running, user_message
+from acp_server.protocol.v2.withdrawals import WITHDRAWN, withdraw
 from acp_server.runtime.model import StopReason
 from acp_server.sessions.runs import RunContext, RunState
 from acp_server.sessions.turn import TurnFailedError, execute_prompt, release_prompt
@@ -44,9 +45,8 @@ async def session_prompt_v2(context: RequestContext, params: PromptRequest) -> d
         # Claimed while it was held, before it was inserted: withdrawn. The dispatcher releases it once this error
         # is queued. (A prompt inserted, at admission or at its hand-over, and cancelled at once is answered, and its
         # work ends `idle cancelled`.)
-        raise RpcError(
-            ErrorCode.REQUEST_CANCELLED, "Request cancelled: the prompt was withdrawn before it was inserted"
-        )
+        # (Its cancel has normally answered it already, at once: then the dispatcher drops this answer.)
+        raise RpcError(ErrorCode.REQUEST_CANCELLED, WITHDRAWN)
     message_id = f"msg_{uuid.uuid4().hex}"
     run.prompt.message_id = message_id  # the store keeps it, so a replay shows the id this response returns
     # Inserted: the request is answered now, the work is this module's from here on (not the dispatcher's).
@@ -64,6 +64,7 @@ def cancel_request_v2(parts: Parts, params: CancelRequestNotification) -> None:
     run = parts.prompts.get(params.request_id)
     if run is not None and run.state is RunState.QUEUED:
         parts.runs.cancel_run(run)
+        withdraw(parts, run)
 
 
 def _insert_now(context: RequestContext, run: RunContext) -> dict[str, Any]:

@@ -34,6 +34,7 @@ from acp_server.protocol.session_handlers import (
 )
 from acp_server.protocol.v2.schema import NewSessionRequestV2, ResumeSessionRequestV2
 from acp_server.protocol.v2.updates import available_commands_v2, config_options_v2, idle
+from acp_server.protocol.v2.withdrawals import withdraw_held
 from acp_server.sessions.options import SLASH_COMMANDS
 from acp_server.sessions.runs import Session
 
@@ -142,6 +143,8 @@ async def session_close_v2(context: RequestContext, params: CloseSessionRequest)
     session = parts.sessions.get(params.session_id)
     if session is None or session.closed:
         return {}  # the schema: closing an unknown or inactive session SHOULD succeed
+    parts.runs.interrupt(session.session_id)  # (close_session's own interrupt then finds nothing more to claim)
+    withdraw_held(parts, session)  # §20.2: the held prompts' -32800 first, before anything of the work
     await close_session(parts, session)
     if parts.store.current is not None:
         parts.store.current.release(params.session_id)  # closed: pruning may remove it again (as on v1)
