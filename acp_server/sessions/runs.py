@@ -256,6 +256,8 @@ class RunContext:
         if self.state is RunState.QUEUED:
             self._move(frozenset({RunState.QUEUED}), RunState.ADMITTED)
             self.was_admitted = True
+        else:
+            self._wake()  # claimed: whoever waits for its place in the session (sessions/turn.py) may go on
         return True
 
     def start(self) -> bool:

@@ -52,7 +52,7 @@ from acp_server.sessions.turn_tools import bound_probe, tool_context, tool_ports
 if TYPE_CHECKING:
     from acp_server.store import TurnStatus
 
-__all__ = ["TurnFailedError", "admit_prompt", "execute_prompt", "release_prompt"]
+__all__ = ["TurnFailedError", "admit_prompt", "execute_prompt", "execute_unjoined_steer", "release_prompt"]
 
 log = logging.getLogger(__name__)
 
@@ -125,6 +125,18 @@ async def execute_prompt(services: TurnServices, run: RunContext) -> StopReason:
     finally:
         if store is not None:
             await store.flush()  # committed before the response, whatever the outcome
+
+
+async def execute_unjoined_steer(services: TurnServices, run: RunContext) -> StopReason:
+    """A steering prompt that a cancel claimed with the work it joined, before the hand-over. It was inserted (the
+    protocol edge answered and echoed it), so it is the user's words: once the session is handed to it (the joined
+    work sealed its own history), its turn is recorded like one that ran zero model steps, with its message in the
+    history and the `[cancelled]` note after it, and replayed with it."""
+    await run.wait_until(lambda: services.runs.running(run.session_id) is run)
+    message = await _user_message(run.prompt.text, run.prompt, run.session)
+    run.messages = [*run.session.history, message]
+    run.turn_start = len(run.messages)
+    return await execute_prompt(services, run)
 
 
 async def _execute(services: TurnServices, run: RunContext) -> StopReason:

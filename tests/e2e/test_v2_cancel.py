@@ -433,6 +433,39 @@ async def test_steer_a_cancel_before_the_hand_over_ends_the_joined_work_with_one
     assert (await server.idle(session_id, 2))["params"]["update"]["stopReason"] == "end_turn"
 
 
+async def test_steer_a_prompt_cancelled_before_the_hand_over_is_kept_in_the_history_and_replayed(
+    start_server: StartServer, tmp_path: Path
+) -> None:
+    """§7 insert now: a steering prompt is answered and echoed at once, so it is the user's words even when a cancel
+    ends the joined work before the hand-over: the store keeps it between the work's prompt and the next one, and a
+    replay shows it with the id its response returned."""
+    args = ("--model", "scripted", "--test-mode", "--cleanup-deadline", "10", "--prompt-policy", "steer")
+    env = {"ACP_SERVER_STATE_DIR": str(tmp_path)}
+    server = await start_server(*args, env=env)
+    await server.initialize_v2()
+    session_id = await server.new_session_v2()
+    ids = [(await server.response(await server.prompt(session_id, [{"say": "p1"}, HOLD_V2])))["result"]["messageId"]]
+    await server.wait_for(lambda m: m.get("method") == "_test/hold")
+    steered = await server.response(await server.prompt(session_id, [{"say": "steered-words"}]))
+    ids.append(steered["result"]["messageId"])
+    await server.cancel(session_id)
+    assert (await server.idle(session_id))["params"]["update"]["stopReason"] == "cancelled"
+    ids.append((await server.response(await server.prompt(session_id, [{"say": "next"}])))["result"]["messageId"])
+    assert (await server.idle(session_id, 2))["params"]["update"]["stopReason"] == "end_turn"
+    await server.close()
+
+    again = await start_server(*args, env=env)
+    await again.initialize_v2()
+    response = await again.call(
+        "session/resume", {"sessionId": session_id, "cwd": "/tmp", "replayFrom": {"type": "start"}}
+    )
+    assert "result" in response
+    replayed = [u for u in again.updates(session_id, "user_message")]
+    assert [u["messageId"] for u in replayed] == ids
+    (echoed,) = [u for u in server.updates(session_id, "user_message") if u["messageId"] == ids[1]]
+    assert replayed[1] == echoed
+
+
 async def test_stdin_eof_with_v2_work_running_and_a_prompt_held_exits_cleanly(start_server: StartServer) -> None:
     """I17 on v2: the work is cancelled with the connection and the process exits in time (exit checked by the
     fixture's close, like every test's)."""

@@ -24,7 +24,7 @@ from acp_server.protocol.v2.updates import idle, running, user_message
 from acp_server.protocol.v2.withdrawals import WITHDRAWN, withdraw
 from acp_server.runtime.model import StopReason
 from acp_server.sessions.runs import RunContext, RunState
-from acp_server.sessions.turn import TurnFailedError, execute_prompt, release_prompt
+from acp_server.sessions.turn import TurnFailedError, execute_prompt, execute_unjoined_steer, release_prompt
 
 __all__ = ["cancel_request_v2", "session_prompt_v2"]
 
@@ -92,9 +92,13 @@ async def _joined_work(parts: Parts, run: RunContext) -> None:
     await run.wait_until(lambda: run.state is not RunState.QUEUED)
     if run.cancelled and not run.was_admitted:
         # Cancelled with the work it joined, before the hand-over: that work's `idle cancelled` has ended it, so
-        # nothing more is sent for it. Cancelled after the hand-over, the work is its own (the predecessor sent no
-        # idle): the normal path below ends it with `idle cancelled`.
-        parts.turns.runs.release(run)
+        # nothing more is sent for it, but its message is kept (recorded after that work's). Cancelled after the
+        # hand-over, the work is its own (the predecessor sent no idle): the normal path below ends it with `idle
+        # cancelled`.
+        try:
+            await execute_unjoined_steer(parts.turns, run)
+        finally:
+            release_prompt(parts.turns, run)
         return
     # Repeated snapshots are idempotent: after a predecessor that failed (its idle sent) this starts the work again.
     parts.connection.notify("session/update", {"sessionId": run.session_id, "update": running()})
