@@ -146,3 +146,37 @@ async def test_list_and_resume_are_baseline_without_a_store(start_server: StartS
     assert "configOptions" in resumed["result"]
     other = await server.call("session/resume", {"sessionId": "sess_elsewhere", "cwd": "/tmp"})
     assert other["error"]["code"] == -32002
+
+
+@pytest.mark.parametrize("store", [(), ("--no-store",)], ids=["store", "no-store"])
+async def test_resume_of_a_session_whose_work_runs_on_this_connection_snapshots_running_and_the_work_goes_on(
+    start_server: StartServer, store: tuple[str, ...]
+) -> None:
+    """§23 Q12 (and Q22 under `--no-store`): allowed; the snapshot before the response says `running` (the work is
+    not idle, and a resume ends nothing), then the work streams on live to its one idle; nothing is sent twice."""
+    server = await start_server(*DEFAULT_ARGS, *store)
+    await server.initialize_v2()
+    session_id = await server.new_session_v2()
+    await server.prompt(session_id, [{"gate": "g"}, {"say": "after"}])
+    await server.probe("gate_reached", sessionId=session_id, gate="g")
+    response = await server.call("session/resume", {"sessionId": session_id, "cwd": "/tmp"})
+    assert set(response["result"]) == {"configOptions", "availableCommands"}
+    assert updates_before(server, session_id, response)[-1] == {"sessionUpdate": "state_update", "state": "running"}
+    await server.release(session_id, "g")
+    idle = await server.idle(session_id)
+    assert idle["params"]["update"]["stopReason"] == "end_turn"
+    assert [u["state"] for u in server.states(session_id)] == ["running", "running", "idle"]
+    assert server.texts(session_id) == ["after"] and len(server.updates(session_id, "user_message")) == 1
+    said = next(
+        m
+        for m in server.received
+        if m.get("params", {}).get("update", {}).get("content", {}) == {"type": "text", "text": "after"}
+    )
+    assert position(server, response) < position(server, said) < position(server, idle)
+    elsewhere = await server.call("session/resume", {"sessionId": session_id, "cwd": "/nonexistent"})
+    assert elsewhere["error"]["code"] == -32602
+    # Idle now: a resume's snapshot is the idle with the last stop reason, which ends nothing.
+    again = await server.call("session/resume", {"sessionId": session_id, "cwd": "/tmp"})
+    assert updates_before(server, session_id, again)[-1]["state"] == "idle"
+    await server.response(await server.prompt(session_id, [{"say": "more"}]))
+    assert (await server.idle(session_id, 3))["params"]["update"]["stopReason"] == "end_turn"

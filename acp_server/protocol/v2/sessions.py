@@ -5,8 +5,11 @@ and `set_config_option`, on v1's session lifecycle (protocol/session_handlers.py
   and `availableCommands`, no `modes`.
 - `session/list` is baseline: under `--no-store` it lists this process's open sessions (§23 Q22).
 - `session/resume`: `replayFrom` omitted or null replays nothing, `{"type": "start"}` everything, before the
-  response; anything else is `-32602`. Then a `state_update` snapshot of the foreground state (`idle`: a resume
-  of a session with running work is refused, as on v1), then the response.
+  response; anything else is `-32602`. Then a `state_update` snapshot of the foreground state, then the response.
+  A session open on this connection with work running is resumed as it is (§23 Q12): the snapshot says `running`,
+  the work streams on, nothing is rebuilt; so is any open session under `--no-store` (§23 Q22), which has nothing
+  to replay. A replay of a running session's history is still refused (`-32600`): the store cannot yet say where
+  the live stream stands, and Q12 wants nothing sent twice.
 - `session/close` of an unknown or closed session succeeds (`{}`); an open one ends its work first: held prompts
   `-32800`, the running work's `idle cancelled`, then `{}`.
 """
@@ -33,7 +36,7 @@ from acp_server.protocol.session_handlers import (
     session_set_config_option,
 )
 from acp_server.protocol.v2.schema import NewSessionRequestV2, ResumeSessionRequestV2
-from acp_server.protocol.v2.updates import available_commands_v2, config_options_v2, idle
+from acp_server.protocol.v2.updates import available_commands_v2, config_options_v2, idle, running
 from acp_server.protocol.v2.withdrawals import withdraw_held
 from acp_server.sessions.options import SLASH_COMMANDS
 from acp_server.sessions.runs import Session
@@ -97,18 +100,16 @@ async def session_resume_v2(context: RequestContext, params: ResumeSessionReques
         mcp_servers=params.mcp_servers,
         additional_directories=params.additional_directories,
     )
-    if not parts.config.store:
-        open_session = parts.sessions.get(params.session_id)
-        if open_session is None or open_session.closed:
-            data = {"sessionId": params.session_id}
-            raise RpcError(ErrorCode.RESOURCE_NOT_FOUND, f"unknown session: {params.session_id}", data)
-        _snapshot(context, params.session_id, "end_turn")
-        session = parts.sessions.require(params.session_id)
-        from acp_server.protocol.options import config_options
-
-        offered = parts.models.offered(session.model)
-        result = {"configOptions": config_options(session.model, session.mode, session.prompt_policy, offered)}
-        return _v2_result(result)
+    live = parts.sessions.get(params.session_id)
+    if live is not None and live.closed:
+        live = None
+    working = live is not None and parts.runs.running(live.session_id) is not None
+    if not parts.config.store or working:
+        if working and replay_from is not None and parts.config.store:
+            raise RpcError(
+                ErrorCode.INVALID_REQUEST, "the session has work running: resume it without replayFrom, or cancel it"
+            )
+        return _resume_live(context, params, live)
     from acp_server.protocol.v2.replay import replay_updates_v2  # with the store
 
     last_stop = ["end_turn"]
@@ -127,6 +128,29 @@ async def session_resume_v2(context: RequestContext, params: ResumeSessionReques
 
     result = await restore_session(context, v1, replay)
     _snapshot(context, params.session_id, last_stop[0])
+    return _v2_result(result)
+
+
+def _resume_live(context: RequestContext, params: ResumeSessionRequestV2, session: Session | None) -> dict[str, Any]:
+    """Resume the session as this connection has it open (with its work, if any, going on); nothing is replayed."""
+    parts = context.parts
+    if session is None:
+        data = {"sessionId": params.session_id}
+        raise RpcError(ErrorCode.RESOURCE_NOT_FOUND, f"unknown session: {params.session_id}", data)
+    if session.cwd != Path(params.cwd):
+        raise RpcError(
+            ErrorCode.INVALID_PARAMS,
+            f"Invalid params: cwd: the session's working directory is {str(session.cwd)!r} (§5.3)",
+        )
+    if parts.runs.running(session.session_id) is not None:
+        # The work is not idle, and a resume ends nothing: the snapshot says so, and the work's own idle follows.
+        parts.connection.notify("session/update", {"sessionId": session.session_id, "update": running()})
+    else:
+        _snapshot(context, session.session_id, "end_turn")
+    from acp_server.protocol.options import config_options
+
+    offered = parts.models.offered(session.model)
+    result = {"configOptions": config_options(session.model, session.mode, session.prompt_policy, offered)}
     return _v2_result(result)
 
 
