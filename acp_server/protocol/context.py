@@ -52,7 +52,7 @@ class Parts:
     models: ModelChoices
     # The notifications beyond ACP's that this server handles (advertised in `initialize`).
     extension_notifications: tuple[str, ...] = ()
-    # Held v2 prompts a cancel withdrew and answered itself, at once (protocol/v2/prompt.py `withdraw_held`): their
+    # Held v2 prompts a cancel withdrew and answered itself, at once (protocol/v2/withdrawals.py): their
     # own request handlers send nothing more (the dispatcher drops their answer).
     withdrawn: set[RequestId] = field(default_factory=set)
 
@@ -66,6 +66,8 @@ class RequestContext:
     validated_params: BaseModel | None = None
     run: RunContext | None = None
     admission_error: RpcError | None = None
+    # Refused before any handler (a v2 request with id null): the answer is this error, nothing of the request runs.
+    refused: RpcError | None = None
     # Run once the response is queued (e.g. session-scoped updates that must follow the response).
     after: list[Callable[[], None]] = field(default_factory=list)
 

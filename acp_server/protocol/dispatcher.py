@@ -40,6 +40,11 @@ __all__ = ["AcpDispatcher"]
 
 log = logging.getLogger(__name__)
 
+# v2's `RequestId` is a string or an integer and MUST NOT be null (schema 2.4.0 `$defs/RequestId`), and a v2 result's
+# `id` is a `RequestId`: a request with `id: null` cannot get a result, so on v2 it is an invalid request. Base
+# JSON-RPC (and so v1) allows a null id, and keeps it.
+NULL_ID_V2 = "Invalid request: a v2 request id is a string or an integer, never null"
+
 
 class AcpDispatcher:
     """The ACP side of one connection, as the connection sees it (jsonrpc/connection.py `Dispatcher`)."""
@@ -74,11 +79,31 @@ class AcpDispatcher:
 
     def prepare(self, request: IncomingRequest) -> RequestContext:
         context = RequestContext(self.parts, request.id)
+        if request.id is None and self._speaks_v2(request):
+            # Decided here, before a handshake could change the version; answered as it is, nothing of it runs.
+            context.refused = RpcError(ErrorCode.INVALID_REQUEST, NULL_ID_V2)
+            return context
         if request.method == "session/prompt" and isinstance(request.params, dict):
             self._admit(context, request.params)
         elif request.method == "initialize" and isinstance(request.params, dict):
             self._handshake(context, request.params)
         return context
+
+    def _speaks_v2(self, request: IncomingRequest) -> bool:
+        """Whether this request is one of a v2 connection: the connection speaks v2, or it is the `initialize` that
+        will choose v2."""
+        if self.parts.handshake.v2:
+            return True
+        params = request.params
+        requested = (
+            params.get("protocolVersion") if request.method == "initialize" and isinstance(params, dict) else None
+        )
+        if type(requested) is not int or self.parts.handshake.client_capabilities is not None:
+            return False  # no version asked for, or the connection already chose v1
+        try:
+            return negotiate(requested, self.parts.config.protocol) == 2
+        except RpcError:
+            return False
 
     def _handshake(self, context: RequestContext, params: dict[str, Any]) -> None:
         """Applied in reader order, so a request pipelined right behind `initialize` already sees it. The version is
@@ -159,6 +184,8 @@ class AcpDispatcher:
         return True
 
     async def _answer(self, request: IncomingRequest, context: RequestContext) -> dict[str, Any]:
+        if context.refused is not None:
+            return error_message(request.id, context.refused.code, context.refused.message)
         methods = self._methods_v2 if self.parts.handshake.v2 else self._methods
         if request.method.startswith("session/") and request.method in methods:
             try:

@@ -110,6 +110,7 @@ async def test_acp_patch_204_205_208_a_tool_call_is_one_upsert_with_its_name_and
     first = calls[0]
     assert first["title"] and first["name"] == "update_plan" and first["status"] == "pending"
     assert {c["toolCallId"] for c in calls} == {first["toolCallId"]}
+    assert all(c.get("name", first["name"]) == first["name"] for c in calls)  # set once, never changed
     assert calls[-1]["status"] == "completed"
     (plan,) = server_v2.updates(session_id, "plan_update")
     assert plan["plan"] == {"type": "items", "planId": f"plan-{session_id}", "entries": entries}
