@@ -171,6 +171,8 @@ class RunContext:
     # abandoned at the cleanup deadline. Not a state: abandoned work may outlive the turn.
     work_done: bool = False
     pending_requests: set[int] = field(default_factory=set)
+    # Questions to the user (a permission, a form) this run awaits now: its foreground is `requires_action` (ACP v2).
+    asking: int = 0
     # Tool calls announced to the client and not yet finished, with their titles.
     open_tool_calls: dict[str, str] = field(default_factory=dict)
     # Compactions announced `in_progress` and not yet ended (each gets exactly one end; sessions/turn.py `_seal`).

@@ -180,3 +180,21 @@ async def test_resume_of_a_session_whose_work_runs_on_this_connection_snapshots_
     assert updates_before(server, session_id, again)[-1]["state"] == "idle"
     await server.response(await server.prompt(session_id, [{"say": "more"}]))
     assert (await server.idle(session_id, 3))["params"]["update"]["stopReason"] == "end_turn"
+
+
+async def test_resume_while_the_work_waits_on_a_permission_snapshots_requires_action(server_v2: RawClient) -> None:
+    """§23 Q12/Q13: the snapshot is the foreground state as it is now: `requires_action` while the question is
+    open; after the answer, `running`, then the work's one idle."""
+    server = server_v2
+    session_id = await server.new_session_v2()
+    await server.prompt(session_id, [{"tool": "run_command", "args": {"command": "true"}}, {"say": "ok"}])
+    asked = await server.wait_for(lambda m: m.get("method") == "session/request_permission")
+    response = await server.call("session/resume", {"sessionId": session_id, "cwd": "/tmp"})
+    assert updates_before(server, session_id, response)[-1] == {
+        "sessionUpdate": "state_update",
+        "state": "requires_action",
+    }
+    await server.send({"id": asked["id"], "result": {"outcome": {"outcome": "selected", "optionId": "allow_once"}}})
+    assert (await server.idle(session_id))["params"]["update"]["stopReason"] == "end_turn"
+    states = [u["state"] for u in server.states(session_id)]
+    assert states == ["running", "requires_action", "requires_action", "running", "idle"]

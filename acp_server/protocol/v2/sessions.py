@@ -6,10 +6,11 @@ and `set_config_option`, on v1's session lifecycle (protocol/session_handlers.py
 - `session/list` is baseline: under `--no-store` it lists this process's open sessions (§23 Q22).
 - `session/resume`: `replayFrom` omitted or null replays nothing, `{"type": "start"}` everything, before the
   response; anything else is `-32602`. Then a `state_update` snapshot of the foreground state, then the response.
-  A session open on this connection with work running is resumed as it is (§23 Q12): the snapshot says `running`,
-  the work streams on, nothing is rebuilt; so is any open session under `--no-store` (§23 Q22), which has nothing
-  to replay. A replay of a running session's history is still refused (`-32600`): the store cannot yet say where
-  the live stream stands, and Q12 wants nothing sent twice.
+  A session open on this connection with work running is resumed as it is (§23 Q12): the snapshot says `running`
+  (`requires_action` while a question to the user is open), the work streams on, nothing is rebuilt; so is any
+  open session under `--no-store` (§23 Q22), which has nothing to replay. A replay of a running session's history
+  is still refused (`-32600`): the store cannot yet say where the live stream stands, and Q12 wants nothing sent
+  twice.
 - `session/close` of an unknown or closed session succeeds (`{}`); an open one ends its work first: held prompts
   `-32800`, the running work's `idle cancelled`, then `{}`.
 """
@@ -36,7 +37,7 @@ from acp_server.protocol.session_handlers import (
     session_set_config_option,
 )
 from acp_server.protocol.v2.schema import NewSessionRequestV2, ResumeSessionRequestV2
-from acp_server.protocol.v2.updates import available_commands_v2, config_options_v2, idle, running
+from acp_server.protocol.v2.updates import available_commands_v2, config_options_v2, idle, requires_action, running
 from acp_server.protocol.v2.withdrawals import withdraw_held
 from acp_server.sessions.options import SLASH_COMMANDS
 from acp_server.sessions.runs import Session
@@ -142,9 +143,15 @@ def _resume_live(context: RequestContext, params: ResumeSessionRequestV2, sessio
             ErrorCode.INVALID_PARAMS,
             f"Invalid params: cwd: the session's working directory is {str(session.cwd)!r} (§5.3)",
         )
-    if parts.runs.running(session.session_id) is not None:
+    work = parts.runs.running(session.session_id)
+    if work is not None:
         # The work is not idle, and a resume ends nothing: the snapshot says so, and the work's own idle follows.
-        parts.connection.notify("session/update", {"sessionId": session.session_id, "update": running()})
+        # It waits on the user while this turn, or a subagent of it (shown in this session), awaits an answer.
+        asking = any(
+            r.asking for r in parts.runs.current() if session.session_id in (r.session_id, r.parent_session_id)
+        )
+        update = requires_action() if asking else running()
+        parts.connection.notify("session/update", {"sessionId": session.session_id, "update": update})
     else:
         _snapshot(context, session.session_id, "end_turn")
     from acp_server.protocol.options import config_options
