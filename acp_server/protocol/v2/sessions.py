@@ -146,11 +146,8 @@ def _resume_live(context: RequestContext, params: ResumeSessionRequestV2, sessio
     work = parts.runs.running(session.session_id)
     if work is not None:
         # The work is not idle, and a resume ends nothing: the snapshot says so, and the work's own idle follows.
-        # It waits on the user while this turn, or a subagent of it (shown in this session), awaits an answer.
-        asking = any(
-            r.asking for r in parts.runs.current() if session.session_id in (r.session_id, r.parent_session_id)
-        )
-        update = requires_action() if asking else running()
+        # It waits on the user while the turn awaits an answer (its subagents ask through the turn's own ports).
+        update = requires_action() if work.asking else running()
         parts.connection.notify("session/update", {"sessionId": session.session_id, "update": update})
     else:
         _snapshot(context, session.session_id, "end_turn")
