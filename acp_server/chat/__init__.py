@@ -9,8 +9,9 @@ the agent's stdin/stdout, never by importing the server. `acp_server.chat.app.ma
 - `rpc_client`: JSON-RPC 2.0 over the agent's stdio (our requests, its requests and notifications).
 - `terminal`: the person's terminal (writing, a line reader thread, whether colours are wanted).
 - `render`: session updates as lines of text; `style`: colours, diffs and plans.
-- `permissions`: permission requests answered at the keyboard, withdrawn by a cancel.
-- `session`: the conversation: handshake, turns, Ctrl-C.
+- `v2`: an ACP v2 connection's updates and permission questions, drawn by the same renderer.
+- `permissions`: permission requests (and v2 forms, `forms`) answered at the keyboard, withdrawn by a cancel.
+- `session`: the conversation: handshake (v2, or v1 when the agent answers 1), turns, Ctrl-C.
 
 May import nothing of the server but the package's version: it is another program, and reaches the agent over
 the protocol only.

@@ -33,6 +33,7 @@ SERVER_FLAGS: tuple[tuple[str, str, str], ...] = (
     ("--state-dir", "DIR", "where sessions are stored"),
     ("--log-level", "LEVEL", "debug, info, warning or error"),
     ("--log-file", "PATH", "the agent's log file"),
+    ("--protocol", "N", "the highest ACP version the agent serves: 2 (the default) or 1; the chat speaks either"),
 )
 SERVER_SWITCHES: tuple[tuple[str, str], ...] = (
     ("--no-store", "keep the session in memory only"),

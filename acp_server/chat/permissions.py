@@ -1,23 +1,30 @@
-"""Permission requests answered at the keyboard.
+"""The agent's questions answered at the keyboard: permission requests, and (on ACP v2) forms.
 
 ACP: after sending `session/cancel` the client MUST answer every pending `session/request_permission` with
 `{"outcome": "cancelled"}`. So each open question runs in its own cancel scope: a cancel of the turn (Ctrl-C) or
-the agent withdrawing the request (`$/cancel_request`) closes it and it is answered `cancelled`. Questions are
-asked one at a time (a subagent may ask while another question is on screen); the next waits its turn.
+the agent withdrawing the request (`$/cancel_request`) closes it and it is answered `cancelled` (a form: the
+`cancel` action). Questions are asked one at a time (a subagent may ask while another question is on screen); the
+next waits its turn. A form (`elicitation/create`, form mode) is asked a field a line (see `forms`); when stdin has
+ended nobody can answer, and it is declined, as a permission is refused.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 import anyio
 
+from acp_server.chat.forms import Field, fields_of, hint, parse
 from acp_server.chat.render import Renderer
 from acp_server.chat.terminal import LineInput
 
 __all__ = ["Questions"]
 
 CANCELLED: dict[str, Any] = {"outcome": {"outcome": "cancelled"}}
+FORM_CANCELLED: dict[str, Any] = {"action": "cancel"}
+FORM_DECLINED: dict[str, Any] = {"action": "decline"}
+T = TypeVar("T")
 # Shortcuts beside the numbers: y picks the first option that allows once, n the first that rejects once.
 SHORTCUTS = {"y": "allow_once", "n": "reject_once"}
 
@@ -49,22 +56,74 @@ class Questions:
         options = [o for o in params.get("options", []) if isinstance(o, dict) and "optionId" in o]
         if not options:
             return CANCELLED
+
+        async def choose() -> dict[str, Any]:
+            self._renderer.permission_question(params.get("toolCall"), options)
+            return await self._choose(options)
+
+        chosen = await self._asking(request_id, choose)
+        if chosen is None:
+            return CANCELLED
+        self._renderer.line(self._renderer.style.paint(f"  → {chosen.get('name', chosen['optionId'])}", "dim"))
+        return {"outcome": {"outcome": "selected", "optionId": chosen["optionId"]}}
+
+    async def ask_form(self, params: Any, request_id: object) -> dict[str, Any]:
+        """`elicitation/create`: a form's fields typed one a line. Only form mode is advertised; anything else, and
+        a form this client cannot ask, is declined."""
+        params = params if isinstance(params, dict) else {}
+        fields = fields_of(params.get("requestedSchema")) if params.get("mode") == "form" else None
+        if fields is None:
+            self._renderer.line(
+                self._renderer.style.paint("  (the agent asked a question this client cannot show)", "dim")
+            )
+            return FORM_DECLINED
+
+        async def fill() -> dict[str, Any] | None:
+            self._renderer.form_question(str(params.get("message") or ""))
+            return await self._fill(fields)
+
+        answered = await self._asking(request_id, fill)
+        if answered is None:
+            return FORM_CANCELLED
+        content = answered.get("content")
+        if content is None:
+            return FORM_DECLINED  # stdin has ended: nobody can answer
+        return {"action": "accept", "content": content}
+
+    async def _asking(self, request_id: object, interact: Callable[[], Awaitable[T]]) -> T | None:
+        """Run one question's interaction in its turn and its own cancel scope; None when it was cancelled or
+        withdrawn (or the turn was being cancelled before it could be shown)."""
         async with self._one_at_a_time:
             if self._cancelling:
-                return CANCELLED
+                return None
             with anyio.CancelScope() as scope:
                 self._open[_key(request_id)] = scope
                 try:
-                    self._renderer.permission_question(params.get("toolCall"), options)
                     self._lines.discard_typed_ahead()
-                    chosen = await self._choose(options)
+                    result = await interact()
                 finally:
                     del self._open[_key(request_id)]
             if scope.cancelled_caught:
                 self._renderer.line(self._renderer.style.paint("  (question withdrawn)", "dim"))
-                return CANCELLED
-        self._renderer.line(self._renderer.style.paint(f"  → {chosen.get('name', chosen['optionId'])}", "dim"))
-        return {"outcome": {"outcome": "selected", "optionId": chosen["optionId"]}}
+                return None
+        return result
+
+    async def _fill(self, fields: list[Field]) -> dict[str, Any]:
+        """{"content": the answers} or {"content": None} when stdin ended before the form was done."""
+        content: dict[str, Any] = {}
+        for field in fields:
+            while True:
+                self._renderer.ask_field(field.label, field.description, hint(field))
+                line = await self._lines.next_line()
+                if line is None:
+                    self._renderer.line("")
+                    return {"content": None}
+                ok, value = parse(field, line)
+                if ok:
+                    break
+            if value is not None:
+                content[field.name] = value
+        return {"content": content}
 
     async def _choose(self, options: list[dict[str, Any]]) -> dict[str, Any]:
         while True:

@@ -5,6 +5,10 @@ line of its own, so the renderer tracks whether the cursor is at the start of a 
 id so a status change names the call, and a diff or output already shown (a permission question shows the diff it
 asks about; the completed call carries it again) is not shown twice.
 
+The renderer reads ACP v1's update shapes (`update`), and draws through a few methods (`text`, `tool_call`, `plan`)
+that a v2 connection's `v2.V2Updates` calls with what it made of each v2 update (v1's tool call fields, plus one
+content item of its own, `patch`, for a v2 diff): one renderer for both versions.
+
 Agents are not all this server: every field is read defensively, and an update this client does not know is
 skipped rather than failing the conversation.
 """
@@ -95,20 +99,21 @@ class Renderer:
     # --- session updates ---
 
     def update(self, update: Any) -> None:
+        """An ACP v1 session update (a v2 one goes through `v2.V2Updates`, which calls the methods below)."""
         if not isinstance(update, dict):
             return
         kind = update.get("sessionUpdate")
         if kind == "agent_message_chunk":
-            self._stream("message", _block_text(update.get("content")))
+            self.text("message", _block_text(update.get("content")))
         elif kind == "agent_thought_chunk":
-            self._stream("thought", _block_text(update.get("content")))
+            self.text("thought", _block_text(update.get("content")))
         elif kind in ("tool_call", "tool_call_update"):
-            self._tool_call(update)
+            self.tool_call(update, created=kind == "tool_call")
         elif kind == "plan" and isinstance(update.get("entries"), list):
-            self.end_stream()
-            self.write(self.style.plan(update["entries"]))
+            self.plan(update["entries"])
 
-    def _stream(self, kind: str, text: str) -> None:
+    def text(self, kind: str, text: str) -> None:
+        """Streamed text of a reply ("message") or of the agent's thinking ("thought")."""
         if not text:
             return
         if self._streaming != kind:
@@ -118,17 +123,23 @@ class Renderer:
                 self.write(self.style.paint("thinking: ", "dim", "bold"))
         self.write(self.style.paint(text, "dim") if kind == "thought" else text)
 
-    def _tool_call(self, update: dict[str, Any]) -> None:
+    def plan(self, entries: list[Any]) -> None:
+        self.end_stream()
+        self.write(self.style.plan(entries))
+
+    def tool_call(self, update: dict[str, Any], created: bool = False) -> None:
+        """A tool call's fields (v1's `ToolCall` when `created`, else a `ToolCallUpdate`): a line when its status
+        changes, and content not shown before."""
         tool_id = _text(update.get("toolCallId"))
         call = self._tools.get(tool_id)
         if call is None:
             call = self._tools[tool_id] = _ToolCall(_text(update.get("title")) or tool_id or "tool call")
-            if update.get("sessionUpdate") == "tool_call":
+            if created:
                 call.status = "pending"  # ToolCall's default status
         call.title = _text(update.get("title")) or call.title
         call.kind = _text(update.get("kind")) or call.kind
         status = _text(update.get("status")) or call.status
-        if status != call.status or update.get("sessionUpdate") == "tool_call":
+        if status != call.status or created:
             call.status = status
             self.end_stream()
             self.write(self.style.tool_line(call.title, call.kind, status))
@@ -146,6 +157,12 @@ class Renderer:
                     call.shown.add(key)
                     self.end_stream()
                     self.write(self.style.diff(path, old if isinstance(old, str) else None, new))
+            elif item.get("type") == "patch":  # a v2 diff's git patch (see `v2.V2Updates`)
+                patch = _text(item.get("text"))
+                if patch and ("patch", patch) not in call.shown:
+                    call.shown.add(("patch", patch))
+                    self.end_stream()
+                    self.write(self.style.patch(patch))
             elif item.get("type") == "content":
                 text = _block_text(item.get("content"))
                 if text and ("text", text) not in call.shown:
@@ -171,4 +188,16 @@ class Renderer:
 
     def ask(self, count: int) -> None:
         self.write(f"choose 1-{count}: ")
+        self._at_line_start = True  # the person's Enter ends the line
+
+    def form_question(self, message: str) -> None:
+        self.end_stream()
+        self.write(
+            self.style.paint("? ", "yellow", "bold") + self.style.paint(message or "The agent asks:", "bold") + "\n"
+        )
+
+    def ask_field(self, label: str, description: str, hint: str) -> None:
+        about = f" ({description})" if description else ""
+        how = self.style.paint(f" [{hint}]", "dim") if hint else ""
+        self.write(f"  {label}{about}{how}: ")
         self._at_line_start = True  # the person's Enter ends the line

@@ -7,14 +7,20 @@ that answer is awaited, it exits at once. The agent runs in its own process grou
 terminal's SIGINT, and the agent hears about it only through the protocol.
 
 This client advertises no file system and no terminal capability: the agent reads, edits and runs commands itself,
-in the session's directory, and asks permission here.
+in the session's directory, and asks permission here (and, on v2, asks its questions as forms).
+
+Versions: `initialize` asks for ACP 2 and the agent's answer decides (ACP-V2.md §2). On 2 the prompt is answered
+when the message is inserted (`{messageId}`) and the turn ends with the `idle` `state_update` and its stop reason
+(an `error` stop reason carries the failure); the updates go through `v2.V2Updates` to the shared renderer, and a
+cancel is the same `session/cancel`. On 1 (an agent that speaks only v1, or acp-server `--protocol 1`) everything is
+as v1 has it: the prompt's response is the end of the turn.
 """
 
 from __future__ import annotations
 
 import os
 import signal
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
@@ -26,10 +32,12 @@ from acp_server.chat.permissions import Questions
 from acp_server.chat.render import Renderer
 from acp_server.chat.rpc_client import ResponseError, RpcClient
 from acp_server.chat.terminal import LineInput
+from acp_server.chat.v2 import V2Updates
 
 __all__ = ["ChatError", "Conversation", "ExitRequestedError"]
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2  # the newest this client speaks; it asks for it, and speaks 1 to an agent that answers 1
+SUPPORTED_VERSIONS = (1, 2)
 AUTH_REQUIRED = -32000
 METHOD_NOT_FOUND = -32601
 EXIT_INTERRUPTED = 130  # what a shell reports for a program ended by Ctrl-C
@@ -53,6 +61,11 @@ class ChatError(Exception):
 class _Turn:
     session_id: str
     cancelling: bool = False
+    # v2 only: the turn ends with an `idle` state update, not with the prompt's response.
+    ended: anyio.Event = field(default_factory=anyio.Event)
+    running: bool = False
+    stop_reason: str = "end_turn"
+    error: str | None = None
 
 
 class Conversation:
@@ -65,6 +78,7 @@ class Conversation:
         self._session_id: str | None = None
         self._agent_name = "the agent"
         self._turn: _Turn | None = None
+        self._v2: V2Updates | None = None  # set when the agent answered `initialize` with version 2
 
     # --- Ctrl-C ---
 
@@ -95,13 +109,41 @@ class Conversation:
         if not isinstance(params, dict):
             return
         if method == "session/update" and params.get("sessionId") == self._session_id:
-            self._renderer.update(params.get("update"))
+            update = params.get("update")
+            if self._v2 is None:
+                self._renderer.update(update)
+            elif isinstance(update, dict) and update.get("sessionUpdate") == "state_update":
+                self._state(update)
+            else:
+                self._v2.show(update)
         elif method == "$/cancel_request":
             self._questions.withdraw(params.get("requestId"))
 
+    def _state(self, update: dict[str, Any]) -> None:
+        """v2's foreground state: `idle` ends the turn. One that carries a stop reason, or follows this turn's
+        `running`, is the turn's end; a bare repeated snapshot before the work started is not."""
+        turn = self._turn
+        if turn is None or turn.ended.is_set():
+            return
+        state = update.get("state")
+        if state in ("running", "requires_action"):
+            turn.running = True
+        elif state == "idle" and (turn.running or isinstance(update.get("stopReason"), str)):
+            stop = update.get("stopReason")
+            turn.stop_reason = stop if isinstance(stop, str) else "end_turn"
+            error = update.get("error")
+            if turn.stop_reason == "error":
+                message = error.get("message") if isinstance(error, dict) else None
+                turn.error = message if isinstance(message, str) and message else "the agent's turn failed"
+            turn.ended.set()
+
     async def _on_request(self, method: str, params: Any, request_id: Any) -> Any:
         if method == "session/request_permission":
+            if self._v2 is not None:
+                params = self._v2.permission(params)
             return await self._questions.ask(params, request_id)
+        if method == "elicitation/create" and self._v2 is not None:  # forms are advertised on v2 only
+            return await self._questions.ask_form(params, request_id)
         raise ResponseError(METHOD_NOT_FOUND, f"this client does not offer {method}")
 
     # --- the conversation ---
@@ -116,22 +158,16 @@ class Conversation:
 
     async def _open(self) -> None:
         try:
-            init = await self.rpc.request(
-                "initialize",
-                {
-                    "protocolVersion": PROTOCOL_VERSION,
-                    "clientCapabilities": {"fs": {"readTextFile": False, "writeTextFile": False}, "terminal": False},
-                    "clientInfo": {"name": "acp-server-chat", "title": "acp-server chat", "version": __version__},
-                },
-            )
+            init = await self.rpc.request("initialize", _initialize_params())
         except ResponseError as exc:
             raise ChatError(f"the agent refused to initialize: {exc.message}") from None
         init = init if isinstance(init, dict) else {}
-        if init.get("protocolVersion") != PROTOCOL_VERSION:
-            raise ChatError(
-                f"the agent speaks ACP version {init.get('protocolVersion')!r}; this client speaks {PROTOCOL_VERSION}"
-            )
-        info = init.get("agentInfo")
+        version = init.get("protocolVersion")
+        if type(version) is not int or version not in SUPPORTED_VERSIONS:
+            raise ChatError(f"the agent speaks ACP version {version!r}; this client speaks 1 and 2")
+        if version == 2:
+            self._v2 = V2Updates(self._renderer)
+        info = init.get("info" if version == 2 else "agentInfo")
         if isinstance(info, dict):
             self._agent_name = str(info.get("title") or info.get("name") or self._agent_name)
         try:
@@ -148,19 +184,28 @@ class Conversation:
     async def turn(self, text: str) -> str | None:
         """One prompt turn; its stop reason, or None when the agent answered with an error."""
         assert self._session_id is not None
-        self._turn = _Turn(self._session_id)
+        turn = self._turn = _Turn(self._session_id)
         self._questions.turn_started()
         try:
             result = await self.rpc.request(
                 "session/prompt", {"sessionId": self._session_id, "prompt": [{"type": "text", "text": text}]}
             )
-        except ResponseError as exc:
+            if self._v2 is not None:
+                # Answered on insertion ({messageId}); the work goes on until its `idle`.
+                await turn.ended.wait()
+        except ResponseError as exc:  # nothing was inserted (v2), or the turn failed (v1)
             self._renderer.error(f"error: {exc.message}")
             return None
         finally:
             self._turn = None
-        stop = result.get("stopReason") if isinstance(result, dict) else None
-        stop = stop if isinstance(stop, str) else "end_turn"
+        if self._v2 is not None:
+            if turn.error is not None:
+                self._renderer.error(f"error: {turn.error}")
+                return None
+            stop = turn.stop_reason
+        else:
+            reason = result.get("stopReason") if isinstance(result, dict) else None
+            stop = reason if isinstance(reason, str) else "end_turn"
         self._renderer.turn_end(stop)
         return stop
 
@@ -191,10 +236,25 @@ class Conversation:
                 await self.turn(text)
 
 
+def _initialize_params() -> dict[str, Any]:
+    """Asks for version 2 in both shapes: v2's `info` and `capabilities` for an agent that answers 2, and v1's
+    `clientInfo` and `clientCapabilities` for one that answers 1 (each version's schema lets the other's keys be).
+    No client files or terminals (v1); on v2, forms (`elicitation.form`: the agent may ask a question as a form,
+    answered a field a line), never URL mode. v1 stays as it was: no elicitation."""
+    info = {"name": "acp-server-chat", "title": "acp-server chat", "version": __version__}
+    return {
+        "protocolVersion": PROTOCOL_VERSION,
+        "info": info,
+        "capabilities": {"elicitation": {"form": {}}},
+        "clientInfo": info,
+        "clientCapabilities": {"fs": {"readTextFile": False, "writeTextFile": False}, "terminal": False},
+    }
+
+
 def _auth_advice(methods: Any) -> str:
     lines = ["the agent needs you to sign in before it can start a session"]
     for method in methods if isinstance(methods, list) else []:
         if isinstance(method, dict):
-            detail = method.get("description") or method.get("name") or method.get("id")
+            detail = method.get("description") or method.get("name") or method.get("methodId") or method.get("id")
             lines.append(f"  {detail}")
     return "\n".join(lines)

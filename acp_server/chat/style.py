@@ -1,4 +1,5 @@
-"""How things look: ANSI colours (or none), unified diffs, plan checklists and tool-call status lines.
+"""How things look: ANSI colours (or none), unified diffs (computed, or a v2 agent's git patch), plan checklists and
+tool-call status lines.
 
 Pure functions from protocol values to text, so `render` decides what to show and when, and this module only how.
 Colour is an on/off choice made once (a terminal, and NO_COLOR unset); without it the text says the same in words.
@@ -20,7 +21,10 @@ _STATUS = {
     "in_progress": ("◐", "yellow"),
     "completed": ("✓", "green"),
     "failed": ("✗", "red"),
+    "cancelled": ("✗", "yellow"),  # v2 only: v1 reports a call stopped by a cancel as failed
+    "paused": ("◐", "yellow"),  # v2 only: started, waiting to be resumed
 }
+_GIT_HEADERS = ("diff --git ", "index ", "new file mode", "deleted file mode", "old mode", "new mode", "similarity")
 _PLAN_MARKS = {"completed": "[x]", "in_progress": "[>]", "pending": "[ ]"}
 
 
@@ -48,6 +52,17 @@ class Style:
         )
         if not lines:
             return self.paint(f"    (no change to {path})", "dim") + "\n"
+        return self._coloured_diff(lines)
+
+    def patch(self, text: str) -> str:
+        """A unified diff the agent wrote (ACP v2's `Diff.patch`, git format), drawn like one computed here: the git
+        header lines go, since the `---` / `+++` lines name the same files."""
+        lines = [line for line in text.splitlines(keepends=True) if not line.startswith(_GIT_HEADERS)]
+        if not lines:
+            return ""
+        return self._coloured_diff(lines)
+
+    def _coloured_diff(self, lines: list[str]) -> str:
         shown = lines[:MAX_DIFF_LINES]
         out: list[str] = []
         for line in shown:

@@ -6,7 +6,9 @@ Normalisation forgives what a correct agent may do differently from run to run, 
   (`$session1`, `$call1`, `$msg1`, `$req1`) numbered in order of first appearance (see `ids`); ids the client chose
   (first seen in an "in" line) are compared literally;
 - consecutive `agent_message_chunk` / `agent_thought_chunk` texts of one session and message are joined, so how a
-  reply is split into chunks does not matter; key order does not matter; `t` and timestamp fields are dropped;
+  reply is split into chunks does not matter; so are the bytes of consecutive v2 `terminal_output_chunk`s of one
+  terminal (each chunk is base64 on its own, so they are joined decoded: how a command's output was read in pieces
+  depends on timing); key order does not matter; `t` and timestamp fields are dropped;
 - the directories the client named (`cwd`, `additionalDirectories`) become `$cwd1`, `$cwd2`, ... wherever they start
   a path in any string, so a recording made in one checkout compares equal to a replay in another;
 - ordering: the output between two "in" lines is split into streams, one per session (its updates, probes,
@@ -20,6 +22,8 @@ shown as a plain unified diff.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import difflib
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -34,6 +38,7 @@ from acp_server.transcripts.ids import Namer, key, map_ids, render
 __all__ = ["Canonical", "Comparison", "canonicalise", "compare", "parsed", "path_replacer", "session_roots"]
 
 CHUNK_KINDS = frozenset({"agent_message_chunk", "agent_thought_chunk"})
+TERMINAL_CHUNK = "terminal_output_chunk"  # ACP v2: `data` is one piece of a terminal's bytes, base64
 TIME_KEYS = frozenset({"updatedAt", "createdAt", "timestamp"})
 EOF_TEXT = "(stdin closed)"
 
@@ -97,20 +102,45 @@ def path_replacer(mapping: Mapping[str, str], times: bool = False) -> Callable[[
 
 
 def _chunk_key(message: Any) -> bytes | None:
-    """What two chunks must share to be joined: everything but the text (so the same session, kind, messageId)."""
+    """What two chunks must share to be joined: everything but the text or the bytes (so the same session, kind,
+    messageId or terminalId)."""
     if not isinstance(message, dict) or message.get("method") != "session/update":
         return None
     params = message.get("params")
     if not isinstance(params, dict):
         return None
     update = params.get("update")
-    if not isinstance(update, dict) or update.get("sessionUpdate") not in CHUNK_KINDS:
+    if not isinstance(update, dict):
+        return None
+    if update.get("sessionUpdate") == TERMINAL_CHUNK:
+        if _bytes(update.get("data")) is None:
+            return None
+        return key({**message, "params": {**params, "update": {**update, "data": None}}})
+    if update.get("sessionUpdate") not in CHUNK_KINDS:
         return None
     content = update.get("content")
     if not isinstance(content, dict) or content.get("type") != "text" or not isinstance(content.get("text"), str):
         return None
     stripped = {**message, "params": {**params, "update": {**update, "content": {**content, "text": None}}}}
     return key(stripped)
+
+
+def _bytes(data: Any) -> bytes | None:
+    if not isinstance(data, str):
+        return None
+    try:
+        return base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError):
+        return None  # not base64: compared as it is, never joined
+
+
+def _join(into: dict[str, Any], message: dict[str, Any]) -> None:
+    update, more = into["params"]["update"], message["params"]["update"]
+    if update["sessionUpdate"] == TERMINAL_CHUNK:
+        joined = (_bytes(update["data"]) or b"") + (_bytes(more["data"]) or b"")
+        update["data"] = base64.b64encode(joined).decode("ascii")
+    else:
+        update["content"]["text"] += more["content"]["text"]
 
 
 def _coalesce(messages: Sequence[Any]) -> list[Any]:
@@ -120,7 +150,7 @@ def _coalesce(messages: Sequence[Any]) -> list[Any]:
         chunk = _chunk_key(message)
         if chunk is not None and chunk == previous_key:
             # `message` and `joined[-1]` are fresh copies made by `map_ids`, so this mutates nothing shared.
-            joined[-1]["params"]["update"]["content"]["text"] += message["params"]["update"]["content"]["text"]
+            _join(joined[-1], message)
         else:
             joined.append(message)
         previous_key = chunk

@@ -361,6 +361,158 @@ def test_a_plan_is_shown_as_a_checklist_and_thoughts_are_dimmed(chat: Any, tmp_p
     assert b"\x1b[2mpondering\x1b[0m" in session.raw  # dim
 
 
+# --- either protocol version: v2 by default, v1 when the agent answers 1 ---
+
+# The agent's `--protocol`: 2 (acp-server's default, so the chat speaks v2) or 1 (it answers 1, the chat falls back).
+PROTOCOLS = [pytest.param(2, id="v2"), pytest.param(1, id="v1-fallback")]
+
+
+def spoken(recording: Path) -> list[dict[str, Any]]:
+    """What the agent wrote, from its `--record` transcript."""
+    lines = [orjson.loads(line) for line in recording.read_bytes().splitlines()]
+    return [line["msg"] for line in lines if line.get("dir") == "out" and "msg" in line]
+
+
+def negotiated(recording: Path) -> Any:
+    [answer] = [m for m in spoken(recording) if m.get("id") == 1 and "result" in m]  # the chat's first request
+    return answer["result"]["protocolVersion"]
+
+
+def idles(recording: Path) -> list[Any]:
+    updates = [m["params"]["update"] for m in spoken(recording) if m.get("method") == "session/update"]
+    return [u.get("stopReason") for u in updates if u.get("sessionUpdate") == "state_update" and u["state"] == "idle"]
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_chat_streams_a_reply_shows_a_tool_call_and_answers_a_permission_on_either_version(
+    chat: Any, tmp_path: Path, protocol: int
+) -> None:
+    recording = tmp_path.parent / f"{tmp_path.name}-agent.jsonl"
+    steps: list[dict[str, Any]] = [
+        {"say": "let me check"},
+        {"tool": "run_command", "args": {"command": "echo ran-it"}},
+        {"say": "all done"},
+    ]
+    agent = scripted_agent(tmp_path, steps, flags=f"--protocol {protocol} --record {recording}")
+    session = chat("--agent", agent, "run it")
+    session.expect("let me check")
+    session.expect("echo ran-it (execute) pending")
+    session.expect("Permission: echo ran-it")
+    session.expect("1. Allow")
+    session.expect("choose 1-4: ")
+    session.send(b"1" + ENTER)
+    session.expect("→ Allow")
+    session.expect("echo ran-it (execute) in progress")
+    session.expect("echo ran-it (execute) completed")
+    session.expect("all done")
+    assert session.wait() == 0
+    # The command's output, indented under its call: v1's completed update carries it, v2's terminal (its bytes,
+    # shown when it exits) comes just before the call completes.
+    assert "\n    ran-it\n" in session.text.split("→ Allow")[1]
+    assert negotiated(recording) == protocol
+    assert idles(recording) == (["end_turn"] if protocol == 2 else [])  # v2's end of a turn; v1 has none
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_ctrl_c_cancels_a_streaming_turn_and_the_next_prompt_works_on_either_version(
+    chat: Any, tmp_path: Path, protocol: int
+) -> None:
+    recording = tmp_path.parent / f"{tmp_path.name}-agent.jsonl"
+    agent = scripted_agent(
+        tmp_path,
+        [{"say": "working on it"}, {"sleep": 30}, {"say": "never shown"}],
+        [{"say": "back again"}],
+        flags=f"--protocol {protocol} --record {recording}",
+    )
+    session = chat("--agent", agent)
+    session.expect("> ")
+    session.type_line("long one")
+    session.expect("working on it")  # streamed while the turn still runs (it sleeps 30 s next)
+    session.send(CTRL_C)
+    session.expect("cancelling…")
+    session.expect("cancelled")
+    session.expect("> ")
+    session.type_line("again")
+    session.expect("back again")
+    session.expect("> ")
+    session.type_line("/quit")
+    assert session.wait() == 0
+    assert "never shown" not in session.text
+    assert negotiated(recording) == protocol
+    assert idles(recording) == (["cancelled", "end_turn"] if protocol == 2 else [])
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_a_failed_turn_is_reported_as_an_error_on_either_version(chat: Any, tmp_path: Path, protocol: int) -> None:
+    # v1 answers the prompt with an error; v2 answered it on insertion and ends the work `idle` with `error`.
+    agent = scripted_agent(
+        tmp_path, [{"say": "trying"}, {"fail": "the endpoint fell over"}], flags=f"--protocol {protocol}"
+    )
+    session = chat("--agent", agent, "go")
+    assert session.wait() == 1
+    session.expect("trying")
+    session.expect("error: The model failed: the endpoint fell over")
+
+
+# The `ask_user` tool's question (tests/e2e/test_ask_user.py): a form on a client that advertised forms.
+FORM_QUESTION: dict[str, Any] = {
+    "question": "Which branch should I release from?",
+    "fields": [
+        {"name": "branch", "title": "Branch", "choices": ["main", "dev"]},
+        {"name": "tag", "type": "boolean", "description": "also tag it", "required": False},
+    ],
+}
+
+
+def test_on_v2_a_form_question_is_answered_a_field_a_line_and_the_answer_reaches_the_agent(
+    chat: Any, tmp_path: Path
+) -> None:
+    recording = tmp_path.parent / f"{tmp_path.name}-agent.jsonl"
+    steps: list[dict[str, Any]] = [{"tool": "ask_user", "args": FORM_QUESTION}, {"say": "released"}]
+    session = chat("--agent", scripted_agent(tmp_path, steps, flags=f"--record {recording}"), "release it")
+    session.expect("? Which branch should I release from?")
+    session.expect("Branch [1. main, 2. dev]: ")
+    session.send(b"3" + ENTER)  # no such choice: asked again
+    session.expect("Branch [1. main, 2. dev]: ")
+    session.send(b"2" + ENTER)
+    session.expect("tag (also tag it) [y/n; Enter to skip]: ")
+    session.send(b"y" + ENTER)
+    session.expect('The user answered: {"branch":"dev","tag":true}')  # the tool's result, under its call
+    session.expect("released")
+    assert session.wait() == 0
+    [asked] = [m for m in spoken(recording) if m.get("method") == "elicitation/create"]
+    assert asked["params"]["mode"] == "form"
+
+
+def test_on_v2_ctrl_c_while_a_form_is_open_withdraws_it_and_cancels_the_turn(chat: Any, tmp_path: Path) -> None:
+    steps: list[dict[str, Any]] = [{"tool": "ask_user", "args": FORM_QUESTION}, {"say": "never shown"}]
+    session = chat("--agent", scripted_agent(tmp_path, steps, [{"say": "back again"}]))
+    session.expect("> ")
+    session.type_line("release it")
+    session.expect("Branch [1. main, 2. dev]: ")
+    session.send(CTRL_C)
+    session.expect("cancelling…")
+    session.expect("(question withdrawn)")
+    session.expect("cancelled")
+    session.expect("> ")
+    session.type_line("again")
+    session.expect("back again")
+    session.expect("> ")
+    session.type_line("/quit")
+    assert session.wait() == 0
+    assert "never shown" not in session.text
+
+
+def test_on_v1_no_forms_are_offered_and_the_question_comes_in_the_reply(chat: Any, tmp_path: Path) -> None:
+    recording = tmp_path.parent / f"{tmp_path.name}-agent.jsonl"
+    steps: list[dict[str, Any]] = [{"tool": "ask_user", "args": FORM_QUESTION}]
+    session = chat("--agent", scripted_agent(tmp_path, steps, flags=f"--protocol 1 --record {recording}"), "release")
+    assert session.wait() == 0
+    session.expect("\nWhich branch should I release from?\n- Branch (one of: main, dev)")  # the reply's text
+    assert "Branch [" not in session.text
+    assert not [m for m in spoken(recording) if m.get("method") == "elicitation/create"]
+
+
 # --- failures ---
 
 

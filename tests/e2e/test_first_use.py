@@ -180,9 +180,10 @@ def test_every_flag_chat_passes_on_is_one_the_server_takes(tmp_path: Path) -> No
     samples = {"--model": "echo", "--base-url": "http://localhost:1/v1", "--permission-mode": "read_only"}
     samples |= {"--prompt-policy": "queue", "--sandbox": "off", "--log-level": "info", "--state-dir": str(tmp_path)}
     samples |= {"--log-file": str(tmp_path / "log"), "--max-turn-requests": "3"}
-    samples |= {"--cleanup-deadline": "1", "--mcp-start-wait": "1"}
+    samples |= {"--cleanup-deadline": "1", "--mcp-start-wait": "1", "--protocol": "1"}
     assert set(samples) == {flag for flag, _, _ in SERVER_FLAGS}
     argv = [part for flag, value in samples.items() for part in (flag, value)]
     argv += [flag for flag, _ in SERVER_SWITCHES]
     config = load(argv, env={"ACP_SERVER_CONFIG": str(tmp_path / "absent.toml")}).config  # a flag it lacks exits
     assert (config.permission_mode, config.prompt_policy, config.store) == ("read_only", "queue", False)
+    assert config.protocol == 1

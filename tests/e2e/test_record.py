@@ -335,6 +335,80 @@ async def test_a_recorded_session_replays_against_a_fresh_server_in_another_dire
     assert "match" in result.stderr and result.stdout == ""
 
 
+V2_SCRIPT: list[dict[str, Any]] = [
+    {"say": "running it"},
+    # Two pieces of output a moment apart: the terminal's bytes come in chunks, split as the pipe was read.
+    {"tool": "run_command", "args": {"command": "printf 'one\\n'; sleep 0.2; printf 'two\\n'"}},
+    {"tool": "write_file", "args": {"path": "out.txt", "content": "done\n"}},
+    {"tool": "ask_user", "args": {"question": "Tag it?", "fields": [{"name": "tag", "type": "boolean"}]}},
+    {"say": "written"},
+]
+
+
+async def _record_a_v2_session(start_server: StartServer, workdir: Path, path: Path) -> None:
+    """ACP v2: prompts answered on insertion, the v2 permission questions (a command subject, a tool call subject)
+    and a form answered as they come, a terminal's output in base64 chunks, then a second turn cancelled at a
+    gate."""
+    client = await start_server(*DEFAULT_ARGS, "--record", str(path))
+    await client.initialize_v2({"elicitation": {"form": {}}})
+    session = await client.new_session_v2(str(workdir))
+    await client.prompt(session, V2_SCRIPT)
+    subjects: list[str] = []
+    seen = 0
+    deadline = time.monotonic() + scaled(10)
+    while not client.states(session) or client.states(session)[-1]["state"] != "idle":
+        assert time.monotonic() < deadline, f"the turn did not end; asked so far: {subjects}"
+        arrived = client.received[seen:]
+        seen += len(arrived)
+        for message in arrived:
+            if message.get("method") == "session/request_permission":
+                subjects.append(message["params"]["subject"]["type"])
+                allow = {"outcome": {"outcome": "selected", "optionId": "allow_once"}}
+                await client.send({"id": message["id"], "result": allow})
+            elif message.get("method") == "elicitation/create":
+                subjects.append("form")
+                await client.send({"id": message["id"], "result": {"action": "accept", "content": {"tag": True}}})
+        await asyncio.sleep(0.01)
+    assert subjects == ["command", "tool_call", "form"]
+    assert client.states(session)[-1].get("stopReason") == "end_turn"
+    assert (workdir / "out.txt").read_text() == "done\n"
+    await client.wait_for(lambda m: m.get("params", {}).get("update", {}).get("sessionUpdate") == "session_info_update")
+    await client.prompt(session, [{"say": "waiting"}, {"gate": "g"}])
+    await client.probe("gate_reached", sessionId=session)
+    await client.cancel(session)
+    idle = await client.idle(session, nth=2)
+    assert idle["params"]["update"]["stopReason"] == "cancelled"
+    code, _ = await client.close()
+    assert code == 0
+
+
+@pytest.mark.timeout(60)
+async def test_a_recorded_v2_session_with_questions_terminals_and_a_cancel_replays_in_another_directory(
+    start_server: StartServer, tmp_path: Path
+) -> None:
+    recorded_dir, replay_dir = tmp_path / "recorded", tmp_path / "elsewhere"
+    recorded_dir.mkdir()
+    path = tmp_path / "v2.jsonl"
+    await _record_a_v2_session(start_server, recorded_dir, path)
+    kinds = [
+        line.msg["params"]["update"]["sessionUpdate"]
+        for line in load_transcript(path).lines
+        if line.dir == "out" and line.msg and line.msg.get("method") == "session/update"
+    ]
+    assert {"user_message", "state_update", "terminal_update", "terminal_output_chunk", "tool_call_update"} <= set(
+        kinds
+    )
+    shutil.rmtree(recorded_dir)
+    replay_dir.mkdir()
+
+    result = run_replay_command(
+        str(path), "--path", f"{recorded_dir}={replay_dir}", "--", *server_command(*DEFAULT_ARGS)
+    )
+    assert result.returncode == 0, result.stderr
+    assert "match" in result.stderr
+    assert (replay_dir / "out.txt").read_text() == "done\n"
+
+
 def test_python_module_entry_point_runs_the_replay_subcommand() -> None:
     result = subprocess.run(
         [sys.executable, "-m", "acp_server", "replay", "--help"],

@@ -8,6 +8,7 @@ the wrong side of an input, inconsistent placeholders), both on synthetic conver
 
 from __future__ import annotations
 
+import base64
 from pathlib import Path
 from typing import Any
 
@@ -187,6 +188,31 @@ def test_normalisation_makes_chunking_irrelevant() -> None:
     thoughts = [_chunk("sess_1", text, "msg_1", "agent_thought_chunk") for text in ("hel", "lo ", "world")]
     expected_thought = _chunk("$s", "hello world", "$m", "agent_thought_chunk")
     assert compare([*expected[:3], expected_thought, expected[-1]], [*actual[:3], *thoughts, actual[-1]]).matches
+
+
+def _terminal_chunk(session: str, terminal: str, data: bytes) -> Line:
+    chunk = {"sessionUpdate": "terminal_output_chunk", "terminalId": terminal, "data": base64.b64encode(data).decode()}
+    return _update(session, chunk)
+
+
+def _terminal_turn(session: str, chunks: list[Line]) -> list[Line]:
+    return [*_new_session(1, session), _prompt(10, session), *chunks, _out({"id": 10, "result": {"messageId": "m"}})]
+
+
+def test_normalisation_makes_the_chunking_of_a_v2_terminals_bytes_irrelevant() -> None:
+    raw = "one\ntwö\n".encode()
+    expected = _terminal_turn("$s", [_terminal_chunk("$s", "$t", raw)])
+    split = [_terminal_chunk("sess_1", "term_1", piece) for piece in (raw[:2], raw[2:6], raw[6:])]  # inside the ö
+    assert compare(expected, _terminal_turn("sess_1", split)).matches
+
+
+def test_comparison_reports_v2_terminal_bytes_that_differ_or_belong_to_another_terminal() -> None:
+    expected = _terminal_turn("$s", [_terminal_chunk("$s", "$t", b"onetwo")])
+    _mismatch(expected, _terminal_turn("sess_1", [_terminal_chunk("sess_1", "term_1", b"one-two")]))
+    two_terminals = [_terminal_chunk("sess_1", "term_1", b"one"), _terminal_chunk("sess_1", "term_2", b"two")]
+    _mismatch(expected, _terminal_turn("sess_1", two_terminals))
+    not_base64 = _update("sess_1", {"sessionUpdate": "terminal_output_chunk", "terminalId": "term_1", "data": "?"})
+    _mismatch(expected, _terminal_turn("sess_1", [_terminal_chunk("sess_1", "term_1", b"onetwo"), not_base64]))
 
 
 def test_normalisation_ignores_key_order_and_timestamps() -> None:

@@ -127,17 +127,20 @@ def test_the_typescript_sdk_runs_the_v1_flows_and_accepts_every_message() -> Non
 
 
 @pytest.mark.timeout(60)
-def test_the_typescript_sdk_v2_entry_runs_held_prompts_three_cancels_and_a_resume_with_replay() -> None:
+def test_the_typescript_sdk_v2_entry_runs_held_prompts_permissions_three_cancels_a_list_and_a_resume() -> None:
     """`@agentclientprotocol/sdk/experimental/v2`, the SDK's v2 draft (ACP-V2.md): `initialize` at version 2, a
     prompt answered with its `messageId` while still held at a gate, its work between `running` and `idle end_turn`,
     `session/cancel` ending a turn `idle cancelled`, `tool_call/cancel` and `terminal/cancel` each stopping one thing
-    while the turn goes on, a prompt held while work runs, then `session/close` and `session/resume` from the start
-    replaying the history as whole messages."""
+    while the turn goes on, a prompt held while work runs, two permission questions in v2's shape (a tool call
+    subject, a command subject) answered by the SDK's handler between `requires_action` and `running`,
+    `session/list`, then `session/close` and `session/resume` from the start replaying the history as whole
+    messages."""
     report, stderr = run_flows("v2")
     assert_clean(report, stderr)
     assert report["initialize"]["protocolVersion"] == 2
     assert report["initialize"]["info"]["name"] == "acp-server"
-    assert report["newSession"]["sessionId"]
+    session_id = report["newSession"]["sessionId"]
+    assert session_id
 
     prompt = report["prompt"]
     assert isinstance(prompt["response"]["messageId"], str) and prompt["response"]["messageId"]
@@ -170,6 +173,44 @@ def test_the_typescript_sdk_v2_entry_runs_held_prompts_three_cancels_and_a_resum
     assert held["states"] == [{"state": "running"}, {"state": "idle", "stopReason": "end_turn"}] * 2
     assert held["texts"] == ["one", "two"]
 
+    permission = report["permission"]
+    edit_call, command_call = permission["toolCalls"]
+    cwd = report["newSession"]["cwd"]  # the session's directory, where the command runs
+    assert permission["requests"] == [
+        {
+            "sessionId": session_id,
+            "title": "Write asked.txt",
+            "subject": "tool_call",
+            "toolCallId": edit_call,
+            "command": None,
+            "cwd": None,
+            "optionKinds": ["allow_once", "allow_always", "reject_once", "reject_always"],
+        },
+        {
+            "sessionId": session_id,
+            "title": "echo allowed",
+            "subject": "command",
+            "toolCallId": command_call,
+            "command": "echo allowed",
+            "cwd": cwd,
+            "optionKinds": ["allow_once", "allow_always", "reject_once", "reject_always"],
+        },
+    ]
+    assert permission["finalToolStatuses"] == ["completed", "completed"], "each answer reached its tool"
+    assert permission["written"] == "granted\n"
+    blocked_then_on = [{"state": "requires_action"}, {"state": "running"}]
+    assert permission["states"] == [
+        {"state": "running"},
+        *blocked_then_on,
+        *blocked_then_on,
+        {"state": "idle", "stopReason": "end_turn"},
+    ]
+    assert permission["texts"] == ["granted"]
+
+    listed = report["list"]["sessions"]
+    assert [s["sessionId"] for s in listed] == [session_id]
+    assert listed[0]["cwd"] == cwd
+
     terminal = report["terminalCancel"]
     assert terminal["response"] == {}
     assert terminal["exitStatuses"] == [{"signal": "SIGTERM"}]
@@ -180,10 +221,10 @@ def test_the_typescript_sdk_v2_entry_runs_held_prompts_three_cancels_and_a_resum
     assert report["close"] == {}
     assert "configOptions" in report["resume"]
     replay = report["resumeReplay"]
-    assert replay["userTexts"] == ["first", "second", "third", "fourth", "fifth", "sixth", "seventh"]
+    assert replay["userTexts"] == ["first", "second", "third", "fourth", "fifth", "sixth", "asked", "seventh"]
     agent_texts = replay["agentTexts"]
     assert agent_texts[:2] == ["hello v2", "before"]
-    assert agent_texts[-5:] == ["ok", "went on", "one", "two", "went on"]
+    assert agent_texts[-6:] == ["ok", "went on", "one", "two", "granted", "went on"]
     assert "after" not in "".join(agent_texts), "the cancelled turn never got past its gate"
     assert "agent_message_chunk" not in replay["kinds"], "a replay sends whole messages"
     assert replay["kinds"].count("state_update") == 1

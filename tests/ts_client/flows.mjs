@@ -6,6 +6,8 @@
 // here with the same generated schemas), and `wire`, every message each way in order (the pytest side checks it
 // against the official JSON schema too). Judging is left to the pytest side; this script only records.
 import { spawn } from "node:child_process";
+import { existsSync, readFileSync } from "node:fs";
+import { join } from "node:path";
 import { Readable, Writable } from "node:stream";
 import * as acp from "@agentclientprotocol/sdk";
 import * as acpV2 from "@agentclientprotocol/sdk/experimental/v2";
@@ -33,6 +35,7 @@ const V2_RESPONSES = {
   initialize: zodV2.zInitializeResponse,
   "session/new": zodV2.zNewSessionResponse,
   "session/prompt": zodV2.zPromptResponse,
+  "session/list": zodV2.zListSessionsResponse,
   "tool_call/cancel": zodV2.zCancelToolCallResponse,
   "terminal/cancel": zodV2.zCancelTerminalResponse,
   "session/set_config_option": zodV2.zSetSessionConfigOptionResponse,
@@ -243,6 +246,12 @@ async function v2Flows(command) {
   const app = acpV2
     .client({ name: "acp-server-ts-flows" })
     .onNotification(acpV2.methods.client.session.update, ({ params }) => rec.addUpdate(params))
+    .onRequest(acpV2.methods.client.session.requestPermission, ({ params }) => {
+      // v2's shape: the question's own title and a subject (the SDK has validated it before this runs).
+      rec.permissions.push(params);
+      const allow = params.options.find((o) => o.kind === "allow_once");
+      return { outcome: { outcome: "selected", optionId: allow.optionId } };
+    })
     .onNotification("*", ({ method, params }) => {
       if (method === "_scripted/probe") rec.addProbe(params);
     });
@@ -273,7 +282,7 @@ async function v2Flows(command) {
     });
     const created = await req("session/new", { cwd: process.cwd() });
     const sessionId = created.sessionId;
-    out.newSession = { sessionId };
+    out.newSession = { sessionId, cwd: process.cwd() };
 
     // A prompt held at a gate is acknowledged before its work runs; released, it runs to idle end_turn.
     let mark = rec.updates.length;
@@ -358,6 +367,40 @@ async function v2Flows(command) {
       states: states(sessionId, mark),
       texts: textsOf(rec.updates.slice(mark), sessionId),
     };
+
+    // Two real permission questions (mode `default`): an edit asks about its tool call, a command about the command
+    // line and where it runs. The foreground is `requires_action` while each waits, `running` once answered.
+    mark = rec.updates.length;
+    const edit = { tool: "write_file", args: { path: "asked.txt", content: "granted\n" } };
+    const ask = { tool: "run_command", args: { command: "echo allowed" } };
+    await prompt(sessionId, [edit, ask, { say: "granted" }], "asked");
+    await idleAfter(sessionId, mark);
+    const asked = rec.updates.slice(mark).filter((n) => n.sessionId === sessionId);
+    const written = join(process.cwd(), "asked.txt");
+    out.permission = {
+      requests: rec.permissions.map((p) => ({
+        sessionId: p.sessionId,
+        title: p.title,
+        subject: p.subject.type,
+        toolCallId: p.subject.type === "tool_call" ? p.subject.toolCall.toolCallId : p.subject.toolCallId,
+        command: p.subject.command ?? null,
+        cwd: p.subject.cwd ?? null,
+        optionKinds: p.options.map((o) => o.kind),
+      })),
+      toolCalls: [
+        ...new Set(asked.filter((n) => n.update.sessionUpdate === "tool_call_update").map((n) => n.update.toolCallId)),
+      ],
+      finalToolStatuses: asked
+        .filter((n) => n.update.sessionUpdate === "tool_call_update")
+        .filter((n) => ["completed", "failed", "cancelled"].includes(n.update.status))
+        .map((n) => n.update.status),
+      written: existsSync(written) ? readFileSync(written, "utf8") : null,
+      states: states(sessionId, mark),
+      texts: textsOf(asked, sessionId),
+    };
+
+    // session/list, baseline on v2: the session, in this directory.
+    out.list = await req("session/list", { cwd: process.cwd() });
 
     // terminal/cancel kills a running command alone: its terminal reports the signal, the turn goes on.
     await req("session/set_config_option", { sessionId, configId: "mode", type: "id", value: "bypass" });
