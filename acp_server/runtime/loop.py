@@ -181,10 +181,10 @@ async def _run_tool_call(
             cancellable_calls.pop(call.id, None)
         if own.cancel_called and (result is None or not result.ok):
             reason = "cancelled_by_user"
-        if own.abandoned:  # its body still runs, fenced; it reports `tool_exited` when it ends after all
-            probe("tool_abandoned", toolCallId=call.id)
-        else:
+        if not own.abandoned:  # an abandoned body still runs, fenced: it reports `tool_exited` when it ends
             probe("tool_exited", toolCallId=call.id, reason=reason)
+    if own.abandoned:  # by its own cancel (the turn's would have unwound past here), at the call's deadline
+        probe("tool_abandoned", toolCallId=call.id)
     if own.cancel_called and (result is None or not result.ok):
         # Stopped by the user on its own (the turn's own cancel would have unwound past here): the model is told.
         return await _finish(emit, call, ToolResult(USER_CANCELLED, ok=False), cancelled=True)
