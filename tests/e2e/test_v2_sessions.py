@@ -198,3 +198,38 @@ async def test_resume_while_the_work_waits_on_a_permission_snapshots_requires_ac
     assert (await server.idle(session_id))["params"]["update"]["stopReason"] == "end_turn"
     states = [u["state"] for u in server.states(session_id)]
     assert states == ["running", "requires_action", "requires_action", "running", "idle"]
+
+
+async def test_resume_with_replay_of_running_work_replays_what_it_has_shown_once_then_it_streams_on(
+    server_v2: RawClient,
+) -> None:
+    """§23 Q12: replay if asked, the snapshot, the answer, and the live work goes on; the replay is what the session
+    showed before the resume (the earlier turn, and the running one so far, without a close note), nothing twice."""
+    server = server_v2
+    session_id = await server.new_session_v2()
+    await server.response(await server.prompt(session_id, [{"say": "first"}]))
+    await server.idle(session_id)
+    running_id = (await server.response(await server.prompt(session_id, [{"say": "so-far"}, {"gate": "g"}])))["result"][
+        "messageId"
+    ]
+    await server.probe("gate_reached", sessionId=session_id, gate="g")
+    since = len(server.received)
+    response = await server.call(
+        "session/resume", {"sessionId": session_id, "cwd": "/tmp", "replayFrom": {"type": "start"}}
+    )
+    assert "result" in response
+    replayed = [
+        m["params"]["update"]
+        for m in server.received[since : position(server, response)]
+        if m.get("method") == "session/update" and m["params"]["sessionId"] == session_id
+    ]
+    texts = [b["text"] for u in replayed if u["sessionUpdate"] == "agent_message" for b in u["content"]]
+    assert texts == ["first", "so-far"]
+    assert [u["messageId"] for u in replayed if u["sessionUpdate"] == "user_message"][-1] == running_id
+    assert replayed[-1] == {"sessionUpdate": "state_update", "state": "running"}
+    assert [u["sessionUpdate"] for u in replayed].count("state_update") == 1
+    await server.release(session_id, "g")
+    idle = await server.idle(session_id, 2)
+    assert idle["params"]["update"]["stopReason"] == "end_turn"
+    live = [m for m in after(server, response) if m.get("method") == "session/update"]
+    assert not [m for m in live if "so-far" in repr(m) or "first" in repr(m)]

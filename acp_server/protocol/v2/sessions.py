@@ -8,15 +8,15 @@ and `set_config_option`, on v1's session lifecycle (protocol/session_handlers.py
   response; anything else is `-32602`. Then a `state_update` snapshot of the foreground state, then the response.
   A session open on this connection with work running is resumed as it is (§23 Q12): the snapshot says `running`
   (`requires_action` while a question to the user is open), the work streams on, nothing is rebuilt; so is any
-  open session under `--no-store` (§23 Q22), which has nothing to replay. A replay of a running session's history
-  is still refused (`-32600`): the store cannot yet say where the live stream stands, and Q12 wants nothing sent
-  twice.
+  open session under `--no-store` (§23 Q22), which has nothing to replay. Its replay, if asked, is exactly what it
+  has shown so far (the store's records plus what its turn logs still buffer), so nothing is sent twice.
 - `session/close` of an unknown or closed session succeeds (`{}`); an open one ends its work first: held prompts
   `-32800`, the running work's `idle cancelled`, then `{}`.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -105,11 +105,10 @@ async def session_resume_v2(context: RequestContext, params: ResumeSessionReques
     if live is not None and live.closed:
         live = None
     working = live is not None and parts.runs.running(live.session_id) is not None
+    if working and replay_from is not None and parts.config.store:
+        assert live is not None
+        return await _resume_running_with_replay(context, params, live)
     if not parts.config.store or working:
-        if working and replay_from is not None and parts.config.store:
-            raise RpcError(
-                ErrorCode.INVALID_REQUEST, "the session has work running: resume it without replayFrom, or cancel it"
-            )
         return _resume_live(context, params, live)
     from acp_server.protocol.v2.replay import replay_updates_v2  # with the store
 
@@ -132,17 +131,46 @@ async def session_resume_v2(context: RequestContext, params: ResumeSessionReques
     return _v2_result(result)
 
 
+async def _resume_running_with_replay(
+    context: RequestContext, params: ResumeSessionRequestV2, session: Session
+) -> dict[str, Any]:
+    """§23 Q12 with `replayFrom`: replay exactly what the session has shown so far, then resume it as it is. The
+    store's committed records (read under its lock, which every flush holds from taking records to committing them)
+    plus the records its turn logs still buffer are everything shown, each once; from the read to the response
+    nothing awaits, so the live stream goes on right after the response and nothing is sent twice."""
+    _require_cwd(session, params)
+    parts = context.parts
+    from acp_server.protocol.v2.replay import replay_updates_v2
+    from acp_server.store import StoreUnavailable
+
+    store = await parts.store.require()
+    try:
+        loaded = await store.load(session.session_id)
+    except StoreUnavailable as exc:
+        raise RpcError(ErrorCode.INTERNAL_ERROR, f"cannot read the session store: {exc}") from None
+    if loaded is not None:
+        pending = store.pending_entries(session.session_id)
+        turns = [replace(turn, entries=[*turn.entries, *pending.get(turn.turn_id, ())]) for turn in loaded.turns]
+        for update in replay_updates_v2(replace(loaded, turns=turns)):
+            parts.connection.notify("session/update", {"sessionId": session.session_id, "update": update})
+    return _resume_live(context, params, session)
+
+
+def _require_cwd(session: Session, params: ResumeSessionRequestV2) -> None:
+    if session.cwd != Path(params.cwd):
+        raise RpcError(
+            ErrorCode.INVALID_PARAMS,
+            f"Invalid params: cwd: the session's working directory is {str(session.cwd)!r} (§5.3)",
+        )
+
+
 def _resume_live(context: RequestContext, params: ResumeSessionRequestV2, session: Session | None) -> dict[str, Any]:
     """Resume the session as this connection has it open (with its work, if any, going on); nothing is replayed."""
     parts = context.parts
     if session is None:
         data = {"sessionId": params.session_id}
         raise RpcError(ErrorCode.RESOURCE_NOT_FOUND, f"unknown session: {params.session_id}", data)
-    if session.cwd != Path(params.cwd):
-        raise RpcError(
-            ErrorCode.INVALID_PARAMS,
-            f"Invalid params: cwd: the session's working directory is {str(session.cwd)!r} (§5.3)",
-        )
+    _require_cwd(session, params)
     work = parts.runs.running(session.session_id)
     if work is not None:
         # The work is not idle, and a resume ends nothing: the snapshot says so, and the work's own idle follows.
