@@ -53,7 +53,7 @@ from acp_server.store.records import (
 )
 from acp_server.store.sqlite_file import HOLD, SESSION_COLUMNS, connect, enter_wal, validate
 from acp_server.store.turn_log import Batch, TurnLog, new_turn_id
-from acp_server.store.turn_records import UserChunk
+from acp_server.store.turn_records import TurnEntry, UserChunk
 from acp_server.store.worker import DeleteOutcome, StoreWorker, tombstone_ops
 
 __all__ = ["FLUSH_INTERVAL_S", "STALE_AFTER_S", "SessionStore"]
@@ -289,6 +289,10 @@ class SessionStore:
     def release(self, session_id: str) -> None:
         """This process no longer has the session open (session/close): pruning may remove it again."""
         self._ops.append(("DELETE FROM holds WHERE session_id = ? AND owner_id = ?", (session_id, self.owner_id)))
+
+    def pending_entries(self, session_id: str) -> dict[str, list[TurnEntry]]:
+        """The session's records appended since a flush last took them, by turn id (see `TurnLog.pending`)."""
+        return {turn.turn_id: turn.pending() for turn in self._dirty if turn.session_id == session_id}
 
     @property
     def buffered(self) -> int:

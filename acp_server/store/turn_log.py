@@ -102,6 +102,17 @@ class TurnLog:
     def buffered(self) -> int:
         return self._count + sum(count for count, _ in self._rows)
 
+    def pending(self) -> list[TurnEntry]:
+        """The records appended since a flush last took them, oldest first, decoded; the buffer stays as it is.
+        With a read of what was committed (under the store's lock, which every take holds until its commit), this is
+        everything the turn has shown so far, each record once (a resume replaying running work, ACP-V2.md §23 Q12)."""
+        out: list[TurnEntry] = []
+        for _, row in self._rows:
+            out += decode_entries(bytes(row))
+        if self._count:
+            out += decode_entries(bytes(self._buf[:-1]) + b"]")
+        return out
+
     def _seal(self) -> None:
         buf = self._buf
         buf[-1:] = b"]"

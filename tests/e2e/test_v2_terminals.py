@@ -162,3 +162,47 @@ async def test_terminal_cancel_sent_the_moment_the_terminal_is_announced_stops_i
     idle = await server.idle(session_id)
     assert idle["params"]["update"]["stopReason"] == "end_turn"
     assert "went on" in server.texts(session_id)
+
+
+def exits(server: RawClient, session_id: str) -> list[dict[str, Any]]:
+    return [u for u in terminal_updates(server, session_id) if u.get("exitStatus") is not None]
+
+
+async def test_a_session_close_reports_the_running_terminals_exit_before_the_idle_and_its_answer(
+    server_v2: RawClient,
+) -> None:
+    """§5.4 / §20.2: the terminal still running when the session closes ends with its `exitStatus` (the signal that
+    stopped it), controls cleared, before `idle cancelled` and before `{}`; nothing after."""
+    server = server_v2
+    session_id = await bypass_session(server)
+    await server.prompt(session_id, [{"tool": "run_command", "args": {"command": "echo started; sleep 30"}}])
+    await server.wait_for(output_chunk)
+    closed = await server.call("session/close", {"sessionId": session_id})
+    assert closed["result"] == {}
+    idle = await server.idle(session_id)
+    (exited,) = exits(server, session_id)
+    assert exited["exitStatus"].get("signal") in ("SIGTERM", "SIGKILL") and exited["capabilities"] is None
+    exit_message = next(m for m in server.received if m.get("params", {}).get("update") is exited)
+    assert position(server, exit_message) < position(server, idle) < position(server, closed)
+
+
+@pytest.mark.parametrize("grace", ["0.5", "0.05"])
+async def test_a_terminal_whose_command_ignores_sigterm_still_reports_its_exit_before_idle_cancelled(
+    start_server: StartServer, grace: str
+) -> None:
+    """§20.1 step 3: the command ignores SIGTERM, so its group is killed; its terminal's one final update carries
+    `exitStatus` before the idle, even when the cleanup deadline (0.05 s) comes before the kill (then the turn is
+    sealed with the terminal still open: `_seal` ends it)."""
+    server = await start_server("--model", "scripted", "--test-mode", "--cleanup-deadline", grace)
+    await server.initialize_v2()
+    session_id = await bypass_session(server)
+    command = "trap '' TERM; echo started; sleep 30"
+    await server.prompt(session_id, [{"tool": "run_command", "args": {"command": command}}])
+    await server.wait_for(output_chunk)
+    await server.cancel(session_id)
+    idle = await server.idle(session_id)
+    assert idle["params"]["update"]["stopReason"] == "cancelled"
+    (exited,) = exits(server, session_id)
+    assert exited["exitStatus"] == {"signal": "SIGKILL"} and exited["capabilities"] is None
+    exit_message = next(m for m in server.received if m.get("params", {}).get("update") is exited)
+    assert position(server, exit_message) < position(server, idle)

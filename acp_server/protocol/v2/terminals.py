@@ -4,10 +4,11 @@ v2 has no client terminals: every `run_command` runs locally (runtime/local_comm
 and is shown as a terminal: the tool call's content anchors it (`{"type": "terminal", "terminalId"}`), a
 `terminal_update` announces it (command, cwd, `capabilities.cancel`), each piece of output is a
 `terminal_output_chunk` (independently base64), and its end is a `terminal_update` with `exitStatus` and the controls
-cleared — before the turn's `idle` even when a cancel stops it. `terminal/cancel` stops the process group alone
-(SIGTERM, then SIGKILL), at once or, when it comes while the process is still being spawned, the moment it runs: the
-command reports how it died and the tool call finishes as a failed command; the turn goes on. Terminals are live
-only: the store keeps the tool call, not the terminal's bytes (not replayed yet).
+cleared — before the turn's `idle` even when a cancel stops it, and even when the cleanup deadline seals the turn
+before the command is dead (the seal then kills the group and sends the end). `terminal/cancel` stops the process
+group alone (SIGTERM, then SIGKILL), at once or, when it comes while the process is still being spawned, the moment it
+runs: the command reports how it died and the tool call finishes as a failed command; the turn goes on. Terminals are
+live only: the store keeps the tool call, not the terminal's bytes (not replayed yet).
 """
 
 from __future__ import annotations
@@ -103,18 +104,30 @@ class TerminalRunner:
         runner = LocalCommandRunner(
             self._processes, self._deadline, self._sandbox, self._roots, on_output=output, on_started=on_started
         )
+
+        def end() -> None:
+            # The terminal's one final update. Synchronous, so a cancelled command's exit is queued before its turn's
+            # idle, like every final update: at the command's end, or from `_seal` if the cleanup deadline sealed
+            # the turn first. A group still running then (its stop was cut short) is killed, and says so.
+            if run.terminal_ends.pop(terminal_id, None) is None:
+                return
+            killed = bool(started) and started[0].returncode is None
+            if killed:
+                self._processes.kill(started[0])
+            if not run.fenced:
+                connection.notify("session/update", self._message(_exited(terminal_id, started, killed))["params"])
+
         run.terminal_stops[terminal_id] = stop
+        run.terminal_ends[terminal_id] = end
         try:
             return await runner.run(command, cwd, timeout, on_terminal)
         finally:
             run.terminal_stops.pop(terminal_id, None)
-            # Synchronous, so a cancelled command's exit is queued before its turn's idle, like every final update.
-            if not run.fenced:
-                connection.notify("session/update", self._message(_exited(terminal_id, started))["params"])
+            end()
 
 
-def _exited(terminal_id: str, started: list[Process]) -> dict[str, Any]:
-    status: dict[str, Any] = {}
+def _exited(terminal_id: str, started: list[Process], killed: bool) -> dict[str, Any]:
+    status: dict[str, Any] = {"signal": "SIGKILL"} if killed else {}
     code = started[0].returncode if started else None
     if code is not None and code < 0:
         import signal

@@ -217,6 +217,26 @@ async def test_appends_after_finish_are_not_stored(store: SessionStore) -> None:
     assert (await loaded(store, "s")).turns[0].entries == [text_chunk("before")]
 
 
+async def test_pending_entries_are_exactly_what_was_appended_since_the_last_flush(store: SessionStore) -> None:
+    """A resume replaying running work (ACP-V2.md §23 Q12) reads the committed records, then `pending_entries`: the
+    records appended since a flush took them (a row sealed by size, then the open buffer), in order, none of those the
+    flush committed; a flush leaves nothing pending."""
+    store.create_session("s", "/w")
+    turn = store.begin_turn("s", [], "")
+    turn.append(text_chunk("committed"))
+    assert await store.flush()
+    assert store.pending_entries("s") == {}
+    big = "x" * (1 << 20)  # seals a row of its own
+    for record in (text_chunk(big), text_chunk("buffered")):
+        turn.append(record)
+    turn.append_text("msg_a", "fast")
+    expected = [text_chunk(big), text_chunk("buffered"), AgentText("msg_a", "fast")]
+    assert store.pending_entries("s") == {turn.turn_id: expected}
+    assert store.pending_entries("other") == {}
+    assert (await loaded(store, "s")).turns[0].entries == [text_chunk("committed"), *expected]
+    assert store.pending_entries("s") == {}
+
+
 async def test_a_record_that_is_not_json_is_skipped_and_the_rest_are_kept(store: SessionStore) -> None:
     store.create_session("s", "/w")
     turn = store.begin_turn("s", [], "")
