@@ -172,3 +172,29 @@ def test_loading_the_session_side_imports_every_module_a_method_table_defers_to(
     count, rest = result.stdout.split(" ", 1)
     # Not loaded by the tables themselves, all loaded by the session side, and each names a real handler.
     assert int(count) >= 5 and rest.strip() == "[] [] []"
+
+
+_FREEZE = """
+import gc, sys, anyio
+from acp_server.server import build_server
+from acp_server.settings.config import Config
+
+async def main(owns_process):
+    connection, dispatcher = build_server(Config(model="scripted"), owns_process=owns_process)
+    gc.freeze()  # what the CLI's start-up does (server._tune_gc)
+    frozen = gc.get_freeze_count()
+    await dispatcher.parts.session_side.load()
+    return "acp_server.session_side" in sys.modules, gc.get_freeze_count() > frozen
+
+print(anyio.run(main, sys.argv[1] == "owns"))
+"""
+
+
+@pytest.mark.parametrize(("owns", "frozen"), [("owns", True), ("embedded", False)])
+def test_the_session_side_is_frozen_out_of_the_collectors_sight_like_start_up_when_the_server_owns_the_process(
+    owns: str, frozen: bool
+) -> None:
+    command = [sys.executable, "-c", _FREEZE, owns]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=25, check=False)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == f"(True, {frozen})"
