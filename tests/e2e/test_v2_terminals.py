@@ -119,8 +119,8 @@ async def test_a_session_cancel_reports_the_running_terminals_exit_before_idle_c
 async def test_a_v2_command_replays_as_its_text_output_never_as_a_terminal_the_client_never_had(
     start_server: StartServer, tmp_path: Path
 ) -> None:
-    """Display terminals are live only: the store keeps the command's output as text, so a v1 `session/load` (and a
-    v2 replay) never names a terminal id the client did not see created."""
+    """v1 never had display terminals: a v1 `session/load` of a session recorded on v2 shows the command's output as
+    text, never a terminal id its client did not see created (a v2 replay shows the terminal, tested below)."""
     env = {"ACP_SERVER_STATE_DIR": str(tmp_path)}
     v2 = await start_server(*DEFAULT_ARGS, env=env)
     await v2.initialize_v2()
@@ -162,3 +162,122 @@ async def test_terminal_cancel_sent_the_moment_the_terminal_is_announced_stops_i
     idle = await server.idle(session_id)
     assert idle["params"]["update"]["stopReason"] == "end_turn"
     assert "went on" in server.texts(session_id)
+
+
+async def test_a_terminal_is_announced_with_its_size_command_cwd_and_controls(server_v2: RawClient) -> None:
+    """§10 item 2, §23 Q8: the creating `terminal_update` carries `size` (80 by 24, the VT100 / POSIX default a
+    program without a tty assumes), with the command, the absolute cwd and `capabilities.cancel`."""
+    server = server_v2
+    session_id = await bypass_session(server)
+    await server.prompt(session_id, [{"tool": "run_command", "args": {"command": "echo sized"}}])
+    await server.idle(session_id)
+    announced = terminal_updates(server, session_id)[0]
+    assert announced == {
+        "sessionUpdate": "terminal_update",
+        "terminalId": announced["terminalId"],
+        "command": "echo sized",
+        "cwd": "/tmp",
+        "size": {"cols": 80, "rows": 24},
+        "capabilities": {"cancel": {}},
+    }
+
+
+def screen(server: RawClient, session_id: str, terminal_id: str) -> tuple[bytes, list[str]]:
+    """What a client shows of a terminal: each `output` snapshot replaces the bytes, each chunk appends; and the
+    order of what came (`chunk`, `snapshot`, `exit`)."""
+    shown = b""
+    order: list[str] = []
+    for update in server.updates(session_id):
+        if update.get("terminalId") != terminal_id:
+            continue
+        if update["sessionUpdate"] == "terminal_output_chunk":
+            shown += base64.b64decode(update["data"], validate=True)
+            order.append("chunk")
+        elif update.get("output") is not None:
+            shown = base64.b64decode(update["output"]["data"], validate=True)
+            order.append("snapshot")
+        if update.get("exitStatus") is not None:
+            order.append("exit")
+    return shown, order
+
+
+async def test_output_past_the_limit_resyncs_the_client_with_a_snapshot_of_the_tail_kept(server_v2: RawClient) -> None:
+    """§10, §23 Q8: past the output limit (OUTPUT_LIMIT bytes, what the runner keeps and the model reads), a
+    `terminal_update.output` snapshot replaces the client's bytes with the tail kept, the moment the limit is passed;
+    later chunks append to it, and the client ends with exactly the tail the model got, before the exit."""
+    from acp_server.runtime.local_commands import OUTPUT_LIMIT
+
+    server = server_v2
+    session_id = await bypass_session(server)
+    command = "head -c 300000 /dev/zero | tr '\\0' x; echo; echo last-line"
+    await server.prompt(session_id, [{"tool": "run_command", "args": {"command": command}}])
+    await server.idle(session_id)
+    terminal_id = terminal_updates(server, session_id)[0]["terminalId"]
+    shown, order = screen(server, session_id, terminal_id)
+    full = b"x" * 300000 + b"\nlast-line\n"
+    assert shown == full[-OUTPUT_LIMIT:]
+    assert "snapshot" in order and order[-1] == "exit"
+    first = order.index("snapshot")
+    chunks = server.updates(session_id, "terminal_output_chunk")
+    before = b"".join(base64.b64decode(c["data"]) for c in chunks[:first])
+    assert len(before) <= OUTPUT_LIMIT  # the snapshot comes as the limit is passed, not after the command ends
+    final = [u for u in server.updates(session_id, "tool_call_update") if u.get("status") == "completed"]
+    assert final and final[-1]["rawOutput"]["truncated"] is True
+
+
+async def test_a_stored_command_replays_on_v2_as_one_terminal_upsert_with_its_output_and_exit(
+    start_server: StartServer, tmp_path: Path
+) -> None:
+    """§5.3, §23 Q8/Q11: `replayFrom: start` shows a stored `run_command` as its terminal: the tool call's content
+    names the terminal the live client saw, and one `terminal_update` brings its command, cwd, `output` snapshot and
+    `exitStatus` (no chunk again), all before the state snapshot and the response. The same session still loads on
+    v1 with the command's text output and no terminal."""
+    env = {"ACP_SERVER_STATE_DIR": str(tmp_path)}
+    live = await start_server(*DEFAULT_ARGS, env=env)
+    await live.initialize_v2()
+    session_id = await bypass_session(live)
+    command = "printf 'replayed\\303\\251\\n'; exit 3"
+    await live.prompt(session_id, [{"tool": "run_command", "args": {"command": command}}, {"say": "done"}])
+    await live.idle(session_id)
+    terminal_id = terminal_updates(live, session_id)[0]["terminalId"]
+    await live.close()
+
+    v2 = await start_server(*DEFAULT_ARGS, env=env)
+    await v2.initialize_v2()
+    response = await v2.call(
+        "session/resume", {"sessionId": session_id, "cwd": "/tmp", "replayFrom": {"type": "start"}}
+    )
+    assert "result" in response
+    replayed = [
+        m["params"]["update"]
+        for m in v2.received[: position(v2, response)]
+        if m.get("method") == "session/update" and m["params"]["sessionId"] == session_id
+    ]
+    terminals = [u for u in replayed if u["sessionUpdate"] == "terminal_update"]
+    assert terminals == [
+        {
+            "sessionUpdate": "terminal_update",
+            "terminalId": terminal_id,
+            "command": command,
+            "cwd": "/tmp",
+            "output": {"data": base64.b64encode("replayedé\n".encode()).decode("ascii")},
+            "exitStatus": {"exitCode": 3},
+        }
+    ]
+    assert not [u for u in replayed if u["sessionUpdate"] == "terminal_output_chunk"]
+    final = [u for u in replayed if u["sessionUpdate"] == "tool_call_update" and u.get("status") == "failed"]
+    assert len(final) == 1 and final[0]["content"] == [{"type": "terminal", "terminalId": terminal_id}]
+    assert replayed.index(terminals[0]) < replayed.index(final[0])
+    assert replayed[-1]["sessionUpdate"] == "state_update"
+    assert [u["sessionUpdate"] for u in replayed].count("state_update") == 1
+    await v2.close()
+
+    v1 = await start_server(*DEFAULT_ARGS, env=env)
+    await v1.initialize()
+    loaded = await v1.call("session/load", {"sessionId": session_id, "cwd": "/tmp", "mcpServers": []})
+    assert "result" in loaded
+    kinds = {u["sessionUpdate"] for u in v1.updates(session_id)}
+    assert "terminal_update" not in kinds
+    contents = [item for u in v1.updates(session_id, "tool_call_update") for item in u.get("content") or []]
+    assert contents and all(item["type"] != "terminal" for item in contents)
+    assert any("replayedé" in str(item) for item in contents)
