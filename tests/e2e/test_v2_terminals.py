@@ -4,9 +4,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import os
+import signal
 from pathlib import Path
 from typing import Any
+from unittest.mock import ANY
 
 import pytest
 
@@ -281,3 +285,86 @@ async def test_a_stored_command_replays_on_v2_as_one_terminal_upsert_with_its_ou
     contents = [item for u in v1.updates(session_id, "tool_call_update") for item in u.get("content") or []]
     assert contents and all(item["type"] != "terminal" for item in contents)
     assert any("replayedé" in str(item) for item in contents)
+
+
+async def test_a_cancelled_command_replays_its_terminal_with_the_signal_and_its_call_as_last_shown(
+    start_server: StartServer, tmp_path: Path
+) -> None:
+    """§5.3 after §20.1: a command stopped by `session/cancel` replays as its terminal (what it printed, the signal
+    that ended it), and its tool call ends with the content the live client was last shown, not the terminal."""
+    env = {"ACP_SERVER_STATE_DIR": str(tmp_path)}
+    live = await start_server(*DEFAULT_ARGS, env=env)
+    await live.initialize_v2()
+    session_id = await bypass_session(live)
+    await live.prompt(session_id, [{"tool": "run_command", "args": {"command": "echo started; sleep 30"}}])
+    await live.wait_for(output_chunk)
+    await live.cancel(session_id)
+    assert (await live.idle(session_id))["params"]["update"]["stopReason"] == "cancelled"
+    terminal_id = terminal_updates(live, session_id)[0]["terminalId"]
+    ended_by = terminal_updates(live, session_id)[-1]["exitStatus"]["signal"]
+    last_shown = [u for u in live.updates(session_id, "tool_call_update") if "content" in u][-1]["content"]
+    await live.close()
+
+    v2 = await start_server(*DEFAULT_ARGS, env=env)
+    await v2.initialize_v2()
+    response = await v2.call(
+        "session/resume", {"sessionId": session_id, "cwd": "/tmp", "replayFrom": {"type": "start"}}
+    )
+    replayed = [
+        m["params"]["update"]
+        for m in v2.received[: position(v2, response)]
+        if m.get("method") == "session/update" and m["params"]["sessionId"] == session_id
+    ]
+    (terminal,) = [u for u in replayed if u["sessionUpdate"] == "terminal_update"]
+    assert terminal["terminalId"] == terminal_id
+    assert base64.b64decode(terminal["output"]["data"]) == b"started\n"
+    assert terminal["exitStatus"] == {"signal": ended_by}
+    calls = [u for u in replayed if u["sessionUpdate"] == "tool_call_update" and "content" in u]
+    assert calls[0]["content"] == [{"type": "terminal", "terminalId": terminal_id}]  # as the live anchor
+    assert calls[-1]["content"] == last_shown
+    assert replayed[-1]["sessionUpdate"] == "state_update"
+
+
+@pytest.mark.timeout(60)
+async def test_a_command_the_server_died_in_replays_as_a_terminal_that_exited_how_unknown(
+    start_server: StartServer, tmp_path: Path
+) -> None:
+    """§5.3, §10: kill -9 with a command running leaves its terminal's end unkept; the replay names the terminal as
+    the live client saw it, then says it exited (`exitStatus: {}`, how unknown), so no replayed terminal runs for
+    ever; the interrupted call then ends failed as on v1."""
+    env = {"ACP_SERVER_STATE_DIR": str(tmp_path)}
+    live = await start_server(*DEFAULT_ARGS, env=env)
+    await live.initialize_v2()
+    session_id = await bypass_session(live)
+    group = tmp_path / "pgid"
+    command = f"echo $$ > {group}; echo started; sleep 30"
+    await live.prompt(session_id, [{"tool": "run_command", "args": {"command": command}}])
+    await live.wait_for(output_chunk)
+    terminal_id = terminal_updates(live, session_id)[0]["terminalId"]
+    await asyncio.sleep(0.3)  # past the store's flush interval: the anchor is on disk
+    os.killpg(live.process.pid, signal.SIGKILL)
+    await live.process.wait()
+    os.killpg(int(group.read_text()), signal.SIGKILL)  # the command's own group outlives a server killed so
+    live.validator.violations.clear()  # the wire log ends mid-turn by design
+    live.log.clear()
+
+    v2 = await start_server(*DEFAULT_ARGS, env=env)
+    await v2.initialize_v2()
+    response = await v2.call(
+        "session/resume", {"sessionId": session_id, "cwd": "/tmp", "replayFrom": {"type": "start"}}
+    )
+    replayed = [
+        m["params"]["update"]
+        for m in v2.received[: position(v2, response)]
+        if m.get("method") == "session/update" and m["params"]["sessionId"] == session_id
+    ]
+    anchor = {
+        "sessionUpdate": "tool_call_update",
+        "toolCallId": ANY,
+        "content": [{"type": "terminal", "terminalId": terminal_id}],
+    }
+    exited = {"sessionUpdate": "terminal_update", "terminalId": terminal_id, "exitStatus": {}}
+    assert [u for u in replayed if u.get("terminalId") == terminal_id] == [exited]
+    assert replayed.index(exited) == replayed.index(anchor) + 1
+    final = [u for u in replayed if u["sessionUpdate"] == "tool_call_update" and u.get("status") == "failed"]
+    assert len(final) == 1 and "interrupted" in str(final[0]["content"])

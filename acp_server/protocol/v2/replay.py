@@ -72,7 +72,9 @@ def replay_updates_v2(loaded: LoadedSession) -> list[dict[str, Any]]:
 def _with_terminals(updates: list[dict[str, Any]], anchors: set[int]) -> list[dict[str, Any]]:
     """A tool call naming its terminal right before a change of that call with content is that change's content:
     the call's changes keep v1's text of the command, and v2 showed the terminal in its place. Else it stays on its
-    own (the anchor, before the command runs)."""
+    own (the anchor, before the command runs), followed, for a terminal whose end was never kept (the process died
+    with the command running), by an `exitStatus` saying it exited, how unknown: none is left running on replay."""
+    ended = {u["terminalId"] for u in updates if u["sessionUpdate"] == "terminal_update"}
     out: list[dict[str, Any]] = []
     for update in updates:
         anchor = out[-1] if out else None
@@ -84,8 +86,13 @@ def _with_terminals(updates: list[dict[str, Any]], anchors: set[int]) -> list[di
             and "content" in update
         ):
             out[-1] = {**update, "content": anchor["content"]}
-        else:
-            out.append(update)
+            continue
+        out.append(update)
+        if id(update) in anchors:
+            for item in update["content"]:
+                if item["terminalId"] not in ended:
+                    ended.add(item["terminalId"])
+                    out.append({"sessionUpdate": "terminal_update", "terminalId": item["terminalId"], "exitStatus": {}})
     return out
 
 
