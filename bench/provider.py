@@ -7,7 +7,8 @@ other side. Two figures:
 
 - Throughput: a turn whose reply is 10,000 text chunks (one SSE event each), timed from the prompt's write to the
   response's read; chunks/s is the median over the turns, and the server's CPU per chunk (utime + stime from /proc
-  over all timed turns) shows what the SDK and the provider add to the ~15 µs of the scripted path.
+  over all timed turns) shows what the HTTP transport, the SSE reading and the provider add to the scripted path
+  (where those µs go: bench/README.md, "The provider figure").
 - Stop: a turn whose stream hangs after two chunks (the model "thinking"); once both chunks have reached the
   client, `session/cancel` is written and the clock stops when the `cancelled` response is read. The fake endpoint
   also notes when it saw the HTTP connection close, so the figure shows the upstream request really ends too.

@@ -17,9 +17,9 @@ import re
 import socket
 import ssl
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from types import ModuleType
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 from urllib.parse import urlsplit, urlunsplit
 
 import anyio
@@ -70,6 +70,7 @@ class HttpProvider:
         self._api_key = api_key
         # The SDK's objects, made on first use; typed Any so the SDK stays out of this module's imports.
         self._client: Any = None
+        self.sdk: Any = None  # the SDK's module, once imported
         self.stream_cls: Any = None  # the SDK's AsyncStream[object]: chunks stay plain dicts
         self._setting_up = anyio.Lock()
 
@@ -87,6 +88,7 @@ class HttpProvider:
                 if self._client is None:
                     sdk = await import_sdk(self.SDK, self.MISSING_SDK)
                     client = await anyio.to_thread.run_sync(self._new_client, sdk, abandon_on_cancel=True)
+                    self.sdk = sdk
                     self.stream_cls = sdk.AsyncStream[object]
                     self._client = client
         return self._client
@@ -156,6 +158,11 @@ class HttpProvider:
     def describe(self, exc: BaseException, *, streaming: bool) -> str:
         return describe_failure(exc, endpoint=self.endpoint(), streaming=streaming, secret=self._api_key)
 
+    def items(self, stream: Any) -> AsyncIterator[Any]:
+        """What `stream_reply` reads a reply's items from: the SDK's stream itself, unless a subclass reads the
+        stream's body its own way. Either way the SDK's stream stays the one closed when the reading ends."""
+        return cast(AsyncIterator[Any], stream)
+
     async def stream_reply(
         self, path: str, body: dict[str, Any], feed: Callable[[Any, Emit], Awaitable[None]], emit: Emit
     ) -> None:
@@ -223,13 +230,14 @@ class HttpProvider:
             # Leaving `stream` closes the connection, whatever ends the reading (a cancel, a timeout, an error). Errors
             # are kept for after the task group, which would wrap them in an ExceptionGroup.
             async with stream, anyio.create_task_group() as watching:
+                items = self.items(stream)
                 watching.start_soon(silence.watch)
                 clock = time.monotonic  # see _Silence: the clock read twice a chunk
                 with reading:
                     while True:
                         silence.since = clock()
                         try:
-                            item = await stream.__anext__()
+                            item = await items.__anext__()
                         except StopAsyncIteration:
                             break
                         except Exception as exc:
