@@ -186,11 +186,12 @@ async def test_a_terminal_is_announced_with_its_size_command_cwd_and_controls(se
     }
 
 
-def screen(server: RawClient, session_id: str, terminal_id: str) -> tuple[bytes, list[str]]:
-    """What a client shows of a terminal: each `output` snapshot replaces the bytes, each chunk appends; and the
-    order of what came (`chunk`, `snapshot`, `exit`)."""
+def screen(server: RawClient, session_id: str, terminal_id: str) -> tuple[bytes, list[str], int]:
+    """What a client shows of a terminal: each `output` snapshot replaces the bytes, each chunk appends; the order of
+    what came (`chunk`, `snapshot`, `exit`); and the most bytes it ever held."""
     shown = b""
     order: list[str] = []
+    most = 0
     for update in server.updates(session_id):
         if update.get("terminalId") != terminal_id:
             continue
@@ -202,24 +203,27 @@ def screen(server: RawClient, session_id: str, terminal_id: str) -> tuple[bytes,
             order.append("snapshot")
         if update.get("exitStatus") is not None:
             order.append("exit")
-    return shown, order
+        most = max(most, len(shown))
+    return shown, order, most
 
 
 async def test_output_past_the_limit_resyncs_the_client_with_a_snapshot_of_the_tail_kept(server_v2: RawClient) -> None:
     """§10, §23 Q8: past the output limit (OUTPUT_LIMIT bytes, what the runner keeps and the model reads), a
     `terminal_update.output` snapshot replaces the client's bytes with the tail kept, the moment the limit is passed;
-    later chunks append to it, and the client ends with exactly the tail the model got, before the exit."""
+    later chunks append to it, a new snapshot keeps the client's bytes under twice the limit however long the output,
+    and the client ends with exactly the tail the model got, before the exit."""
     from acp_server.runtime.local_commands import OUTPUT_LIMIT
 
     server = server_v2
     session_id = await bypass_session(server)
-    command = "head -c 300000 /dev/zero | tr '\\0' x; echo; echo last-line"
+    command = "head -c 900000 /dev/zero | tr '\\0' x; echo; echo last-line"
     await server.prompt(session_id, [{"tool": "run_command", "args": {"command": command}}])
     await server.idle(session_id)
     terminal_id = terminal_updates(server, session_id)[0]["terminalId"]
-    shown, order = screen(server, session_id, terminal_id)
-    full = b"x" * 300000 + b"\nlast-line\n"
+    shown, order, most = screen(server, session_id, terminal_id)
+    full = b"x" * 900000 + b"\nlast-line\n"
     assert shown == full[-OUTPUT_LIMIT:]
+    assert most < 2 * OUTPUT_LIMIT  # a snapshot replaces the bytes before they reach twice the limit
     assert "snapshot" in order and order[-1] == "exit"
     first = order.index("snapshot")
     chunks = server.updates(session_id, "terminal_output_chunk")
