@@ -18,11 +18,11 @@ from acp_server.jsonrpc.connection import Connection
 from acp_server.jsonrpc.transport import LineSink, LineSource, open_stdio
 from acp_server.mcp_bridge import McpRegistry
 from acp_server.protocol.context import Parts
+from acp_server.protocol.deferred import Deferred
 from acp_server.protocol.dispatcher import AcpDispatcher
-from acp_server.protocol.edge import AcpEdge
 from acp_server.protocol.handlers import METHODS, NOTIFICATIONS
 from acp_server.protocol.model_choices import ModelChoices
-from acp_server.protocol.plugins import Plugin, observer_of
+from acp_server.protocol.plugins import Plugin
 from acp_server.protocol.providers import AuthState, ProviderCache
 from acp_server.protocol.session_table import Handshake, SessionTable
 from acp_server.protocol.store_access import StoreAccess
@@ -31,21 +31,13 @@ from acp_server.runtime.child_env import ChildEnvPolicy
 from acp_server.runtime.model import Provider
 from acp_server.runtime.processes import ProcessTable
 from acp_server.runtime.providers import open_provider
-from acp_server.runtime.sandbox import sandbox_for
 from acp_server.runtime.text_guard import GuardedProvider, redactor_for
-from acp_server.runtime.tools import ToolBox
-from acp_server.runtime.tools.ask import ASK_TOOLS
-from acp_server.runtime.tools.commands import COMMAND_TOOLS
-from acp_server.runtime.tools.delegate import DELEGATE_TOOLS
-from acp_server.runtime.tools.files import FILE_TOOLS
-from acp_server.runtime.tools.plan import PLAN_TOOLS
 from acp_server.sessions.runs import RunRegistry
-from acp_server.sessions.services import TurnServices
 from acp_server.settings.config import Config
 from acp_server.testmode.gates import GATES
-from acp_server.testmode.mode import test_mode
 
 if TYPE_CHECKING:
+    from acp_server.sessions.services import TurnServices
     from acp_server.transcripts.record import Recorder
 
 __all__ = ["build_server", "serve", "serve_stdio"]
@@ -64,6 +56,26 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
 # (bench/scale.py: a third of the CPU at 1,000 busy sessions). At this threshold the short-lived objects are mostly
 # gone before a collection looks at them; cycles (a cancelled task's traceback) are still collected.
 GC_THRESHOLD = 50_000
+# The session side (protocol/deferred.py), loaded once `initialize` is answered: `session_side` imports all of it; the
+# modules before it, in the order they are needed, only cut the load into steps of a few milliseconds each.
+SESSION_SIDE = (
+    "acp_server.runtime.ports",
+    "acp_server.protocol.editor",
+    "acp_server.protocol.updates",
+    "acp_server.protocol.v2.updates",
+    "acp_server.runtime.sandbox",
+    "acp_server.protocol.edge",
+    "acp_server.runtime.tools",
+    "acp_server.runtime.tools.files",
+    "acp_server.runtime.tools.commands",
+    "acp_server.runtime.tools.ask",
+    "acp_server.protocol.session_handlers",
+    "acp_server.runtime.loop",
+    "acp_server.sessions.turn",
+    "acp_server.protocol.v2.sessions",
+    "acp_server.protocol.v2.prompt",
+    "acp_server.session_side",
+)
 
 
 def build_server(
@@ -73,17 +85,11 @@ def build_server(
     whole process (the CLI), so at exit it may kill every descendant."""
     connection = Connection(config.cleanup_deadline)
     # The scripted model's gates are a product feature (README); the rest of the test machinery is for tests only.
-    plugins: list[Plugin] = [GATES, *([test_mode(connection)] if config.test_mode else [])]
-    tools = ToolBox(
-        (
-            *FILE_TOOLS,
-            *COMMAND_TOOLS,
-            *PLAN_TOOLS,
-            *ASK_TOOLS,
-            *DELEGATE_TOOLS,
-            *(tool for plugin in plugins for tool in plugin.tools),
-        )
-    )
+    plugins: list[Plugin] = [GATES]
+    if config.test_mode:
+        from acp_server.testmode.mode import test_mode  # never imported by a server not in test mode
+
+        plugins.append(test_mode(connection))
 
     redactor = redactor_for(config.held_secrets)
 
@@ -108,6 +114,21 @@ def build_server(
     handshake = Handshake()
     providers = ProviderCache(open_model)
     store = StoreAccess(config, connection.spawn)
+
+    def build_turns() -> TurnServices:
+        from acp_server.session_side import build_turns  # loaded by then (protocol/deferred.py): a look-up
+
+        return build_turns(
+            config,
+            connection=connection,
+            handshake=handshake,
+            runs=runs,
+            processes=processes,
+            providers=providers.get,
+            store=lambda: store.current,
+            plugins=plugins,
+        )
+
     parts = Parts(
         config=config,
         connection=connection,
@@ -121,18 +142,8 @@ def build_server(
         store=store,
         mcp=McpRegistry(connection.spawn, ChildEnvPolicy.from_config(config), config.mcp_start_wait),
         processes=processes,
-        turns=TurnServices(
-            config,
-            runs,
-            # The core's way out: its events rendered as ACP v1 or v2, the editor's side of its tools.
-            # Decided once: which sandbox local commands get (said on stderr when none can be had).
-            AcpEdge(connection, config, processes, handshake, sandbox_for(config)),
-            providers.get,
-            tools,
-            processes,
-            lambda: store.current,
-            observer_of(plugins),
-        ),
+        # The turn services and the rest of the session side: loaded once `initialize` is answered.
+        session_side=Deferred(SESSION_SIDE, build_turns),
         models=ModelChoices(config, providers, connection.spawn),
         extension_notifications=tuple(method for method in notifications if method.startswith("_")),
     )

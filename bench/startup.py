@@ -6,8 +6,11 @@ sees them; the server's resident memory (VmRSS) is read right then, before the p
 starts has done anything that counts. It also times, in this process, reading the settings when there is no config
 file (every start-up does it), and runs one more server under `python -X importtime` to show where the time goes:
 the import self-time of each package (acp_server by layer), largest first, with its share of the total. The import
-times are inflated by the measurement itself; read them as proportions. `--protocol 2` opens every connection as an
-ACP v2 client (its figures are named `v2 startup: ...`; the settings and import figures do not depend on the
+times are inflated by the measurement itself; read them as proportions. The server's CPU time (all its threads, from
+/proc) is read with its memory: on a busy machine the wall time mostly measures the wait for a core, so compare CPU
+figures across changes. Both are read a moment after the answer, when the server may have begun loading its
+session side (protocol/deferred.py), so they lean high by that moment's work. `--protocol 2` opens every connection
+as an ACP v2 client (its figures are named `v2 startup: ...`; the settings and import figures do not depend on the
 version and are left to the v1 run). Run alone: `python -m bench.startup [--spawns N] [--breakdown N] [--protocol 2]`.
 """
 
@@ -27,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.report import Figure, format_table, versioned
-from bench.wire import PROTOCOLS, Server, WireError, percentile
+from bench.wire import PROTOCOLS, Server, WireError, percentile, process_cpu_ns
 from tests.support.harness import isolated_env
 
 __all__ = ["StartupResult", "main", "run"]
@@ -45,6 +48,7 @@ class StartupResult:
     exit_codes: list[int]
     no_config_ms: float | None = None  # settings read with no config file, per start-up
     rss_mb: list[float] = field(default_factory=list)  # per spawn, when the answer was read
+    cpu_ms: list[float] = field(default_factory=list)  # per spawn, the server's CPU time when the answer was read
     # (package, self-time ms) of one `-X importtime` start-up, largest first
     imports: list[tuple[str, float]] = field(default_factory=list)
     protocol: int = 1
@@ -79,6 +83,11 @@ class StartupResult:
                 else []
             ),
             *(
+                [Figure(name("startup: CPU to initialize, median"), statistics.median(self.cpu_ms), "ms")]
+                if self.cpu_ms
+                else []
+            ),
+            *(
                 [Figure("startup: settings with no config file", self.no_config_ms, "ms", "<=", TARGET_NO_CONFIG_MS)]
                 if self.no_config_ms is not None
                 else []
@@ -100,14 +109,32 @@ def time_no_config_file(loads: int = 100) -> float:
 
 
 def import_breakdown(args: Sequence[str] = ("--model", "scripted")) -> list[tuple[str, float]]:
-    """Import self-time per package (acp_server per layer) of one start-up to the `initialize` answer, in ms."""
+    """Import self-time per package (acp_server per layer) of one start-up to the `initialize` answer, in ms.
+
+    Only what was imported before the answer was read counts: once it is out, the server goes on to load its session
+    side (protocol/deferred.py), which is no part of start-up. stderr goes to a file, whose size when the answer is
+    read marks where start-up's lines end."""
     command = [sys.executable, "-X", "importtime", "-m", "acp_server", *args]
     env = {**os.environ, **isolated_env()}
-    result = subprocess.run(command, input=INITIALIZE, capture_output=True, env=env, timeout=60, check=False)
-    if b'"protocolVersion":1' not in result.stdout:
-        raise WireError(f"no initialize answer under -X importtime: {result.stderr[-2000:]!r}")
+    with tempfile.TemporaryFile() as stderr:
+        process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, env=env)
+        assert process.stdin is not None and process.stdout is not None
+        try:
+            process.stdin.write(INITIALIZE)
+            process.stdin.flush()
+            answer = process.stdout.readline()
+            boundary = os.fstat(stderr.fileno()).st_size
+        finally:
+            process.kill()
+            process.wait(timeout=60)
+            process.stdin.close()
+            process.stdout.close()
+        stderr.seek(0)
+        text = stderr.read(boundary).decode(errors="replace")
+    if b'"protocolVersion":1' not in answer:
+        raise WireError(f"no initialize answer under -X importtime: {text[-2000:]!r}")
     totals: Counter[str] = Counter()
-    for line in result.stderr.decode(errors="replace").splitlines():
+    for line in text.splitlines():
         match = _IMPORT_LINE.match(line)
         if match:
             parts = match.group(3).split(".")
@@ -131,18 +158,20 @@ def run(
     samples: list[float] = []
     codes: list[int] = []
     rss: list[float] = []
+    cpu: list[float] = []
     for _ in range(spawns):
         server = Server.spawn(*args)
         try:
             _, t_read = server.initialize(protocol)  # a WireError unless the server agreed on `protocol`
             rss.append(server.rss_kb() / 1024)
+            cpu.append(process_cpu_ns(server.pid) / 1e6)
         finally:
             codes.append(server.close())
         samples.append((t_read - server.t_spawn_ns) / 1e6)
     if protocol != 1:
-        return StartupResult(samples, codes, None, rss, protocol=protocol)
+        return StartupResult(samples, codes, None, rss, cpu, protocol=protocol)
     imports = import_breakdown(args) if breakdown else []
-    return StartupResult(samples, codes, time_no_config_file(), rss, imports)
+    return StartupResult(samples, codes, time_no_config_file(), rss, cpu, imports)
 
 
 def main(argv: Sequence[str] | None = None) -> StartupResult:

@@ -8,22 +8,25 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
-from acp_server.jsonrpc.connection import Connection
-from acp_server.jsonrpc.rpc import RpcError
-from acp_server.mcp_bridge import McpRegistry
-from acp_server.protocol.model_choices import ModelChoices
-from acp_server.protocol.providers import AuthState, ProviderCache
-from acp_server.protocol.schema import RequestId
-from acp_server.protocol.session_table import Handshake, SessionTable
-from acp_server.protocol.store_access import StoreAccess
-from acp_server.runtime.processes import ProcessTable
-from acp_server.sessions.runs import RunContext, RunRegistry
-from acp_server.sessions.services import TurnServices
-from acp_server.settings.config import Config
+# Types only: importing this module must not import the pieces (most are on the session side, protocol/deferred.py).
+if TYPE_CHECKING:
+    from acp_server.jsonrpc.connection import Connection
+    from acp_server.jsonrpc.rpc import RpcError
+    from acp_server.mcp_bridge import McpRegistry
+    from acp_server.protocol.deferred import Deferred
+    from acp_server.protocol.model_choices import ModelChoices
+    from acp_server.protocol.providers import AuthState, ProviderCache
+    from acp_server.protocol.schema import RequestId
+    from acp_server.protocol.session_table import Handshake, SessionTable
+    from acp_server.protocol.store_access import StoreAccess
+    from acp_server.runtime.processes import ProcessTable
+    from acp_server.sessions.runs import RunContext, RunRegistry
+    from acp_server.sessions.services import TurnServices
+    from acp_server.settings.config import Config
 
 __all__ = ["Handler", "NotificationHandler", "Parts", "RequestContext"]
 
@@ -46,12 +49,18 @@ class Parts:
     # Every session's MCP servers, owned by the connection's task group (see mcp_bridge/registry.py).
     mcp: McpRegistry
     processes: ProcessTable
-    turns: TurnServices
+    # What a turn needs (the edge to the editor, the tools, ...): the session side, loaded once `initialize` is
+    # answered and built on first use (`turns`).
+    session_side: Deferred[TurnServices]
     # The model specs a session may pick (the `model` config option): the configured ones, the default first, then
     # what their endpoints list (model discovery).
     models: ModelChoices
     # The notifications beyond ACP's that this server handles (advertised in `initialize`).
     extension_notifications: tuple[str, ...] = ()
+
+    @property
+    def turns(self) -> TurnServices:
+        return self.session_side.get()
 
 
 @dataclass(eq=False)

@@ -27,13 +27,10 @@ from acp_server.jsonrpc.rpc import (
     validation_message,
 )
 from acp_server.protocol.context import Handler, NotificationHandler, Parts, RequestContext
-from acp_server.protocol.prompts import check_media, prompt_command
 from acp_server.protocol.schema import ClientCapabilities, InitializeRequest, PromptRequest
-from acp_server.protocol.titles import title_session
 from acp_server.protocol.v2.negotiation import negotiate
 from acp_server.protocol.v2.schema import InitializeRequestV2
 from acp_server.sessions.runs import PromptRejectedError
-from acp_server.sessions.turn import admit_prompt, release_prompt
 
 __all__ = ["AcpDispatcher"]
 
@@ -70,7 +67,6 @@ class AcpDispatcher:
         self.prompts = parts.prompts
         self.connection = parts.connection
         self.sessions = parts.sessions
-        self.turns = parts.turns
         self.session = parts.sessions.require
         self.provider_for = parts.providers.get
 
@@ -151,11 +147,15 @@ class AcpDispatcher:
         context.validated_params = prompt
         try:
             model = self.session(prompt.session_id).model
+            # The session exists, so the session side is loaded (protocol/deferred.py): these are look-ups.
+            from acp_server.protocol.prompts import check_media, prompt_command
+            from acp_server.sessions.turn import admit_prompt
+
             accepts = self.parts.config.accepts(model)
             # An image for a model that takes none is never silently dropped: refused, naming the block and model.
             check_media(prompt, model, accepts)
             command = prompt_command(prompt, accepts)
-            context.run = admit_prompt(self.turns, context.request_id, prompt.session_id, command, self.session)
+            context.run = admit_prompt(self.parts.turns, context.request_id, prompt.session_id, command, self.session)
         except RpcError as exc:
             context.admission_error = exc
             return
@@ -182,7 +182,10 @@ class AcpDispatcher:
         if run is not None:
             if self.prompts.get(context.request_id) is run:
                 del self.prompts[context.request_id]
-            first_prompt = release_prompt(self.turns, run)
+            from acp_server.protocol.titles import title_session  # a run: the session side is loaded
+            from acp_server.sessions.turn import release_prompt
+
+            first_prompt = release_prompt(self.parts.turns, run)
             if first_prompt is not None:
                 self.connection.spawn(title_session, self.parts, run.session, first_prompt)
         for follow_up in context.after:

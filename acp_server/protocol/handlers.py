@@ -15,6 +15,8 @@ import anyio
 from acp_server import __version__
 from acp_server.jsonrpc.rpc import ErrorCode, RpcError
 from acp_server.protocol.context import Handler, NotificationHandler, Parts, RequestContext
+from acp_server.protocol.deferred import deferred
+from acp_server.protocol.discovery import discover_models
 from acp_server.protocol.providers import close_providers
 from acp_server.protocol.schema import (
     AuthenticateRequest,
@@ -32,24 +34,13 @@ from acp_server.protocol.schema import (
     SetSessionModeRequest,
     WireModel,
 )
-from acp_server.protocol.session_handlers import (
-    discover_models,
-    session_close,
-    session_delete,
-    session_fork,
-    session_list,
-    session_load,
-    session_new,
-    session_resume,
-    session_set_config_option,
-    session_set_mode,
-)
 from acp_server.protocol.v2.initialize import initialize_result
-from acp_server.protocol.warmup import warm_up
 from acp_server.sessions.options import PROMPT_POLICIES
-from acp_server.sessions.turn import TurnFailedError, execute_prompt
 
 __all__ = ["METHODS", "NOTIFICATIONS", "NoParams", "log_in", "log_out"]
+
+# The session lifecycle's handlers, on the session side (protocol/deferred.py: loaded once `initialize` is answered).
+SESSION_HANDLERS = "acp_server.protocol.session_handlers"
 
 PROTOCOL_VERSION = 1
 
@@ -74,10 +65,9 @@ async def initialize(context: RequestContext, params: InitializeRequest) -> dict
     await context.parts.models.ready()
     # Images (sounds) when any model a session may pick takes them; a prompt for one that does not is refused then.
     taken = frozenset().union(*(context.parts.config.accepts(spec) for spec in context.parts.models.current))
-    # The default model, warmed once this answer is out (protocol/warmup.py); a session on another model warms its
-    # own when it opens.
-    warm = (warm_up, parts.providers, parts.turns.tools, parts.config.model)
-    context.after.append(lambda: parts.connection.spawn(*warm))
+    # Once this answer is out: the session side loaded (protocol/deferred.py), then the default model warmed
+    # (protocol/warmup.py); a session on another model warms its own when it opens.
+    context.after.append(lambda: parts.connection.spawn(_warm_up_after_initialize, parts))
     if parts.handshake.v2:
         return initialize_result(parts, taken)
     return {
@@ -105,6 +95,19 @@ async def initialize(context: RequestContext, params: InitializeRequest) -> dict
         "authMethods": _auth_methods(context.parts),
         "agentInfo": {"name": "acp-server", "title": "acp-server", "version": __version__},
     }
+
+
+async def _warm_up_after_initialize(parts: Parts) -> None:
+    """Load the session side, then warm the default model (protocol/warmup.py). Counted as a warm-up throughout
+    (`_acp_server/stats`), so a test that waits for the warm-ups to end waits for the load too."""
+    parts.providers.warm_ups_running += 1
+    try:
+        await parts.session_side.load()
+    finally:
+        parts.providers.warm_ups_running -= 1
+    from acp_server.protocol.warmup import warm_up  # on the session side: loaded by now
+
+    await warm_up(parts.providers, parts.turns.tools, parts.config.model)
 
 
 AUTH_METHOD_ID = "api-key"
@@ -159,6 +162,8 @@ async def session_prompt(context: RequestContext, params: PromptRequest) -> dict
         raise context.admission_error
     assert context.run is not None, "a valid prompt is always admitted or refused in prepare()"
     context.parts.auth.require_for(context.run.session.model)  # a model that takes no key is never refused
+    from acp_server.sessions.turn import TurnFailedError, execute_prompt  # on the session side: a session exists
+
     try:
         stop_reason = await execute_prompt(context.parts.turns, context.run)
     except TurnFailedError as exc:
@@ -190,16 +195,19 @@ METHODS: dict[str, Handler] = {
     "initialize": (InitializeRequest, initialize),
     "authenticate": (AuthenticateRequest, authenticate),
     "logout": (LogoutRequest, logout),
-    "session/new": (NewSessionRequest, session_new),
+    "session/new": (NewSessionRequest, deferred(SESSION_HANDLERS, "session_new")),
     "session/prompt": (PromptRequest, session_prompt),
-    "session/set_mode": (SetSessionModeRequest, session_set_mode),
-    "session/set_config_option": (SetSessionConfigOptionRequest, session_set_config_option),
-    "session/close": (CloseSessionRequest, session_close),
-    "session/load": (LoadSessionRequest, session_load),
-    "session/resume": (LoadSessionRequest, session_resume),
-    "session/list": (ListSessionsRequest, session_list),
-    "session/delete": (DeleteSessionRequest, session_delete),
-    "session/fork": (LoadSessionRequest, session_fork),
+    "session/set_mode": (SetSessionModeRequest, deferred(SESSION_HANDLERS, "session_set_mode")),
+    "session/set_config_option": (
+        SetSessionConfigOptionRequest,
+        deferred(SESSION_HANDLERS, "session_set_config_option"),
+    ),
+    "session/close": (CloseSessionRequest, deferred(SESSION_HANDLERS, "session_close")),
+    "session/load": (LoadSessionRequest, deferred(SESSION_HANDLERS, "session_load")),
+    "session/resume": (LoadSessionRequest, deferred(SESSION_HANDLERS, "session_resume")),
+    "session/list": (ListSessionsRequest, deferred(SESSION_HANDLERS, "session_list")),
+    "session/delete": (DeleteSessionRequest, deferred(SESSION_HANDLERS, "session_delete")),
+    "session/fork": (LoadSessionRequest, deferred(SESSION_HANDLERS, "session_fork")),
     "_acp_server/stats": (NoParams, stats),
 }
 

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from acp_server.protocol.context import Handler, NotificationHandler
-from acp_server.runtime.tools import Tool
-from acp_server.sessions.runs import RunContext
-from acp_server.sessions.services import Observer
+
+if TYPE_CHECKING:  # types only: the tools and the turn are the session side's (protocol/deferred.py)
+    from acp_server.runtime.tools import Tool
+    from acp_server.sessions.runs import RunContext
+    from acp_server.sessions.services import Observer
 
 __all__ = ["Plugin", "observer_of"]
 

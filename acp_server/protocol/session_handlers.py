@@ -16,6 +16,7 @@ import anyio
 from acp_server.jsonrpc.rpc import ErrorCode, RpcError
 from acp_server.mcp_bridge import merge_servers
 from acp_server.protocol.context import Parts, RequestContext
+from acp_server.protocol.discovery import announce_models_to, discover_models
 from acp_server.protocol.options import config_options, modes
 from acp_server.protocol.prompts import client_tools
 from acp_server.protocol.schema import (
@@ -40,7 +41,6 @@ if TYPE_CHECKING:
 __all__ = [
     "close_session",
     "default_prompt_policy",
-    "discover_models",
     "restore_session",
     "session_close",
     "session_delete",
@@ -139,30 +139,11 @@ def _config_options(parts: Parts, session: Session) -> list[dict[str, Any]]:
     return config_options(session.model, session.mode, session.prompt_policy, offered)
 
 
-def discover_models(parts: Parts) -> None:
-    """Start model discovery (protocol/model_choices.py); a changed list reaches every open session."""
-    parts.models.start(lambda: _announce_models(parts))
-
-
 def _offered(parts: Parts, session: Session, answered: tuple[str, ...]) -> None:
     """Once the response that opened the session is sent: it was told `answered`; a list that changed meanwhile
     follows as an update (never before the response, which is where the client learns the session id)."""
     session.offered_models = answered
-    _announce_models_to(parts, session)
-
-
-def _announce_models(parts: Parts) -> None:
-    for session in parts.sessions:
-        if session.offered_models is not None and not session.closed:
-            _announce_models_to(parts, session)
-
-
-def _announce_models_to(parts: Parts, session: Session) -> None:
-    offered = parts.models.offered(session.model)
-    if offered != session.offered_models:
-        session.offered_models = offered
-        event = ConfigChanged(session.model, session.mode, session.prompt_policy, offered)
-        parts.turns.edge.session_event(session.session_id, event)
+    announce_models_to(parts, session)
 
 
 # A version's rendering of a loaded session's history, for the session it is being restored as.

@@ -19,7 +19,6 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +30,7 @@ from acp_server.settings.config import (
     PROTOCOL_IDS,
     SANDBOX_MODE_IDS,
 )
+from acp_server.settings.file_settings import FileSettings, Problem
 from acp_server.settings.files import DEFAULT_TIMEOUTS, KEY_VARIABLES, TIMEOUT_KEYS, timeout_value_problem
 
 __all__ = [
@@ -51,34 +51,6 @@ FILE_ONLY_FORBIDDEN = {
 }
 # Settings whose fallback, when the file's value is unusable, is the private choice rather than the default.
 PRIVATE_FALLBACK = {"store": False, "log_file": False}
-
-
-@dataclass(frozen=True, slots=True)
-class Problem:
-    """One thing wrong with the config file. `error` problems cost the setting; `warning` ones cost nothing."""
-
-    path: Path
-    key: str  # dotted ("permission_mode", "providers.openai.base_url", "mcp_servers.github.command"); "" = the file
-    message: str  # plain words: what was expected, what was found, what the server does about it
-    severity: str = "error"
-
-    def __str__(self) -> str:
-        return f"{self.path}: {self.key}: {self.message}" if self.key else f"{self.path}: {self.message}"
-
-
-@dataclass(frozen=True, slots=True)
-class FileSettings:
-    """The config file, checked: the settings that passed, the MCP servers, and every problem found."""
-
-    path: Path
-    found: bool = False
-    readable: bool = True  # False when the file exists but cannot be read or is not TOML
-    values: Mapping[str, Any] = field(default_factory=dict)  # top-level settings that passed their checks
-    mcp_servers: tuple[dict[str, Any], ...] = ()
-    # `[tools] env_deny`: variables (names or `PREFIX_*` patterns) no child process gets.
-    env_deny: tuple[str, ...] = ()
-    problems: tuple[Problem, ...] = ()
-    raw: Mapping[str, Any] = field(default_factory=dict)  # the parsed document, for the provider tables
 
 
 class _InvalidError(ValueError):

@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from acp_server import __version__
-from acp_server.settings.checks import FileSettings, input_kinds, load_settings
 from acp_server.settings.choices import PermissionMode, PromptPolicy, SandboxMode
 from acp_server.settings.config import (
     DEFAULT_CLEANUP_DEADLINE,
@@ -32,6 +31,7 @@ from acp_server.settings.config import (
     SANDBOX_MODE_IDS,
     Config,
 )
+from acp_server.settings.file_settings import FileSettings, settings_without_file
 from acp_server.settings.files import config_file, held_secrets, secret_variables
 
 __all__ = ["LOG_LEVELS", "PERMISSION_MODE_IDS", "PROMPT_POLICY_IDS", "Loaded", "load"]
@@ -326,7 +326,12 @@ def load(
     a subcommand's own flags (`doctor --timeout`) to the server's, so it reads the same flags the server would."""
     parser = _parser(prog, extend, subcommands)
     args = parser.parse_args(argv)
-    file = load_settings(config_file(env))
+    path = config_file(env)
+    file = settings_without_file(path)
+    if file is None:
+        from acp_server.settings.checks import load_settings  # only with a file: the TOML parser and the checks
+
+        file = load_settings(path)
     pick = _Merge(parser, env, file)
     log_to_file, log_file = _log_file(args.log_file, env, file)
     config = Config(
@@ -426,8 +431,12 @@ def load(
 def _family_input(document: Mapping[str, Any]) -> tuple[tuple[str, tuple[str, ...]], ...]:
     """`input` of each `[providers.FAMILY]` table, where it is usable (settings/checks.py reports the rest)."""
     providers = document.get("providers")
+    if not isinstance(providers, dict):
+        return ()
+    from acp_server.settings.checks import input_kinds  # a file was read, so the checks are loaded: a look-up
+
     found = []
-    for family, section in providers.items() if isinstance(providers, dict) else ():
+    for family, section in providers.items():
         if isinstance(section, dict) and "input" in section:
             try:
                 found.append((str(family), input_kinds(section["input"], str(family))))

@@ -9,7 +9,6 @@ from __future__ import annotations
 from acp_server.protocol.context import Parts
 from acp_server.protocol.plugins import Plugin
 from acp_server.protocol.schema import WireModel
-from acp_server.runtime.providers.scripted import gate_board
 
 __all__ = ["GATES", "ScriptedReleaseNotification"]
 
@@ -27,6 +26,9 @@ def scripted_release(parts: Parts, params: ScriptedReleaseNotification) -> None:
         running = parts.runs.running(params.session_id)
         session = running.session if running is not None else None
     if session is not None:
+        # Imported here: registered whatever the model, this plug-in must not load the scripted model for others.
+        from acp_server.runtime.providers.scripted import gate_board
+
         gate_board(session.services).release(params.gate)
 
 

@@ -30,8 +30,20 @@ ALLOWED: dict[str, frozenset[str]] = {
     # The test machinery, a plug-in: only the composition root imports it (see the test below).
     "testmode": frozenset({"protocol", "sessions", "runtime", "jsonrpc", "settings"}),
     "server": frozenset(
-        {"protocol", "sessions", "runtime", "mcp_bridge", "jsonrpc", "settings", "transcripts", "testmode"}
+        {
+            "protocol",
+            "sessions",
+            "runtime",
+            "mcp_bridge",
+            "jsonrpc",
+            "settings",
+            "transcripts",
+            "testmode",
+            "session_side",
+        }
     ),
+    # The composition root's second half (what a session needs), loaded after `initialize` (protocol/deferred.py).
+    "session_side": frozenset({"protocol", "sessions", "runtime", "store", "jsonrpc", "settings"}),
     "doctor": frozenset({"settings", "runtime", "store", "mcp_bridge"}),
     # `acp-server sessions`: the store for people, beside doctor.
     "stored_sessions": frozenset({"settings", "store"}),
@@ -287,8 +299,9 @@ def test_no_module_globals_hold_mutable_run_state() -> None:
 
 # Modules the path to the first `initialize` answer must not import: the provider SDKs and their HTTP stack (warmed
 # in the background once `initialize` is answered), MCP, the test client, jsonrpcserver's JSON-schema validator and
-# its toy HTTP server (rpc.py loads only its dispatcher core), the TOML parser (only when a config file exists), and
-# the session store (opened on first need).
+# its toy HTTP server (rpc.py loads only its dispatcher core), the TOML parser and the config file's checks (only when
+# a config file exists), the session store (opened on first need), and the session side: the session handlers, the
+# turn, the tools, the edge to the editor and the sandbox (protocol/deferred.py: loaded once `initialize` is answered).
 HEAVY_AT_START_UP = (
     "openai",
     "anthropic",
@@ -303,6 +316,19 @@ HEAVY_AT_START_UP = (
     "tomllib",
     "sqlite3",
     "acp_server.store",
+    "acp_server.settings.checks",
+    "acp_server.session_side",
+    "acp_server.protocol.session_handlers",
+    "acp_server.protocol.v2.sessions",
+    "acp_server.protocol.v2.prompt",
+    "acp_server.protocol.edge",
+    "acp_server.sessions.turn",
+    "acp_server.sessions.services",
+    "acp_server.runtime.loop",
+    "acp_server.runtime.tools",
+    "acp_server.runtime.sandbox",
+    "landlockpy",
+    "acp_server.testmode.mode",
 )
 
 

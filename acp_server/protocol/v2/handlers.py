@@ -7,10 +7,12 @@ withdrawn held prompt answers).
 
 from __future__ import annotations
 
-from acp_server.protocol.context import Handler, NotificationHandler
+from acp_server.protocol.context import Handler, NotificationHandler, Parts
+from acp_server.protocol.deferred import deferred
 from acp_server.protocol.handlers import METHODS, NOTIFICATIONS
 from acp_server.protocol.schema import (
     AuthenticateRequest,
+    CancelRequestNotification,
     CloseSessionRequest,
     DeleteSessionRequest,
     ListSessionsRequest,
@@ -18,44 +20,47 @@ from acp_server.protocol.schema import (
     PromptRequest,
     SetSessionConfigOptionRequest,
 )
-from acp_server.protocol.session_handlers import session_delete
 from acp_server.protocol.v2.auth import auth_login, auth_logout
-from acp_server.protocol.v2.cancels import tool_call_cancel
-from acp_server.protocol.v2.prompt import cancel_request_v2, session_prompt_v2
 from acp_server.protocol.v2.schema import (
     CancelTerminalRequest,
     CancelToolCallRequest,
     NewSessionRequestV2,
     ResumeSessionRequestV2,
 )
-from acp_server.protocol.v2.sessions import (
-    session_close_v2,
-    session_list_v2,
-    session_new_v2,
-    session_resume_v2,
-    session_set_config_option_v2,
-)
-from acp_server.protocol.v2.terminals import terminal_cancel
+from acp_server.sessions.runs import RunState
 
 __all__ = ["METHODS_V2", "NOTIFICATIONS_V2"]
+
+# Where the session side's handlers live (protocol/deferred.py: loaded once `initialize` is answered).
+SESSIONS = "acp_server.protocol.v2.sessions"
 
 METHODS_V2: dict[str, Handler] = {
     "initialize": METHODS["initialize"],
     "auth/login": (AuthenticateRequest, auth_login),
     "auth/logout": (LogoutRequest, auth_logout),
-    "session/new": (NewSessionRequestV2, session_new_v2),
-    "session/prompt": (PromptRequest, session_prompt_v2),
-    "session/set_config_option": (SetSessionConfigOptionRequest, session_set_config_option_v2),
-    "session/close": (CloseSessionRequest, session_close_v2),
-    "session/resume": (ResumeSessionRequestV2, session_resume_v2),
-    "session/list": (ListSessionsRequest, session_list_v2),
-    "session/delete": (DeleteSessionRequest, session_delete),
-    "tool_call/cancel": (CancelToolCallRequest, tool_call_cancel),
-    "terminal/cancel": (CancelTerminalRequest, terminal_cancel),
+    "session/new": (NewSessionRequestV2, deferred(SESSIONS, "session_new_v2")),
+    "session/prompt": (PromptRequest, deferred("acp_server.protocol.v2.prompt", "session_prompt_v2")),
+    "session/set_config_option": (SetSessionConfigOptionRequest, deferred(SESSIONS, "session_set_config_option_v2")),
+    "session/close": (CloseSessionRequest, deferred(SESSIONS, "session_close_v2")),
+    "session/resume": (ResumeSessionRequestV2, deferred(SESSIONS, "session_resume_v2")),
+    "session/list": (ListSessionsRequest, deferred(SESSIONS, "session_list_v2")),
+    "session/delete": (DeleteSessionRequest, deferred("acp_server.protocol.session_handlers", "session_delete")),
+    "tool_call/cancel": (CancelToolCallRequest, deferred("acp_server.protocol.v2.cancels", "tool_call_cancel")),
+    "terminal/cancel": (CancelTerminalRequest, deferred("acp_server.protocol.v2.terminals", "terminal_cancel")),
     "_acp_server/stats": METHODS["_acp_server/stats"],
 }
 
+
+def cancel_request_v2(parts: Parts, params: CancelRequestNotification) -> None:
+    """`$/cancel_request` on v2 (§20.5, §23 Q10): it withdraws a prompt still held (QUEUED, not inserted) and
+    nothing else. A prompt inserted at admission (an idle session) is already the session's work, whose only
+    cancel is `session/cancel`: naming it is ignored, as is naming any other request."""
+    run = parts.prompts.get(params.request_id)
+    if run is not None and run.state is RunState.QUEUED:
+        parts.runs.cancel_run(run)
+
+
 NOTIFICATIONS_V2: dict[str, NotificationHandler] = {
     **NOTIFICATIONS,
-    "$/cancel_request": (NOTIFICATIONS["$/cancel_request"][0], cancel_request_v2),
+    "$/cancel_request": (CancelRequestNotification, cancel_request_v2),
 }

@@ -18,14 +18,14 @@ from typing import Any
 
 from acp_server.jsonrpc.rpc import ErrorCode, RpcError
 from acp_server.protocol.context import Parts, RequestContext
-from acp_server.protocol.schema import CancelRequestNotification, PromptRequest
+from acp_server.protocol.schema import PromptRequest
 from acp_server.protocol.titles import title_session
 from acp_server.protocol.v2.updates import idle, running, user_message
 from acp_server.runtime.model import StopReason
 from acp_server.sessions.runs import RunContext, RunState
 from acp_server.sessions.turn import TurnFailedError, execute_prompt, release_prompt
 
-__all__ = ["cancel_request_v2", "session_prompt_v2"]
+__all__ = ["session_prompt_v2"]
 
 log = logging.getLogger(__name__)
 
@@ -55,15 +55,6 @@ async def session_prompt_v2(context: RequestContext, params: PromptRequest) -> d
         del parts.prompts[context.request_id]  # `$/cancel_request` no longer names it (§23 Q10)
     context.after.append(lambda: _insert(parts, run, message_id))
     return {"messageId": message_id}
-
-
-def cancel_request_v2(parts: Parts, params: CancelRequestNotification) -> None:
-    """`$/cancel_request` on v2 (§20.5, §23 Q10): it withdraws a prompt still held (QUEUED, not inserted) and
-    nothing else. A prompt inserted at admission (an idle session) is already the session's work, whose only
-    cancel is `session/cancel`: naming it is ignored, as is naming any other request."""
-    run = parts.prompts.get(params.request_id)
-    if run is not None and run.state is RunState.QUEUED:
-        parts.runs.cancel_run(run)
 
 
 def _insert_now(context: RequestContext, run: RunContext) -> dict[str, Any]:

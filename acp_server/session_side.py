@@ -1,0 +1,81 @@
+"""The composition root's second half: the pieces a session needs and `initialize` does not (the turn services: the
+edge to the editor, the tools, the sandbox), and, imported with them, every module of the session side.
+
+`server.py` builds what answers `initialize`; this module is imported once that answer is out (protocol/deferred.py),
+so a fresh process answers the handshake without it. Its imports are the session side: the
+handlers the method tables name by module (`deferred`) are imported here too, so that one import loads them all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+# The handlers the method tables name by module (protocol/deferred.py), and what the dispatcher imports once a
+# session exists: imported here, so that loading this module loads the whole session side.
+import acp_server.protocol.prompts
+import acp_server.protocol.session_handlers
+import acp_server.protocol.titles
+import acp_server.protocol.v2.cancels
+import acp_server.protocol.v2.prompt
+import acp_server.protocol.v2.sessions
+import acp_server.protocol.v2.terminals
+import acp_server.protocol.warmup
+import acp_server.sessions.turn  # noqa: F401
+from acp_server.jsonrpc.connection import Connection
+from acp_server.protocol.edge import AcpEdge
+from acp_server.protocol.plugins import Plugin, observer_of
+from acp_server.protocol.session_table import Handshake
+from acp_server.runtime.model import Provider
+from acp_server.runtime.processes import ProcessTable
+from acp_server.runtime.sandbox import sandbox_for
+from acp_server.runtime.tools import ToolBox
+from acp_server.runtime.tools.ask import ASK_TOOLS
+from acp_server.runtime.tools.commands import COMMAND_TOOLS
+from acp_server.runtime.tools.delegate import DELEGATE_TOOLS
+from acp_server.runtime.tools.files import FILE_TOOLS
+from acp_server.runtime.tools.plan import PLAN_TOOLS
+from acp_server.sessions.runs import RunRegistry
+from acp_server.sessions.services import TurnServices
+from acp_server.settings.config import Config
+
+if TYPE_CHECKING:
+    from acp_server.store import SessionStore
+
+__all__ = ["build_turns"]
+
+
+def build_turns(
+    config: Config,
+    *,
+    connection: Connection,
+    handshake: Handshake,
+    runs: RunRegistry,
+    processes: ProcessTable,
+    providers: Callable[[str], Provider],
+    store: Callable[[], SessionStore | None],
+    plugins: Sequence[Plugin],
+) -> TurnServices:
+    """What a turn needs from the server, once per connection: built with the first session (or the warm-up)."""
+    tools = ToolBox(
+        (
+            *FILE_TOOLS,
+            *COMMAND_TOOLS,
+            *PLAN_TOOLS,
+            *ASK_TOOLS,
+            *DELEGATE_TOOLS,
+            *(tool for plugin in plugins for tool in plugin.tools),
+        )
+    )
+    return TurnServices(
+        config,
+        runs,
+        # The core's way out: its events rendered as ACP v1 or v2, the editor's side of its tools.
+        # Decided once: which sandbox local commands get (said on stderr when none can be had).
+        AcpEdge(connection, config, processes, handshake, sandbox_for(config)),
+        providers,
+        tools,
+        processes,
+        store,
+        observer_of(plugins),
+    )
