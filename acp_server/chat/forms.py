@@ -8,6 +8,7 @@ ask (an array, say) is declined rather than answered half. Pure functions: `perm
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -90,7 +91,7 @@ def parse(field: Field, line: str) -> tuple[bool, Any]:
     if not text:
         return (not field.required, None)
     if field.choices:
-        if text.isdigit() and 1 <= int(text) <= len(field.choices):
+        if text.isdecimal() and 1 <= int(text) <= len(field.choices):  # not isdigit: int("²") raises
             return True, field.choices[int(text) - 1][0]
         for value, name in field.choices:
             if text in (str(value), name):
@@ -109,5 +110,7 @@ def parse(field: Field, line: str) -> tuple[bool, Any]:
             number = float(text)
         except ValueError:
             return False, None
+        if not math.isfinite(number):
+            return False, None  # `nan`, `inf`, `1e400`: JSON has no such number (it would be sent as null)
         return True, int(number) if number.is_integer() and "." not in text else number
     return True, line.rstrip("\n")

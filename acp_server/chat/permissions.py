@@ -4,8 +4,9 @@ ACP: after sending `session/cancel` the client MUST answer every pending `sessio
 `{"outcome": "cancelled"}`. So each open question runs in its own cancel scope: a cancel of the turn (Ctrl-C) or
 the agent withdrawing the request (`$/cancel_request`) closes it and it is answered `cancelled` (a form: the
 `cancel` action). Questions are asked one at a time (a subagent may ask while another question is on screen); the
-next waits its turn. A form (`elicitation/create`, form mode) is asked a field a line (see `forms`); when stdin has
-ended nobody can answer, and it is declined, as a permission is refused.
+next waits its turn, and one withdrawn while it waits (or before its request is even served) is never shown. A form
+(`elicitation/create`, form mode) is asked a field a line (see `forms`); when stdin has ended nobody can answer, and
+it is declined, as a permission is refused.
 """
 
 from __future__ import annotations
@@ -35,6 +36,9 @@ class Questions:
         self._lines = lines
         self._one_at_a_time = anyio.Lock()
         self._open: dict[object, anyio.CancelScope] = {}
+        # Withdrawn before they were shown (waiting their turn, or not yet served): each is dropped when its
+        # question comes up. A withdrawal too late for its answer stays unused (the agent's ids do not come back).
+        self._withdrawn: set[object] = set()
         self._cancelling = False
 
     def turn_started(self) -> None:
@@ -50,6 +54,8 @@ class Questions:
         scope = self._open.get(_key(request_id))
         if scope is not None:
             scope.cancel()
+        else:
+            self._withdrawn.add(_key(request_id))
 
     async def ask(self, params: Any, request_id: object) -> dict[str, Any]:
         params = params if isinstance(params, dict) else {}
@@ -94,6 +100,9 @@ class Questions:
         """Run one question's interaction in its turn and its own cancel scope; None when it was cancelled or
         withdrawn (or the turn was being cancelled before it could be shown)."""
         async with self._one_at_a_time:
+            if _key(request_id) in self._withdrawn:
+                self._withdrawn.discard(_key(request_id))
+                return None
             if self._cancelling:
                 return None
             with anyio.CancelScope() as scope:
@@ -132,7 +141,7 @@ class Questions:
             if line is None:
                 return await self._nobody_to_answer(options)
             answer = line.strip().lower()
-            if answer.isdigit() and 1 <= int(answer) <= len(options):
+            if answer.isdecimal() and 1 <= int(answer) <= len(options):  # not isdigit: int("²") raises
                 return options[int(answer) - 1]
             if answer in SHORTCUTS and (choice := _by_kind(options, SHORTCUTS[answer])) is not None:
                 return choice

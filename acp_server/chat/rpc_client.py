@@ -42,9 +42,10 @@ class AgentGoneError(Exception):
 
 
 class _Pending:
-    def __init__(self) -> None:
+    def __init__(self, on_answer: Callable[[], None] | None) -> None:
         self.done = anyio.Event()
         self.message: dict[str, Any] | None = None
+        self.on_answer = on_answer
 
 
 class RpcClient:
@@ -79,10 +80,12 @@ class RpcClient:
             if not self._closing:
                 raise AgentGoneError("the agent closed its output")
 
-    async def request(self, method: str, params: Any) -> Any:
-        """Send a request and return its result; an error response raises ResponseError."""
+    async def request(self, method: str, params: Any, on_answer: Callable[[], None] | None = None) -> Any:
+        """Send a request and return its result; an error response raises ResponseError. `on_answer` is called by
+        the reader the moment the response is read, before the next line is: the caller learns where the answer
+        fell among the notifications, which it could not from the time it resumes."""
         request_id = next(self._ids)
-        pending = self._pending[request_id] = _Pending()
+        pending = self._pending[request_id] = _Pending(on_answer)
         try:
             await self._write({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params})
             await pending.done.wait()
@@ -123,6 +126,8 @@ class RpcClient:
         elif isinstance(message.get("id"), int) and message["id"] in self._pending:
             pending = self._pending[message["id"]]
             pending.message = message
+            if pending.on_answer is not None:
+                pending.on_answer()
             pending.done.set()
 
     async def _serve(self, method: str, params: Any, request_id: Any) -> None:

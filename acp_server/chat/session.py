@@ -2,18 +2,25 @@
 
 Ctrl-C has three meanings, decided by the state of the turn (never by a timer): at the idle prompt it exits; while a
 turn runs it prints "cancelling…" at once (before the agent has said anything), closes any open permission question
-and sends `session/cancel`, and the turn ends when the agent answers the prompt `cancelled`; pressed again while
-that answer is awaited, it exits at once. The agent runs in its own process group, so only this client hears the
-terminal's SIGINT, and the agent hears about it only through the protocol.
+and sends `session/cancel`, and the turn ends when the agent says it was cancelled (below); pressed again while that
+is awaited, it exits at once. The agent runs in its own process group, so only this client hears the terminal's
+SIGINT, and the agent hears about it only through the protocol.
 
 This client advertises no file system and no terminal capability: the agent reads, edits and runs commands itself,
 in the session's directory, and asks permission here (and, on v2, asks its questions as forms).
 
-Versions: `initialize` asks for ACP 2 and the agent's answer decides (ACP-V2.md §2). On 2 the prompt is answered
-when the message is inserted (`{messageId}`) and the turn ends with the `idle` `state_update` and its stop reason
-(an `error` stop reason carries the failure); the updates go through `v2.V2Updates` to the shared renderer, and a
-cancel is the same `session/cancel`. On 1 (an agent that speaks only v1, or acp-server `--protocol 1`) everything is
-as v1 has it: the prompt's response is the end of the turn.
+Versions: `initialize` asks for ACP 2 and the agent's answer decides (ACP-V2.md §2). The end of a turn differs:
+
+- on 1 (an agent that speaks only v1, or acp-server `--protocol 1`) the prompt's response is the end of the turn and
+  carries its stop reason (`cancelled` after a cancel); an error response is a failed turn;
+- on 2 the prompt is answered when the message is inserted (`{messageId}`), maybe only after earlier work ends (a
+  held prompt), and the turn ends with an `idle` `state_update`, its stop reason `end_turn` when it gives none (an
+  `error` stop reason carries the failure). Only an idle that can be this turn's counts: one read after the
+  prompt's response, or after a `running` seen since the prompt went out. An idle before both is the earlier
+  work's end, or a repeated snapshot that the schema says MUST NOT count as a new completion. An error response
+  means nothing was inserted; `-32800` to a cancelled turn is a held prompt withdrawn by the cancel, so the turn
+  ends cancelled. The updates go through `v2.V2Updates` to the shared renderer, and a cancel is the same
+  `session/cancel`.
 """
 
 from __future__ import annotations
@@ -40,6 +47,7 @@ PROTOCOL_VERSION = 2  # the newest this client speaks; it asks for it, and speak
 SUPPORTED_VERSIONS = (1, 2)
 AUTH_REQUIRED = -32000
 METHOD_NOT_FOUND = -32601
+REQUEST_CANCELLED = -32800  # v2: a held prompt withdrawn by `session/cancel` (ACP-V2.md §20.1)
 EXIT_INTERRUPTED = 130  # what a shell reports for a program ended by Ctrl-C
 QUIT_COMMANDS = ("/quit", "/exit")
 
@@ -63,7 +71,8 @@ class _Turn:
     cancelling: bool = False
     # v2 only: the turn ends with an `idle` state update, not with the prompt's response.
     ended: anyio.Event = field(default_factory=anyio.Event)
-    running: bool = False
+    running: bool = False  # a `running` or `requires_action` was read since the prompt was sent
+    answered: bool = False  # the prompt's response was read (set by the reader, in the order of the wire)
     stop_reason: str = "end_turn"
     error: str | None = None
 
@@ -120,15 +129,17 @@ class Conversation:
             self._questions.withdraw(params.get("requestId"))
 
     def _state(self, update: dict[str, Any]) -> None:
-        """v2's foreground state: `idle` ends the turn. One that carries a stop reason, or follows this turn's
-        `running`, is the turn's end; a bare repeated snapshot before the work started is not."""
+        """v2's foreground state: the `idle` that can be this turn's ends it (see the module docstring). Before the
+        prompt's response and any `running`, an idle is the end of earlier work or a repeated snapshot, whatever
+        stop reason it carries; after either, any idle is the end, `end_turn` when it names no stop reason (the
+        reason is only a SHOULD, and a prompt joined to running work never sees a `running` of its own)."""
         turn = self._turn
         if turn is None or turn.ended.is_set():
             return
         state = update.get("state")
         if state in ("running", "requires_action"):
             turn.running = True
-        elif state == "idle" and (turn.running or isinstance(update.get("stopReason"), str)):
+        elif state == "idle" and (turn.running or turn.answered):
             stop = update.get("stopReason")
             turn.stop_reason = stop if isinstance(stop, str) else "end_turn"
             error = update.get("error")
@@ -186,14 +197,23 @@ class Conversation:
         assert self._session_id is not None
         turn = self._turn = _Turn(self._session_id)
         self._questions.turn_started()
+
+        def answered() -> None:
+            turn.answered = True
+
         try:
             result = await self.rpc.request(
-                "session/prompt", {"sessionId": self._session_id, "prompt": [{"type": "text", "text": text}]}
+                "session/prompt",
+                {"sessionId": self._session_id, "prompt": [{"type": "text", "text": text}]},
+                on_answer=answered,
             )
             if self._v2 is not None:
                 # Answered on insertion ({messageId}); the work goes on until its `idle`.
                 await turn.ended.wait()
         except ResponseError as exc:  # nothing was inserted (v2), or the turn failed (v1)
+            if turn.cancelling and exc.code == REQUEST_CANCELLED:
+                self._renderer.turn_end("cancelled")  # a held prompt, withdrawn by our cancel: nothing ran
+                return "cancelled"
             self._renderer.error(f"error: {exc.message}")
             return None
         finally:

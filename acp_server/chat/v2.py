@@ -5,7 +5,9 @@ through `V2Updates`, which keeps what v2 keys by id and v1 did not need, and cal
 
 - messages: chunks carry a `messageId`; a whole-message upsert (`agent_message`, `agent_thought`) replaces what the
   message holds. A terminal cannot take back printed text, so an upsert that extends what was shown prints the rest,
-  and one that changes it prints the new text on a line of its own;
+  and one that changes it prints the new text on a line of its own. Chunks of different messages may interleave
+  (§8): text of another message than the one drawn last breaks the stream first, so two messages never run
+  together on one line;
 - tool calls: `tool_call` is gone and the first `tool_call_update` of an unseen id creates the call (v1's
   `tool_call`); `tool_call_content_chunk` appends one item; `null` resets `kind` and `status`; a diff is
   `{changes, patch}` and is shown as its git patch;
@@ -33,6 +35,8 @@ class Canvas(Protocol):
     """What `V2Updates` draws on: `render.Renderer`'s drawing methods."""
 
     def text(self, kind: str, text: str) -> None: ...
+
+    def end_stream(self) -> None: ...
 
     def tool_call(self, update: dict[str, Any], created: bool = False) -> None: ...
 
@@ -79,6 +83,7 @@ class V2Updates:
         self._anchors: dict[str, str] = {}  # terminalId -> the tool call whose content showed it
         self._output: dict[str, bytearray] = {}  # terminalId -> its bytes so far
         self._messages: dict[tuple[str, str], str] = {}  # (kind, messageId) -> the text shown for it
+        self._drawn: tuple[str, str] | None = None  # the (kind, messageId) whose text was drawn last
 
     def show(self, update: Any) -> None:
         if not isinstance(update, dict):
@@ -133,7 +138,7 @@ class V2Updates:
 
     def _message_text(self, kind: str, message_id: str, text: str) -> None:
         self._messages[(kind, message_id)] = self._messages.get((kind, message_id), "") + text
-        self._canvas.text(kind, text)
+        self._draw((kind, message_id), text)
 
     def _whole_message(self, kind: str, update: dict[str, Any]) -> None:
         if "content" not in update:
@@ -143,7 +148,16 @@ class V2Updates:
         self._messages[key] = text
         # A correction cannot take printed text back: the new version follows on a line of its own.
         rest = text[len(shown) :] if text.startswith(shown) else "\n" + text
-        self._canvas.text(kind, rest)
+        self._draw(key, rest)
+
+    def _draw(self, key: tuple[str, str], text: str) -> None:
+        """A message's text, after a break when another message of its kind was drawn last (the renderer breaks
+        between kinds itself, and knows nothing of ids)."""
+        if text and self._drawn is not None and self._drawn != key and self._drawn[0] == key[0]:
+            self._canvas.end_stream()
+        if text:
+            self._drawn = key
+        self._canvas.text(key[0], text)
 
     # --- tool calls ---
 

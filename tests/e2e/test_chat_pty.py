@@ -373,6 +373,12 @@ def spoken(recording: Path) -> list[dict[str, Any]]:
     return [line["msg"] for line in lines if line.get("dir") == "out" and "msg" in line]
 
 
+def heard(recording: Path) -> list[dict[str, Any]]:
+    """What the chat wrote to the agent, from its `--record` transcript."""
+    lines = [orjson.loads(line) for line in recording.read_bytes().splitlines()]
+    return [line["msg"] for line in lines if line.get("dir") == "in" and "msg" in line]
+
+
 def negotiated(recording: Path) -> Any:
     [answer] = [m for m in spoken(recording) if m.get("id") == 1 and "result" in m]  # the chat's first request
     return answer["result"]["protocolVersion"]
@@ -485,8 +491,9 @@ def test_on_v2_a_form_question_is_answered_a_field_a_line_and_the_answer_reaches
 
 
 def test_on_v2_ctrl_c_while_a_form_is_open_withdraws_it_and_cancels_the_turn(chat: Any, tmp_path: Path) -> None:
+    recording = tmp_path.parent / f"{tmp_path.name}-agent.jsonl"
     steps: list[dict[str, Any]] = [{"tool": "ask_user", "args": FORM_QUESTION}, {"say": "never shown"}]
-    session = chat("--agent", scripted_agent(tmp_path, steps, [{"say": "back again"}]))
+    session = chat("--agent", scripted_agent(tmp_path, steps, [{"say": "back again"}], flags=f"--record {recording}"))
     session.expect("> ")
     session.type_line("release it")
     session.expect("Branch [1. main, 2. dev]: ")
@@ -501,6 +508,9 @@ def test_on_v2_ctrl_c_while_a_form_is_open_withdraws_it_and_cancels_the_turn(cha
     session.type_line("/quit")
     assert session.wait() == 0
     assert "never shown" not in session.text
+    [asked] = [m for m in spoken(recording) if m.get("method") == "elicitation/create"]
+    [answered] = [m for m in heard(recording) if m.get("id") == asked["id"] and "method" not in m]
+    assert answered == {"jsonrpc": "2.0", "id": asked["id"], "result": {"action": "cancel"}}
 
 
 def test_on_v1_no_forms_are_offered_and_the_question_comes_in_the_reply(chat: Any, tmp_path: Path) -> None:

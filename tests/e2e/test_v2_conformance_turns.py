@@ -113,7 +113,42 @@ async def test_acp_promptcap_001_002_003_an_advertised_content_kind_beside_text_
     assert echo["content"][1]["type"] == block["type"]
 
 
-async def test_acp_state_202_203_every_running_turn_ends_idle_with_a_stop_reason_the_2_4_0_schema_defines_error_too(
+# One turn for each way a turn can end, with the stop reason it ends with.
+ENDINGS: list[tuple[list[dict[str, Any]], str]] = [
+    ([{"say": "done"}], "end_turn"),
+    ([{"say": "long"}, {"stop": "max_tokens"}], "max_tokens"),
+    ([{"stop": "refusal"}], "refusal"),
+    ([{"say": "partial"}, {"fail": "boom"}], "error"),
+    ([{"gate": "g"}], "cancelled"),
+]
+
+
+async def run_endings(server: RawClient, session_id: str) -> list[tuple[list[str | None], dict[str, Any]]]:
+    """Run ENDINGS in order in one session (cancelling the gated one once it waits); for each turn, the states it
+    showed (`running`, …) up to its idle, and the idle's update."""
+    ended = []
+    for nth, (script, expected) in enumerate(ENDINGS, 1):
+        start = len(server.received)
+        await server.response(await server.prompt(session_id, script))
+        if expected == "cancelled":
+            await server.probe("gate_reached", sessionId=session_id, gate="g")
+            await server.cancel(session_id)
+        idle = await server.idle(session_id, nth)
+        ended.append(([m["params"]["update"].get("state") for m in during(server, start, idle)], idle))
+    return ended
+
+
+async def test_acp_state_202_every_turn_that_showed_running_ends_with_an_idle(server_v2: RawClient) -> None:
+    """Each of the ways a turn ends (a reply, the token limit, a refusal, a failure, a cancel) first shows `running`,
+    then ends with an idle `state_update` for the prompted session."""
+    session_id = await server_v2.new_session_v2()
+    for states, idle in await run_endings(server_v2, session_id):
+        assert "running" in states, states
+        assert idle["params"]["sessionId"] == session_id
+        assert idle["params"]["update"]["state"] == "idle", idle
+
+
+async def test_acp_state_203_schema_2_4_0_a_running_turn_ends_with_a_defined_stop_reason_and_error_is_one(
     server_v2: RawClient,
 ) -> None:
     """Each turn that showed `running` ends with an idle carrying a defined stop reason. The kit (written against an
@@ -123,21 +158,9 @@ async def test_acp_state_202_203_every_running_turn_ends_idle_with_a_stop_reason
     defined = schema_stop_reasons()
     assert defined == {"end_turn", "max_tokens", "max_turn_requests", "refusal", "cancelled", "error"}
     session_id = await server_v2.new_session_v2()
-    scripts: list[tuple[list[dict[str, Any]], str]] = [
-        ([{"say": "done"}], "end_turn"),
-        ([{"say": "long"}, {"stop": "max_tokens"}], "max_tokens"),
-        ([{"stop": "refusal"}], "refusal"),
-        ([{"say": "partial"}, {"fail": "boom"}], "error"),
-        ([{"gate": "g"}], "cancelled"),
-    ]
-    for nth, (script, expected) in enumerate(scripts, 1):
-        start = len(server_v2.received)
-        await server_v2.response(await server_v2.prompt(session_id, script))
-        if expected == "cancelled":
-            await server_v2.probe("gate_reached", sessionId=session_id, gate="g")
-            await server_v2.cancel(session_id)
-        idle = await server_v2.idle(session_id, nth)
-        assert "running" in [m["params"]["update"].get("state") for m in during(server_v2, start, idle)], script
+    ended = await run_endings(server_v2, session_id)
+    for (script, expected), (states, idle) in zip(ENDINGS, ended, strict=True):
+        assert "running" in states, script
         stop = idle["params"]["update"]["stopReason"]
         assert stop == expected and stop in defined
     failed = server_v2.states(session_id)[-3]  # running, idle error; then running, idle cancelled

@@ -146,7 +146,8 @@ async def test_acp_transport_201_002_203_every_line_out_is_one_utf8_json_rpc_obj
 @pytest.mark.parametrize("request_id", [0, 7, 2**53 + 1, -3, "7", "", "id with spaces \u00e9 \U0001f600", "1.0"])
 async def test_acp_jsonrpc_001_a_response_echoes_the_request_id_exactly(server_v2: RawClient, request_id: Any) -> None:
     """Integer and string ids come back with the same type and value, for a result and for an error. The kit's
-    "inside a batch response array" case cannot arise: schema 2.4.0 has no batches (see the ACP-BATCH-202 test)."""
+    "inside a batch response array" half is a listed deviation (DEVIATIONS in tests/unit/test_conformance_coverage.py):
+    schema 2.4.0 has no batches, so we never send a response array (see the ACP-BATCH-202 test)."""
     await server_v2.request("session/list", {}, request_id=request_id)
     ok = await server_v2.wait_for(lambda m: is_response(m, request_id) and "result" in m)
     assert type(ok["id"]) is type(request_id) and ok["id"] == request_id
@@ -317,7 +318,14 @@ async def test_acp_batch_202_203_204_205_jsonrpc_003_schema_2_4_0_has_no_batches
     ProtocolLevel messages only) and the SDK 2.4.0 answers every array with one -32600, `id: null`; the schema wins
     (ACP-V2.md §22.3, §23 Q5). So every array, a notification-only one included, gets exactly one error object
     (never an array), no entry of it runs (the session/new inside creates nothing, the cancel inside does not stop
-    the turn), and no entry's id is answered; a notification inside an array is never answered as itself."""
+    the turn), and no entry's id is answered; a notification inside an array is never answered as itself.
+
+    The kit judges the batch halves of three more ids by these probes, and they fail there for the same reason: id
+    echo inside a batch response array (JSONRPC-001: no entry's id is answered here), a notification inside a batch
+    (JSONRPC-003) and staying usable after an invalid batch (JSONRPC-005: the connection does stay usable, but the
+    kit's probe first wants one -32600 per invalid entry).
+
+    Covers: ACP-JSONRPC-001, ACP-JSONRPC-005"""
     session_id = await server_v2.new_session_v2()
     await server_v2.send(server_v2.prompt_message(session_id, [{"gate": "g"}, {"say": "not cancelled"}]))
     await server_v2.probe("gate_reached", sessionId=session_id, gate="g")
@@ -399,10 +407,10 @@ async def test_acp_enum_201_202_every_open_enum_value_we_emit_is_defined_or_an_e
     server_v2: RawClient,
 ) -> None:
     """Tool kinds and statuses, plan entry priorities and statuses (201); the `sessionUpdate` discriminator, the
-    foreground `state`, tool-call content types and stop reasons (202): each value is one the 2.4.0 schema defines,
-    or begins with `_`, never a value reserved for a future ACP version. The turns cover each site. Stop reasons are
-    judged by the schema, not the kit: the kit's list has five, the 2.4.0 schema adds `error` (a failed turn's,
-    ACP-V2.md §22.7), which is therefore a defined value here."""
+    foreground `state` and tool-call content types (202): each value is one the 2.4.0 schema defines, or begins with
+    `_`, never a value reserved for a future ACP version. The turn covers each site, and every value it shows is
+    also one the kit's older draft defines (2.4.0 adds only the tool status `paused`, which we never send). Stop
+    reasons are not an ENUM site in the kit: ACP-STATE-203 judges them (and there `error` is a deviation)."""
     session_id = await rich_turn(server_v2)
     updates = server_v2.updates(session_id)
     calls = [u for u in updates if u["sessionUpdate"] == "tool_call_update"]
@@ -420,12 +428,7 @@ async def test_acp_enum_201_202_every_open_enum_value_we_emit_is_defined_or_an_e
     assert all(open_enum_ok(u["sessionUpdate"], "SessionUpdate", "sessionUpdate") for u in updates)
     assert all(open_enum_ok(s["state"], "StateUpdate", "state") for s in states), states
     assert all(open_enum_ok(item["type"], "ToolCallContent", "type") for item in contents), contents
-    failing = await server_v2.new_session_v2()
-    await server_v2.prompt(failing, [{"fail": "boom"}])
-    await server_v2.idle(failing)
-    reasons = [u.get("stopReason") for u in server_v2.states(session_id) + server_v2.states(failing)]
-    assert {"end_turn", "error"} <= set(reasons)
-    assert all(open_enum_ok(r, "IdleStateUpdate", "stopReason") for r in reasons if r is not None), reasons
+    assert "paused" not in statuses  # the one value here the kit's draft lacks: sending it would deviate
 
 
 async def test_acp_enum_203_an_extension_permission_outcome_is_tolerated(server_v2: RawClient) -> None:

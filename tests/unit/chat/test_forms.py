@@ -53,6 +53,7 @@ def test_a_form_with_a_required_field_this_client_cannot_ask_is_not_answerable()
         ("branch", "2", (True, "dev")),
         ("branch", "main", (True, "main")),
         ("branch", "3", (False, None)),
+        ("branch", "²", (False, None)),  # "²".isdigit() is true, but it is no number to choose by
         ("branch", "", (False, None)),  # required: asked again
         ("size", "Large", (True, "l")),
         ("size", "", (True, None)),  # optional: skipped
@@ -61,6 +62,10 @@ def test_a_form_with_a_required_field_this_client_cannot_ask_is_not_answerable()
         ("ratio", "1.5", (True, 1.5)),
         ("ratio", "2", (True, 2)),
         ("ratio", "two", (False, None)),
+        ("ratio", "nan", (False, None)),  # JSON has no nan or infinity: they would be sent as null
+        ("ratio", "inf", (False, None)),
+        ("ratio", "1e400", (False, None)),
+        ("count", "²", (False, None)),
         ("tag", "Y", (True, True)),
         ("tag", "no", (True, False)),
         ("tag", "maybe", (False, None)),

@@ -10,7 +10,9 @@ from __future__ import annotations
 import base64
 from typing import Any
 
+from acp_server.chat.render import Renderer
 from acp_server.chat.v2 import V2Updates
+from tests.unit.chat.fakes import Screen
 
 
 class Drawn:
@@ -21,6 +23,9 @@ class Drawn:
 
     def text(self, kind: str, text: str) -> None:
         self.calls.append(("text", kind, text))
+
+    def end_stream(self) -> None:
+        self.calls.append(("end_stream",))
 
     def tool_call(self, update: dict[str, Any], created: bool = False) -> None:
         self.calls.append(("tool_call", update, created))
@@ -123,6 +128,41 @@ def test_a_whole_message_draws_only_what_was_not_shown_and_a_correction_on_a_lin
         ("message", "\nGoodbye"),
         ("thought", "hm"),
     ]
+
+
+def test_interleaved_chunks_of_two_messages_of_one_kind_are_drawn_as_two_streams() -> None:
+    v2, drawn = connection()
+
+    def chunk(kind: str, message_id: str, text: str) -> None:
+        v2.show({"sessionUpdate": kind, "messageId": message_id, "content": {"type": "text", "text": text}})
+
+    chunk("agent_message_chunk", "a", "Hello ")
+    chunk("agent_message_chunk", "a", "there ")
+    chunk("agent_message_chunk", "b", "Other ")
+    chunk("agent_message_chunk", "a", "world")
+    chunk("agent_thought_chunk", "a", "hm")  # another kind: the renderer breaks the stream itself
+    chunk("agent_thought_chunk", "t2", "ok")
+    assert drawn.calls == [
+        ("text", "message", "Hello "),
+        ("text", "message", "there "),
+        ("end_stream",),
+        ("text", "message", "Other "),
+        ("end_stream",),
+        ("text", "message", "world"),
+        ("text", "thought", "hm"),
+        ("end_stream",),
+        ("text", "thought", "ok"),
+    ]
+
+
+def test_on_screen_interleaved_messages_are_on_lines_of_their_own() -> None:
+    screen = Screen()
+    v2 = V2Updates(Renderer(screen))
+    for message_id, text in (("a", "Hello "), ("b", "Other "), ("a", "world")):
+        v2.show(
+            {"sessionUpdate": "agent_message_chunk", "messageId": message_id, "content": {"type": "text", "text": text}}
+        )
+    assert screen.out == "Hello \nOther \nworld"
 
 
 def test_a_plan_update_is_drawn_as_a_plan_and_the_prompt_echo_states_and_unknown_kinds_are_not() -> None:
