@@ -82,7 +82,9 @@ class Dispatcher(Protocol):
         """Synchronous work done when the request's line is read; returns the request's context."""
         ...
 
-    async def answer(self, request: IncomingRequest, context: Any) -> dict[str, Any]: ...
+    async def answer(self, request: IncomingRequest, context: Any) -> dict[str, Any] | None:
+        """The request's response; None if it was already queued, out of band (`send`), by another handler."""
+        ...
 
     def after_response(self, context: Any) -> None:
         """Called once the response is queued (e.g. to start the next queued prompt of a session)."""
@@ -209,7 +211,9 @@ class Connection:
 
     async def _answer(self, request: IncomingRequest, context: Any) -> None:
         try:
-            self.send(await self._dispatcher.answer(request, context))
+            response = await self._dispatcher.answer(request, context)
+            if response is not None:
+                self.send(response)
         finally:
             self._dispatcher.after_response(context)
             self._in_flight -= 1

@@ -55,6 +55,8 @@ LineSource = AsyncIterator["bytes | Oversized"]
 # Lines read from stdin and not yet taken: above this many bytes the pipe is not read until they fall below a quarter.
 INPUT_HIGH_BYTES = 1 << 20
 INPUT_LOW_BYTES = INPUT_HIGH_BYTES // 4
+# Lines handed to the connection per event-loop iteration at most (each is classified and admitted synchronously).
+LINES_PER_BATCH = 64
 # While reading is paused, how often stdin is checked for a hang-up (the client closed its end).
 HANGUP_POLL_S = 0.05
 # What poll() says when the writing end is gone: POLLHUP for a pipe or a tty, POLLRDHUP for a socket whose peer shut
@@ -151,13 +153,18 @@ class _InputLines:
 
     async def lines(self) -> AsyncIterator[bytes | Oversized]:
         while True:
-            await anyio.lowlevel.checkpoint()  # one line at a time: the tasks it starts get to run
+            # Between batches the tasks the lines started get to run. Not after every line: one loop iteration per
+            # line gave the input one turn among every busy session's, so with a thousand sessions streaming a
+            # cancel waited a second behind the prompts written before it. A batch is bounded, so a flood of lines
+            # cannot hold the loop either.
+            await anyio.lowlevel.checkpoint()
             if self._lines:
-                line = self._lines.popleft()
-                self._bytes -= len(line) if isinstance(line, bytes) else 0
-                if self._paused and self._bytes <= INPUT_LOW_BYTES:
-                    self._resume()
-                yield line
+                for _ in range(min(len(self._lines), LINES_PER_BATCH)):
+                    line = self._lines.popleft()
+                    self._bytes -= len(line) if isinstance(line, bytes) else 0
+                    if self._paused and self._bytes <= INPUT_LOW_BYTES:
+                        self._resume()
+                    yield line
             elif self._closed:
                 return
             else:

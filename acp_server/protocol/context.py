@@ -57,6 +57,9 @@ class Parts:
     models: ModelChoices
     # The notifications beyond ACP's that this server handles (advertised in `initialize`).
     extension_notifications: tuple[str, ...] = ()
+    # Held v2 prompts a cancel withdrew and answered itself, at once (protocol/v2/withdrawals.py): their
+    # own request handlers send nothing more (the dispatcher drops their answer).
+    withdrawn: set[RequestId] = field(default_factory=set)
 
     @property
     def turns(self) -> TurnServices:

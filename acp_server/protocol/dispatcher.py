@@ -30,6 +30,7 @@ from acp_server.protocol.context import Handler, NotificationHandler, Parts, Req
 from acp_server.protocol.schema import ClientCapabilities, InitializeRequest, PromptRequest
 from acp_server.protocol.v2.negotiation import negotiate
 from acp_server.protocol.v2.schema import InitializeRequestV2
+from acp_server.protocol.v2.withdrawals import withdraw_held
 from acp_server.sessions.runs import PromptRejectedError
 
 __all__ = ["AcpDispatcher"]
@@ -156,6 +157,9 @@ class AcpDispatcher:
             check_media(prompt, model, accepts)
             command = prompt_command(prompt, accepts)
             context.run = admit_prompt(self.parts.turns, context.request_id, prompt.session_id, command, self.session)
+            if self.parts.handshake.v2:
+                # The `interrupt` policy cancels what was admitted before this prompt: held prompts answer first.
+                withdraw_held(self.parts, context.run.session)
         except RpcError as exc:
             context.admission_error = exc
             return
@@ -165,7 +169,21 @@ class AcpDispatcher:
             return
         self.prompts[context.request_id] = context.run
 
-    async def answer(self, request: IncomingRequest, context: RequestContext) -> dict[str, Any]:
+    async def answer(self, request: IncomingRequest, context: RequestContext) -> dict[str, Any] | None:
+        if self._answered_by_withdrawal(context):
+            return None
+        response = await self._answer(request, context)
+        return None if self._answered_by_withdrawal(context) else response
+
+    def _answered_by_withdrawal(self, context: RequestContext) -> bool:
+        """A held v2 prompt whose -32800 its cancel already sent (before or while its handler waited)."""
+        withdrawn = self.parts.withdrawn
+        if context.run is None or context.request_id not in withdrawn:
+            return False
+        withdrawn.discard(context.request_id)
+        return True
+
+    async def _answer(self, request: IncomingRequest, context: RequestContext) -> dict[str, Any]:
         if context.refused is not None:
             return error_message(request.id, context.refused.code, context.refused.message)
         methods = self._methods_v2 if self.parts.handshake.v2 else self._methods

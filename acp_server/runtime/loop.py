@@ -14,6 +14,7 @@ from typing import Any
 import anyio
 from pydantic import ValidationError
 
+from acp_server.runtime.call_stops import Abandonment, CallStop, run_abandonable
 from acp_server.runtime.compaction import ContextCompactor
 from acp_server.runtime.model import (
     INVALID_ARGUMENTS,
@@ -30,7 +31,7 @@ from acp_server.runtime.model import (
     ToolCallUpdated,
     TurnEvent,
 )
-from acp_server.runtime.ports import Decision, PermissionRequest, Permissions
+from acp_server.runtime.ports import Decision, PermissionRequest, Permissions, ToolError
 from acp_server.runtime.text_guard import NO_SECRETS, Redactor, guard_tool_content, sanitize_text
 from acp_server.runtime.tools import ToolBox, ToolContext, ToolResult
 
@@ -53,12 +54,14 @@ async def run_turn(
     compactor: ContextCompactor | None = None,
     hand_over: Callable[[], bool] = lambda: False,
     redactor: Redactor = NO_SECRETS,
-    cancellable_calls: dict[str, anyio.CancelScope] | None = None,
+    cancellable_calls: dict[str, CallStop] | None = None,
+    abandonment: Abandonment | None = None,
 ) -> StopReason:
     """Run one turn; `messages` (the turn's own copy of the conversation) grows as the turn goes.
 
-    `cancellable_calls` (the turn's): from its `in_progress` until it ends, a cancellable call's id -> the scope that
-    stops it alone; the model is then told the user cancelled it, and the turn goes on.
+    `cancellable_calls` (the turn's): from its `in_progress` until it ends, a cancellable call's id -> what stops it
+    alone; the model is then told the user cancelled it, and the turn goes on. With `abandonment`, such a call runs
+    so that it is abandoned at its cleanup deadline if it ignores the cancel (see runtime/call_stops.py).
 
     `hand_over` is asked at every model-call boundary (before each model call, when every tool call so far has its
     result): True ends the turn there with `end_turn`, so a steering prompt can carry on from this conversation.
@@ -91,7 +94,14 @@ async def run_turn(
         for call in reply.tool_calls:
             await anyio.lowlevel.checkpoint()
             result = await _run_tool_call(
-                call, tools, emit, tool_context(call), probe, redactor=redactor, cancellable_calls=cancellable_calls
+                call,
+                tools,
+                emit,
+                tool_context(call),
+                probe,
+                redactor=redactor,
+                cancellable_calls=cancellable_calls,
+                abandonment=abandonment,
             )
             messages.append(Message("tool", result.output, tool_call_id=call.id, media=result.media))
     return StopReason.MAX_TURN_REQUESTS
@@ -105,7 +115,8 @@ async def _run_tool_call(
     probe: Probe,
     *,
     redactor: Redactor,
-    cancellable_calls: dict[str, anyio.CancelScope] | None = None,
+    cancellable_calls: dict[str, CallStop] | None = None,
+    abandonment: Abandonment | None = None,
 ) -> ToolResult:
     emit = _guarded_emit(emit, redactor)
     context = replace(context, emit=emit)
@@ -130,7 +141,7 @@ async def _run_tool_call(
         locations = ()
     cancellable = tool.cancellable and cancellable_calls is not None
     await emit(ToolCallStarted(call, tool.title(args) or call.name, tool.kind, locations, cancellable))
-    own = anyio.CancelScope()  # this call alone, for `tool_call/cancel`
+    own = CallStop(abandonment.grace if abandonment is not None else 0.0)  # this call alone, for `tool_call/cancel`
 
     async def in_progress() -> None:
         # One source of truth: the call may be stopped alone exactly from the `in_progress` that advertises it
@@ -147,8 +158,18 @@ async def _run_tool_call(
     reason = "cancelled"  # unless the body returns or raises on its own
     result: ToolResult | None = None
     try:
-        with own:
-            result = await tool.run(context, args)
+        if cancellable and abandonment is not None:
+            result = await run_abandonable(
+                lambda: tool.run(_fenced_context(context, own), args),
+                own,
+                abandonment,
+                context.cleanup_deadline,
+                on_late_end=lambda event, **fields: probe(event, toolCallId=call.id, **fields),
+            )
+        else:
+            with own.scope:
+                result = await tool.run(context, args)
+        if result is not None:
             reason = "completed"
     except Exception as exc:
         # If the turn was cancelled, the error is how the abort surfaced: let the cancellation win.
@@ -160,7 +181,10 @@ async def _run_tool_call(
             cancellable_calls.pop(call.id, None)
         if own.cancel_called and (result is None or not result.ok):
             reason = "cancelled_by_user"
-        probe("tool_exited", toolCallId=call.id, reason=reason)
+        if not own.abandoned:  # an abandoned body still runs, fenced: it reports `tool_exited` when it ends
+            probe("tool_exited", toolCallId=call.id, reason=reason)
+    if own.abandoned:  # by its own cancel (the turn's would have unwound past here), at the call's deadline
+        probe("tool_abandoned", toolCallId=call.id)
     if own.cancel_called and (result is None or not result.ok):
         # Stopped by the user on its own (the turn's own cancel would have unwound past here): the model is told.
         return await _finish(emit, call, ToolResult(USER_CANCELLED, ok=False), cancelled=True)
@@ -170,6 +194,28 @@ async def _run_tool_call(
     content = None if result.content is None else guard_tool_content(result.content, redactor)
     raw_output = _guard_json(result.raw_output, redactor)
     return await _finish(emit, call, ToolResult(output, result.ok, raw_output, content, result.media).capped())
+
+
+def _fenced_context(context: ToolContext, stop: CallStop) -> ToolContext:
+    """The context of a call that may be abandoned: once it is, nothing it reports or asks reaches the client, and
+    its own cleanup is due by the call's deadline as well as the turn's."""
+
+    async def emit(event: TurnEvent) -> None:
+        if not stop.abandoned:
+            await context.emit(event)
+
+    async def client_request(method: str, params: dict[str, Any]) -> Any:
+        if stop.abandoned:
+            raise ToolError("the tool call was abandoned")
+        return await context.client_request(method, params)
+
+    turn_deadline = context.cleanup_deadline
+    return replace(
+        context,
+        emit=emit,
+        client_request=client_request,
+        cleanup_deadline=lambda: min(turn_deadline(), stop.deadline()),
+    )
 
 
 def _guarded_emit(emit: Emit, redactor: Redactor) -> Emit:

@@ -106,6 +106,11 @@ class ProcessTable:
         await process.wait()
         self.forget(process)
 
+    def kill(self, process: Process) -> None:
+        """SIGKILL a group at once, without waiting: for a turn sealed while its command still runs (the bounded
+        `terminate` was cut short by the cleanup deadline), so that nothing of the turn keeps running."""
+        _signal_group(process.pid, signal.SIGKILL)
+
     def kill_all(self) -> None:
         """SIGKILL every group still tracked and, when adopting orphans, every descendant process wherever its group
         (stdio MCP servers, `setsid` escapees re-parented to us). Synchronous: it runs on the way out of the process."""

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 
+from acp_server.runtime.call_stops import CallStop
 from acp_server.runtime.model import Message, StopReason
 from acp_server.sessions.commands import ClientTools, Prompt, RequestId
 from acp_server.settings.choices import PermissionMode, PromptPolicy
@@ -170,14 +171,19 @@ class RunContext:
     # abandoned at the cleanup deadline. Not a state: abandoned work may outlive the turn.
     work_done: bool = False
     pending_requests: set[int] = field(default_factory=set)
+    # Questions to the user (a permission, a form) this run awaits now: its foreground is `requires_action` (ACP v2).
+    asking: int = 0
     # Tool calls announced to the client and not yet finished, with their titles.
     open_tool_calls: dict[str, str] = field(default_factory=dict)
     # Compactions announced `in_progress` and not yet ended (each gets exactly one end; sessions/turn.py `_seal`).
     open_compactions: set[str] = field(default_factory=set)
-    # Cancellable tool calls while they run: id -> the scope that stops that call alone (runtime/loop.py).
-    cancellable_calls: dict[str, anyio.CancelScope] = field(default_factory=dict)
+    # Cancellable tool calls while they run: id -> what stops that call alone (runtime/loop.py, call_stops.py).
+    cancellable_calls: dict[str, CallStop] = field(default_factory=dict)
     # Display terminals of running commands (ACP v2): terminal id -> what stops that command's process group alone.
     terminal_stops: dict[str, Callable[[], None]] = field(default_factory=dict)
+    # ... and what sends each one's final update (its `exitStatus`): the command's end, or `_seal` for a terminal
+    # still open when the turn is sealed (sessions/turn.py), which must not leave it running on the client's screen.
+    terminal_ends: dict[str, Callable[[], None]] = field(default_factory=dict)
     # The turn's own copy of the conversation; committed to the session only when the turn is answered.
     messages: list[Message] = field(default_factory=list)
     # Where this turn's own messages start in `messages` (after the history it was given); None until the work has
@@ -252,6 +258,8 @@ class RunContext:
         if self.state is RunState.QUEUED:
             self._move(frozenset({RunState.QUEUED}), RunState.ADMITTED)
             self.was_admitted = True
+        else:
+            self._wake()  # claimed: whoever waits for its place in the session (sessions/turn.py) may go on
         return True
 
     def start(self) -> bool:

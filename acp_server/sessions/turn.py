@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 import anyio
 
 from acp_server.runtime.attachments import read_image
+from acp_server.runtime.call_stops import Abandonment
 from acp_server.runtime.compaction import ContextCompactor
 from acp_server.runtime.loop import run_turn
 from acp_server.runtime.model import (
@@ -51,7 +52,7 @@ from acp_server.sessions.turn_tools import bound_probe, tool_context, tool_ports
 if TYPE_CHECKING:
     from acp_server.store import TurnStatus
 
-__all__ = ["TurnFailedError", "admit_prompt", "execute_prompt", "release_prompt"]
+__all__ = ["TurnFailedError", "admit_prompt", "execute_prompt", "execute_unjoined_steer", "release_prompt"]
 
 log = logging.getLogger(__name__)
 
@@ -124,6 +125,18 @@ async def execute_prompt(services: TurnServices, run: RunContext) -> StopReason:
     finally:
         if store is not None:
             await store.flush()  # committed before the response, whatever the outcome
+
+
+async def execute_unjoined_steer(services: TurnServices, run: RunContext) -> StopReason:
+    """A steering prompt that a cancel claimed with the work it joined, before the hand-over. It was inserted (the
+    protocol edge answered and echoed it), so it is the user's words: once the session is handed to it (the joined
+    work sealed its own history), its turn is recorded like one that ran zero model steps, with its message in the
+    history and the `[cancelled]` note after it, and replayed with it."""
+    await run.wait_until(lambda: services.runs.running(run.session_id) is run)
+    message = await _user_message(run.prompt.text, run.prompt, run.session)
+    run.messages = [*run.session.history, message]
+    run.turn_start = len(run.messages)
+    return await execute_prompt(services, run)
 
 
 async def _execute(services: TurnServices, run: RunContext) -> StopReason:
@@ -224,6 +237,7 @@ async def _work(services: TurnServices, run: RunContext) -> None:
                     hand_over=lambda: services.runs.hand_over_due(session),
                     redactor=redactor_for(services.config.held_secrets),
                     cancellable_calls=run.cancellable_calls,
+                    abandonment=Abandonment(services.edge.spawn, services.config.cleanup_deadline),
                 )
         if run.settle(stop) and model_turn is not None:
             await model_turn.settle()  # outside the turn's scope: a late cancel cannot undo a decided outcome
@@ -256,6 +270,8 @@ def _seal(services: TurnServices, run: RunContext) -> StopReason:
     edge = services.edge
     for request_id in list(run.pending_requests):
         edge.retract(request_id)
+    for end_terminal in list(run.terminal_ends.values()):  # a command the cleanup deadline cut short: exited now
+        end_terminal()
     cancelled = run.cancelled or run.outcome == StopReason.CANCELLED
     failed = run.error is not None and not cancelled
     note = "cancelled" if cancelled else "failed" if failed else None

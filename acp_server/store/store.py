@@ -25,7 +25,9 @@ import os
 import sqlite3
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -50,7 +52,7 @@ from acp_server.store.records import (
 )
 from acp_server.store.sqlite_file import HOLD, SESSION_COLUMNS, connect, enter_wal, validate
 from acp_server.store.turn_log import Batch, TurnLog, new_turn_id
-from acp_server.store.turn_records import UserChunk
+from acp_server.store.turn_records import TurnEntry, UserChunk
 from acp_server.store.worker import DeleteOutcome, StoreWorker, tombstone_ops
 
 __all__ = ["FLUSH_INTERVAL_S", "STALE_AFTER_S", "SessionStore"]
@@ -67,6 +69,16 @@ _RETRY_WINDOW_S = 60.0
 _MAX_RETAINED_UPDATES = 500_000
 
 _TOUCH = "UPDATE sessions SET updated_at = ? WHERE id = ? AND deleted = 0"
+
+
+@dataclass(eq=False, slots=True)
+class _FlushWait:
+    """One `flush` waiting for the batch it needs to be committed."""
+
+    wanted: int
+    event: anyio.Event = field(default_factory=anyio.Event)
+    resolved: bool = False
+    ok: bool = True
 
 
 class SessionStore:
@@ -99,6 +111,8 @@ class SessionStore:
         self._lock: anyio.Lock | None = None
         self._taken = 0  # batches taken so far
         self._committed = 0  # the latest batch known committed
+        self._waits: deque[_FlushWait] = deque()  # flushes waiting for a commit, in call order
+        self._driver: _FlushWait | None = None  # the one of them committing for all
         now = time.monotonic()
         self._last_heartbeat = now
         self._last_sweep = now
@@ -273,6 +287,10 @@ class SessionStore:
         """This process no longer has the session open (session/close): pruning may remove it again."""
         self._ops.append(("DELETE FROM holds WHERE session_id = ? AND owner_id = ?", (session_id, self.owner_id)))
 
+    def pending_entries(self, session_id: str) -> dict[str, list[TurnEntry]]:
+        """The session's records appended since a flush last took them, by turn id (see `TurnLog.pending`)."""
+        return {turn.turn_id: turn.pending() for turn in self._dirty if turn.session_id == session_id}
+
     @property
     def buffered(self) -> int:
         """Records appended and not yet committed (for stats)."""
@@ -377,11 +395,50 @@ class SessionStore:
         return result
 
     async def _flush(self, wanted: int) -> bool:
+        """Commit batch `wanted` (or a later one), answering flushes in the order they were called.
+
+        Flushes wait in one queue; one of them (the driver) commits everything buffered for all of them and resolves
+        every flush that commit covered at once, then hands the driving to the first flush still waiting. Passing
+        each flush through the lock in turn instead cost one event-loop iteration per flush even when the commit in
+        flight already covered it: with a thousand busy sessions (every prompt response flushes) that queue held
+        responses for a second or more."""
+        if self._committed >= wanted or self._closed:
+            return True
+        entry = _FlushWait(wanted)
+        self._waits.append(entry)
+        if self._driver is None:
+            self._driver = entry
+        while self._driver is not entry:
+            await entry.event.wait()  # resolved, or made the driver
+            if entry.resolved:
+                return entry.ok
+        try:
+            while not entry.resolved:
+                self._resolve(await self._commit(self._waits[-1].wanted))
+        finally:
+            self._driver = None
+            if self._waits:  # flushes called during the last commit: the first of them drives next
+                self._driver = self._waits[0]
+                self._driver.event.set()
+        return entry.ok
+
+    def _resolve(self, ok: bool) -> None:
+        """After a commit: every waiting flush it covered (a failed one covered what it took) gets its outcome; once
+        the store is closed, every one (as a flush called after closing)."""
+        covered = self._committed if ok else self._taken
+        while self._waits and (self._closed or self._waits[0].wanted <= covered):
+            entry = self._waits.popleft()
+            entry.ok, entry.resolved = ok, True
+            entry.event.set()
+
+    async def _commit(self, wanted: int) -> bool:
         async with self._async_lock():
             if self._committed >= wanted or self._closed:
-                return True  # a flush that started after the call already committed everything
+                return True
             batch = self._take()
             if batch.empty:
+                # Nothing buffered, none retained: everything taken before is committed (or was dropped).
+                self._committed = self._taken
                 return True
             try:
                 await anyio.to_thread.run_sync(self._worker.commit, batch)

@@ -102,6 +102,17 @@ class TurnLog:
     def buffered(self) -> int:
         return self._count + sum(count for count, _ in self._rows)
 
+    def pending(self) -> list[TurnEntry]:
+        """The records appended since a flush last took them, oldest first, decoded; the buffer stays as it is.
+        With a read of what was committed (under the store's lock, which every take holds until its commit), this is
+        everything the turn has shown so far, each record once (a resume replaying running work, ACP-V2.md §23 Q12)."""
+        out: list[TurnEntry] = []
+        for _, row in self._rows:
+            out += decode_entries(bytes(row))
+        if self._count:
+            out += decode_entries(bytes(self._buf[:-1]) + b"]")
+        return out
+
     def _seal(self) -> None:
         buf = self._buf
         buf[-1:] = b"]"
@@ -146,11 +157,11 @@ class Batch:
         return sum(count for _, count, _ in self.updates)
 
 
-def update_rows(updates: Sequence[tuple[str, int, bytearray]]) -> Iterator[tuple[str, int, bytes, str]]:
+def update_rows(updates: Sequence[tuple[str, int, bytearray]]) -> Iterator[tuple[str, int, bytes]]:
     for turn_id, count, data in updates:
         # Streamed chunks repeat themselves (kind, message id): zlib at level 1 shrinks them ~100x for less CPU than
         # SQLite spends writing them uncompressed, and it runs without the GIL.
-        yield turn_id, count, zlib.compress(data, 1) if len(data) >= _COMPRESS_FROM else bytes(data), turn_id
+        yield turn_id, count, zlib.compress(data, 1) if len(data) >= _COMPRESS_FROM else bytes(data)
 
 
 def decode_row(data: bytes) -> list[Any]:

@@ -9,6 +9,7 @@ snapshot, a fork's copy, the final write at close.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import sqlite3
 import time
@@ -46,9 +47,34 @@ __all__ = ["DeleteOutcome", "StoreWorker", "tombstone_ops"]
 
 log = logging.getLogger(__name__)
 
-_INSERT_UPDATES = (
-    "INSERT INTO updates (turn_id, n, data) SELECT ?, ?, ? WHERE EXISTS (SELECT 1 FROM turns WHERE turn_id = ?)"
-)
+# A flush's rows go in a few statements of many rows each, not one statement per row: each statement the worker
+# runs lets go of the GIL for SQLite and must take it back from a busy event loop, which can take the interpreter's
+# whole switch interval (5 ms). With a thousand sessions streaming, a flush holds a row for nearly every one of them,
+# so one statement per row made each commit (which prompt responses wait for) grow with the number of sessions. Rows
+# of a turn that is gone (its session deleted) are still dropped; the ordinal keeps them in the order given. 200 rows
+# x 4 parameters stays under the 999 variables of the oldest SQLite builds.
+_UPDATES_PER_STATEMENT = 200
+
+
+@functools.lru_cache(maxsize=8)
+def _insert_updates_sql(rows: int) -> str:
+    values = ",".join(["(?,?,?,?)"] * rows)
+    return (
+        "INSERT INTO updates (turn_id, n, data) SELECT v.column2, v.column3, v.column4"
+        f" FROM (VALUES {values}) AS v WHERE EXISTS (SELECT 1 FROM turns t WHERE t.turn_id = v.column2)"
+        " ORDER BY v.column1"
+    )
+
+
+def _insert_updates(conn: sqlite3.Connection, updates: Sequence[tuple[str, int, bytearray]]) -> None:
+    rows = list(update_rows(updates))
+    for start in range(0, len(rows), _UPDATES_PER_STATEMENT):
+        chunk = rows[start : start + _UPDATES_PER_STATEMENT]
+        params: list[Any] = []
+        for ordinal, (turn_id, count, data) in enumerate(chunk):
+            params += (ordinal, turn_id, count, data)
+        conn.execute(_insert_updates_sql(len(chunk)), params)
+
 
 DeleteOutcome = Literal["deleted", "unknown", "held"]
 
@@ -134,7 +160,7 @@ class StoreWorker:
             for sql, params in batch.ops:
                 conn.execute(sql, params)
             if batch.updates:
-                conn.executemany(_INSERT_UPDATES, update_rows(batch.updates))
+                _insert_updates(conn, batch.updates)
             wall = time.time()
             if batch.heartbeat:
                 self.heartbeat(wall)

@@ -12,6 +12,7 @@ import anyio
 import orjson
 from pydantic import BaseModel, ConfigDict, Field
 
+from acp_server.runtime.model import TextOutput, ToolCallUpdated
 from acp_server.runtime.tools import Tool, ToolContext, ToolResult
 
 __all__ = ["TEST_TOOLS"]
@@ -28,6 +29,10 @@ class SleepArgs(_Args):
     s: float = Field(ge=0, description="seconds")
 
 
+class StubbornArgs(SleepArgs):
+    progress: str = Field(default="", description="text reported as the call's progress once the sleep is over")
+
+
 class HangFinalizerArgs(_Args):
     s: float = Field(ge=0, description="seconds the body sleeps (cooperatively)")
     f: float = Field(ge=0, description="seconds the finally block sleeps, shielded from cancellation")
@@ -42,10 +47,12 @@ async def _sleep(ctx: ToolContext, args: SleepArgs) -> ToolResult:
     return ToolResult(f"slept {args.s} s")
 
 
-async def _stubborn(ctx: ToolContext, args: SleepArgs) -> ToolResult:
+async def _stubborn(ctx: ToolContext, args: StubbornArgs) -> ToolResult:
     # Models work that cannot be interrupted (a blocking call, a library that swallows cancellation).
     with anyio.CancelScope(shield=True):
         await anyio.sleep(args.s)
+    if args.progress:  # late output of work that may have been abandoned meanwhile: the fence must stop it
+        await ctx.emit(ToolCallUpdated(ctx.tool_call_id, content=(TextOutput(args.progress),)))
     return ToolResult(f"ignored cancellation for {args.s} s")
 
 
@@ -106,8 +113,8 @@ TEST_TOOLS: tuple[Tool[Any], ...] = (
     ),
     Tool(
         "test_stubborn",
-        "Sleep s seconds, ignoring cancellation.",
-        SleepArgs,
+        "Sleep s seconds, ignoring cancellation; then report `progress`, if given.",
+        StubbornArgs,
         "other",
         _stubborn,
         lambda a: "test_stubborn",

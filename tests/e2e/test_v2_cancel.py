@@ -15,7 +15,7 @@ import pytest
 
 from tests.conftest import StartServer
 from tests.e2e.test_interrupts import after, position
-from tests.support.harness import LONG_GRACE_ARGS, T_ACK, T_EXIT, T_WAIT, RawClient
+from tests.support.harness import LONG_GRACE_ARGS, T_ACK, T_ESC, T_EXIT, T_WAIT, W_QUIET, RawClient
 
 pytestmark = pytest.mark.timeout(40)
 
@@ -227,6 +227,93 @@ async def test_tool_call_cancel_stops_that_call_alone_and_the_turn_goes_on(serve
     assert nobody["error"]["code"] == -32002 and nobody["error"]["data"] == {"sessionId": "sess_none"}
 
 
+# Longer than T_ESC: a call that ends cancelled within T_ESC was abandoned, not waited for.
+STUBBORN_SECONDS = T_ESC + 1.0
+
+
+def is_zombie_output(server: RawClient, since: dict[str, Any], call_id: str) -> Any:
+    """Anything but a probe that names the abandoned call after `since`, or shows its late progress ("zombie")."""
+
+    def matches(message: dict[str, Any]) -> bool:
+        if message.get("method") == "_scripted/probe":
+            return False
+        shown = message.get("params", {}).get("update", {}).get("content")
+        return (call_id in repr(message) and message in after(server, since)) or "zombie" in repr(shown)
+
+    return matches
+
+
+async def test_tool_call_cancel_of_a_tool_ignoring_it_abandons_the_call_at_the_deadline_and_the_turn_goes_on(
+    server_v2: RawClient,
+) -> None:
+    """§23 Q6 / INTERRUPTS I6 for one call: the call that ignores `tool_call/cancel` is abandoned at T_grace and ends
+    `cancelled` once (capabilities cleared); the model is told and the turn goes on to `end_turn` (no idle
+    cancelled, no extra running); nothing of the abandoned call follows, even when it finishes; the session runs the
+    next prompt."""
+    server = server_v2
+    session_id = await server.new_session_v2()
+    stubborn = {"tool": "test_stubborn", "args": {"s": STUBBORN_SECONDS, "progress": "zombie"}}
+    await server.prompt(session_id, [stubborn, {"say": "went on"}])
+    advertised = await server.wait_for(
+        lambda m: of_session(session_id)(m) and m["params"]["update"].get("capabilities") == {"cancel": {}}
+    )
+    call_id = advertised["params"]["update"]["toolCallId"]
+    request = {"id": server.next_id(), "method": "tool_call/cancel", "params": {"sessionId": session_id}}
+    sent = await server.send({**request, "params": {"sessionId": session_id, "toolCallId": call_id}})
+    assert (await server.response(request["id"]))["result"] == {}
+    final = await server.wait_for(
+        lambda m: of_session(session_id)(m) and m["params"]["update"].get("status") == "cancelled", timeout=T_ESC + 1
+    )
+    assert server.arrival_time(final) - sent <= T_ESC
+    assert final["params"]["update"]["toolCallId"] == call_id and final["params"]["update"]["capabilities"] is None
+    abandoned = await server.probe("tool_abandoned", sessionId=session_id, toolCallId=call_id)
+    assert position(server, abandoned) < position(server, final)
+    idle = await server.idle(session_id, timeout=T_WAIT)
+    assert idle["params"]["update"]["stopReason"] == "end_turn"
+    went_on = [m for m in server.received if of_session(session_id)(m) and "went on" in repr(m)]
+    assert went_on and position(server, final) < position(server, went_on[0]) < position(server, idle)
+    assert [u["state"] for u in server.states(session_id)] == ["running", "idle"]
+    finals = [u for u in server.updates(session_id, "tool_call_update") if u["toolCallId"] == call_id]
+    assert [u.get("status") for u in finals].count("cancelled") == 1
+    # The session goes on while the abandoned call still runs.
+    await server.response(await server.prompt(session_id, [{"say": "next"}]))
+    assert (await server.idle(session_id, 2))["params"]["update"]["stopReason"] == "end_turn"
+    # The abandoned call finishes later: a probe may say so, nothing else.
+    await server.probe(
+        "tool_exited", sessionId=session_id, toolCallId=call_id, reason="completed", timeout=STUBBORN_SECONDS + T_WAIT
+    )
+    await server.quiet(W_QUIET, is_zombie_output(server, final, call_id))
+
+
+async def test_session_cancel_of_a_tool_ignoring_it_abandons_the_work_at_the_deadline_and_fences_it(
+    server_v2: RawClient,
+) -> None:
+    """INTERRUPTS I6 on v2 (§20.7): the work is abandoned at T_grace; the call ends `cancelled` before `idle
+    cancelled`, which comes within T_ESC; nothing of the abandoned work follows, even when its tool finishes; the
+    next prompt runs."""
+    server = server_v2
+    session_id = await server.new_session_v2()
+    stubborn = {"tool": "test_stubborn", "args": {"s": STUBBORN_SECONDS, "progress": "zombie"}}
+    await server.prompt(session_id, [stubborn, {"say": "late"}])
+    started = await server.probe("tool_started", sessionId=session_id, tool="test_stubborn")
+    call_id = started["params"]["toolCallId"]
+    sent = await server.cancel(session_id)
+    idle = await server.idle(session_id, timeout=T_ESC + 1)
+    assert server.arrival_time(idle) - sent <= T_ESC
+    assert idle["params"]["update"]["stopReason"] == "cancelled"
+    abandoned = await server.probe("step_exited", sessionId=session_id, reason="abandoned")
+    assert position(server, abandoned) < position(server, idle)
+    finals = [u for u in server.updates(session_id, "tool_call_update") if u["toolCallId"] == call_id]
+    assert finals[-1]["status"] == "cancelled" and finals[-1]["capabilities"] is None
+    await server.response(await server.prompt(session_id, [{"say": "next"}]))
+    assert (await server.idle(session_id, 2))["params"]["update"]["stopReason"] == "end_turn"
+    await server.probe(
+        "tool_exited", sessionId=session_id, toolCallId=call_id, reason="completed", timeout=STUBBORN_SECONDS + T_WAIT
+    )
+    await server.quiet(W_QUIET, is_zombie_output(server, idle, call_id))
+    assert "late" not in server.texts(session_id)
+
+
 async def test_tool_call_cancel_refuses_a_call_that_does_not_advertise_cancel(
     server_v2: RawClient, tmp_path: Path
 ) -> None:
@@ -248,6 +335,58 @@ async def test_tool_call_cancel_refuses_a_call_that_does_not_advertise_cancel(
 
 
 HOLD_V2 = {"tool": "test_client_request", "args": {"method": "_test/hold", "params": {}}}
+
+
+def retraction_of(request_id: Any) -> Any:
+    return lambda m: m.get("method") == "$/cancel_request" and m["params"]["requestId"] == request_id
+
+
+async def test_a_cancel_answers_its_held_prompts_first_in_order_then_retracts_then_ends_idle_cancelled(
+    server_v2: RawClient,
+) -> None:
+    """§20.1's order, by construction: 1. each held prompt's -32800, in the order received; 2. `$/cancel_request`
+    for the work's pending request to the client; 3. its final updates; 4. `idle cancelled`; a prompt sent after the
+    cancel is inserted after that idle."""
+    server = server_v2
+    session_id = await server.new_session_v2()
+    await server.prompt(session_id, [HOLD_V2])
+    pending = await server.wait_for(lambda m: m.get("method") == "_test/hold")
+    first = await server.prompt(session_id, [{"say": "never-1"}])
+    second = await server.prompt(session_id, [{"say": "never-2"}])
+    later = server.prompt_message(session_id, [{"say": "after"}])
+    await server.send({"method": "session/cancel", "params": {"sessionId": session_id}}, later)
+    answers = [await server.response(first), await server.response(second)]
+    assert [a["error"]["code"] for a in answers] == [-32800, -32800]
+    retraction = await server.wait_for(retraction_of(pending["id"]))
+    idle = await server.idle(session_id)
+    assert idle["params"]["update"]["stopReason"] == "cancelled"
+    final = [m for m in server.received if of_session(session_id)(m) and m["params"]["update"].get("status")][-1]
+    assert final["params"]["update"]["status"] == "cancelled"
+    order = [position(server, m) for m in (*answers, retraction, final, idle)]
+    assert order == sorted(order)
+    inserted = await server.response(later["id"])
+    assert position(server, idle) < position(server, inserted)
+    assert (await server.idle(session_id, 2))["params"]["update"]["stopReason"] == "end_turn"
+
+
+async def test_a_close_answers_its_held_prompts_first_in_order_then_the_idle_then_its_own_answer(
+    server_v2: RawClient,
+) -> None:
+    """§20.2's order: held prompts -32800 (in the order received), `$/cancel_request`, the idle cancelled, `{}`."""
+    server = server_v2
+    session_id = await server.new_session_v2()
+    await server.prompt(session_id, [HOLD_V2])
+    pending = await server.wait_for(lambda m: m.get("method") == "_test/hold")
+    first = await server.prompt(session_id, [{"say": "never-1"}])
+    second = await server.prompt(session_id, [{"say": "never-2"}])
+    closed = await server.call("session/close", {"sessionId": session_id})
+    assert closed["result"] == {}
+    answers = [await server.response(first), await server.response(second)]
+    assert [a["error"]["code"] for a in answers] == [-32800, -32800]
+    retraction = await server.wait_for(retraction_of(pending["id"]))
+    idle = await server.idle(session_id)
+    order = [position(server, m) for m in (*answers, retraction, idle, closed)]
+    assert order == sorted(order)
 
 
 async def test_steer_inserts_the_prompt_at_once_and_the_joined_work_ends_with_one_idle(
@@ -292,6 +431,39 @@ async def test_steer_a_cancel_before_the_hand_over_ends_the_joined_work_with_one
     # The session is not poisoned (I19): the next prompt runs.
     await server.response(await server.prompt(session_id, [{"say": "next"}]))
     assert (await server.idle(session_id, 2))["params"]["update"]["stopReason"] == "end_turn"
+
+
+async def test_steer_a_prompt_cancelled_before_the_hand_over_is_kept_in_the_history_and_replayed(
+    start_server: StartServer, tmp_path: Path
+) -> None:
+    """§7 insert now: a steering prompt is answered and echoed at once, so it is the user's words even when a cancel
+    ends the joined work before the hand-over: the store keeps it between the work's prompt and the next one, and a
+    replay shows it with the id its response returned."""
+    args = ("--model", "scripted", "--test-mode", "--cleanup-deadline", "10", "--prompt-policy", "steer")
+    env = {"ACP_SERVER_STATE_DIR": str(tmp_path)}
+    server = await start_server(*args, env=env)
+    await server.initialize_v2()
+    session_id = await server.new_session_v2()
+    ids = [(await server.response(await server.prompt(session_id, [{"say": "p1"}, HOLD_V2])))["result"]["messageId"]]
+    await server.wait_for(lambda m: m.get("method") == "_test/hold")
+    steered = await server.response(await server.prompt(session_id, [{"say": "steered-words"}]))
+    ids.append(steered["result"]["messageId"])
+    await server.cancel(session_id)
+    assert (await server.idle(session_id))["params"]["update"]["stopReason"] == "cancelled"
+    ids.append((await server.response(await server.prompt(session_id, [{"say": "next"}])))["result"]["messageId"])
+    assert (await server.idle(session_id, 2))["params"]["update"]["stopReason"] == "end_turn"
+    await server.close()
+
+    again = await start_server(*args, env=env)
+    await again.initialize_v2()
+    response = await again.call(
+        "session/resume", {"sessionId": session_id, "cwd": "/tmp", "replayFrom": {"type": "start"}}
+    )
+    assert "result" in response
+    replayed = [u for u in again.updates(session_id, "user_message")]
+    assert [u["messageId"] for u in replayed] == ids
+    (echoed,) = [u for u in server.updates(session_id, "user_message") if u["messageId"] == ids[1]]
+    assert replayed[1] == echoed
 
 
 async def test_stdin_eof_with_v2_work_running_and_a_prompt_held_exits_cleanly(start_server: StartServer) -> None:

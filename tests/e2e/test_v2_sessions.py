@@ -146,3 +146,90 @@ async def test_list_and_resume_are_baseline_without_a_store(start_server: StartS
     assert "configOptions" in resumed["result"]
     other = await server.call("session/resume", {"sessionId": "sess_elsewhere", "cwd": "/tmp"})
     assert other["error"]["code"] == -32002
+
+
+@pytest.mark.parametrize("store", [(), ("--no-store",)], ids=["store", "no-store"])
+async def test_resume_of_a_session_whose_work_runs_on_this_connection_snapshots_running_and_the_work_goes_on(
+    start_server: StartServer, store: tuple[str, ...]
+) -> None:
+    """§23 Q12 (and Q22 under `--no-store`): allowed; the snapshot before the response says `running` (the work is
+    not idle, and a resume ends nothing), then the work streams on live to its one idle; nothing is sent twice."""
+    server = await start_server(*DEFAULT_ARGS, *store)
+    await server.initialize_v2()
+    session_id = await server.new_session_v2()
+    await server.prompt(session_id, [{"gate": "g"}, {"say": "after"}])
+    await server.probe("gate_reached", sessionId=session_id, gate="g")
+    response = await server.call("session/resume", {"sessionId": session_id, "cwd": "/tmp"})
+    assert set(response["result"]) == {"configOptions", "availableCommands"}
+    assert updates_before(server, session_id, response)[-1] == {"sessionUpdate": "state_update", "state": "running"}
+    await server.release(session_id, "g")
+    idle = await server.idle(session_id)
+    assert idle["params"]["update"]["stopReason"] == "end_turn"
+    assert [u["state"] for u in server.states(session_id)] == ["running", "running", "idle"]
+    assert server.texts(session_id) == ["after"] and len(server.updates(session_id, "user_message")) == 1
+    said = next(
+        m
+        for m in server.received
+        if m.get("params", {}).get("update", {}).get("content", {}) == {"type": "text", "text": "after"}
+    )
+    assert position(server, response) < position(server, said) < position(server, idle)
+    elsewhere = await server.call("session/resume", {"sessionId": session_id, "cwd": "/nonexistent"})
+    assert elsewhere["error"]["code"] == -32602
+    # Idle now: a resume's snapshot is the idle with the last stop reason, which ends nothing.
+    again = await server.call("session/resume", {"sessionId": session_id, "cwd": "/tmp"})
+    assert updates_before(server, session_id, again)[-1]["state"] == "idle"
+    await server.response(await server.prompt(session_id, [{"say": "more"}]))
+    assert (await server.idle(session_id, 3))["params"]["update"]["stopReason"] == "end_turn"
+
+
+async def test_resume_while_the_work_waits_on_a_permission_snapshots_requires_action(server_v2: RawClient) -> None:
+    """§23 Q12/Q13: the snapshot is the foreground state as it is now: `requires_action` while the question is
+    open; after the answer, `running`, then the work's one idle."""
+    server = server_v2
+    session_id = await server.new_session_v2()
+    await server.prompt(session_id, [{"tool": "run_command", "args": {"command": "true"}}, {"say": "ok"}])
+    asked = await server.wait_for(lambda m: m.get("method") == "session/request_permission")
+    response = await server.call("session/resume", {"sessionId": session_id, "cwd": "/tmp"})
+    assert updates_before(server, session_id, response)[-1] == {
+        "sessionUpdate": "state_update",
+        "state": "requires_action",
+    }
+    await server.send({"id": asked["id"], "result": {"outcome": {"outcome": "selected", "optionId": "allow_once"}}})
+    assert (await server.idle(session_id))["params"]["update"]["stopReason"] == "end_turn"
+    states = [u["state"] for u in server.states(session_id)]
+    assert states == ["running", "requires_action", "requires_action", "running", "idle"]
+
+
+async def test_resume_with_replay_of_running_work_replays_what_it_has_shown_once_then_it_streams_on(
+    server_v2: RawClient,
+) -> None:
+    """§23 Q12: replay if asked, the snapshot, the answer, and the live work goes on; the replay is what the session
+    showed before the resume (the earlier turn, and the running one so far, without a close note), nothing twice."""
+    server = server_v2
+    session_id = await server.new_session_v2()
+    await server.response(await server.prompt(session_id, [{"say": "first"}]))
+    await server.idle(session_id)
+    running_id = (await server.response(await server.prompt(session_id, [{"say": "so-far"}, {"gate": "g"}])))["result"][
+        "messageId"
+    ]
+    await server.probe("gate_reached", sessionId=session_id, gate="g")
+    since = len(server.received)
+    response = await server.call(
+        "session/resume", {"sessionId": session_id, "cwd": "/tmp", "replayFrom": {"type": "start"}}
+    )
+    assert "result" in response
+    replayed = [
+        m["params"]["update"]
+        for m in server.received[since : position(server, response)]
+        if m.get("method") == "session/update" and m["params"]["sessionId"] == session_id
+    ]
+    texts = [b["text"] for u in replayed if u["sessionUpdate"] == "agent_message" for b in u["content"]]
+    assert texts == ["first", "so-far"]
+    assert [u["messageId"] for u in replayed if u["sessionUpdate"] == "user_message"][-1] == running_id
+    assert replayed[-1] == {"sessionUpdate": "state_update", "state": "running"}
+    assert [u["sessionUpdate"] for u in replayed].count("state_update") == 1
+    await server.release(session_id, "g")
+    idle = await server.idle(session_id, 2)
+    assert idle["params"]["update"]["stopReason"] == "end_turn"
+    live = [m for m in after(server, response) if m.get("method") == "session/update"]
+    assert not [m for m in live if "so-far" in repr(m) or "first" in repr(m)]

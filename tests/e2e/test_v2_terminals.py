@@ -168,6 +168,50 @@ async def test_terminal_cancel_sent_the_moment_the_terminal_is_announced_stops_i
     assert "went on" in server.texts(session_id)
 
 
+def exits(server: RawClient, session_id: str) -> list[dict[str, Any]]:
+    return [u for u in terminal_updates(server, session_id) if u.get("exitStatus") is not None]
+
+
+async def test_a_session_close_reports_the_running_terminals_exit_before_the_idle_and_its_answer(
+    server_v2: RawClient,
+) -> None:
+    """§5.4 / §20.2: the terminal still running when the session closes ends with its `exitStatus` (the signal that
+    stopped it), controls cleared, before `idle cancelled` and before `{}`; nothing after."""
+    server = server_v2
+    session_id = await bypass_session(server)
+    await server.prompt(session_id, [{"tool": "run_command", "args": {"command": "echo started; sleep 30"}}])
+    await server.wait_for(output_chunk)
+    closed = await server.call("session/close", {"sessionId": session_id})
+    assert closed["result"] == {}
+    idle = await server.idle(session_id)
+    (exited,) = exits(server, session_id)
+    assert exited["exitStatus"].get("signal") in ("SIGTERM", "SIGKILL") and exited["capabilities"] is None
+    exit_message = next(m for m in server.received if m.get("params", {}).get("update") is exited)
+    assert position(server, exit_message) < position(server, idle) < position(server, closed)
+
+
+@pytest.mark.parametrize("grace", ["0.5", "0.05"])
+async def test_a_terminal_whose_command_ignores_sigterm_still_reports_its_exit_before_idle_cancelled(
+    start_server: StartServer, grace: str
+) -> None:
+    """§20.1 step 3: the command ignores SIGTERM, so its group is killed; its terminal's one final update carries
+    `exitStatus` before the idle, even when the cleanup deadline (0.05 s) comes before the kill (then the turn is
+    sealed with the terminal still open: `_seal` ends it)."""
+    server = await start_server("--model", "scripted", "--test-mode", "--cleanup-deadline", grace)
+    await server.initialize_v2()
+    session_id = await bypass_session(server)
+    command = "trap '' TERM; echo started; sleep 30"
+    await server.prompt(session_id, [{"tool": "run_command", "args": {"command": command}}])
+    await server.wait_for(output_chunk)
+    await server.cancel(session_id)
+    idle = await server.idle(session_id)
+    assert idle["params"]["update"]["stopReason"] == "cancelled"
+    (exited,) = exits(server, session_id)
+    assert exited["exitStatus"] == {"signal": "SIGKILL"} and exited["capabilities"] is None
+    exit_message = next(m for m in server.received if m.get("params", {}).get("update") is exited)
+    assert position(server, exit_message) < position(server, idle)
+
+
 async def test_a_terminal_is_announced_with_its_size_command_cwd_and_controls(server_v2: RawClient) -> None:
     """§10 item 2, §23 Q8: the creating `terminal_update` carries `size` (80 by 24, the VT100 / POSIX default a
     program without a tty assumes), with the command, the absolute cwd and `capabilities.cancel`."""
@@ -372,3 +416,37 @@ async def test_a_command_the_server_died_in_replays_as_a_terminal_that_exited_ho
     assert replayed.index(exited) == replayed.index(anchor) + 1
     final = [u for u in replayed if u["sessionUpdate"] == "tool_call_update" and u.get("status") == "failed"]
     assert len(final) == 1 and "interrupted" in str(final[0]["content"])
+
+
+@pytest.mark.parametrize("grace", ["0.5", "0.05"])
+async def test_a_terminal_killed_past_sigterm_replays_with_the_exit_its_client_was_sent(
+    start_server: StartServer, tmp_path: Path, grace: str
+) -> None:
+    """§5.3 with §20.1 step 3: what is kept is the terminal's one final update as sent, from the command's end or
+    from `_seal` (the 0.05 s deadline comes first), so the replay's `exitStatus` is the live one (SIGKILL)."""
+    env = {"ACP_SERVER_STATE_DIR": str(tmp_path)}
+    live = await start_server("--model", "scripted", "--test-mode", "--cleanup-deadline", grace, env=env)
+    await live.initialize_v2()
+    session_id = await bypass_session(live)
+    command = "trap '' TERM; echo started; sleep 30"
+    await live.prompt(session_id, [{"tool": "run_command", "args": {"command": command}}])
+    await live.wait_for(output_chunk)
+    await live.cancel(session_id)
+    await live.idle(session_id)
+    (sent,) = exits(live, session_id)
+    await live.close()
+
+    v2 = await start_server(*DEFAULT_ARGS, env=env)
+    await v2.initialize_v2()
+    response = await v2.call(
+        "session/resume", {"sessionId": session_id, "cwd": "/tmp", "replayFrom": {"type": "start"}}
+    )
+    replayed = [
+        m["params"]["update"]
+        for m in v2.received[: position(v2, response)]
+        if m.get("method") == "session/update" and m["params"]["sessionId"] == session_id
+    ]
+    (terminal,) = [u for u in replayed if u["sessionUpdate"] == "terminal_update"]
+    assert terminal["terminalId"] == sent["terminalId"]
+    assert terminal["exitStatus"] == sent["exitStatus"] == {"signal": "SIGKILL"}
+    assert base64.b64decode(terminal["output"]["data"]) == b"started\n"

@@ -8,6 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import anyio
+import anyio.lowlevel
 import pytest
 
 from acp_server.jsonrpc.rpc import (
@@ -18,7 +20,7 @@ from acp_server.jsonrpc.rpc import (
     InvalidLine,
     classify,
 )
-from acp_server.jsonrpc.transport import Oversized, _InputLines, _LineSplitter
+from acp_server.jsonrpc.transport import LINES_PER_BATCH, Oversized, _InputLines, _LineSplitter
 from acp_server.protocol.prompts import prompt_command
 from acp_server.protocol.schema import PromptRequest
 from acp_server.runtime.model import Message, StopReason, ToolCall
@@ -50,6 +52,32 @@ def test_oversized_line_is_skipped_whole_and_the_next_line_survives() -> None:
 
 def test_blank_lines_are_ignored_and_a_last_line_without_newline_counts() -> None:
     assert split([b"\n \r\n", b"a\n", b"last"]) == [b"a", b"last"]
+
+
+async def test_lines_already_read_are_handed_over_in_bounded_batches_not_one_per_loop_iteration() -> None:
+    """With a thousand sessions busy, one event-loop iteration per line let a cancel wait a second behind the prompts
+    written before it; a batch is bounded, so a flood still lets the tasks its lines started run in between."""
+    lines = _InputLines(-1, lambda: None)
+    for index in range(LINES_PER_BATCH * 2 + 1):
+        lines.put(b"%d" % index)
+    lines.close()
+    iterations = 0
+    seen_at: list[int] = []
+
+    async def tick() -> None:
+        nonlocal iterations
+        while True:
+            iterations += 1
+            await anyio.lowlevel.checkpoint()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(tick)
+        await anyio.lowlevel.checkpoint()
+        async for _ in lines.lines():
+            seen_at.append(iterations)
+        tg.cancel_scope.cancel()
+    batches = [seen_at.count(at) for at in sorted(set(seen_at))]
+    assert batches == [LINES_PER_BATCH, LINES_PER_BATCH, 1]
 
 
 @pytest.mark.parametrize(

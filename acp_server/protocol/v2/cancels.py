@@ -1,9 +1,10 @@
 """`tool_call/cancel` (ACP-V2.md §20.3): stop one running tool call and let the turn go on.
 
-Routed by its ids like every cancel: the session's running turn (`RunRegistry.running`), then the call's own scope in
-the turn's `cancellable_calls` (kept by runtime/loop.py while a cancellable call runs). The scope is cancelled the
+Routed by its ids like every cancel: the session's running turn (`RunRegistry.running`), then the call's own stop in
+the turn's `cancellable_calls` (kept by runtime/loop.py while a cancellable call runs). The call is stopped the
 moment `{}` is queued, so the answer always precedes the call's final `tool_call_update` (`cancelled`, or `completed` /
-`failed` if it finished first). The foreground state does not change; the model is told the user cancelled the call.
+`failed` if it finished first); a call that ignores the stop is abandoned at the cleanup deadline and ends `cancelled`
+(runtime/call_stops.py). The foreground state does not change; the model is told the user cancelled the call.
 An unknown, finished or non-cancellable call is `-32602`; an unknown session `-32002`.
 """
 
@@ -39,7 +40,7 @@ def cancel_target(
 
 async def tool_call_cancel(context: RequestContext, params: CancelToolCallRequest) -> dict[str, Any]:
     call_id = params.tool_call_id
-    scope = cancel_target(
+    stop = cancel_target(
         context,
         params.session_id,
         lambda run: run.cancellable_calls.get(call_id),
@@ -47,5 +48,5 @@ async def tool_call_cancel(context: RequestContext, params: CancelToolCallReques
         f"tool call {call_id!r}",
     )
     # After the response is queued: `{}` (accepted) always precedes the call's final update.
-    context.after.append(scope.cancel)
+    context.after.append(stop.cancel)
     return {}

@@ -1,8 +1,8 @@
 """The methods a v2 connection serves, by wire name (ACP-V2.md §21.1). v1-only methods (`authenticate`, `logout`,
 `session/load`, `session/set_mode`, `session/fork`) are absent, so they are `-32601` on v2 (`auth/login` and
 `auth/logout` replace the first two); `session/cancel`
-is v1's handler; `$/cancel_request` is v2's own, acting only on a held prompt (see protocol/v2/prompt.py for what a
-withdrawn held prompt answers).
+is v1's cancel that then answers the held prompts it withdrew (protocol/v2/withdrawals.py); `$/cancel_request` is
+v2's own, acting only on a held prompt (see protocol/v2/prompt.py for what a withdrawn held prompt answers).
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from acp_server.protocol.v2.schema import (
     NewSessionRequestV2,
     ResumeSessionRequestV2,
 )
+from acp_server.protocol.v2.withdrawals import session_cancel_v2, withdraw
 from acp_server.sessions.runs import RunState
 
 __all__ = ["METHODS_V2", "NOTIFICATIONS_V2"]
@@ -58,9 +59,11 @@ def cancel_request_v2(parts: Parts, params: CancelRequestNotification) -> None:
     run = parts.prompts.get(params.request_id)
     if run is not None and run.state is RunState.QUEUED:
         parts.runs.cancel_run(run)
+        withdraw(parts, run)  # answered -32800 now (protocol/v2/withdrawals.py)
 
 
 NOTIFICATIONS_V2: dict[str, NotificationHandler] = {
     **NOTIFICATIONS,
+    "session/cancel": (NOTIFICATIONS["session/cancel"][0], session_cancel_v2),
     "$/cancel_request": (CancelRequestNotification, cancel_request_v2),
 }

@@ -62,10 +62,12 @@ def asking_v2(connection: Connection, run: RunContext) -> Callable[[str, dict[st
             return await connection.request(method, params, fence=run)
         if method == PERMISSION:
             params = permission_params_v2(params, run.session.cwd)
-        await state(requires_action())
+        run.asking += 1  # what a resume's snapshot reads (protocol/v2/sessions.py)
         try:
+            await state(requires_action())
             return await connection.request(method, params, fence=run)
         finally:
+            run.asking -= 1
             # However the wait ends (an answer, an error, or the call stopped alone by `tool_call/cancel`), the
             # foreground is `running` again (§6.2), unless the work itself was cancelled: it then ends with its
             # `idle`. Synchronous, so it is queued even while a cancel unwinds this frame.

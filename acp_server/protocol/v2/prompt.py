@@ -21,9 +21,10 @@ from acp_server.protocol.context import Parts, RequestContext
 from acp_server.protocol.schema import PromptRequest
 from acp_server.protocol.titles import title_session
 from acp_server.protocol.v2.updates import idle, running, user_message
+from acp_server.protocol.v2.withdrawals import WITHDRAWN
 from acp_server.runtime.model import StopReason
 from acp_server.sessions.runs import RunContext, RunState
-from acp_server.sessions.turn import TurnFailedError, execute_prompt, release_prompt
+from acp_server.sessions.turn import TurnFailedError, execute_prompt, execute_unjoined_steer, release_prompt
 
 __all__ = ["session_prompt_v2"]
 
@@ -44,9 +45,8 @@ async def session_prompt_v2(context: RequestContext, params: PromptRequest) -> d
         # Claimed while it was held, before it was inserted: withdrawn. The dispatcher releases it once this error
         # is queued. (A prompt inserted, at admission or at its hand-over, and cancelled at once is answered, and its
         # work ends `idle cancelled`.)
-        raise RpcError(
-            ErrorCode.REQUEST_CANCELLED, "Request cancelled: the prompt was withdrawn before it was inserted"
-        )
+        # (Its cancel has normally answered it already, at once: then the dispatcher drops this answer.)
+        raise RpcError(ErrorCode.REQUEST_CANCELLED, WITHDRAWN)
     message_id = f"msg_{uuid.uuid4().hex}"
     run.prompt.message_id = message_id  # the store keeps it, so a replay shows the id this response returns
     # Inserted: the request is answered now, the work is this module's from here on (not the dispatcher's).
@@ -82,9 +82,13 @@ async def _joined_work(parts: Parts, run: RunContext) -> None:
     await run.wait_until(lambda: run.state is not RunState.QUEUED)
     if run.cancelled and not run.was_admitted:
         # Cancelled with the work it joined, before the hand-over: that work's `idle cancelled` has ended it, so
-        # nothing more is sent for it. Cancelled after the hand-over, the work is its own (the predecessor sent no
-        # idle): the normal path below ends it with `idle cancelled`.
-        parts.turns.runs.release(run)
+        # nothing more is sent for it, but its message is kept (recorded after that work's). Cancelled after the
+        # hand-over, the work is its own (the predecessor sent no idle): the normal path below ends it with `idle
+        # cancelled`.
+        try:
+            await execute_unjoined_steer(parts.turns, run)
+        finally:
+            release_prompt(parts.turns, run)
         return
     # Repeated snapshots are idempotent: after a predecessor that failed (its idle sent) this starts the work again.
     parts.connection.notify("session/update", {"sessionId": run.session_id, "update": running()})

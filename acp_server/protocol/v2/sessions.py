@@ -5,14 +5,18 @@ and `set_config_option`, on v1's session lifecycle (protocol/session_handlers.py
   and `availableCommands`, no `modes`.
 - `session/list` is baseline: under `--no-store` it lists this process's open sessions (§23 Q22).
 - `session/resume`: `replayFrom` omitted or null replays nothing, `{"type": "start"}` everything, before the
-  response; anything else is `-32602`. Then a `state_update` snapshot of the foreground state (`idle`: a resume
-  of a session with running work is refused, as on v1), then the response.
+  response; anything else is `-32602`. Then a `state_update` snapshot of the foreground state, then the response.
+  A session open on this connection with work running is resumed as it is (§23 Q12): the snapshot says `running`
+  (`requires_action` while a question to the user is open), the work streams on, nothing is rebuilt; so is any
+  open session under `--no-store` (§23 Q22), which has nothing to replay. Its replay, if asked, is exactly what it
+  has shown so far (the store's records plus what its turn logs still buffer), so nothing is sent twice.
 - `session/close` of an unknown or closed session succeeds (`{}`); an open one ends its work first: held prompts
   `-32800`, the running work's `idle cancelled`, then `{}`.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -33,7 +37,8 @@ from acp_server.protocol.session_handlers import (
     session_set_config_option,
 )
 from acp_server.protocol.v2.schema import NewSessionRequestV2, ResumeSessionRequestV2
-from acp_server.protocol.v2.updates import available_commands_v2, config_options_v2, idle
+from acp_server.protocol.v2.updates import available_commands_v2, config_options_v2, idle, requires_action, running
+from acp_server.protocol.v2.withdrawals import withdraw_held
 from acp_server.sessions.options import SLASH_COMMANDS
 from acp_server.sessions.runs import Session
 
@@ -96,18 +101,15 @@ async def session_resume_v2(context: RequestContext, params: ResumeSessionReques
         mcp_servers=params.mcp_servers,
         additional_directories=params.additional_directories,
     )
-    if not parts.config.store:
-        open_session = parts.sessions.get(params.session_id)
-        if open_session is None or open_session.closed:
-            data = {"sessionId": params.session_id}
-            raise RpcError(ErrorCode.RESOURCE_NOT_FOUND, f"unknown session: {params.session_id}", data)
-        _snapshot(context, params.session_id, "end_turn")
-        session = parts.sessions.require(params.session_id)
-        from acp_server.protocol.options import config_options
-
-        offered = parts.models.offered(session.model)
-        result = {"configOptions": config_options(session.model, session.mode, session.prompt_policy, offered)}
-        return _v2_result(result)
+    live = parts.sessions.get(params.session_id)
+    if live is not None and live.closed:
+        live = None
+    working = live is not None and parts.runs.running(live.session_id) is not None
+    if working and replay_from is not None and parts.config.store:
+        assert live is not None
+        return await _resume_running_with_replay(context, params, live)
+    if not parts.config.store or working:
+        return _resume_live(context, params, live)
     from acp_server.protocol.v2.replay import replay_updates_v2  # with the store
 
     last_stop = ["end_turn"]
@@ -129,6 +131,61 @@ async def session_resume_v2(context: RequestContext, params: ResumeSessionReques
     return _v2_result(result)
 
 
+async def _resume_running_with_replay(
+    context: RequestContext, params: ResumeSessionRequestV2, session: Session
+) -> dict[str, Any]:
+    """§23 Q12 with `replayFrom`: replay exactly what the session has shown so far, then resume it as it is. The
+    store's committed records (read under its lock, which every flush holds from taking records to committing them)
+    plus the records its turn logs still buffer are everything shown, each once; from the read to the response
+    nothing awaits, so the live stream goes on right after the response and nothing is sent twice."""
+    _require_cwd(session, params)
+    parts = context.parts
+    from acp_server.protocol.v2.replay import replay_updates_v2
+    from acp_server.store import StoreUnavailable
+
+    store = await parts.store.require()
+    try:
+        loaded = await store.load(session.session_id)
+    except StoreUnavailable as exc:
+        raise RpcError(ErrorCode.INTERNAL_ERROR, f"cannot read the session store: {exc}") from None
+    if loaded is not None:
+        pending = store.pending_entries(session.session_id)
+        turns = [replace(turn, entries=[*turn.entries, *pending.get(turn.turn_id, ())]) for turn in loaded.turns]
+        for update in replay_updates_v2(replace(loaded, turns=turns)):
+            parts.connection.notify("session/update", {"sessionId": session.session_id, "update": update})
+    return _resume_live(context, params, session)
+
+
+def _require_cwd(session: Session, params: ResumeSessionRequestV2) -> None:
+    if session.cwd != Path(params.cwd):
+        raise RpcError(
+            ErrorCode.INVALID_PARAMS,
+            f"Invalid params: cwd: the session's working directory is {str(session.cwd)!r} (§5.3)",
+        )
+
+
+def _resume_live(context: RequestContext, params: ResumeSessionRequestV2, session: Session | None) -> dict[str, Any]:
+    """Resume the session as this connection has it open (with its work, if any, going on); nothing is replayed."""
+    parts = context.parts
+    if session is None:
+        data = {"sessionId": params.session_id}
+        raise RpcError(ErrorCode.RESOURCE_NOT_FOUND, f"unknown session: {params.session_id}", data)
+    _require_cwd(session, params)
+    work = parts.runs.running(session.session_id)
+    if work is not None:
+        # The work is not idle, and a resume ends nothing: the snapshot says so, and the work's own idle follows.
+        # It waits on the user while the turn awaits an answer (its subagents ask through the turn's own ports).
+        update = requires_action() if work.asking else running()
+        parts.connection.notify("session/update", {"sessionId": session.session_id, "update": update})
+    else:
+        _snapshot(context, session.session_id, "end_turn")
+    from acp_server.protocol.options import config_options
+
+    offered = parts.models.offered(session.model)
+    result = {"configOptions": config_options(session.model, session.mode, session.prompt_policy, offered)}
+    return _v2_result(result)
+
+
 def _snapshot(context: RequestContext, session_id: str, last_stop: str) -> None:
     """The current foreground state, after any replay and before the response (the schema's MUST): `idle`, with
     the last turn's stop reason for context (§23 Q11; the schema wants a reason on every idle). It ends nothing."""
@@ -142,6 +199,8 @@ async def session_close_v2(context: RequestContext, params: CloseSessionRequest)
     session = parts.sessions.get(params.session_id)
     if session is None or session.closed:
         return {}  # the schema: closing an unknown or inactive session SHOULD succeed
+    parts.runs.interrupt(session.session_id)  # (close_session's own interrupt then finds nothing more to claim)
+    withdraw_held(parts, session)  # §20.2: the held prompts' -32800 first, before anything of the work
     await close_session(parts, session)
     if parts.store.current is not None:
         parts.store.current.release(params.session_id)  # closed: pruning may remove it again (as on v1)

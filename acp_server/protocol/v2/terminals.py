@@ -4,14 +4,15 @@ v2 has no client terminals: every `run_command` runs locally (runtime/local_comm
 and is shown as a terminal: the tool call's content anchors it (`{"type": "terminal", "terminalId"}`), a
 `terminal_update` announces it (command, cwd, size, `capabilities.cancel`), each piece of output is a
 `terminal_output_chunk` (independently base64), and its end is a `terminal_update` with `exitStatus` and the controls
-cleared — before the turn's `idle` even when a cancel stops it. `terminal/cancel` stops the process group alone
-(SIGTERM, then SIGKILL), at once or, when it comes while the process is still being spawned, the moment it runs: the
-command reports how it died and the tool call finishes as a failed command; the turn goes on.
+cleared — before the turn's `idle` even when a cancel stops it, and even when the cleanup deadline seals the turn
+before the command is dead (the seal then kills the group and sends the end). `terminal/cancel` stops the process
+group alone (SIGTERM, then SIGKILL), at once or, when it comes while the process is still being spawned, the moment it
+runs: the command reports how it died and the tool call finishes as a failed command; the turn goes on.
 
 Past the output limit the runner keeps the tail (what the model reads), and the client is resynced to it with an
 `output` snapshot (§23 Q8): when the limit is first passed, whenever its bytes would hold twice the limit, and at the
-end if more was dropped since, so it ends with exactly the tail kept; chunks append between. The ended terminal is
-kept in the turn's log (command, cwd, that tail, exit status), so a v2 replay shows it as one upsert (§5.3).
+end if more was dropped since, so it ends with exactly the tail kept; chunks append between. The terminal's end, as
+sent (command, cwd, that tail, exit status), is kept in the turn's log, so a v2 replay shows it as one upsert (§5.3).
 """
 
 from __future__ import annotations
@@ -132,18 +133,31 @@ class TerminalRunner:
             on_started=on_started,
             output=tail,
         )
+
+        def end() -> None:
+            # The terminal's one final update. Synchronous, so a cancelled command's exit is queued before its turn's
+            # idle, like every final update: at the command's end, or from `_seal` if the cleanup deadline sealed
+            # the turn first. A group still running then (its stop was cut short) is killed, and says so.
+            if run.terminal_ends.pop(terminal_id, None) is None:
+                return
+            killed = bool(started) and started[0].returncode is None
+            if killed:
+                self._processes.kill(started[0])
+            if not run.fenced:
+                exited = _exited(terminal_id, started, killed)
+                _record(run, terminal_id, (command, cwd), tail, exited["exitStatus"])  # what the client was sent
+                connection.notify("session/update", self._message(exited)["params"])
+
         run.terminal_stops[terminal_id] = stop
+        run.terminal_ends[terminal_id] = end
         try:
             result = await runner.run(command, cwd, timeout, on_terminal)
             if tail.dropped > synced[0]:
                 await snapshot()  # the client ends with exactly the tail the model reads
             return result
         finally:
-            _record(run, terminal_id, (command, cwd), tail, started)
             run.terminal_stops.pop(terminal_id, None)
-            # Synchronous, so a cancelled command's exit is queued before its turn's idle, like every final update.
-            if not run.fenced:
-                connection.notify("session/update", self._message(_exited(terminal_id, started))["params"])
+            end()
 
 
 def _data(output: bytes | bytearray) -> dict[str, Any]:
@@ -152,24 +166,23 @@ def _data(output: bytes | bytearray) -> dict[str, Any]:
 
 
 def _record(
-    run: RunContext, terminal_id: str, shown: tuple[str, Path], tail: OutputTail, started: list[Process]
+    run: RunContext, terminal_id: str, shown: tuple[str, Path], tail: OutputTail, status: dict[str, Any]
 ) -> None:
-    """Keep the ended terminal in the turn's log, so a v2 replay shows it as one upsert (§5.3); v1's ignores it.
-    A subagent's terminal is shown in its parent's session, which this log is not: kept as text only."""
-    if run.turn_log is None or run.fenced or run.parent_session_id is not None:
+    """Keep the terminal's end, as sent, in the turn's log, so a v2 replay shows it as one upsert (§5.3); v1's
+    ignores it. A subagent's terminal is shown in its parent's session, which this log is not: kept as text only."""
+    if run.turn_log is None or run.parent_session_id is not None:
         return
     from acp_server.store.turn_records import TerminalEnded  # the store is open: a turn log exists
 
     command, cwd = shown
-    status = _exited(terminal_id, started)["exitStatus"]
     ended = TerminalEnded(
         terminal_id, command, str(cwd), bytes(tail.data), status.get("exitCode"), status.get("signal")
     )
     run.turn_log.append(ended)
 
 
-def _exited(terminal_id: str, started: list[Process]) -> dict[str, Any]:
-    status: dict[str, Any] = {}
+def _exited(terminal_id: str, started: list[Process], killed: bool) -> dict[str, Any]:
+    status: dict[str, Any] = {"signal": "SIGKILL"} if killed else {}
     code = started[0].returncode if started else None
     if code is not None and code < 0:
         import signal

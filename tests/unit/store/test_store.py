@@ -220,6 +220,26 @@ async def test_appends_after_finish_are_not_stored(store: SessionStore) -> None:
     assert (await loaded(store, "s")).turns[0].entries == [text_chunk("before")]
 
 
+async def test_pending_entries_are_exactly_what_was_appended_since_the_last_flush(store: SessionStore) -> None:
+    """A resume replaying running work (ACP-V2.md §23 Q12) reads the committed records, then `pending_entries`: the
+    records appended since a flush took them (a row sealed by size, then the open buffer), in order, none of those the
+    flush committed; a flush leaves nothing pending."""
+    store.create_session("s", "/w")
+    turn = store.begin_turn("s", [], "")
+    turn.append(text_chunk("committed"))
+    assert await store.flush()
+    assert store.pending_entries("s") == {}
+    big = "x" * (1 << 20)  # seals a row of its own
+    for record in (text_chunk(big), text_chunk("buffered")):
+        turn.append(record)
+    turn.append_text("msg_a", "fast")
+    expected = [text_chunk(big), text_chunk("buffered"), AgentText("msg_a", "fast")]
+    assert store.pending_entries("s") == {turn.turn_id: expected}
+    assert store.pending_entries("other") == {}
+    assert (await loaded(store, "s")).turns[0].entries == [text_chunk("committed"), *expected]
+    assert store.pending_entries("s") == {}
+
+
 async def test_a_record_that_is_not_json_is_skipped_and_the_rest_are_kept(store: SessionStore) -> None:
     store.create_session("s", "/w")
     turn = store.begin_turn("s", [], "")
@@ -293,6 +313,107 @@ async def test_a_flush_commits_everything_buffered_in_one_transaction(store: Ses
     assert [s for s in statements if s.startswith(("BEGIN", "COMMIT", "ROLLBACK"))] == ["BEGIN IMMEDIATE", "COMMIT"]
     for index in range(5):
         assert len((await loaded(store, f"s{index}")).turns[0].entries) == 102  # 2 prompt blocks + 100 chunks
+
+
+async def test_a_flush_of_many_busy_turns_writes_their_rows_in_a_few_statements_in_order(
+    store: SessionStore, db: Path
+) -> None:
+    """A thousand sessions streaming put a row for nearly each of them in every flush: those go in statements of many
+    rows (each statement costs the worker a round trip for the GIL), in order, still without a deleted turn's."""
+    turns = []
+    for index in range(500):
+        store.create_session(f"s{index}", "/w")
+        turns.append(store.begin_turn(f"s{index}", [], ""))
+    store.create_session("gone", "/w")
+    gone = store.begin_turn("gone", [], "")
+    assert await store.flush()
+    store.delete("gone")
+    for n in range(2):
+        for index, turn in enumerate(turns):
+            turn.append(text_chunk(f"{index}.{n}"))
+        gone.append(text_chunk("late"))
+        assert await store.flush()  # one row per turn per flush
+    statements: list[str] = []
+    store._conn.set_trace_callback(statements.append)
+    for turn in turns:
+        turn.append(text_chunk("last"))
+    assert await store.flush()
+    store._conn.set_trace_callback(None)
+    assert len([s for s in statements if s.startswith("INSERT INTO updates")]) <= 3
+    assert count_rows(db, "SELECT count(*) FROM updates WHERE turn_id = ?", gone.turn_id) == 0
+    for index in (0, 199, 200, 499):
+        entries = (await loaded(store, f"s{index}")).turns[0].entries
+        assert entries == [text_chunk(f"{index}.0"), text_chunk(f"{index}.1"), text_chunk("last")]
+
+
+async def test_flushes_called_while_a_commit_runs_share_the_next_commit_and_return_together_in_order(
+    store: SessionStore,
+) -> None:
+    """Every prompt response flushes: the ones that come while a commit runs wait for it and then for one more
+    commit between them, and are released together, in call order, not one event-loop iteration after another
+    (with a thousand busy sessions that queue held responses for a second)."""
+    started: list[threading.Event] = [threading.Event() for _ in range(3)]
+    release: list[threading.Event] = [threading.Event() for _ in range(3)]
+    commits: list[int] = []
+    commit = store._worker.commit
+
+    def gated(batch: Any) -> None:  # each of the first three commits runs only when the test lets it
+        number = len(commits)
+        if number == len(started):
+            commit(batch)  # the store's final write, as it closes
+            return
+        commits.append(batch.update_count())
+        started[number].set()
+        release[number].wait(scaled(10))
+        commit(batch)
+
+    store._worker.commit = gated  # type: ignore[method-assign]
+    store.create_session("s", "/w")
+    turn = store.begin_turn("s", [], "")
+    iterations = 0
+    returned_at: list[int] = []
+    returned: list[str] = []
+
+    async def tick() -> None:
+        nonlocal iterations
+        while True:
+            iterations += 1
+            await anyio.lowlevel.checkpoint()
+
+    async def flush_after(text: str) -> None:
+        turn.append(text_chunk(text))
+        assert await store.flush()
+        returned_at.append(iterations)
+        returned.append(text)
+
+    async def until(condition: Any) -> None:
+        with anyio.fail_after(scaled(10)):
+            while not condition():  # noqa: ASYNC110 - a worker thread's progress and the store's queue: no event
+                await anyio.sleep(0.001)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(tick)
+        async with anyio.create_task_group() as flushes:
+            flushes.start_soon(flush_after, "a")
+            await until(started[0].is_set)
+            for index in range(20):
+                flushes.start_soon(flush_after, f"w{index}")
+            await until(lambda: len(store._waits) == 21)  # "a" and the twenty waiting behind its commit
+            release[0].set()
+            await until(started[1].is_set)  # the first of the twenty commits for all of them
+            for index in range(5):
+                flushes.start_soon(flush_after, f"late{index}")
+            await until(lambda: len(store._waits) == 25)
+            release[1].set()
+            release[2].set()
+        tg.cancel_scope.cancel()
+    assert commits == [1, 20, 5]
+    waiters = returned_at[1:21]
+    assert max(waiters) - min(waiters) <= 2, returned_at
+    expected = ["a", *(f"w{index}" for index in range(20)), *(f"late{index}" for index in range(5))]
+    assert returned == expected  # answered in the order they were called, as the lock's queue did
+    texts = [e.text for e in (await loaded(store, "s")).turns[0].entries if isinstance(e, AgentText)]
+    assert texts == expected
 
 
 async def test_a_flush_blocked_by_another_writer_keeps_the_batch_and_the_next_commits_it_in_order(
