@@ -450,3 +450,34 @@ async def test_a_terminal_killed_past_sigterm_replays_with_the_exit_its_client_w
     assert terminal["terminalId"] == sent["terminalId"]
     assert terminal["exitStatus"] == sent["exitStatus"] == {"signal": "SIGKILL"}
     assert base64.b64decode(terminal["output"]["data"]) == b"started\n"
+
+
+async def test_a_replay_while_the_command_runs_names_its_terminal_without_an_exit_and_it_streams_on(
+    server_v2: RawClient,
+) -> None:
+    """§23 Q12 with §5.3: resumed with replay while its command runs on this connection, the replay names the
+    terminal (the anchor it has shown) but never an end it has not had; the live exit follows after the answer."""
+    server = server_v2
+    session_id = await bypass_session(server)
+    command = "echo started; sleep 30"  # runs until cancelled
+    await server.prompt(session_id, [{"tool": "run_command", "args": {"command": command}}])
+    await server.wait_for(output_chunk)
+    terminal_id = terminal_updates(server, session_id)[0]["terminalId"]
+    since = len(server.received)
+    response = await server.call(
+        "session/resume", {"sessionId": session_id, "cwd": "/tmp", "replayFrom": {"type": "start"}}
+    )
+    replayed = [
+        m["params"]["update"]
+        for m in server.received[since : position(server, response)]
+        if m.get("method") == "session/update" and m["params"]["sessionId"] == session_id
+    ]
+    assert {"type": "terminal", "terminalId": terminal_id} in [
+        item for u in replayed if u["sessionUpdate"] == "tool_call_update" for item in u.get("content") or []
+    ]
+    assert not [u for u in replayed if u.get("exitStatus") is not None]
+    assert replayed[-1] == {"sessionUpdate": "state_update", "state": "running"}
+    await server.cancel(session_id)
+    await server.idle(session_id)
+    live_exits = [u for u in terminal_updates(server, session_id) if u.get("exitStatus") is not None]
+    assert len(live_exits) == 1

@@ -40,7 +40,15 @@ def replay_updates_v2(loaded: LoadedSession) -> list[dict[str, Any]]:
             anchors.add(id(update))
         return update
 
-    for update in _with_terminals(replay_updates(loaded, coalesce=True, v2_only=v2_only), anchors):
+    # A terminal of a turn still running (resumed on its own connection, §23 Q12) has not ended: never say it has.
+    running = {
+        entry.terminal_id
+        for turn in loaded.turns
+        if turn.status == "running"
+        for entry in turn.entries
+        if isinstance(entry, ToolCallTerminal)
+    }
+    for update in _with_terminals(replay_updates(loaded, coalesce=True, v2_only=v2_only), anchors, running):
         kind = update["sessionUpdate"]
         whole = _WHOLE.get(kind)
         if whole is not None:
@@ -69,12 +77,13 @@ def replay_updates_v2(loaded: LoadedSession) -> list[dict[str, Any]]:
     return _joined_texts(out)
 
 
-def _with_terminals(updates: list[dict[str, Any]], anchors: set[int]) -> list[dict[str, Any]]:
+def _with_terminals(updates: list[dict[str, Any]], anchors: set[int], running: set[str]) -> list[dict[str, Any]]:
     """A tool call naming its terminal right before a change of that call with content is that change's content:
     the call's changes keep v1's text of the command, and v2 showed the terminal in its place. Else it stays on its
     own (the anchor, before the command runs), followed, for a terminal whose end was never kept (the process died
-    with the command running), by an `exitStatus` saying it exited, how unknown: none is left running on replay."""
-    ended = {u["terminalId"] for u in updates if u["sessionUpdate"] == "terminal_update"}
+    with the command running), by an `exitStatus` saying it exited, how unknown: none is left running on replay
+    unless it runs (`running`: its turn is still going on, and its end will come live)."""
+    ended = running | {u["terminalId"] for u in updates if u["sessionUpdate"] == "terminal_update"}
     out: list[dict[str, Any]] = []
     for update in updates:
         anchor = out[-1] if out else None
