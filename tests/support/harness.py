@@ -214,6 +214,13 @@ class RawClient:
 
     # --- reading ---
 
+    async def read_to_end(self, timeout: float = T_WAIT) -> None:
+        """Wait until stdout has been read to its end: everything the server wrote before it exited is received."""
+        async with asyncio.timeout(timeout):
+            while not self._eof:
+                self._arrived.clear()
+                await self._arrived.wait()
+
     async def wait_for(self, predicate: Callable[[dict[str, Any]], bool], timeout: float = T_WAIT) -> dict[str, Any]:
         """The first message (from the start of the connection) that matches."""
         deadline = time.monotonic() + timeout
