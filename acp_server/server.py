@@ -129,6 +129,9 @@ def build_server(
             plugins=plugins,
         )
 
+    # The turn services and the rest of the session side: loaded once `initialize` is answered. What start-up
+    # froze out of the collector's sight (`_tune_gc`) is frozen again with the session side, for the same reason.
+    session_side = Deferred(SESSION_SIDE, build_turns, gc.freeze if owns_process else lambda: None)
     parts = Parts(
         config=config,
         connection=connection,
@@ -142,9 +145,8 @@ def build_server(
         store=store,
         mcp=McpRegistry(connection.spawn, ChildEnvPolicy.from_config(config), config.mcp_start_wait),
         processes=processes,
-        # The turn services and the rest of the session side: loaded once `initialize` is answered.
-        session_side=Deferred(SESSION_SIDE, build_turns),
-        models=ModelChoices(config, providers, connection.spawn),
+        session_side=session_side,
+        models=ModelChoices(config, providers, connection.spawn, session_side.ended),
         extension_notifications=tuple(method for method in notifications if method.startswith("_")),
     )
     dispatcher = AcpDispatcher(

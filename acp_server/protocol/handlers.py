@@ -8,6 +8,7 @@ lifecycle methods live in `session_handlers.py`.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import anyio
@@ -15,7 +16,7 @@ import anyio
 from acp_server import __version__
 from acp_server.jsonrpc.rpc import ErrorCode, RpcError
 from acp_server.protocol.context import Handler, NotificationHandler, Parts, RequestContext
-from acp_server.protocol.deferred import deferred
+from acp_server.protocol.deferred import after_load, deferred
 from acp_server.protocol.discovery import discover_models
 from acp_server.protocol.providers import close_providers
 from acp_server.protocol.schema import (
@@ -43,6 +44,8 @@ __all__ = ["METHODS", "NOTIFICATIONS", "NoParams", "log_in", "log_out"]
 SESSION_HANDLERS = "acp_server.protocol.session_handlers"
 
 PROTOCOL_VERSION = 1
+
+log = logging.getLogger(__name__)
 
 
 class NoParams(WireModel):
@@ -99,15 +102,27 @@ async def initialize(context: RequestContext, params: InitializeRequest) -> dict
 
 async def _warm_up_after_initialize(parts: Parts) -> None:
     """Load the session side, then warm the default model (protocol/warmup.py). Counted as a warm-up throughout
-    (`_acp_server/stats`), so a test that waits for the warm-ups to end waits for the load too."""
+    (`_acp_server/stats`), so a test that waits for the warm-ups to end waits for the load too.
+
+    Nothing is started once the input has ended (the connection is shutting down). A session side that cannot be
+    loaded is said once on stderr and ends this task alone: the connection goes on, answering each request that
+    needs the side that error (protocol/deferred.py)."""
+    if parts.connection.closing:
+        return
     parts.providers.warm_ups_running += 1
     try:
         await parts.session_side.load()
+        tools = parts.turns.tools
+    except Exception as exc:  # a broken install (an RpcError naming the module); a cancel goes on as one
+        log.error("%s", exc, exc_info=exc.__cause__)
+        return
     finally:
         parts.providers.warm_ups_running -= 1
+    if parts.connection.closing:
+        return
     from acp_server.protocol.warmup import warm_up  # on the session side: loaded by now
 
-    await warm_up(parts.providers, parts.turns.tools, parts.config.model)
+    await warm_up(parts.providers, tools, parts.config.model)
 
 
 AUTH_METHOD_ID = "api-key"
@@ -193,8 +208,9 @@ async def stats(context: RequestContext, params: NoParams) -> dict[str, Any]:
 
 METHODS: dict[str, Handler] = {
     "initialize": (InitializeRequest, initialize),
-    "authenticate": (AuthenticateRequest, authenticate),
-    "logout": (LogoutRequest, logout),
+    # Start-up handlers, but in order behind the session side's requests pipelined before them (protocol/deferred.py).
+    "authenticate": (AuthenticateRequest, after_load(authenticate)),
+    "logout": (LogoutRequest, after_load(logout)),
     "session/new": (NewSessionRequest, deferred(SESSION_HANDLERS, "session_new")),
     "session/prompt": (PromptRequest, session_prompt),
     "session/set_mode": (SetSessionModeRequest, deferred(SESSION_HANDLERS, "session_set_mode")),

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -38,7 +38,16 @@ DISCOVERABLE = ("openai", "anthropic")
 class ModelChoices:
     """What the `model` option offers on this connection (`current`), and the background refresh of its lists."""
 
-    def __init__(self, config: Config, providers: ProviderCache, spawn: Spawn) -> None:
+    def __init__(
+        self,
+        config: Config,
+        providers: ProviderCache,
+        spawn: Spawn,
+        refresh_after: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
+        # What a refresh waits for before it asks (the session side's load, protocol/deferred.py): its provider SDK
+        # is imported in a worker thread, which must not run beside the loop's imports.
+        self._refresh_after = refresh_after
         self.configured: tuple[str, ...] = tuple(dict.fromkeys([config.model, *config.models]))
         self.current = self.configured
         self._config = config
@@ -196,6 +205,8 @@ class ModelChoices:
 
         dropped: list[tuple[str, str]] = []
         try:
+            if self._refresh_after is not None:
+                await self._refresh_after()
             async with anyio.create_task_group() as listing:
                 for family, spec in self._families.items():
                     listing.start_soon(self._list, family, spec, dropped)

@@ -23,8 +23,10 @@ from acp_server.store.turn_records import (
     AgentThought,
     ContextUsage,
     PlanSet,
+    TerminalEnded,
     ToolCallChanged,
     ToolCallOpened,
+    ToolCallTerminal,
     TurnEntry,
     UserChunk,
 )
@@ -258,7 +260,17 @@ def render(entry: ReplayEntry, *, notices: bool = False) -> dict[str, Any]:
     return _RENDERERS[type(entry)](entry)
 
 
-def replay_updates(loaded: LoadedSession, *, coalesce: bool = False, notices: bool = False) -> list[dict[str, Any]]:
+# Records only v2 shows (its agent-owned display terminals); `replay_updates` leaves them out unless told how.
+_V2_ONLY = frozenset({ToolCallTerminal, TerminalEnded})
+
+
+def replay_updates(
+    loaded: LoadedSession,
+    *,
+    coalesce: bool = False,
+    notices: bool = False,
+    v2_only: Callable[[ReplayEntry], dict[str, Any]] | None = None,
+) -> list[dict[str, Any]]:
     """The `update` objects to send, in order, before answering `session/load` (docs/interrupts.md decision 6).
 
     Every stored update as the client first saw it; a cancelled, interrupted or failed turn closes with a `failed`
@@ -266,9 +278,17 @@ def replay_updates(loaded: LoadedSession, *, coalesce: bool = False, notices: bo
     `[failed]` whose `_meta` is `{"acpServer": {"turnStatus": ...}}` (a turn still running elsewhere is not closed);
     with `notices` (the client advertised `session.notices`) that marker is a `warning` `notice` with the same `_meta`.
     With `coalesce`, consecutive text chunks of one message are merged into one chunk: the client shows the same
-    text, from far fewer notifications.
+    text, from far fewer notifications. `v2_only` renders the records v1 never shows (v2's display terminals, for
+    protocol/v2/replay.py), in their place; without it they are left out.
     """
-    updates = [render(entry, notices=notices) for entry in replay_entries(loaded)]
+    if v2_only is None:
+        # v1 never had v2's display terminals: the tool call's own records show the command's text output.
+        updates = [render(entry, notices=notices) for entry in replay_entries(loaded) if type(entry) not in _V2_ONLY]
+    else:
+        updates = [
+            v2_only(entry) if type(entry) in _V2_ONLY else render(entry, notices=notices)
+            for entry in replay_entries(loaded)
+        ]
     return _coalesced(updates) if coalesce else updates
 
 

@@ -4,6 +4,10 @@ Each command runs as `/bin/sh -c LINE` in its own process group (through `Proces
 takes down everything it started. Output is kept up to a limit and drained past it, so a chatty command never
 blocks on a full pipe. With a sandbox (runtime/sandbox.py), the line runs under its launcher, confined to the
 session's roots.
+
+Past the limit the runner keeps the output's tail, not its head, as a client terminal's byte limit does (errors are
+at the end): `OutputTail` holds it, and a display terminal (protocol/v2/terminals.py) may share it to resync its
+client with what the model reads.
 """
 
 from __future__ import annotations
@@ -19,11 +23,29 @@ from acp_server.runtime.ports import CommandResult, ToolError
 from acp_server.runtime.processes import ProcessTable
 from acp_server.runtime.sandbox import Sandbox, Unconfined
 
-__all__ = ["OUTPUT_LIMIT", "LocalCommandRunner"]
+__all__ = ["OUTPUT_LIMIT", "LocalCommandRunner", "OutputTail"]
 
 OUTPUT_LIMIT = 256 * 1024
 # After the shell exits, how long output still in the pipe is read before the command counts as done.
 BACKGROUND_DRAIN = 0.05
+
+
+class OutputTail:
+    """The last `OUTPUT_LIMIT` bytes of a command's output, and how many bytes before them were dropped."""
+
+    __slots__ = ("data", "dropped")
+
+    def __init__(self) -> None:
+        self.data = bytearray()
+        self.dropped = 0
+
+    def add(self, piece: bytes) -> None:
+        data = self.data
+        data += piece
+        over = len(data) - OUTPUT_LIMIT
+        if over > 0:
+            del data[:over]
+            self.dropped += over
 
 
 class LocalCommandRunner:
@@ -38,18 +60,21 @@ class LocalCommandRunner:
         *,
         on_output: Callable[[bytes], Awaitable[None]] | None = None,
         on_started: Callable[[Process], None] | None = None,
+        output: OutputTail | None = None,
     ) -> None:
         """`sandbox`: None runs commands with the user's rights; Unconfined too, saying so to the model, or refuses
         them when the sandbox was asked for by name; else they may write only in `roots` (the session's
         directories) and the temp directory, or nowhere, as the sandbox says. `on_output`: each piece of output as
         it is read (for a display terminal); `on_started`: the process, once it runs (so it can be stopped on its
-        own)."""
+        own); `output`: where the output is kept (so its owner can read the tail as it grows), a new one per command
+        by default."""
         self._processes = processes
         self._cleanup_deadline = cleanup_deadline
         self._sandbox = sandbox
         self._roots = roots
         self._on_output = on_output
         self._on_started = on_started
+        self._output = output
 
     async def run(
         self,
@@ -70,22 +95,17 @@ class LocalCommandRunner:
         if self._on_started is not None:
             self._on_started(process)
         on_output = self._on_output
-        output = bytearray()
-        truncated = False
+        output = self._output if self._output is not None else OutputTail()
 
         output_ended = anyio.Event()
 
         async def read_output() -> None:
-            nonlocal truncated
             assert process.stdout is not None
             try:
                 async for piece in process.stdout:
+                    output.add(piece)  # first: what is shown of this piece may be the tail it leaves
                     if on_output is not None:
                         await on_output(piece)
-                    room = OUTPUT_LIMIT - len(output)
-                    if len(piece) > room:
-                        truncated = True
-                    output.extend(piece[: max(room, 0)])
             finally:
                 output_ended.set()
 
@@ -107,7 +127,8 @@ class LocalCommandRunner:
             # Background children of a finished shell stay tracked, so they are killed when the server exits.
             self._processes.forget(process, keep_group_if_alive=True)
         code = process.returncode
-        text = output.decode(errors="replace")
+        text = output.data.decode(errors="replace")
+        truncated = output.dropped > 0
         sandbox = self._sandbox.mode.value if isinstance(self._sandbox, Sandbox) else None
         if code is not None and code < 0:
             return CommandResult(

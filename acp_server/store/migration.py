@@ -1,9 +1,13 @@
 """Upgrading a store written by an older acp-server, inside the write transaction that opens it.
 
 Schema 1 stored each turn's `session/update` payloads as the client was sent them; schema 2 stores the project's
-own turn records (turn_records.py). The upgrade rewrites every row of the `updates` table in place, record by
+own turn records (turn_records.py). The upgrade from 1 rewrites every row of the `updates` table in place, record by
 record, and bumps `user_version`, all in the transaction that registers this process: another process opening the
-store at the same moment waits for it and then finds schema 2, and a failure leaves the file as it was.
+store at the same moment waits for it and then finds it upgraded, and a failure leaves the file as it was.
+
+Schema 3 adds records (the display terminals of ACP v2) and changes none: a schema-2 store is schema 3 as it is, and
+its upgrade only bumps `user_version`, so that an acp-server of schema 2 refuses the store instead of failing on a
+session that holds a record it does not know.
 
 Reading a schema-1 item means reading the wire format of that time, which only the protocol edge knows, so the
 caller hands in `read_legacy` (protocol/replay.py's `entry_of`); without it a schema-1 store is refused untouched.
@@ -42,6 +46,8 @@ def upgrade(conn: sqlite3.Connection, path: Path, version: int, read_legacy: Rea
             )
         _records_from_updates(conn, path, read_legacy)
         version = 2
+    if version == 2:
+        version = 3  # new records only: every schema-2 row reads as it is
     conn.execute(f"PRAGMA user_version = {version}")
 
 

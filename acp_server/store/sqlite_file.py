@@ -7,8 +7,8 @@ persistence. The file is ours only when it says so (`application_id`), and a new
 Layout: `sessions` (one row per session; `deleted` is a tombstone, content rows are removed), `turns` (status, stop
 reason, the prompt as the model saw it, and the messages the turn added to the model history), `updates` (per turn,
 JSON arrays of turn records in commit order, zlib-compressed from 4 KiB), `owners` (the leases), `holds` (which owner
-has which session open, so pruning leaves it alone). Schema 2; a store of
-schema 1 (which kept `session/update` payloads instead of records) is upgraded when it is opened (migration.py).
+has which session open, so pruning leaves it alone). Schema 3; a store of
+schema 1 (which kept `session/update` payloads instead of records) or 2 is upgraded when it is opened (migration.py).
 """
 
 from __future__ import annotations
@@ -37,7 +37,9 @@ __all__ = [
 STORE_FILENAME = "sessions.sqlite3"
 
 _APPLICATION_ID = 0x41435053  # "ACPS": tells our file from somebody else's SQLite database
-SCHEMA_VERSION = 2  # 2: turn records (turn_records.py) instead of update objects
+# 2: turn records (turn_records.py) instead of update objects; 3: the display terminal records, which an
+# acp-server of schema 2 cannot read (it refuses the store as newer instead of failing on the sessions that hold one)
+SCHEMA_VERSION = 3
 _BUSY_TIMEOUT_S = 5.0
 
 _SCHEMA = """

@@ -1,7 +1,8 @@
 """What the store keeps of a turn: the project's own records of what the client was shown, not wire messages.
 
 Each turn's log is a sequence of these records, in the order the client was shown them: the user's prompt, the
-agent's text and thoughts, tool calls opening and changing, the plan, the context usage. They carry the ids the
+agent's text and thoughts, tool calls opening and changing, the plan, the context usage, and ACP v2's display
+terminals (which tool call showed one; once it ended, what it ran and the tail of its output). They carry the ids the
 client knows (message and tool call ids), so a replay rebuilds the same conversation. The protocol edge renders them
 into the negotiated protocol's updates on `session/load` (protocol/replay.py), so a session stored on one protocol
 version can be resumed on another; nothing here knows a wire shape.
@@ -12,6 +13,7 @@ quick to write on the hot path; `decode_entry` is its inverse and refuses anythi
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -23,8 +25,10 @@ __all__ = [
     "AgentThought",
     "ContextUsage",
     "PlanSet",
+    "TerminalEnded",
     "ToolCallChanged",
     "ToolCallOpened",
+    "ToolCallTerminal",
     "TurnEntry",
     "UserChunk",
     "decode_entry",
@@ -98,7 +102,39 @@ class ContextUsage:
     size: int
 
 
-TurnEntry = UserChunk | AgentText | AgentThought | ToolCallOpened | ToolCallChanged | PlanSet | ContextUsage
+@dataclass(frozen=True, slots=True)
+class ToolCallTerminal:
+    """A tool call's content named a display terminal (ACP v2): kept apart from the call's changes, which keep
+    what v1 shows (the command's text), so each version replays what its client could have."""
+
+    call_id: str
+    terminal_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class TerminalEnded:
+    """A display terminal once its command ended: what it ran, where, the tail of its output kept (the bytes the
+    client ended with) and how it exited (neither known: it exited, how is not)."""
+
+    terminal_id: str
+    command: str
+    cwd: str
+    output: bytes
+    exit_code: int | None = None
+    signal: str | None = None
+
+
+TurnEntry = (
+    UserChunk
+    | AgentText
+    | AgentThought
+    | ToolCallOpened
+    | ToolCallChanged
+    | PlanSet
+    | ContextUsage
+    | ToolCallTerminal
+    | TerminalEnded
+)
 
 
 # --- rows: a JSON array per record ---
@@ -148,6 +184,11 @@ def encode_entry(entry: TurnEntry) -> tuple[Any, ...]:
         return ("call_update", entry.call_id, entry.status, content, entry.locations, entry.raw_output, entry.meta)
     if isinstance(entry, PlanSet):
         return ("plan", [[e.content, e.priority, e.status] for e in entry.entries])
+    if isinstance(entry, ToolCallTerminal):
+        return ("call_terminal", entry.call_id, entry.terminal_id)
+    if isinstance(entry, TerminalEnded):
+        output = base64.b64encode(entry.output).decode("ascii")
+        return ("terminal", entry.terminal_id, entry.command, entry.cwd, output, entry.exit_code, entry.signal)
     return ("usage", entry.used, entry.size)
 
 
@@ -167,17 +208,24 @@ def _plan(fields: Sequence[Any]) -> TurnEntry:
     return PlanSet(tuple(PlanEntry(*e) for e in entries))
 
 
+def _terminal(fields: Sequence[Any]) -> TurnEntry:
+    terminal_id, command, cwd, output, exit_code, signal = fields
+    return TerminalEnded(terminal_id, command, cwd, base64.b64decode(output, validate=True), exit_code, signal)
+
+
 # Records whose row is their fields as they are, and the rest, by tag.
 _PLAIN: Mapping[str, Callable[..., TurnEntry]] = {
     "agent": AgentText,
     "thought": AgentThought,
     "user": UserChunk,
     "usage": ContextUsage,
+    "call_terminal": ToolCallTerminal,
 }
 _DECODERS: Mapping[str, Callable[[Sequence[Any]], TurnEntry]] = {
     "call": _opened,
     "call_update": _changed,
     "plan": _plan,
+    "terminal": _terminal,
 }
 
 

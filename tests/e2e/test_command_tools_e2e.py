@@ -251,6 +251,20 @@ async def test_local_output_beyond_the_limit_is_cut_and_the_cut_is_noted(server:
     assert "[exit code 0" in text
 
 
+async def test_local_output_beyond_the_limit_keeps_its_end_for_the_model(server: RawClient, tmp_path: Path) -> None:
+    """The runner keeps the tail of a long output (where errors are), as a client terminal's byte limit does: the
+    model reads the command's last line, and the note says the beginning is what is missing."""
+    session = await open_session(server, tmp_path)
+    command = "echo first-line; head -c 400000 /dev/zero | tr '\\0' x; echo; echo last-line"
+    response = await server.call("session/prompt", server.prompt_message(session, [run(command)])["params"])
+    assert response["result"] == {"stopReason": "end_turn"}
+    (final,) = finals_in_order(server, session)
+    text = text_of(final)
+    assert "last-line\n[exit code 0" in text
+    assert "first-line" not in text
+    assert "part of it is missing: its beginning" in text
+
+
 async def test_stdin_eof_with_a_local_command_running_exits_in_time_and_kills_its_group(
     start_server: StartServer, tmp_path: Path
 ) -> None:

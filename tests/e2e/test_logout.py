@@ -99,3 +99,27 @@ async def test_after_logout_a_session_switched_to_a_model_without_a_key_keeps_wo
     assert (await server.call("session/prompt", prompt(keyed, "back"), timeout=scaled(30)))["result"] == {
         "stopReason": "end_turn"
     }
+
+
+@pytest.mark.parametrize("session_first", [True, False], ids=["session-new-then-logout", "logout-then-session-new"])
+async def test_requests_pipelined_behind_initialize_take_effect_in_their_order(
+    start_server: StartServer, model: FakeOpenAI, tmp_path: Path, session_first: bool
+) -> None:
+    # session/new waits for the session side, loaded once `initialize` is answered; a logout written after it in
+    # the same write must not overtake it (nor one written before it be overtaken).
+    env = {**NO_KEYS, "OPENAI_API_KEY": "sk-test-not-real", "OPENAI_BASE_URL": model.base_url}
+    server = await start_server("--model", "openai:fake-model", env=env)
+    new_session = {"method": "session/new", "params": {"cwd": str(tmp_path), "mcpServers": []}}
+    logout = {"method": "logout", "params": {}}
+    first, second = (new_session, logout) if session_first else (logout, new_session)
+    await server.send(
+        {"id": 1, "method": "initialize", "params": {"protocolVersion": 1, "clientCapabilities": {}}},
+        {"id": 2, **first},
+        {"id": 3, **second},
+    )
+    created = await server.response(2 if session_first else 3)
+    assert (await server.response(3 if session_first else 2))["result"] == {}
+    if session_first:
+        assert "sessionId" in created.get("result", {}), created
+    else:
+        assert created["error"]["code"] == -32000, created

@@ -86,3 +86,26 @@ async def test_with_no_auth_methods_offered_login_and_logout_are_method_not_foun
         assert refused["error"]["code"] == -32601 and method in refused["error"]["message"]
     session = await server.new_session_v2()  # the connection keeps working, no login needed
     assert "result" in await server.call("session/prompt", prompt(session, "still here"), timeout=scaled(30))
+
+
+async def test_login_session_new_and_logout_pipelined_behind_initialize_take_effect_in_their_order(
+    start_server: StartServer, model: FakeOpenAI, tmp_path: Path
+) -> None:
+    # session/new waits for the session side, loaded once `initialize` is answered; the login before it and the
+    # logout after it, written in the same write, must neither overtake it nor be overtaken.
+    config = tmp_path / "config.toml"
+    server = await start_server("--model", "openai:fake-model", env={**NO_KEYS, "ACP_SERVER_CONFIG": str(config)})
+    await server.call("_acp_server/stats", {})  # answered (refused before `initialize`): the key was looked for
+    config.write_text(f'[providers.openai]\napi_key = "sk-test-not-real"\nbase_url = "{model.base_url}"\n')
+    initialize = {"protocolVersion": 2, "info": {"name": "harness", "version": "0"}, "capabilities": {}}
+    await server.send(
+        {"id": 101, "method": "initialize", "params": initialize},
+        {"id": 102, "method": "auth/login", "params": {"methodId": "openai-key"}},
+        {"id": 103, "method": "session/new", "params": {"cwd": str(tmp_path)}},
+        {"id": 104, "method": "auth/logout", "params": {}},
+    )
+    assert (await server.response(101))["result"]["authMethods"]  # the key was missing when the server started
+    assert (await server.response(102))["result"] == {}
+    assert "sessionId" in (await server.response(103)).get("result", {})
+    assert (await server.response(104))["result"] == {}
+    assert (await server.call("session/new", {"cwd": str(tmp_path)}))["error"]["code"] == -32000  # logged out now

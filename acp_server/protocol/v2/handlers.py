@@ -8,7 +8,7 @@ v2's own, acting only on a held prompt (see protocol/v2/prompt.py for what a wit
 from __future__ import annotations
 
 from acp_server.protocol.context import Handler, NotificationHandler, Parts
-from acp_server.protocol.deferred import deferred
+from acp_server.protocol.deferred import after_load, deferred
 from acp_server.protocol.handlers import METHODS, NOTIFICATIONS
 from acp_server.protocol.schema import (
     AuthenticateRequest,
@@ -37,8 +37,9 @@ SESSIONS = "acp_server.protocol.v2.sessions"
 
 METHODS_V2: dict[str, Handler] = {
     "initialize": METHODS["initialize"],
-    "auth/login": (AuthenticateRequest, auth_login),
-    "auth/logout": (LogoutRequest, auth_logout),
+    # In order behind the session side's requests pipelined before them (protocol/deferred.py).
+    "auth/login": (AuthenticateRequest, after_load(auth_login)),
+    "auth/logout": (LogoutRequest, after_load(auth_logout)),
     "session/new": (NewSessionRequestV2, deferred(SESSIONS, "session_new_v2")),
     "session/prompt": (PromptRequest, deferred("acp_server.protocol.v2.prompt", "session_prompt_v2")),
     "session/set_config_option": (SetSessionConfigOptionRequest, deferred(SESSIONS, "session_set_config_option_v2")),

@@ -2,13 +2,17 @@
 
 v2 has no client terminals: every `run_command` runs locally (runtime/local_commands.py, a process group of its own)
 and is shown as a terminal: the tool call's content anchors it (`{"type": "terminal", "terminalId"}`), a
-`terminal_update` announces it (command, cwd, `capabilities.cancel`), each piece of output is a
+`terminal_update` announces it (command, cwd, size, `capabilities.cancel`), each piece of output is a
 `terminal_output_chunk` (independently base64), and its end is a `terminal_update` with `exitStatus` and the controls
 cleared — before the turn's `idle` even when a cancel stops it, and even when the cleanup deadline seals the turn
 before the command is dead (the seal then kills the group and sends the end). `terminal/cancel` stops the process
 group alone (SIGTERM, then SIGKILL), at once or, when it comes while the process is still being spawned, the moment it
-runs: the command reports how it died and the tool call finishes as a failed command; the turn goes on. Terminals are
-live only: the store keeps the tool call, not the terminal's bytes (not replayed yet).
+runs: the command reports how it died and the tool call finishes as a failed command; the turn goes on.
+
+Past the output limit the runner keeps the tail (what the model reads), and the client is resynced to it with an
+`output` snapshot (§23 Q8): when the limit is first passed, whenever its bytes would hold twice the limit, and at the
+end if more was dropped since, so it ends with exactly the tail kept; chunks append between. The terminal's end, as
+sent (command, cwd, that tail, exit status), is kept in the turn's log, so a v2 replay shows it as one upsert (§5.3).
 """
 
 from __future__ import annotations
@@ -25,13 +29,17 @@ from acp_server.jsonrpc.connection import Connection
 from acp_server.protocol.context import RequestContext
 from acp_server.protocol.v2.cancels import cancel_target
 from acp_server.protocol.v2.schema import CancelTerminalRequest
-from acp_server.runtime.local_commands import LocalCommandRunner
+from acp_server.runtime.local_commands import OUTPUT_LIMIT, LocalCommandRunner, OutputTail
 from acp_server.runtime.ports import CommandResult, ToolError
 from acp_server.runtime.processes import ProcessTable
 from acp_server.runtime.sandbox import Sandbox, Unconfined
 from acp_server.sessions.runs import RunContext
 
-__all__ = ["TerminalRunner", "terminal_cancel"]
+__all__ = ["TERMINAL_SIZE", "TerminalRunner", "terminal_cancel"]
+
+# The size a terminal is announced with (§10 item 2). The command has no tty, so nothing sets a size for it: a
+# program that asks assumes the VT100 / POSIX default of 80 columns by 24 rows, and the client renders at that.
+TERMINAL_SIZE = {"cols": 80, "rows": 24}
 
 
 class TerminalRunner:
@@ -77,6 +85,7 @@ class TerminalRunner:
             "terminalId": terminal_id,
             "command": command,
             "cwd": str(cwd),
+            "size": dict(TERMINAL_SIZE),
             "capabilities": {"cancel": {}},
         }
         await connection.send_fenced(self._message(announced), run)
@@ -93,7 +102,21 @@ class TerminalRunner:
             if stop_asked:  # cancelled while it was being spawned: it is stopped the moment it runs
                 connection.spawn(self._processes.terminate, process)
 
+        tail = OutputTail()  # what the runner keeps, and the model reads: the client is resynced to it
+        synced = [0]  # `tail.dropped` when the client's bytes were last replaced by a snapshot
+
+        async def snapshot() -> None:
+            synced[0] = tail.dropped
+            update = {"sessionUpdate": "terminal_update", "terminalId": terminal_id, "output": _data(tail.data)}
+            await connection.send_fenced(self._message(update), run)
+
         async def output(piece: bytes) -> None:
+            # `tail` holds the piece already. Past the limit the client gets the tail kept, at once and then each
+            # time its bytes would hold twice the limit (so they stay bounded); between, chunks append to it.
+            dropped = tail.dropped
+            if dropped > synced[0] and (synced[0] == 0 or dropped - synced[0] >= OUTPUT_LIMIT):
+                await snapshot()
+                return
             chunk = {
                 "sessionUpdate": "terminal_output_chunk",
                 "terminalId": terminal_id,
@@ -102,7 +125,13 @@ class TerminalRunner:
             await connection.send_fenced(self._message(chunk), run)
 
         runner = LocalCommandRunner(
-            self._processes, self._deadline, self._sandbox, self._roots, on_output=output, on_started=on_started
+            self._processes,
+            self._deadline,
+            self._sandbox,
+            self._roots,
+            on_output=output,
+            on_started=on_started,
+            output=tail,
         )
 
         def end() -> None:
@@ -115,15 +144,41 @@ class TerminalRunner:
             if killed:
                 self._processes.kill(started[0])
             if not run.fenced:
-                connection.notify("session/update", self._message(_exited(terminal_id, started, killed))["params"])
+                exited = _exited(terminal_id, started, killed)
+                _record(run, terminal_id, (command, cwd), tail, exited["exitStatus"])  # what the client was sent
+                connection.notify("session/update", self._message(exited)["params"])
 
         run.terminal_stops[terminal_id] = stop
         run.terminal_ends[terminal_id] = end
         try:
-            return await runner.run(command, cwd, timeout, on_terminal)
+            result = await runner.run(command, cwd, timeout, on_terminal)
+            if tail.dropped > synced[0]:
+                await snapshot()  # the client ends with exactly the tail the model reads
+            return result
         finally:
             run.terminal_stops.pop(terminal_id, None)
             end()
+
+
+def _data(output: bytes | bytearray) -> dict[str, Any]:
+    """A `TerminalOutput` snapshot: the bytes, base64."""
+    return {"data": base64.b64encode(output).decode("ascii")}
+
+
+def _record(
+    run: RunContext, terminal_id: str, shown: tuple[str, Path], tail: OutputTail, status: dict[str, Any]
+) -> None:
+    """Keep the terminal's end, as sent, in the turn's log, so a v2 replay shows it as one upsert (§5.3); v1's
+    ignores it. A subagent's terminal is shown in its parent's session, which this log is not: kept as text only."""
+    if run.turn_log is None or run.parent_session_id is not None:
+        return
+    from acp_server.store.turn_records import TerminalEnded  # the store is open: a turn log exists
+
+    command, cwd = shown
+    ended = TerminalEnded(
+        terminal_id, command, str(cwd), bytes(tail.data), status.get("exitCode"), status.get("signal")
+    )
+    run.turn_log.append(ended)
 
 
 def _exited(terminal_id: str, started: list[Process], killed: bool) -> dict[str, Any]:

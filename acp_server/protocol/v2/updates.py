@@ -5,7 +5,7 @@ What changes from v1 (`protocol/updates.py`): a tool call is one upsert (`tool_c
 `name`), a call stopped by a cancel ends `cancelled`, a diff is `{changes, patch}`, a plan is a `plan_update` of one
 `planId` per session, config options carry `configId`, commands `type: "command"`. Message chunks are the same on
 both versions. The turn's store log keeps what v1 would have sent (`v1.render`), so the session replays on either
-version from the same records.
+version from the same records; a display terminal is kept as records of its own, which only v2 replays.
 """
 
 from __future__ import annotations
@@ -118,17 +118,35 @@ class V2TurnUpdates:
 
 
 def _log(run: RunContext, v1: dict[str, Any], event: TurnEvent) -> None:
-    """What the store keeps: v1's update, except that a v2 display terminal (agent-owned, live only) is kept as the
-    command's text output, so a replay on either version never names a terminal its client never had."""
-    content = event.content if isinstance(event, (ToolCallUpdated, ToolCallFinished)) else None
-    if content is not None and any(isinstance(item, TerminalOutput) for item in content):
-        if isinstance(event, ToolCallFinished):
-            v1 = {**v1, "content": [tool_content(TextOutput(event.output))]}
-        else:
-            v1 = {k: v for k, v in v1.items() if k != "content"}
-            if v1.keys() <= {"sessionUpdate", "toolCallId"}:
-                return
+    """What the store keeps: v1's update, except that a v2 display terminal (agent-owned) is kept apart from the
+    call's changes, which keep the command's text output: a v1 replay shows that text and never names a terminal its
+    client never had. For v2, a `ToolCallTerminal` says which terminals the call's content named: on its own where
+    the content was only that (the anchor), right before the change it came with (the final one); the terminal's
+    end is kept by terminals.py. v2's replay (protocol/v2/replay.py) puts them back as they were shown."""
+    if isinstance(event, ToolCallFinished) and event.content is not None and _names_terminal(event.content):
+        _log_terminals(run, event.call_id, event.content)  # right before the change v2 showed with its terminal
+        v1 = {**v1, "content": [tool_content(TextOutput(event.output))]}
+    elif isinstance(event, ToolCallUpdated) and event.content is not None and _names_terminal(event.content):
+        _log_terminals(run, event.call_id, event.content)
+        v1 = {k: v for k, v in v1.items() if k != "content"}
+        if v1.keys() <= {"sessionUpdate", "toolCallId"}:
+            return
     log_update(run.turn_log, v1)
+
+
+def _names_terminal(content: Sequence[ToolContent] | None) -> bool:
+    return content is not None and any(isinstance(item, TerminalOutput) for item in content)
+
+
+def _log_terminals(run: RunContext, call_id: str, content: Sequence[ToolContent]) -> None:
+    # A subagent's terminal is shown in its parent's session, not the one this log belongs to (terminals.py).
+    if run.turn_log is None or run.parent_session_id is not None:
+        return
+    from acp_server.store.turn_records import ToolCallTerminal  # the store is open: a turn log exists
+
+    for item in content:
+        if isinstance(item, TerminalOutput):
+            run.turn_log.append(ToolCallTerminal(call_id, item.terminal_id))
 
 
 def to_v2(v1: dict[str, Any], event: TurnEvent | None, run: RunContext | None) -> dict[str, Any]:

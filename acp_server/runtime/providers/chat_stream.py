@@ -20,6 +20,8 @@ Closing is the SDK stream's: the caller holds it in `async with`, so a cancel cl
 from __future__ import annotations
 
 import json  # noqa: TID251  (only for what orjson refuses and the SDK's json accepted: see _strict_loads)
+import logging
+import ssl
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from typing import Any, cast
@@ -30,6 +32,8 @@ import orjson
 from acp_server.runtime.providers.sse import SseDecoder
 
 __all__ = ["ChatChunks"]
+
+log = logging.getLogger(__name__)
 
 DONE = b"[DONE]"
 # How long the body after `[DONE]` may take to arrive (the SDK's own bound): it is normally the final empty chunk.
@@ -110,5 +114,13 @@ class ChatChunks:
             try:
                 async for _ in self._body:
                     await anyio.lowlevel.checkpoint()  # the bound holds even when the rest is already buffered
-            except (httpx2.HTTPError, httpx2.StreamError):
-                pass
+            # httpx maps its transport's failures, but lets a TLS one (a peer that ends without close_notify) and
+            # anyio's end of stream through as they are: the SDK's drain swallows those too.
+            except (
+                httpx2.HTTPError,
+                httpx2.StreamError,
+                ssl.SSLError,
+                anyio.EndOfStream,
+                anyio.BrokenResourceError,
+            ) as exc:
+                log.debug("the body after [DONE] could not be read: %r", exc)

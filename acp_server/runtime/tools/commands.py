@@ -132,7 +132,7 @@ def _report(result: CommandResult, timeout: float, where: str) -> str:
     output = result.output
     notes: list[str] = []
     if result.truncated:
-        notes.append("the output was longer than the runner keeps; part of it is missing")
+        notes.append("the output was longer than the runner keeps; part of it is missing: its beginning")
     if len(output) > MAX_OUTPUT_CHARS:
         cut = len(output) - MAX_OUTPUT_CHARS
         tail = MAX_OUTPUT_CHARS - _HEAD_CHARS

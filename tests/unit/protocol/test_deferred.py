@@ -1,16 +1,21 @@
 """The session side, loaded after `initialize` (protocol/deferred.py): one load however many requests wait for it,
-built once, and a load that imports every module the method tables defer to."""
+built once, a load that imports every module the method tables defer to, and a side that cannot be loaded answered
+as such while the connection goes on."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+import types
+from typing import Any
 
 import anyio
 import anyio.lowlevel
 import pytest
 
-from acp_server.protocol.deferred import Deferred
+from acp_server.jsonrpc.rpc import ErrorCode, RpcError
+from acp_server.protocol.deferred import Deferred, after_load, deferred
+from acp_server.protocol.handlers import _warm_up_after_initialize
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -45,6 +50,104 @@ async def test_requests_that_come_while_the_session_side_loads_wait_for_that_one
     await side.load()  # loaded: returns at once
 
 
+class _Parts(types.SimpleNamespace):
+    """What the warm-up and a deferred handler use of `Parts`, `turns` built from the session side as there."""
+
+    @property
+    def turns(self) -> Any:
+        return self.session_side.get()
+
+
+def _parts(side: Deferred[Any], *, closing: bool = False) -> Any:
+    return _Parts(
+        providers=types.SimpleNamespace(warm_ups_running=0),
+        session_side=side,
+        connection=types.SimpleNamespace(closing=closing),
+        config=types.SimpleNamespace(model="scripted"),
+    )
+
+
+async def test_a_session_side_that_cannot_be_imported_leaves_the_connection_serving_and_each_request_told_why(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    side: Deferred[Any] = Deferred(("colorsys", "acp_server._no_such_module"), lambda: "turns")
+    parts = _parts(side)
+    context = types.SimpleNamespace(parts=parts, admission_error=None)
+    expected = (
+        "the server could not load acp_server._no_such_module: No module named 'acp_server._no_such_module'; "
+        "reinstall acp-server"
+    )
+    async with anyio.create_task_group() as tg:  # stands for the connection's task group
+        tg.start_soon(_warm_up_after_initialize, parts)
+        # A request that came while the side loads waits for that load, and is told why it failed.
+        with pytest.raises(RpcError) as waited:
+            await deferred("acp_server.protocol.session_handlers", "session_new")(context, {})
+    assert parts.providers.warm_ups_running == 0
+    assert (waited.value.code, waited.value.message) == (ErrorCode.INTERNAL_ERROR, expected)
+    # Said once on stderr, by the warm-up.
+    assert [r.getMessage() for r in caplog.records if r.levelname == "ERROR"] == [expected]
+    # Later requests, the ones that wait for the load before acting, and the pieces built from it: the same answer.
+    for later in (deferred("acp_server.protocol.session_handlers", "session_list"), after_load(_never_called)):
+        with pytest.raises(RpcError) as raised:
+            await later(context, {})
+        assert (raised.value.code, raised.value.message) == (ErrorCode.INTERNAL_ERROR, expected)
+    with pytest.raises(RpcError) as built:
+        side.get()
+    assert built.value.message == expected
+    await side.ended()  # the load is over, failed: nothing waits for it
+
+
+async def _never_called(context: Any, params: Any) -> Any:
+    raise AssertionError("a request that needs the loaded side ran without it")
+
+
+async def test_turn_services_that_fail_to_build_leave_the_connection_serving_and_each_request_told_why() -> None:
+    def build() -> str:
+        raise ValueError("no sandbox")
+
+    side: Deferred[Any] = Deferred(("colorsys",), build)
+    parts = _parts(side)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(_warm_up_after_initialize, parts)
+    assert side.failed and parts.providers.warm_ups_running == 0
+    with pytest.raises(RpcError) as raised:
+        await deferred("acp_server.protocol.session_handlers", "session_new")(
+            types.SimpleNamespace(parts=parts, admission_error=None), {}
+        )
+    assert raised.value.message == "the server could not load colorsys: no sandbox; reinstall acp-server"
+
+
+async def test_the_warm_up_starts_nothing_once_the_input_has_ended() -> None:
+    # initialize, then EOF (or a stop signal): the connection is shutting down when the warm-up would begin.
+    side: Deferred[Any] = Deferred(("colorsys",), lambda: "turns")
+    await _warm_up_after_initialize(_parts(side, closing=True))
+    assert not side.built and not side.failed
+    with anyio.move_on_after(0.05) as waiting:
+        await side.ended()  # no load began
+    assert waiting.cancelled_caught
+
+
+async def test_what_waits_for_the_load_to_end_goes_on_once_it_has_and_the_loaded_hook_runs_once() -> None:
+    loaded: list[str] = []
+    side: Deferred[Any] = Deferred(("colorsys", "netrc"), lambda: "turns", lambda: loaded.append("frozen"))
+    order: list[str] = []
+
+    async def after_the_load() -> None:
+        await side.ended()  # never starts the load itself
+        order.append("refresh")
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(after_the_load)
+        await anyio.lowlevel.checkpoint()
+        assert order == [] and loaded == []
+        await side.load()
+        order.append("loaded")
+    assert order == ["loaded", "refresh"] and loaded == ["frozen"]
+    await side.load()
+    await side.ended()
+    assert loaded == ["frozen"]
+
+
 _TABLES = """
 import sys
 from acp_server.protocol.deferred import DeferredHandler
@@ -69,3 +172,29 @@ def test_loading_the_session_side_imports_every_module_a_method_table_defers_to(
     count, rest = result.stdout.split(" ", 1)
     # Not loaded by the tables themselves, all loaded by the session side, and each names a real handler.
     assert int(count) >= 5 and rest.strip() == "[] [] []"
+
+
+_FREEZE = """
+import gc, sys, anyio
+from acp_server.server import build_server
+from acp_server.settings.config import Config
+
+async def main(owns_process):
+    connection, dispatcher = build_server(Config(model="scripted"), owns_process=owns_process)
+    gc.freeze()  # what the CLI's start-up does (server._tune_gc)
+    frozen = gc.get_freeze_count()
+    await dispatcher.parts.session_side.load()
+    return "acp_server.session_side" in sys.modules, gc.get_freeze_count() > frozen
+
+print(anyio.run(main, sys.argv[1] == "owns"))
+"""
+
+
+@pytest.mark.parametrize(("owns", "frozen"), [("owns", True), ("embedded", False)])
+def test_the_session_side_is_frozen_out_of_the_collectors_sight_like_start_up_when_the_server_owns_the_process(
+    owns: str, frozen: bool
+) -> None:
+    command = [sys.executable, "-c", _FREEZE, owns]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=25, check=False)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == f"(True, {frozen})"

@@ -13,6 +13,7 @@ from typing import Any
 
 import anyio
 import anyio.abc
+import anyio.lowlevel
 import orjson
 import pytest
 
@@ -89,6 +90,25 @@ async def test_a_stale_list_is_offered_at_once_and_dropped_when_the_endpoint_fai
     async with anyio.create_task_group() as group:
         await run_start(choices, changes)  # within the time to live of the failed try: not asked again
     assert lister.asked == 1
+
+
+async def test_a_refresh_asks_the_endpoint_only_once_what_it_waits_for_has_ended(tmp_path: Path) -> None:
+    # The server's refresh waits for the session side's load (protocol/deferred.py): the provider SDK it imports in
+    # a worker thread must not be imported beside the loop's imports.
+    state = tmp_path / "state"
+    write_cache(state, ["cached-model"], age=LIST_TTL + 1)
+    lister = Lister([("configured", "new-model")])
+    config = Config(model="openai:configured", state_dir=str(state))
+    loaded = anyio.Event()
+    changes: list[tuple[str, ...]] = []
+    async with anyio.create_task_group() as group:
+        choices = ModelChoices(config, ProviderCache(lambda spec: lister), spawner(group), loaded.wait)
+        await run_start(choices, changes)
+        for _ in range(20):  # the refresh is started and would have asked by now
+            await anyio.lowlevel.checkpoint()
+        assert lister.asked == 0 and choices.current == ("openai:configured", "openai:cached-model")
+        loaded.set()
+    assert lister.asked == 1 and choices.current == ("openai:configured", "openai:new-model")
 
 
 async def test_a_fresh_list_is_not_asked_for_and_each_change_is_announced(tmp_path: Path) -> None:

@@ -8,10 +8,12 @@ reported the way the SDK's own reader reported it.
 
 from __future__ import annotations
 
+import ssl
 import zlib
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
+import anyio
 import httpx2
 import openai
 import orjson
@@ -149,6 +151,30 @@ async def test_after_done_the_rest_of_the_body_is_read_on_http_1_1_only(version:
     await read_all(ChatChunks(resp, openai.APIError), got)
     assert len(got) == 2
     assert read_to_the_end == ([True] if drained else [])
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [
+        anyio.EndOfStream(),
+        anyio.BrokenResourceError(),
+        ssl.SSLEOFError(8, "EOF occurred in violation of protocol"),
+        httpx2.ReadError("connection reset"),
+    ],
+    ids=["end-of-stream", "broken-resource", "tls-eof", "httpx-read-error"],
+)
+async def test_a_transport_failure_after_done_ends_nothing_as_in_the_sdks_drain(failure: BaseException) -> None:
+    # A TLS connection that ends without close_notify after the complete reply: httpx lets anyio's and ssl's errors
+    # through unmapped; the SDK's drain swallows them, so the reply is complete and the connection just not reused.
+    async def body() -> AsyncIterator[bytes]:
+        yield STREAM
+        raise failure
+
+    request = httpx2.Request("POST", "https://api.example/v1/chat/completions")
+    resp = httpx2.Response(200, content=body(), request=request, extensions={"http_version": b"HTTP/1.1"})
+    got: list[Any] = []
+    await read_all(ChatChunks(resp, openai.APIError), got)
+    assert len(got) == 2
 
 
 async def test_a_body_that_ends_without_done_ends_the_chunks_after_its_complete_events() -> None:

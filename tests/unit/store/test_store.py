@@ -35,8 +35,10 @@ from acp_server.store import (
     PlanSet,
     SessionStore,
     StoreUnavailable,
+    TerminalEnded,
     ToolCallChanged,
     ToolCallOpened,
+    ToolCallTerminal,
     TurnClosed,
     TurnEntry,
     UserChunk,
@@ -45,6 +47,7 @@ from acp_server.store import (
     message_to_json,
     replay_entries,
 )
+from acp_server.store.sqlite_file import SCHEMA_VERSION
 from acp_server.store.turn_records import decode_entry, encode_entry
 from tests.support.harness import scaled
 
@@ -956,6 +959,10 @@ EVERY_KIND: list[TurnEntry] = [
     PlanSet((PlanEntry("one", "high", "completed"), PlanEntry("two", "low", "in_progress"))),
     PlanSet(()),
     ContextUsage(1200, 200_000),
+    ToolCallTerminal("c3", "term_1"),
+    TerminalEnded("term_1", "printf x", "/w", b"\xc3\xa9\x00\xff tail"),
+    TerminalEnded("term_2", "sleep 9", "/w", b"", exit_code=None, signal="SIGTERM"),
+    TerminalEnded("term_3", "false", "/w", b"", exit_code=1),
 ]
 
 
@@ -1034,7 +1041,7 @@ async def test_a_schema_1_store_is_upgraded_in_one_transaction_when_opened(db: P
     statements: list[str] = []
     store = SessionStore.open(db, read_legacy=read_legacy)
     try:
-        assert count_rows(db, "PRAGMA user_version") == 2
+        assert count_rows(db, "PRAGMA user_version") == SCHEMA_VERSION
         assert count_rows(db, "SELECT count(*) FROM updates") == 72  # the row with nothing kept is gone
         assert count_rows(db, "SELECT sum(n) FROM updates") == 571
         store._conn.set_trace_callback(statements.append)
@@ -1047,9 +1054,33 @@ async def test_a_schema_1_store_is_upgraded_in_one_transaction_when_opened(db: P
         *(AgentText("m", f"r{n}") for n in range(70)),
     ]
     assert not any("user_version" in s for s in statements)  # upgraded once, at open
-    reopened = SessionStore.open(db)  # schema 2 now: no reader needed
+    reopened = SessionStore.open(db)  # today's schema now: no reader needed
     try:
         assert (await loaded(reopened, "s")).turns[0].entries == result.turns[0].entries
+    finally:
+        await reopened.aclose()
+
+
+async def test_a_schema_2_store_opens_as_schema_3_with_its_rows_as_they_were(db: Path) -> None:
+    """Schema 3 only adds records (v2's display terminals): the upgrade bumps the version, so an acp-server of schema
+    2 refuses the store rather than failing on a session it cannot read, and rewrites nothing."""
+    store = SessionStore.open(db)
+    store.create_session("s", "/w")
+    turn = store.begin_turn("s", [], "")
+    turn.append(AgentText("msg_1", "kept"))
+    store.finish_turn(turn, "completed")
+    await store.aclose()
+    conn = raw(db)
+    try:
+        conn.execute("PRAGMA user_version = 2")
+    finally:
+        conn.close()
+    before = update_rows_of(db)
+    reopened = SessionStore.open(db)
+    try:
+        assert count_rows(db, "PRAGMA user_version") == 3
+        assert update_rows_of(db) == before
+        assert (await loaded(reopened, "s")).turns[0].entries == [AgentText("msg_1", "kept")]
     finally:
         await reopened.aclose()
 
