@@ -51,6 +51,7 @@ class Deferred(Generic[T]):
         self._value: T | None = None
         self._imported = False
         self._loading: anyio.Event | None = None
+        self._waiters = 0  # requests waiting in `load` for the load, not yet gone on
         # Why the side cannot be had (the module, the exception), once a load or the build failed: for good.
         self._failure: tuple[str, Exception] | None = None
         self._over = False  # a load has ended (imported, failed or cancelled midway), or `get` imported the side
@@ -81,10 +82,18 @@ class Deferred(Generic[T]):
         """Import the session side, a module at a time, once; a caller that comes while it runs waits for it (the
         waiters go on in the order they came). Raises the `RpcError` every request then answers when it failed."""
         self._raise_if_failed()
-        if self._imported:
+        if self._imported and not self._waiters:
             return
         if self._loading is not None:
-            await self._loading.wait()
+            # Also once the side is imported, while requests that waited for it have not gone on yet: a request that
+            # came after them must not overtake them (the set event's waiters are woken in order, and this wait is
+            # scheduled behind them), or pipelined requests take effect, and are answered, out of order (a burst of
+            # `session/new` right behind `initialize` answered its first one last).
+            self._waiters += 1
+            try:
+                await self._loading.wait()
+            finally:
+                self._waiters -= 1
             self._raise_if_failed()
             return
         self._loading = anyio.Event()

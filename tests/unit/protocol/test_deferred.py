@@ -50,6 +50,36 @@ async def test_requests_that_come_while_the_session_side_loads_wait_for_that_one
     await side.load()  # loaded: returns at once
 
 
+async def test_a_request_that_comes_once_the_load_ends_goes_on_after_those_that_waited_for_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Pipelined requests go on in the order they came: one that arrives between the load's end and the wake-up of
+    the requests that waited for it does not overtake them (a burst of session/new behind initialize answered its
+    first one last)."""
+    for module in ("colorsys", "netrc"):
+        monkeypatch.delitem(sys.modules, module, raising=False)
+    side = Deferred(("colorsys", "netrc"), lambda: "turns")
+    went_on: list[str] = []
+
+    async def request(name: str) -> None:
+        await side.load()
+        went_on.append(name)
+
+    async def third_once_the_last_module_is_in() -> None:
+        # Started in the loop iteration in which the load imports its last module: its first step runs after the
+        # load has ended but before "second", woken by that end, goes on (as a line read in that iteration does).
+        while "netrc" not in sys.modules:
+            await anyio.lowlevel.checkpoint()
+        tg.start_soon(request, "third")
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(side.load)  # the warm-up's load
+        await anyio.lowlevel.checkpoint()
+        tg.start_soon(request, "second")  # waits for the load
+        tg.start_soon(third_once_the_last_module_is_in)
+    assert went_on == ["second", "third"]
+
+
 class _Parts(types.SimpleNamespace):
     """What the warm-up and a deferred handler use of `Parts`, `turns` built from the session side as there."""
 
