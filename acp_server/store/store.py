@@ -411,18 +411,25 @@ class SessionStore:
         self._waits.append(entry)
         if self._driver is None:
             self._driver = entry
-        while self._driver is not entry:
-            await entry.event.wait()  # resolved, or made the driver
-            if entry.resolved:
-                return entry.ok
         try:
+            while self._driver is not entry:
+                await entry.event.wait()  # resolved, or made the driver
+                if entry.resolved:
+                    return entry.ok
             while not entry.resolved:
                 self._resolve(await self._commit(self._waits[-1].wanted))
         finally:
-            self._driver = None
-            if self._waits:  # flushes called during the last commit: the first of them drives next
-                self._driver = self._waits[0]
-                self._driver.event.set()
+            if not entry.resolved:
+                # Cancelled while waiting or driving, or its commit raised what `_commit` does not turn into False:
+                # it leaves the queue, and the driving passes on, or every flush after it would wait for ever.
+                if entry in self._waits:
+                    self._waits.remove(entry)
+                entry.ok, entry.resolved = False, True
+            if self._driver is entry:
+                self._driver = None
+                if self._waits:  # flushes called during the last commit: the first of them drives next
+                    self._driver = self._waits[0]
+                    self._driver.event.set()
         return entry.ok
 
     def _resolve(self, ok: bool) -> None:

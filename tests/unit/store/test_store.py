@@ -346,6 +346,60 @@ async def test_a_flush_of_many_busy_turns_writes_their_rows_in_a_few_statements_
         assert entries == [text_chunk(f"{index}.0"), text_chunk(f"{index}.1"), text_chunk("last")]
 
 
+async def test_a_flush_whose_commit_raises_leaves_the_queue_and_the_flush_behind_it_commits(
+    store: SessionStore,
+) -> None:
+    """A flush that drives a commit and fails with what the commit does not turn into False (here its batch cannot
+    be taken) must hand the driving on: every prompt response flushes, so a queue left without a driver would stop
+    the server answering."""
+    started, release = threading.Event(), threading.Event()
+    commit = store._worker.commit
+    first = True
+
+    def gated(batch: Any) -> None:  # the first commit runs only when the test lets it
+        nonlocal first
+        if first:
+            first = False
+            started.set()
+            release.wait(scaled(10))
+        commit(batch)
+
+    store._worker.commit = gated  # type: ignore[method-assign]
+    store.create_session("s", "/w")
+    turn = store.begin_turn("s", [], "")
+    turn.append(text_chunk("a"))
+    take = store._take
+    failures = 0
+
+    def take_failing_once(**options: Any) -> Any:
+        nonlocal failures
+        if failures == 0:
+            failures += 1
+            raise RuntimeError("the batch cannot be taken")
+        return take(**options)
+
+    outcomes: list[str] = []
+
+    async def flush(name: str) -> None:
+        turn.append(text_chunk(name))
+        try:
+            outcomes.append(f"{name}: {await store.flush()}")
+        except RuntimeError:
+            outcomes.append(f"{name}: raised")
+
+    with anyio.fail_after(scaled(10)):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(store.flush)  # drives the first commit, held in the worker thread
+            await anyio.to_thread.run_sync(started.wait)
+            tg.start_soon(flush, "b")  # drives next: its commit cannot take its batch
+            await anyio.sleep(0.05)
+            tg.start_soon(flush, "c")  # behind it: must still be committed
+            await anyio.sleep(0.05)
+            store._take = take_failing_once  # type: ignore[method-assign]
+            release.set()
+    assert outcomes == ["b: raised", "c: True"]
+
+
 async def test_flushes_called_while_a_commit_runs_share_the_next_commit_and_return_together_in_order(
     store: SessionStore,
 ) -> None:
