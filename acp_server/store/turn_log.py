@@ -41,7 +41,7 @@ class TurnLog:
     Appends after `SessionStore.finish_turn` are ignored, like the run's fence.
     """
 
-    __slots__ = ("_buf", "_count", "_dirty", "_done", "_queued", "_rows", "session_id", "turn_id")
+    __slots__ = ("_buf", "_count", "_dirty", "_done", "_queued", "_rows", "appended", "session_id", "turn_id")
 
     def __init__(self, session_id: str, turn_id: str, dirty: list[TurnLog]) -> None:
         self.session_id = session_id
@@ -52,6 +52,9 @@ class TurnLog:
         self._rows: list[tuple[int, bytearray]] = []  # full JSON arrays waiting for the flush
         self._queued = False
         self._done = False
+        # Every record kept since the turn began, flushed or not: what the turn has shown so far, as a count (a
+        # resume replaying running work cuts what it reads to it, ACP-V2.md §23 Q12).
+        self.appended = 0
 
     def append(self, entry: TurnEntry) -> None:
         if self._done:
@@ -80,6 +83,7 @@ class TurnLog:
         buf += data
         buf += b","
         self._count += 1
+        self.appended += 1
         if len(buf) >= _ROW_BYTES:
             self._seal()
 
@@ -91,6 +95,7 @@ class TurnLog:
         buf += data
         buf += b","
         self._count += 1
+        self.appended += 1
         if len(buf) >= _ROW_BYTES:
             self._seal()
 

@@ -12,7 +12,7 @@ import pytest
 
 from tests.conftest import StartServer
 from tests.e2e.test_interrupts import after, position
-from tests.support.harness import DEFAULT_ARGS, RawClient
+from tests.support.harness import DEFAULT_ARGS, T_WAIT, RawClient
 
 pytestmark = pytest.mark.timeout(40)
 
@@ -233,3 +233,47 @@ async def test_resume_with_replay_of_running_work_replays_what_it_has_shown_once
     assert idle["params"]["update"]["stopReason"] == "end_turn"
     live = [m for m in after(server, response) if m.get("method") == "session/update"]
     assert not [m for m in live if "so-far" in repr(m) or "first" in repr(m)]
+
+
+async def test_resume_with_replay_while_the_work_streams_replays_only_what_was_shown_before_it_and_streams_the_rest(
+    server_v2: RawClient,
+) -> None:
+    """§23 Q12: the work streams on while the resume reads the store (it awaits a flush and a read): what the turn
+    sends meanwhile goes live and is not replayed too, so each chunk reaches the client once."""
+    server = server_v2
+    session_id = await server.new_session_v2()
+    # Many stored records make the resume's read of the store take a while, so chunks stream during it.
+    await server.response(await server.prompt(session_id, [{"say": "x ", "repeat": 5000, "every": 0.00001}]))
+    await server.idle(session_id, timeout=4 * T_WAIT)  # a safety bound only: thousands of chunks on a busy machine
+    script: list[dict[str, Any]] = [
+        {"say": "so-far "},
+        {"gate": "g"},
+        {"sleep": 0.005},
+        {"say": "p ", "repeat": 400, "every": 0.002},
+    ]
+    await server.response(await server.prompt(session_id, script))
+    await server.probe("gate_reached", sessionId=session_id, gate="g")
+    since = len(server.received)
+    resume_id = server.next_id()
+    resume = {"sessionId": session_id, "cwd": "/tmp", "replayFrom": {"type": "start"}}
+    # The resume first, then the release: the chunks start only after the resume has begun.
+    await server.send(
+        {"id": resume_id, "method": "session/resume", "params": resume},
+        {"method": "_scripted/release", "params": {"sessionId": session_id, "gate": "g"}},
+    )
+    response = await server.response(resume_id)
+    assert "result" in response
+    idle = await server.idle(session_id, 2)
+    assert idle["params"]["update"]["stopReason"] == "end_turn"
+    updates = [
+        m["params"]["update"]
+        for m in server.received[since : position(server, idle)]
+        if m.get("method") == "session/update" and m["params"]["sessionId"] == session_id
+    ]
+    # Whole messages are the replay's; the live stream sends chunks.
+    replayed = [b["text"] for u in updates if u["sessionUpdate"] == "agent_message" for b in u["content"]]
+    live = "".join(u["content"]["text"] for u in updates if u["sessionUpdate"] == "agent_message_chunk")
+    # The replay is what the turns had shown when the resume began (the running one up to its gate), and every
+    # chunk after that comes once, live.
+    assert replayed == ["x " * 5000, "so-far "]
+    assert live == "p " * 400

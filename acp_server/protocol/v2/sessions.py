@@ -9,7 +9,8 @@ and `set_config_option`, on v1's session lifecycle (protocol/session_handlers.py
   A session open on this connection with work running is resumed as it is (§23 Q12): the snapshot says `running`
   (`requires_action` while a question to the user is open), the work streams on, nothing is rebuilt; so is any
   open session under `--no-store` (§23 Q22), which has nothing to replay. Its replay, if asked, is exactly what it
-  has shown so far (the store's records plus what its turn logs still buffer), so nothing is sent twice.
+  had shown when the resume began (the store's records plus what its turn logs still buffer, cut to that), so nothing
+  is sent twice.
 - `session/close` of an unknown or closed session succeeds (`{}`); an open one ends its work first: held prompts
   `-32800`, the running work's `idle cancelled`, then `{}`.
 """
@@ -134,23 +135,41 @@ async def session_resume_v2(context: RequestContext, params: ResumeSessionReques
 async def _resume_running_with_replay(
     context: RequestContext, params: ResumeSessionRequestV2, session: Session
 ) -> dict[str, Any]:
-    """§23 Q12 with `replayFrom`: replay exactly what the session has shown so far, then resume it as it is. The
-    store's committed records (read under its lock, which every flush holds from taking records to committing them)
-    plus the records its turn logs still buffer are everything shown, each once; from the read to the response
-    nothing awaits, so the live stream goes on right after the response and nothing is sent twice."""
+    """§23 Q12 with `replayFrom`: replay exactly what the session had shown when the resume began, then resume it as
+    it is. Reading the store awaits (a flush, then a read), and the work streams on meanwhile: what it sends then
+    goes to this connection live, and is committed or buffered by the time of the read. So the running turn's
+    record count is noted first, before any await, and the store's committed records plus what the turn logs still
+    buffer are cut to it (turns begun meanwhile left out): the replay is what was shown before, each record once,
+    and everything after it has streamed or streams live. From the cut to the response nothing awaits."""
     _require_cwd(session, params)
     parts = context.parts
     from acp_server.protocol.v2.replay import replay_updates_v2
     from acp_server.store import StoreUnavailable
 
+    work = parts.runs.running(session.session_id)
+    log = None if work is None else work.turn_log
+    shown = None if log is None else (log.turn_id, log.appended)
     store = await parts.store.require()
     try:
         loaded = await store.load(session.session_id)
     except StoreUnavailable as exc:
         raise RpcError(ErrorCode.INTERNAL_ERROR, f"cannot read the session store: {exc}") from None
+    if session.closed:
+        return await session_resume_v2(context, params)  # closed meanwhile: resumed as any closed session is
     if loaded is not None:
         pending = store.pending_entries(session.session_id)
-        turns = [replace(turn, entries=[*turn.entries, *pending.get(turn.turn_id, ())]) for turn in loaded.turns]
+        turns = []
+        for turn in loaded.turns:
+            entries = [*turn.entries, *pending.get(turn.turn_id, ())]
+            if shown is not None and turn.turn_id == shown[0]:
+                # As it was then: its end, if it came meanwhile, went live.
+                turns.append(
+                    replace(
+                        turn, entries=entries[: shown[1]], status="running", stop_reason=None, error=None, ended_at=None
+                    )
+                )
+                break  # a turn after it began during the read: it streams live
+            turns.append(replace(turn, entries=entries))
         for update in replay_updates_v2(replace(loaded, turns=turns)):
             parts.connection.notify("session/update", {"sessionId": session.session_id, "update": update})
     return _resume_live(context, params, session)
