@@ -98,6 +98,11 @@ class Dispatcher(Protocol):
         """stdin reached EOF: cancel every turn."""
         ...
 
+    async def turns_ended(self) -> None:
+        """After `closing` and the wait for requests in flight: wait until every turn has ended. Bounded by the
+        caller."""
+        ...
+
     async def drain(self) -> None:
         """Every request is answered (or abandoned): persist what must survive. Bounded by the caller."""
         ...
@@ -225,12 +230,17 @@ class Connection:
         self._dispatcher.closing()
         for request_id in list(self._pending):
             self._resolve(request_id, error={"code": ErrorCode.REQUEST_CANCELLED, "message": "connection closed"})
-        with anyio.move_on_after(self._cleanup_deadline + ANSWER_SLACK):
+        with anyio.move_on_after(self._cleanup_deadline + ANSWER_SLACK) as waiting:
             while self._in_flight:
                 self._no_requests_in_flight = anyio.Event()
                 await self._no_requests_in_flight.wait()
+            # A turn can outlive its request (ACP v2 answers a prompt at insertion): its end, and the steering
+            # prompts it hands over to, are recorded only as it ends, so the store is closed only after that.
+            await self._dispatcher.turns_ended()
         if self._in_flight:
             log.warning("exiting with %d request(s) unanswered", self._in_flight)
+        elif waiting.cancelled_caught:
+            log.warning("exiting with turns still running at the cleanup deadline")
         with anyio.move_on_after(DRAIN_TIMEOUT):
             await self._dispatcher.drain()
         self._dispatcher.exiting()

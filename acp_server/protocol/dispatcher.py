@@ -31,7 +31,7 @@ from acp_server.protocol.schema import ClientCapabilities, InitializeRequest, Pr
 from acp_server.protocol.v2.negotiation import negotiate
 from acp_server.protocol.v2.schema import InitializeRequestV2
 from acp_server.protocol.v2.withdrawals import withdraw_held
-from acp_server.sessions.runs import PromptRejectedError
+from acp_server.sessions.runs import PromptRejectedError, RunState
 
 __all__ = ["AcpDispatcher"]
 
@@ -225,6 +225,12 @@ class AcpDispatcher:
     def closing(self) -> None:
         self.runs.interrupt_all()
         self.parts.mcp.stop_all()  # their shutdowns run alongside the turns' cleanup
+
+    async def turns_ended(self) -> None:
+        while running := [run for run in self.runs.current() if run.state is not RunState.ENDED]:
+            # Each ends within the cleanup deadline (all were cancelled at `closing`); one that hands the session
+            # over puts its successor (a steering prompt, recorded only then) in the registry for the next look.
+            await running[0].wait_ended()
 
     async def drain(self) -> None:
         store = self.parts.store.current

@@ -15,7 +15,7 @@ import pytest
 
 from tests.conftest import StartServer
 from tests.e2e.test_interrupts import after, position
-from tests.support.harness import LONG_GRACE_ARGS, T_ACK, T_ESC, T_EXIT, T_WAIT, W_QUIET, RawClient
+from tests.support.harness import DEFAULT_ARGS, LONG_GRACE_ARGS, T_ACK, T_ESC, T_EXIT, T_WAIT, W_QUIET, RawClient
 
 pytestmark = pytest.mark.timeout(40)
 
@@ -478,6 +478,66 @@ async def test_stdin_eof_with_v2_work_running_and_a_prompt_held_exits_cleanly(st
     code, took = await server.close()
     assert code == 0
     assert took <= T_EXIT
+
+
+async def resume_with_replay(
+    start_server: StartServer, args: tuple[str, ...], env: dict[str, str], session_id: str
+) -> RawClient:
+    """A new server on the same store, the session resumed with its whole replay."""
+    again = await start_server(*args, env=env)
+    await again.initialize_v2()
+    response = await again.call(
+        "session/resume", {"sessionId": session_id, "cwd": "/tmp", "replayFrom": {"type": "start"}}
+    )
+    assert "result" in response
+    return again
+
+
+async def test_stdin_eof_mid_stream_on_v2_stores_the_turn_cancelled_with_its_text(
+    start_server: StartServer, tmp_path: Path
+) -> None:
+    """Nothing a user wrote (or was sent) is lost at EOF: the v2 work, answered at insertion, is no request in
+    flight, yet the shutdown lets it end (cancelled) before the store's last commit, so a replay shows what it
+    streamed and the `[cancelled]` note, not `[interrupted]`."""
+    args = DEFAULT_ARGS
+    env = {"ACP_SERVER_STATE_DIR": str(tmp_path)}
+    server = await start_server(*args, env=env)
+    await server.initialize_v2()
+    session_id = await server.new_session_v2()
+    await server.response(await server.prompt(session_id, [{"say": "streamed-words"}, HOLD_V2]))
+    await server.wait_for(lambda m: m.get("method") == "_test/hold")
+    code, _ = await server.close()
+    assert code == 0
+
+    again = await resume_with_replay(start_server, args, env, session_id)
+    said = [block["text"] for u in again.updates(session_id, "agent_message") for block in u["content"]]
+    assert said == ["streamed-words", "[cancelled]"]
+    assert again.updates(session_id, "agent_message")[-1]["_meta"] == {"acpServer": {"turnStatus": "cancelled"}}
+
+
+async def test_stdin_eof_after_a_steering_prompt_keeps_its_words_for_the_replay(
+    start_server: StartServer, tmp_path: Path
+) -> None:
+    """§7 insert now: a steering prompt answered and echoed is the user's words, even when stdin ends before the
+    hand-over: the shutdown waits for it to be recorded before the store's last commit."""
+    args = (*DEFAULT_ARGS, "--prompt-policy", "steer")
+    env = {"ACP_SERVER_STATE_DIR": str(tmp_path)}
+    server = await start_server(*args, env=env)
+    await server.initialize_v2()
+    session_id = await server.new_session_v2()
+    ids = [(await server.response(await server.prompt(session_id, [{"say": "p1"}, HOLD_V2])))["result"]["messageId"]]
+    await server.wait_for(lambda m: m.get("method") == "_test/hold")
+    steered = await server.response(await server.prompt(session_id, [{"say": "steered-words"}]))
+    ids.append(steered["result"]["messageId"])
+    await server.wait_for(lambda m: of_session(session_id)(m) and m["params"]["update"].get("messageId") == ids[1])
+    code, _ = await server.close()
+    assert code == 0
+
+    again = await resume_with_replay(start_server, args, env, session_id)
+    replayed = again.updates(session_id, "user_message")
+    assert [u["messageId"] for u in replayed] == ids
+    (echoed,) = [u for u in server.updates(session_id, "user_message") if u["messageId"] == ids[1]]
+    assert replayed[1] == echoed
 
 
 async def test_a_cancel_of_an_idle_or_unknown_session_sends_nothing(server_v2: RawClient) -> None:
