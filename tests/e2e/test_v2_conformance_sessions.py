@@ -131,14 +131,19 @@ async def test_acp_resume_205_a_replayed_chunk_always_follows_the_whole_message_
     """Our replay sends whole messages only (no chunks at all, so nothing can precede its whole); every replayed
     message (the demo turn's user message, thoughts and replies) is whole, with its id."""
     first = await _v2(start_server, tmp_path)
-    session_id = await first.new_session_v2()
+    # The demo turn lists its working directory: a small one of our own, not all of /tmp (on CI, other clones and
+    # their virtualenvs, whose walk can outlast the wait below).
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "notes.txt").write_text("hi\n")
+    session_id = await first.new_session_v2(str(work))
     await first.call("session/prompt", {"sessionId": session_id, "prompt": [{"type": "text", "text": "hi"}]})
     await first.idle(session_id)
     live_ids = {u["messageId"] for u in first.updates(session_id) if "messageId" in u}
     await first.close()
     second = await _v2(start_server, tmp_path)
     response = await second.call(
-        "session/resume", {"sessionId": session_id, "cwd": "/tmp", "replayFrom": {"type": "start"}}
+        "session/resume", {"sessionId": session_id, "cwd": str(work), "replayFrom": {"type": "start"}}
     )
     replayed = updates_before(second, session_id, response)
     seen_whole: set[str] = set()

@@ -16,7 +16,7 @@ import pytest
 
 from tests.conftest import StartServer
 from tests.e2e.test_interrupts import position
-from tests.support.harness import DEFAULT_ARGS, LONG_GRACE_ARGS, T_ACK, RawClient
+from tests.support.harness import DEFAULT_ARGS, LONG_GRACE_ARGS, T_ACK, RawClient, scaled
 
 pytestmark = pytest.mark.timeout(40)
 
@@ -392,6 +392,9 @@ async def test_a_command_the_server_died_in_replays_as_a_terminal_that_exited_ho
     await asyncio.sleep(0.3)  # past the store's flush interval: the anchor is on disk
     os.killpg(live.process.pid, signal.SIGKILL)
     await live.process.wait()
+    async with asyncio.timeout(scaled(10)):  # the first output chunk may come before the shell has written its pid
+        while not group.exists() or not group.read_text().strip():  # noqa: ASYNC110 - a file another process writes
+            await asyncio.sleep(0.01)
     os.killpg(int(group.read_text()), signal.SIGKILL)  # the command's own group outlives a server killed so
     live.validator.violations.clear()  # the wire log ends mid-turn by design
     live.log.clear()
