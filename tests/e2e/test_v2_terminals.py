@@ -16,13 +16,13 @@ import pytest
 
 from tests.conftest import StartServer
 from tests.e2e.test_interrupts import position
-from tests.support.harness import DEFAULT_ARGS, LONG_GRACE_ARGS, T_ACK, RawClient, scaled
+from tests.support.harness import DEFAULT_ARGS, LONG_GRACE_ARGS, T_ACK, RawClient
 
 pytestmark = pytest.mark.timeout(40)
 
 
-async def bypass_session(server: RawClient) -> str:
-    session_id = await server.new_session_v2()
+async def bypass_session(server: RawClient, cwd: str = "/tmp") -> str:
+    session_id = await server.new_session_v2(cwd)
     response = await server.call(
         "session/set_config_option", {"sessionId": session_id, "configId": "mode", "type": "id", "value": "bypass"}
     )
@@ -383,18 +383,25 @@ async def test_a_command_the_server_died_in_replays_as_a_terminal_that_exited_ho
     env = {"ACP_SERVER_STATE_DIR": str(tmp_path)}
     live = await start_server(*DEFAULT_ARGS, env=env)
     await live.initialize_v2()
-    session_id = await bypass_session(live)
-    group = tmp_path / "pgid"
+    # The pid file goes in the session's own directory: the sandbox lets commands write there, and not in a /tmp
+    # that holds the server's own code (a checkout and its virtualenv under /tmp, as in a fresh-clone CI run).
+    work = tmp_path / "work"
+    work.mkdir()
+    session_id = await bypass_session(live, str(work))
+    group = work / "pgid"
     command = f"echo $$ > {group}; echo started; sleep 30"
     await live.prompt(session_id, [{"tool": "run_command", "args": {"command": command}}])
-    await live.wait_for(output_chunk)
+
+    def started(message: dict[str, Any]) -> bool:
+        # The shell's own "started", written after its pid file (a first chunk may be something else, such as a
+        # warning printed before the shell runs).
+        return output_chunk(message) and b"started" in base64.b64decode(message["params"]["update"]["data"])
+
+    await live.wait_for(started)
     terminal_id = terminal_updates(live, session_id)[0]["terminalId"]
     await asyncio.sleep(0.3)  # past the store's flush interval: the anchor is on disk
     os.killpg(live.process.pid, signal.SIGKILL)
     await live.process.wait()
-    async with asyncio.timeout(scaled(10)):  # the first output chunk may come before the shell has written its pid
-        while not group.exists() or not group.read_text().strip():  # noqa: ASYNC110 - a file another process writes
-            await asyncio.sleep(0.01)
     os.killpg(int(group.read_text()), signal.SIGKILL)  # the command's own group outlives a server killed so
     live.validator.violations.clear()  # the wire log ends mid-turn by design
     live.log.clear()
@@ -402,7 +409,7 @@ async def test_a_command_the_server_died_in_replays_as_a_terminal_that_exited_ho
     v2 = await start_server(*DEFAULT_ARGS, env=env)
     await v2.initialize_v2()
     response = await v2.call(
-        "session/resume", {"sessionId": session_id, "cwd": "/tmp", "replayFrom": {"type": "start"}}
+        "session/resume", {"sessionId": session_id, "cwd": str(work), "replayFrom": {"type": "start"}}
     )
     replayed = [
         m["params"]["update"]
