@@ -27,6 +27,8 @@ from acp_server.runtime.model import (
     ToolCallFinished,
     ToolCallStarted,
     ToolCallUpdated,
+    ToolContent,
+    ToolContentAppended,
     TurnEvent,
     UsageReported,
 )
@@ -39,7 +41,7 @@ __all__ = ["TurnUpdates", "compaction_update", "log_update", "session_update"]
 class TurnUpdates:
     """One turn's events as `session/update`s, through the fence (the `TurnSink` of `sessions/edge.py`)."""
 
-    __slots__ = ("_client", "_connection", "_message_id", "_run", "_session_id", "_thought_id")
+    __slots__ = ("_client", "_connection", "_message_id", "_run", "_session_id", "_shown", "_thought_id")
 
     def __init__(self, connection: Connection, run: RunContext) -> None:
         self._connection = connection
@@ -48,6 +50,9 @@ class TurnUpdates:
         self._client = run.session.client
         self._message_id = ""
         self._thought_id = ""
+        # What each running call that set or appended content shows now: v1 has no append, so an appended item is
+        # sent with everything before it. Per turn, like the message ids; a call's entry goes when it finishes.
+        self._shown: dict[str, list[ToolContent]] = {}
 
     async def send(self, event: TurnEvent) -> None:
         update = self._render(event)
@@ -125,8 +130,15 @@ class TurnUpdates:
             if event.locations:
                 update["locations"] = [{"path": path} for path in event.locations]
         elif isinstance(event, ToolCallUpdated):
+            if event.content is not None:
+                self._shown[event.call_id] = list(event.content)  # replaces whatever was appended before
             update = tool_call_update(event.call_id, event.status, event.content, event.locations, meta=event.meta)
+        elif isinstance(event, ToolContentAppended):
+            items = self._shown.setdefault(event.call_id, [])
+            items.append(event.item)
+            update = tool_call_update(event.call_id, None, items, None)
         elif isinstance(event, ToolCallFinished):
+            self._shown.pop(event.call_id, None)
             shown = event.content if event.content is not None else (TextOutput(event.output),)
             update = {
                 "sessionUpdate": "tool_call_update",

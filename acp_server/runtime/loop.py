@@ -18,6 +18,7 @@ from acp_server.runtime.call_stops import Abandonment, CallStop, run_abandonable
 from acp_server.runtime.compaction import ContextCompactor
 from acp_server.runtime.model import (
     INVALID_ARGUMENTS,
+    DiffOutput,
     Emit,
     Message,
     ModelError,
@@ -25,10 +26,12 @@ from acp_server.runtime.model import (
     Probe,
     ReplyStarted,
     StopReason,
+    TextOutput,
     ToolCall,
     ToolCallFinished,
     ToolCallStarted,
     ToolCallUpdated,
+    ToolContentAppended,
     TurnEvent,
 )
 from acp_server.runtime.ports import Decision, PermissionRequest, Permissions, ToolError
@@ -219,11 +222,16 @@ def _fenced_context(context: ToolContext, stop: CallStop) -> ToolContext:
 
 
 def _guarded_emit(emit: Emit, redactor: Redactor) -> Emit:
-    """A tool call's event sink: the progress a tool reports (`ToolCallUpdated` content) is guarded too."""
+    """A tool call's event sink: the progress a tool reports (`ToolCallUpdated` content, appended items) is guarded
+    too."""
 
     async def guarded(event: TurnEvent) -> None:
         if isinstance(event, ToolCallUpdated) and event.content is not None:
             event = replace(event, content=guard_tool_content(event.content, redactor))
+        elif isinstance(event, ToolContentAppended):
+            [item] = guard_tool_content((event.item,), redactor)
+            assert isinstance(item, TextOutput | DiffOutput)  # guarding keeps an item's kind
+            event = replace(event, item=item)
         await emit(event)
 
     return guarded

@@ -40,6 +40,7 @@ __all__ = [
     "ToolCallStarted",
     "ToolCallUpdated",
     "ToolContent",
+    "ToolContentAppended",
     "ToolSpec",
     "TurnEvent",
     "TurnInput",
@@ -222,6 +223,17 @@ class ToolCallUpdated:
 
 
 @dataclass(frozen=True, slots=True)
+class ToolContentAppended:
+    """One item added to what a running tool call shows, after what it showed so far: a tool that reports as it goes
+    (a `delegate` call's child at work) sends each new piece once, never everything again (ACP v2
+    `tool_call_content_chunk`; v1 has no append, so its renderer sends the call's whole content each time)."""
+
+    call_id: str
+    # Never a terminal: a display terminal is the call's own content (`ToolCallUpdated`), kept apart by the store.
+    item: TextOutput | DiffOutput
+
+
+@dataclass(frozen=True, slots=True)
 class ToolCallFinished:
     call_id: str
     ok: bool
@@ -256,6 +268,7 @@ TurnEvent = (
     | ThoughtDelta
     | ToolCallStarted
     | ToolCallUpdated
+    | ToolContentAppended
     | ToolCallFinished
     | PlanUpdated
     | UsageReported

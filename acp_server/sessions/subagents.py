@@ -25,6 +25,7 @@ from acp_server.runtime.model import (
     ToolCallFinished,
     ToolCallStarted,
     ToolCallUpdated,
+    ToolContentAppended,
     TurnEvent,
     TurnInput,
 )
@@ -136,13 +137,13 @@ class ChildSessions:
 
 
 class _Progress:
-    """The child's turn, shown in the parent's `delegate` tool call: what it is doing, then its answer."""
+    """The child's turn, shown in the parent's `delegate` tool call as it goes: a line for each piece of its text,
+    each tool it starts and how that ended, then its answer, each line sent once (`ToolContentAppended`)."""
 
     def __init__(self, emit: Callable[..., Awaitable[None]], call_id: str, child_id: str) -> None:
         self._emit = emit
         self._call_id = call_id
         self._meta = {"acpServer": {"childSessionId": child_id}}
-        self._lines: list[str] = []
         self._text: list[str] = []
 
     async def announce(self) -> None:
@@ -151,30 +152,24 @@ class _Progress:
     async def __call__(self, event: TurnEvent) -> None:
         if isinstance(event, TextDelta):
             self._text.append(event.text)
-            return
-        if isinstance(event, ReplyStarted):
-            self._flush_text()
+        elif isinstance(event, ReplyStarted):
+            await self._flush_text()
         elif isinstance(event, ToolCallStarted):
-            self._flush_text()
-            self._lines.append(f"→ {event.title}")
+            await self._flush_text()
+            await self._show(f"→ {event.title}")
         elif isinstance(event, ToolCallFinished):
-            self._lines.append(f"  {'done' if event.ok else 'failed'}")
-        else:
-            return
-        await self._show()
+            await self._show(f"  {'done' if event.ok else 'failed'}")
 
     async def finish(self, answer: str) -> None:
-        self._text.clear()
+        self._text.clear()  # the answer is that text
         if answer:
-            self._lines.append(answer)
-        await self._show()
+            await self._show(answer)
 
-    def _flush_text(self) -> None:
+    async def _flush_text(self) -> None:
         if self._text:
-            self._lines.append("".join(self._text))
+            text = "".join(self._text)
             self._text.clear()
+            await self._show(text)
 
-    async def _show(self) -> None:
-        if self._lines:
-            content = (TextOutput("\n".join(self._lines)),)
-            await self._emit(ToolCallUpdated(self._call_id, content=content, meta=self._meta))
+    async def _show(self, line: str) -> None:
+        await self._emit(ToolContentAppended(self._call_id, TextOutput(line)))

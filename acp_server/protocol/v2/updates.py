@@ -26,6 +26,7 @@ from acp_server.runtime.model import (
     ToolCallStarted,
     ToolCallUpdated,
     ToolContent,
+    ToolContentAppended,
     TurnEvent,
 )
 from acp_server.sessions.edge import CommandsAvailable, ConfigChanged, ModeChanged, SessionEvent, TitleChanged
@@ -151,6 +152,14 @@ def _log_terminals(run: RunContext, call_id: str, content: Sequence[ToolContent]
 
 def to_v2(v1: dict[str, Any], event: TurnEvent | None, run: RunContext | None) -> dict[str, Any]:
     """A v1 update as v2 shows it (live, with the event at hand, or replayed from the store without it)."""
+    if isinstance(event, ToolContentAppended):
+        # v2 appends the one item (`tool-calls § Streaming Content`); v1's update, which the store keeps, carries
+        # all of them, so a replay shows the call's content as one upsert.
+        return {
+            "sessionUpdate": "tool_call_content_chunk",
+            "toolCallId": event.call_id,
+            "content": tool_content_v2(event.item),
+        }
     kind = v1["sessionUpdate"]
     if kind == "tool_call":
         update = {**v1, "sessionUpdate": "tool_call_update"}
