@@ -28,7 +28,10 @@ def texts(content: list[dict[str, Any]]) -> list[str]:
 
 
 def the_delegate_call(server: RawClient, session_id: str) -> str:
-    [call] = {u["toolCallId"] for u in server.updates(session_id, "tool_call_update") if u.get("name") == "delegate"}
+    calls = {
+        str(u["toolCallId"]) for u in server.updates(session_id, "tool_call_update") if u.get("name") == "delegate"
+    }
+    [call] = calls
     return call
 
 
