@@ -27,6 +27,7 @@ from acp_server.protocol.providers import AuthState, ProviderCache
 from acp_server.protocol.session_table import Handshake, SessionTable
 from acp_server.protocol.store_access import StoreAccess
 from acp_server.protocol.v2.handlers import METHODS_V2, NOTIFICATIONS_V2
+from acp_server.runtime.call_bodies import CallBodies
 from acp_server.runtime.child_env import ChildEnvPolicy
 from acp_server.runtime.model import Provider
 from acp_server.runtime.processes import ProcessTable
@@ -110,6 +111,7 @@ def build_server(
         methods_v2.update(plugin.methods)  # extensions (`_…`) are the same on both versions
         notifications_v2.update(plugin.notifications)
     processes = ProcessTable(ChildEnvPolicy.from_config(config), adopt_orphans=owns_process)
+    calls = CallBodies()
     runs = RunRegistry()
     handshake = Handshake()
     providers = ProviderCache(open_model)
@@ -124,6 +126,7 @@ def build_server(
             handshake=handshake,
             runs=runs,
             processes=processes,
+            calls=calls,
             providers=providers.get,
             store=lambda: store.current,
             plugins=plugins,
@@ -145,6 +148,7 @@ def build_server(
         store=store,
         mcp=McpRegistry(connection.spawn, ChildEnvPolicy.from_config(config), config.mcp_start_wait),
         processes=processes,
+        calls=calls,
         session_side=session_side,
         models=ModelChoices(config, providers, connection.spawn, session_side.ended),
         extension_notifications=tuple(method for method in notifications if method.startswith("_")),

@@ -26,6 +26,7 @@ from acp_server.jsonrpc.connection import Connection
 from acp_server.protocol.edge import AcpEdge
 from acp_server.protocol.plugins import Plugin, observer_of
 from acp_server.protocol.session_table import Handshake
+from acp_server.runtime.call_bodies import CallBodies
 from acp_server.runtime.model import Provider
 from acp_server.runtime.processes import ProcessTable
 from acp_server.runtime.sandbox import sandbox_for
@@ -52,6 +53,7 @@ def build_turns(
     handshake: Handshake,
     runs: RunRegistry,
     processes: ProcessTable,
+    calls: CallBodies,
     providers: Callable[[str], Provider],
     store: Callable[[], SessionStore | None],
     plugins: Sequence[Plugin],
@@ -76,6 +78,7 @@ def build_turns(
         providers,
         tools,
         processes,
+        calls,
         store,
         observer_of(plugins),
     )

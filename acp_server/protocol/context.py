@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from acp_server.protocol.schema import RequestId
     from acp_server.protocol.session_table import Handshake, SessionTable
     from acp_server.protocol.store_access import StoreAccess
+    from acp_server.runtime.call_bodies import CallBodies
     from acp_server.runtime.processes import ProcessTable
     from acp_server.sessions.runs import RunContext, RunRegistry
     from acp_server.sessions.services import TurnServices
@@ -49,6 +50,8 @@ class Parts:
     # Every session's MCP servers, owned by the connection's task group (see mcp_bridge/registry.py).
     mcp: McpRegistry
     processes: ProcessTable
+    # The bodies of cancellable tool calls, by session (abandoned ones may outlive their turn): runtime/call_bodies.py.
+    calls: CallBodies
     # What a turn needs (the edge to the editor, the tools, ...): the session side, loaded once `initialize` is
     # answered and built on first use (`turns`).
     session_side: Deferred[TurnServices]

@@ -231,6 +231,10 @@ class AcpDispatcher:
             # Each ends within the cleanup deadline (all were cancelled at `closing`); one that hands the session
             # over puts its successor (a steering prompt, recorded only then) in the registry for the next look.
             await running[0].wait_ended()
+        # The tool calls that ignored their cancel and outlived their turns: cancelled, waited for at most the cleanup
+        # deadline (shielded), then left behind; they are no child of the connection's task group, so `serve()`
+        # never waits for them (runtime/call_bodies.py).
+        await self.parts.calls.close_all(self.parts.config.cleanup_deadline)
 
     async def drain(self) -> None:
         store = self.parts.store.current

@@ -414,6 +414,9 @@ async def close_session(parts: Parts, session: Session) -> None:
     with anyio.move_on_after(parts.config.cleanup_deadline + 1):
         for run in runs:
             await run.wait_ended()
+    # Its tool calls that ignored their cancel and outlived their turn: cancelled again, waited for (shielded, at
+    # most the cleanup deadline), then left behind, logged; nothing of them reaches the client in any case.
+    await parts.calls.close(session.session_id, parts.config.cleanup_deadline)
     if session.mcp is not None:
         await session.mcp.aclose(parts.config.cleanup_deadline)
     parts.sessions.discard(session.session_id)

@@ -2,10 +2,13 @@
 §20.3, §23 Q6: INTERRUPTS I6 for a single call).
 
 A coroutine that ignores cancellation cannot be left behind by the task awaiting it, and a task group cannot exit
-before its children. So the call's body runs in a task of its own, owned by the connection (`Abandonment.spawn`, as
-the turn's work is), and the turn's task waits for it: to its end or, once the call alone is cancelled, at most until
+before its children. So the call's body runs in a task of its own, owned under its session by the connection's
+`CallBodies` (runtime/call_bodies.py: capped, cancelled and waited for, bounded, at `session/close` and shutdown),
+and the turn's task waits for it: to its end or, once the call alone is cancelled, at most until
 that cancel plus the cleanup grace. Then the call is abandoned: the turn goes on as for any call the user stopped,
-and the call's fence is up, so whatever the body still reports (progress, plans, client requests) is dropped. A cancel
+and the call's fence is up, so whatever the body still reports (progress, plans) is dropped and whatever it still
+asks for (a client request, a permission, a question, a command, a process, a file, a subagent) is refused
+(runtime/loop.py::_fenced_context). A cancel
 of the whole turn reaches the body too, and the turn's task waits for the body's cleanup as it would inline; the turn
 boundary (sessions/turn.py) abandons the whole work at the turn's own deadline, and this wait is bounded past it.
 """
@@ -19,6 +22,7 @@ from typing import Any
 
 import anyio
 
+from acp_server.runtime.call_bodies import CallBodies
 from acp_server.runtime.model import Probe
 
 __all__ = ["Abandonment", "CallStop", "run_abandonable"]
@@ -26,10 +30,18 @@ __all__ = ["Abandonment", "CallStop", "run_abandonable"]
 
 @dataclass(frozen=True, slots=True)
 class Abandonment:
-    """How a turn's cancellable calls may be abandoned: the owner of their tasks, and the cleanup grace."""
+    """How a turn's cancellable calls may be abandoned: the owner of their tasks, their session, the cleanup grace."""
 
-    spawn: Callable[[Callable[[], Coroutine[Any, Any, None]]], None]
+    bodies: CallBodies
+    session_id: str
     grace: float
+
+    def has_room(self) -> bool:
+        """Whether a new call may start: the session has fewer abandoned calls still running than the cap."""
+        return self.bodies.has_room(self.session_id)
+
+    def start(self, body: Callable[[], Coroutine[Any, Any, None]], stop: CallStop) -> None:
+        self.bodies.start(self.session_id, body, lambda: stop.abandoned)
 
 
 @dataclass(eq=False)
@@ -92,7 +104,7 @@ async def run_abandonable(
             if stop.abandoned:
                 on_late_end("tool_exited", reason=reason)
 
-    abandonment.spawn(run)
+    abandonment.start(run, stop)
     try:
         await stop._woken.wait()  # the body's end, or the call's own cancel
         with anyio.move_on_at(stop.deadline()):

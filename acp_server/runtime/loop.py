@@ -7,11 +7,13 @@ the turn boundary in `sessions/turn.py` decides the stop reason.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import anyio
+from anyio.abc import Process
 from pydantic import ValidationError
 
 from acp_server.runtime.call_stops import Abandonment, CallStop, run_abandonable
@@ -34,7 +36,20 @@ from acp_server.runtime.model import (
     ToolContentAppended,
     TurnEvent,
 )
-from acp_server.runtime.ports import Decision, PermissionRequest, Permissions, ToolError
+from acp_server.runtime.ports import (
+    Answer,
+    CommandResult,
+    CommandRunner,
+    Decision,
+    FileSystem,
+    PermissionRequest,
+    Permissions,
+    Question,
+    Questions,
+    Subagents,
+    ToolError,
+)
+from acp_server.runtime.processes import Processes
 from acp_server.runtime.text_guard import NO_SECRETS, Redactor, guard_tool_content, sanitize_text
 from acp_server.runtime.tools import ToolBox, ToolContext, ToolResult
 
@@ -43,6 +58,13 @@ __all__ = ["run_turn"]
 ToolContextFactory = Callable[[ToolCall], ToolContext]
 # What the model reads for a tool call the user stopped on its own (ACP-V2.md §23 Q6).
 USER_CANCELLED = "The tool call was cancelled by the user; it did not finish."
+# What the model reads for a cancellable call refused because the session's abandoned calls reached the cap.
+TOO_MANY_ABANDONED = (
+    "not started: earlier tool calls of this session ignored their cancel and are still running; "
+    "no new one starts until they end (or the session is closed)"
+)
+# What an abandoned call's body is told when it still asks for something (the model never reads it).
+ABANDONED = "the tool call was abandoned"
 
 
 async def run_turn(
@@ -144,6 +166,11 @@ async def _run_tool_call(
         locations = ()
     cancellable = tool.cancellable and cancellable_calls is not None
     await emit(ToolCallStarted(call, tool.title(args) or call.name, tool.kind, locations, cancellable))
+    if cancellable and abandonment is not None and not abandonment.has_room():
+        # Too many earlier calls of this session ignored their cancel and still run: refused before it is in
+        # progress or its body starts, so work the user cannot stop does not pile up (runtime/call_bodies.py).
+        probe("tool_exited", toolCallId=call.id, reason="refused")
+        return await _finish(emit, call, ToolResult(f"error: {TOO_MANY_ABANDONED}", ok=False))
     own = CallStop(abandonment.grace if abandonment is not None else 0.0)  # this call alone, for `tool_call/cancel`
 
     async def in_progress() -> None:
@@ -200,16 +227,21 @@ async def _run_tool_call(
 
 
 def _fenced_context(context: ToolContext, stop: CallStop) -> ToolContext:
-    """The context of a call that may be abandoned: once it is, nothing it reports or asks reaches the client, and
-    its own cleanup is due by the call's deadline as well as the turn's."""
+    """The context of a call that may be abandoned: once it is, nothing it reports reaches the client, and whatever
+    it still asks for is refused with ToolError in the body (a client request, a permission, a question, a command or
+    terminal, a local process, a file, a subagent), so nothing reaches the client and nothing starts. Its own cleanup
+    is due by the call's deadline as well as the turn's."""
+
+    def refuse() -> None:
+        if stop.abandoned:
+            raise ToolError(ABANDONED)
 
     async def emit(event: TurnEvent) -> None:
         if not stop.abandoned:
             await context.emit(event)
 
     async def client_request(method: str, params: dict[str, Any]) -> Any:
-        if stop.abandoned:
-            raise ToolError("the tool call was abandoned")
+        refuse()
         return await context.client_request(method, params)
 
     turn_deadline = context.cleanup_deadline
@@ -218,7 +250,81 @@ def _fenced_context(context: ToolContext, stop: CallStop) -> ToolContext:
         emit=emit,
         client_request=client_request,
         cleanup_deadline=lambda: min(turn_deadline(), stop.deadline()),
+        permissions=_FencedPermissions(context.permissions, refuse),
+        questions=_FencedQuestions(context.questions, refuse),
+        commands=_FencedCommands(context.commands, refuse),
+        processes=_FencedProcesses(context.processes, refuse),
+        fs=_FencedFiles(context.fs, refuse),
+        subagents=_FencedSubagents(context.subagents, refuse),
     )
+
+
+class _FencedPermissions:
+    def __init__(self, inner: Permissions, refuse: Callable[[], None]) -> None:
+        self._inner, self._refuse = inner, refuse
+
+    async def decide(self, request: PermissionRequest) -> Decision:
+        self._refuse()
+        return await self._inner.decide(request)
+
+
+class _FencedQuestions:
+    def __init__(self, inner: Questions, refuse: Callable[[], None]) -> None:
+        self._inner, self._refuse = inner, refuse
+
+    async def ask(self, question: Question) -> Answer | None:
+        self._refuse()
+        return await self._inner.ask(question)
+
+
+class _FencedCommands:
+    def __init__(self, inner: CommandRunner, refuse: Callable[[], None]) -> None:
+        self._inner, self._refuse = inner, refuse
+
+    async def run(
+        self, command: str, cwd: Path, timeout: float | None, on_terminal: Callable[[str], Awaitable[None]]
+    ) -> CommandResult:
+        self._refuse()
+        return await self._inner.run(command, cwd, timeout, on_terminal)
+
+
+class _FencedProcesses:
+    """Only starting a process is refused: a body's cleanup must still be able to stop and forget its own."""
+
+    def __init__(self, inner: Processes, refuse: Callable[[], None]) -> None:
+        self._inner, self._refuse = inner, refuse
+
+    async def open(self, argv: Sequence[str], *, cwd: str | None = None) -> Process:
+        self._refuse()
+        return await self._inner.open(argv, cwd=cwd)
+
+    async def terminate(self, process: Process) -> None:
+        await self._inner.terminate(process)
+
+    def forget(self, process: Process, *, keep_group_if_alive: bool = False) -> None:
+        self._inner.forget(process, keep_group_if_alive=keep_group_if_alive)
+
+
+class _FencedFiles:
+    def __init__(self, inner: FileSystem, refuse: Callable[[], None]) -> None:
+        self._inner, self._refuse = inner, refuse
+
+    async def read_text(self, path: Path, line: int | None = None, limit: int | None = None) -> str:
+        self._refuse()
+        return await self._inner.read_text(path, line, limit)
+
+    async def write_text(self, path: Path, content: str) -> None:
+        self._refuse()
+        await self._inner.write_text(path, content)
+
+
+class _FencedSubagents:
+    def __init__(self, inner: Subagents, refuse: Callable[[], None]) -> None:
+        self._inner, self._refuse = inner, refuse
+
+    async def run(self, task: str, meta: dict[str, Any], call_id: str, emit: Callable[..., Awaitable[None]]) -> str:
+        self._refuse()
+        return await self._inner.run(task, meta, call_id, emit)
 
 
 def _guarded_emit(emit: Emit, redactor: Redactor) -> Emit:

@@ -23,13 +23,14 @@ import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Protocol
 
 import anyio
 from anyio.abc import Process
 
 from acp_server.runtime.child_env import KEEP_ALL, ChildEnvPolicy, child_environment
 
-__all__ = ["ProcessTable"]
+__all__ = ["ProcessTable", "Processes"]
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +40,16 @@ TERM_GRACE = 0.2
 PR_SET_CHILD_SUBREAPER = 36
 # At exit, how many times the descendants are killed and looked for again (one may fork while we kill its parent).
 KILL_ROUNDS = 5
+
+
+class Processes(Protocol):
+    """What a tool may do with the table (`ToolContext.processes`): a fenced call's view refuses `open`."""
+
+    async def open(self, argv: Sequence[str], *, cwd: str | None = None) -> Process: ...
+
+    async def terminate(self, process: Process) -> None: ...
+
+    def forget(self, process: Process, *, keep_group_if_alive: bool = False) -> None: ...
 
 
 class ProcessTable:

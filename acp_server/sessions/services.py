@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from acp_server.runtime.call_bodies import CallBodies
 from acp_server.runtime.model import Provider
 from acp_server.runtime.processes import ProcessTable
 from acp_server.runtime.tools import ToolBox
@@ -38,6 +39,8 @@ class TurnServices:
     providers: Callable[[str], Provider]
     tools: ToolBox
     processes: ProcessTable
+    # The owner of cancellable calls' bodies, by session: what an abandoned one still running belongs to.
+    calls: CallBodies
     # The session store once it is open (None without one: `--no-store`, or it could not be opened).
     store: Callable[[], SessionStore | None]
     # Who watches the turns' steps, if anyone (a plug-in: test mode's `_scripted/probe`); None in production.

@@ -237,7 +237,7 @@ async def _work(services: TurnServices, run: RunContext) -> None:
                     hand_over=lambda: services.runs.hand_over_due(session),
                     redactor=redactor_for(services.config.held_secrets),
                     cancellable_calls=run.cancellable_calls,
-                    abandonment=Abandonment(services.edge.spawn, services.config.cleanup_deadline),
+                    abandonment=Abandonment(services.calls, session.session_id, services.config.cleanup_deadline),
                 )
         if run.settle(stop) and model_turn is not None:
             await model_turn.settle()  # outside the turn's scope: a late cancel cannot undo a decided outcome

@@ -6,13 +6,14 @@ Names start with `test_` so they never collide with product tools.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import anyio
 import orjson
 from pydantic import BaseModel, ConfigDict, Field
 
 from acp_server.runtime.model import TextOutput, ToolCallUpdated
+from acp_server.runtime.ports import PermissionRequest, Question, ToolError
 from acp_server.runtime.tools import Tool, ToolContext, ToolResult
 
 __all__ = ["TEST_TOOLS"]
@@ -31,6 +32,12 @@ class SleepArgs(_Args):
 
 class StubbornArgs(SleepArgs):
     progress: str = Field(default="", description="text reported as the call's progress once the sleep is over")
+    then: Literal["", "permission", "ask", "command", "proc"] = Field(
+        default="",
+        description="once the sleep is over, ask a permission, ask a question, run `command` (a terminal or local "
+        "command) or start it as a local process; reports `late_action` with outcome `done` or `refused`",
+    )
+    command: str = Field(default="true", description="the /bin/sh command line of `then` command or proc")
 
 
 class HangFinalizerArgs(_Args):
@@ -53,7 +60,35 @@ async def _stubborn(ctx: ToolContext, args: StubbornArgs) -> ToolResult:
         await anyio.sleep(args.s)
     if args.progress:  # late output of work that may have been abandoned meanwhile: the fence must stop it
         await ctx.emit(ToolCallUpdated(ctx.tool_call_id, content=(TextOutput(args.progress),)))
+    if args.then:  # a late request of work that may have been abandoned: the fence must refuse it
+        try:
+            await _late_action(ctx, args)
+        except ToolError:
+            ctx.probe("late_action", toolCallId=ctx.tool_call_id, then=args.then, outcome="refused")
+            raise
+        ctx.probe("late_action", toolCallId=ctx.tool_call_id, then=args.then, outcome="done")
     return ToolResult(f"ignored cancellation for {args.s} s")
+
+
+async def _late_action(ctx: ToolContext, args: StubbornArgs) -> None:
+    if args.then == "permission":
+        request = PermissionRequest(ctx.tool_call_id, ctx.tool_name, "execute", "test_stubborn", "late permission")
+        await ctx.permissions.decide(request)
+    elif args.then == "ask":
+        schema = {"type": "object", "properties": {"answer": {"type": "string"}}}
+        await ctx.questions.ask(Question(ctx.tool_call_id, "late question", schema))
+    elif args.then == "command":
+
+        async def shown(terminal_id: str) -> None:
+            pass
+
+        await ctx.commands.run(args.command, ctx.cwd, None, shown)
+    else:
+        process = await ctx.processes.open(["/bin/sh", "-c", args.command], cwd=str(ctx.cwd))
+        try:
+            await process.wait()
+        finally:
+            ctx.processes.forget(process)
 
 
 async def _hang_finalizer(ctx: ToolContext, args: HangFinalizerArgs) -> ToolResult:
@@ -113,7 +148,7 @@ TEST_TOOLS: tuple[Tool[Any], ...] = (
     ),
     Tool(
         "test_stubborn",
-        "Sleep s seconds, ignoring cancellation; then report `progress`, if given.",
+        "Sleep s seconds, ignoring cancellation; then report `progress`, if given, and do `then`, if given.",
         StubbornArgs,
         "other",
         _stubborn,

@@ -15,7 +15,7 @@ from pydantic import BaseModel
 
 from acp_server.runtime.model import Emit, Media, Probe, ToolContent, ToolSpec
 from acp_server.runtime.ports import CommandRunner, FileSystem, NoQuestions, Permissions, Questions, Subagents
-from acp_server.runtime.processes import ProcessTable
+from acp_server.runtime.processes import Processes
 
 __all__ = ["Tool", "ToolBox", "ToolContext", "ToolResult"]
 
@@ -58,7 +58,7 @@ class ToolContext:
     fs: FileSystem
     commands: CommandRunner
     permissions: Permissions
-    processes: ProcessTable
+    processes: Processes
     # The turn's event sink, for progress of this call (ToolCallUpdated) and plans (PlanUpdated).
     emit: Emit
     probe: Probe

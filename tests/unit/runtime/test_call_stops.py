@@ -1,17 +1,16 @@
 """`run_abandonable` (runtime/call_stops.py): a cancellable call that ignores its own cancel is abandoned at the cancel
 plus the grace, and its fence is up from then on; one that cooperates ends at once; a cancel of the turn reaches the
-body. Driven on anyio's clock with a task group standing in for the connection."""
+body. Driven on anyio's clock with a `CallBodies` standing in for the connection's."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Coroutine
 from typing import Any
 
 import anyio
 import pytest
-from anyio.abc import TaskGroup
 
+from acp_server.runtime.call_bodies import CallBodies
 from acp_server.runtime.call_stops import Abandonment, CallStop, run_abandonable
 
 pytestmark = pytest.mark.timeout(10)
@@ -28,18 +27,21 @@ async def test_a_body_ignoring_its_cancel_is_abandoned_at_the_deadline_and_repor
             await anyio.sleep(GRACE * 10)
         return "done"
 
+    bodies = CallBodies()
     async with anyio.create_task_group() as tg:
-        abandonment = _owned_by(tg)
         tg.start_soon(_cancel_soon, stop)
         began = anyio.current_time()
         result = await run_abandonable(
-            stubborn, stop, abandonment, lambda: math.inf, on_late_end=lambda e, **f: late.append((e, f))
+            stubborn, stop, _owned_by(bodies), lambda: math.inf, on_late_end=lambda e, **f: late.append((e, f))
         )
         waited = anyio.current_time() - began
         assert result is None and stop.abandoned
         assert GRACE <= waited < GRACE * 10  # at the deadline, not at the body's end
         assert late == []  # the body still runs
+        assert bodies.lingering("s") == 1
+    await bodies.close_all(GRACE * 20)  # it ignores this cancel too: waited for until it ends, within the bound
     assert late == [("tool_exited", {"reason": "completed"})]
+    assert bodies.lingering("s") == 0
 
 
 async def test_a_cooperating_body_ends_at_its_cancel_and_is_not_abandoned() -> None:
@@ -51,7 +53,7 @@ async def test_a_cooperating_body_ends_at_its_cancel_and_is_not_abandoned() -> N
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(_cancel_soon, stop)
-        result = await run_abandonable(cooperating, stop, _owned_by(tg), lambda: math.inf, on_late_end=_none)
+        result = await run_abandonable(cooperating, stop, _owned_by(CallBodies()), lambda: math.inf, on_late_end=_none)
     assert result is None and not stop.abandoned
 
 
@@ -67,33 +69,20 @@ async def test_a_cancel_of_the_turn_reaches_the_body_and_its_failure_is_raised_w
             raise
         return "never"
 
-    async with anyio.create_task_group() as tg:
-        abandonment = _owned_by(tg)
-        with anyio.move_on_after(0.05):
-            await run_abandonable(body, stop, abandonment, lambda: math.inf, on_late_end=_none)
+    with anyio.move_on_after(0.05):
+        await run_abandonable(body, stop, _owned_by(CallBodies()), lambda: math.inf, on_late_end=_none)
     assert reached == [True] and not stop.abandoned
 
     async def failing() -> str:
         raise ValueError("broken")
 
-    async with anyio.create_task_group() as tg:
-        with pytest.raises(ValueError, match="broken"):
-            await run_abandonable(
-                failing,
-                CallStop(GRACE),
-                _owned_by(tg),
-                lambda: math.inf,
-                on_late_end=_none,
-            )
+    with pytest.raises(ValueError, match="broken"):
+        await run_abandonable(failing, CallStop(GRACE), _owned_by(CallBodies()), lambda: math.inf, on_late_end=_none)
 
 
-def _owned_by(tg: TaskGroup) -> Abandonment:
-    """The test's task group owns the bodies' tasks, as the connection's does in the server."""
-
-    def spawn(fn: Callable[[], Coroutine[Any, Any, None]]) -> None:
-        tg.start_soon(fn)
-
-    return Abandonment(spawn, GRACE)
+def _owned_by(bodies: CallBodies) -> Abandonment:
+    """The test's `CallBodies` owns the bodies' tasks (session "s"), as the connection's does in the server."""
+    return Abandonment(bodies, "s", GRACE)
 
 
 async def _cancel_soon(stop: CallStop) -> None:
