@@ -35,7 +35,7 @@ class StubbornArgs(SleepArgs):
     then: Literal["", "permission", "ask", "command", "proc"] = Field(
         default="",
         description="once the sleep is over, ask a permission, ask a question, run `command` (a terminal or local "
-        "command) or start it as a local process; reports `late_action` with outcome `done` or `refused`",
+        "command) or start it as a local process; reports `late_action` with outcome `done`, `refused` or `cancelled`",
     )
     command: str = Field(default="true", description="the /bin/sh command line of `then` command or proc")
 
@@ -65,6 +65,9 @@ async def _stubborn(ctx: ToolContext, args: StubbornArgs) -> ToolResult:
             await _late_action(ctx, args)
         except ToolError:
             ctx.probe("late_action", toolCallId=ctx.tool_call_id, then=args.then, outcome="refused")
+            raise
+        except anyio.get_cancelled_exc_class():  # got as far as its first await: the action was under way
+            ctx.probe("late_action", toolCallId=ctx.tool_call_id, then=args.then, outcome="cancelled")
             raise
         ctx.probe("late_action", toolCallId=ctx.tool_call_id, then=args.then, outcome="done")
     return ToolResult(f"ignored cancellation for {args.s} s")

@@ -78,10 +78,11 @@ async def test_v2_an_abandoned_call_can_no_longer_ask_permission_ask_a_question_
 async def test_v1_an_abandoned_call_after_session_cancel_starts_no_command_or_process(
     start_server: StartServer, tmp_path: Path, then: str
 ) -> None:
-    """v1 (a terminal-capable client): the turn's cancel abandons the call at the deadline; what the body then
-    starts (an editor terminal, a local process) is refused: no `terminal/create`, nothing runs."""
+    """v1: the turn's cancel abandons the call at the deadline; what the body then starts (a local command: this
+    client has no terminals; a local process) is refused: nothing runs. (An editor terminal is a client request,
+    which the sealed turn's fence refuses as well.)"""
     server = await start_server()
-    await server.initialize({"terminal": True})
+    await server.initialize()
     work = tmp_path / "work"
     work.mkdir()
     marker = work / "started"
