@@ -224,6 +224,7 @@ class AcpDispatcher:
 
     def closing(self) -> None:
         self.runs.interrupt_all()
+        self.parts.calls.cancel_all()
         self.parts.mcp.stop_all()  # their shutdowns run alongside the turns' cleanup
 
     async def turns_ended(self) -> None:
@@ -231,10 +232,10 @@ class AcpDispatcher:
             # Each ends within the cleanup deadline (all were cancelled at `closing`); one that hands the session
             # over puts its successor (a steering prompt, recorded only then) in the registry for the next look.
             await running[0].wait_ended()
-        # The tool calls that ignored their cancel and outlived their turns: cancelled, waited for at most the cleanup
-        # deadline (shielded), then left behind; they are no child of the connection's task group, so `serve()`
-        # never waits for them (runtime/call_bodies.py).
-        await self.parts.calls.close_all(self.parts.config.cleanup_deadline)
+        # The tool calls that ignored their cancel and outlived their turns (cancelled at `closing`): waited for
+        # within the same shutdown deadline as the turns, then left behind (`exiting`); they are no child of the
+        # connection's task group, so `serve()` never waits for them (runtime/call_bodies.py).
+        await self.parts.calls.wait_all()
 
     async def drain(self) -> None:
         store = self.parts.store.current
@@ -243,6 +244,8 @@ class AcpDispatcher:
         await self.parts.mcp.wait_stopped()
 
     def exiting(self) -> None:
+        if left := self.parts.calls.left_behind():
+            log.warning("%d tool call(s) ignoring cancellation still running at exit; left behind", left)
         self.parts.processes.kill_all()
         self.parts.mcp.kill_all()  # stdio MCP servers that ignored their closed stdin, with their process groups
         self._on_exit()

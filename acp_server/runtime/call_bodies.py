@@ -5,8 +5,10 @@ A body that ignores cancellation can outlive its turn (runtime/call_stops.py aba
 deadline). It is not a child of the connection's task group: a task group cannot exit before its children, so a body
 that never ends would hold the connection's `serve()` forever. Each body is a task of its own, registered here under
 its session until it ends; the owner cancels it (an anyio scope of its own, so the cancel is delivered again at each
-checkpoint the body reaches) and waits for it, shielded and bounded, at `session/close` (`close`) and at the
-connection's shutdown (`close_all`). One still running after that wait is left behind, logged, and never waited for.
+checkpoint the body reaches) and waits for it, bounded: at `session/close` (`close`: shielded, at most the cleanup
+deadline) and at the connection's shutdown (`cancel_all` with the turns, `wait_all` within the shutdown's own
+deadline for the turns' cleanup, so the exit bound of I17 is unchanged). One still running after that wait is left
+behind, logged, and never waited for.
 
 At most `MAX_LINGERING_CALLS` abandoned bodies may still run per session: beyond it a new cancellable call is refused
 before its body starts (`has_room`), so a tool that keeps ignoring cancels cannot pile up work the user cannot stop.
@@ -81,15 +83,7 @@ class CallBodies:
 
     async def close(self, session_id: str, timeout: float) -> None:
         """`session/close`: cancel the session's bodies and wait for them, shielded, at most `timeout` s."""
-        await self._cancel_and_wait([*self._bodies.get(session_id, ())], timeout, f"session {session_id}")
-
-    async def close_all(self, timeout: float) -> None:
-        """The connection's shutdown: every session's bodies, as `close`."""
-        bodies = [body for session in self._bodies.values() for body in session]
-        await self._cancel_and_wait(bodies, timeout, "the connection")
-
-    @staticmethod
-    async def _cancel_and_wait(bodies: list[_Body], timeout: float, owner: str) -> None:
+        bodies = [*self._bodies.get(session_id, ())]
         for body in bodies:
             body.scope.cancel()
         with anyio.CancelScope(shield=True), anyio.move_on_after(timeout):
@@ -97,4 +91,22 @@ class CallBodies:
                 await body.ended.wait()
         left = sum(1 for body in bodies if not body.ended.is_set())
         if left:
-            log.warning("%s: %d tool call(s) ignoring cancellation still running; left behind", owner, left)
+            log.warning(
+                "session %s: %d tool call(s) ignoring cancellation still running; left behind", session_id, left
+            )
+
+    def cancel_all(self) -> None:
+        """The connection's shutdown begins: every session's bodies are cancelled (again), alongside the turns."""
+        for bodies in self._bodies.values():
+            for body in bodies:
+                body.scope.cancel()
+
+    async def wait_all(self) -> None:
+        """Until every body has ended: the shutdown bounds this wait by its own deadline (the turns' cleanup)."""
+        while self._bodies:
+            body = next(iter(next(iter(self._bodies.values()))))
+            await body.ended.wait()
+
+    def left_behind(self) -> int:
+        """Bodies still running (at exit: logged, never waited for)."""
+        return sum(len(bodies) for bodies in self._bodies.values())

@@ -39,7 +39,7 @@ async def test_a_body_ignoring_its_cancel_is_abandoned_at_the_deadline_and_repor
         assert GRACE <= waited < GRACE * 10  # at the deadline, not at the body's end
         assert late == []  # the body still runs
         assert bodies.lingering("s") == 1
-    await bodies.close_all(GRACE * 20)  # it ignores this cancel too: waited for until it ends, within the bound
+    await bodies.close("s", GRACE * 20)  # it ignores this cancel too: waited for until it ends, within the bound
     assert late == [("tool_exited", {"reason": "completed"})]
     assert bodies.lingering("s") == 0
 
