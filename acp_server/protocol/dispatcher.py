@@ -183,10 +183,10 @@ class AcpDispatcher:
 
     def _answered_by_withdrawal(self, context: RequestContext) -> bool:
         """A held v2 prompt whose -32800 its cancel already sent (before or while its handler waited)."""
-        withdrawn = self.parts.withdrawn
-        if context.run is None or context.request_id not in withdrawn:
+        withdrawn, run = self.parts.withdrawn, context.run
+        if run is None or run not in withdrawn:
             return False
-        withdrawn.discard(context.request_id)
+        withdrawn.discard(run)
         return True
 
     async def _answer(self, request: IncomingRequest, context: RequestContext) -> dict[str, Any]:

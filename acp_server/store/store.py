@@ -58,7 +58,7 @@ from acp_server.store.records import (
     utc_now,
 )
 from acp_server.store.sqlite_file import HOLD, SESSION_COLUMNS, connect, enter_wal, validate
-from acp_server.store.turn_log import Batch, TurnLog, new_turn_id
+from acp_server.store.turn_log import Batch, TurnLog, decode_entries, new_turn_id
 from acp_server.store.turn_records import TurnEntry, UserChunk
 from acp_server.store.worker import DeleteOutcome, StoreWorker, tombstone_ops
 
@@ -308,8 +308,19 @@ class SessionStore:
         self._ops.append(("DELETE FROM holds WHERE session_id = ? AND owner_id = ?", (session_id, self.owner_id)))
 
     def pending_entries(self, session_id: str) -> dict[str, list[TurnEntry]]:
-        """The session's records appended since a flush last took them, by turn id (see `TurnLog.pending`)."""
-        return {turn.turn_id: turn.pending() for turn in self._dirty if turn.session_id == session_id}
+        """The session's records not committed yet, by turn id, oldest first: those of a batch whose commit failed
+        and is kept for the next flush (taken from the turn logs, so in neither the store nor their buffers), then
+        those appended since a flush last took them (see `TurnLog.pending`)."""
+        pending: dict[str, list[TurnEntry]] = {}
+        failed = self._failed
+        if failed is not None:
+            for turn_id, _, data in failed.updates:
+                if failed.sessions.get(turn_id) == session_id:
+                    pending.setdefault(turn_id, []).extend(decode_entries(bytes(data)))
+        for turn in self._dirty:
+            if turn.session_id == session_id:
+                pending.setdefault(turn.turn_id, []).extend(turn.pending())
+        return pending
 
     @property
     def buffered(self) -> int:
@@ -515,8 +526,9 @@ class SessionStore:
         if sweep:
             self._last_sweep = now
         updates = [(turn.turn_id, count, data) for turn in self._dirty for count, data in turn._take()]
+        sessions = {turn.turn_id: turn.session_id for turn in self._dirty}
         self._dirty.clear()
-        batch = Batch(self._ops, updates, heartbeat, sweep).after(self._failed)
+        batch = Batch(self._ops, updates, heartbeat, sweep, sessions=sessions).after(self._failed)
         self._ops = []
         self._failed = None
         self._taken += 1
