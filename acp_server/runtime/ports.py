@@ -61,6 +61,8 @@ class CommandResult:
     sandbox: str | None = None
     # Why it ran unconfined although a sandbox was meant to hold it (the default mode, where none can be had).
     unconfined: str | None = None
+    # The directories its sandbox would have let it write and did not, each with why (they hold the server's code).
+    refused: tuple[str, ...] = ()
 
 
 class CommandRunner(Protocol):
@@ -114,6 +116,9 @@ class Question:
     tool_call_id: str
     message: str
     schema: dict[str, Any]
+    # A link the user is sent to instead of a form (URL mode: signing in, approving in a browser, entering a secret
+    # where it belongs). Accepting it says the user agreed to go there, not that they finished there.
+    url: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
