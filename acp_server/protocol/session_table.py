@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from acp_server.jsonrpc.rpc import ErrorCode, RpcError
-from acp_server.protocol.schema import ClientCapabilities
+from acp_server.protocol.initialize import Capabilities
 from acp_server.sessions.runs import RunRegistry, Session
 
 __all__ = ["Handshake", "SessionTable"]
@@ -16,7 +16,7 @@ class Handshake:
     protocol version it chose for the whole connection (1 or 2; protocol/v2/negotiation.py)."""
 
     def __init__(self) -> None:
-        self.client_capabilities: ClientCapabilities | None = None
+        self.client_capabilities: Capabilities | None = None
         self.version = 1
         # Whether a v2 `initialize` offered `authMethods`: only then are `auth/login` and `auth/logout` served.
         self.auth_offered = False
