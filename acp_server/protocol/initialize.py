@@ -8,14 +8,13 @@ So they accept only what the models accept (strict JSON types, camelCase keys, `
 `bounds.py` says), and a disagreement can only cost time, never change an answer: tests/unit/protocol/
 test_initialize_params.py checks both on many params, valid and not.
 
-What `initialize` records (the client's capabilities, `Capabilities`) is a plain frozen object with the attribute
+What `initialize` records (the client's capabilities, `Capabilities`) is a plain immutable record with the attribute
 names of the model's `ClientCapabilities`, so the session side reads it the same way whichever reader made it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from acp_server.protocol.bounds import MAX_KEPT_DEPTH, check_meta, deeper_than
 
@@ -36,14 +35,16 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True, slots=True)
-class FileSystemCapabilities:
+# Immutable records as `NamedTuple`s rather than frozen dataclasses: on the start-up path, where a dataclass costs
+# its class several times more to make (each of its methods compiled apart).
+
+
+class FileSystemCapabilities(NamedTuple):
     read_text_file: bool = False
     write_text_file: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class Capabilities:
+class Capabilities(NamedTuple):
     """What the editor can do for us (ACP: anything omitted is unsupported). `session` and `elicitation` are kept as
     they came: a malformed value means "not advertised", never an error (protocol/prompts.py)."""
 
@@ -56,16 +57,14 @@ class Capabilities:
 NO_CAPABILITIES = Capabilities()
 
 
-@dataclass(frozen=True, slots=True)
-class InitializeParams:
+class InitializeParams(NamedTuple):
     """v1 `initialize`, as its handler and the handshake use it."""
 
     protocol_version: int
     client_capabilities: Capabilities = NO_CAPABILITIES
 
 
-@dataclass(frozen=True, slots=True)
-class InitializeParamsV2:
+class InitializeParamsV2(NamedTuple):
     """v2 `initialize`: its `capabilities` as they came (object markers, read leniently; ACP-V2.md §2)."""
 
     protocol_version: int
