@@ -95,8 +95,14 @@ class AcpEdge:
             commands = EditorTerminalRunner(request, session.session_id, deadline)
         else:
             commands = LocalCommandRunner(self._processes, deadline, self._sandbox, roots)
-        # Forms where the client advertised `elicitation.form` (v1 and v2 alike; on v2 `asking_v2` adds the states).
+        # Forms where the client advertised `elicitation.form`, links where it advertised `.url` (v1 and v2 alike; on
+        # v2 `asking_v2` adds the states).
+        client = session.client
         questions: Questions = (
-            EditorQuestions(request, session.session_id, on_behalf_of) if session.client.elicitation else NoQuestions()
+            EditorQuestions(
+                request, session.session_id, on_behalf_of, forms=client.elicitation, links=client.elicitation_url
+            )
+            if client.elicitation or client.elicitation_url
+            else NoQuestions()
         )
         return Ports(fs, commands, PermissionGate(session, request, on_behalf_of), request, questions)

@@ -14,6 +14,7 @@ first argument) for commands.
 from __future__ import annotations
 
 import contextlib
+import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -298,24 +299,46 @@ class PermissionGate:
 
 
 class EditorQuestions:
-    """`elicitation/create` in form mode, scoped to the session and the `ask_user` tool call, for a client that
-    advertised `elicitation.form`. Sent through the turn's fenced request: a cancel retracts it with
-    `$/cancel_request` and a late answer is ignored, as for a permission request. A subagent's question names the
-    `delegate` call the client sees (`on_behalf_of`), as its permission questions do."""
+    """`elicitation/create`, scoped to the session and the `ask_user` tool call: in form mode for a client that
+    advertised `elicitation.form`, in URL mode (a link, with an `elicitationId` of its own) for one that advertised
+    `elicitation.url`; a question in a mode the client did not advertise is not sent (None: the tool asks in its
+    reply). Sent through the turn's fenced request: a cancel retracts it with `$/cancel_request` and a late answer is
+    ignored, as for a permission request. A subagent's question names the `delegate` call the client sees
+    (`on_behalf_of`), as its permission questions do."""
 
-    def __init__(self, request: ClientRequest, session_id: str, on_behalf_of: str | None = None) -> None:
+    def __init__(
+        self,
+        request: ClientRequest,
+        session_id: str,
+        on_behalf_of: str | None = None,
+        *,
+        forms: bool = True,
+        links: bool = False,
+    ) -> None:
         self._request = request
         self._session_id = session_id
         self._on_behalf_of = on_behalf_of
+        self._forms = forms
+        self._links = links
 
     async def ask(self, question: Question) -> Answer | None:
-        params = {
+        params: dict[str, Any] = {
             "sessionId": self._session_id,
             "toolCallId": self._on_behalf_of or question.tool_call_id,
-            "mode": "form",
-            "message": question.message,
-            "requestedSchema": question.schema,
         }
+        if question.url is not None:
+            if not self._links:
+                return None
+            params |= {
+                "mode": "url",
+                "elicitationId": f"elic_{uuid.uuid4().hex}",
+                "message": question.message,
+                "url": question.url,
+            }
+        elif self._forms:
+            params |= {"mode": "form", "message": question.message, "requestedSchema": question.schema}
+        else:
+            return None
         try:
             answer = await self._request("elicitation/create", params)
         except ClientRequestError as exc:

@@ -155,12 +155,13 @@ def client_tools(capabilities: Capabilities) -> ClientTools:
         notices=_advertised(session, "notices"),
         compaction=_advertised(session, "compaction"),
         elicitation=_advertised(elicitation, "form"),
+        elicitation_url=_advertised(elicitation, "url"),
     )
     return _SHARED_CLIENT_TOOLS.setdefault(tools, tools)
 
 
 # One (frozen) `ClientTools` per combination of capabilities, shared by every session that has it, rather than one
-# each; there are 64 combinations at most.
+# each; there are 128 combinations at most.
 _SHARED_CLIENT_TOOLS: dict[ClientTools, ClientTools] = {}
 
 

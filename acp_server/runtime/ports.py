@@ -114,6 +114,9 @@ class Question:
     tool_call_id: str
     message: str
     schema: dict[str, Any]
+    # A link the user is sent to instead of a form (URL mode: signing in, approving in a browser, entering a secret
+    # where it belongs). Accepting it says the user agreed to go there, not that they finished there.
+    url: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -83,3 +83,5 @@ class ClientTools:
     compaction: bool = False
     # `clientCapabilities.elicitation.form`: it asks its user structured questions (`elicitation/create`).
     elicitation: bool = False
+    # `clientCapabilities.elicitation.url`: it sends its user to a link and says whether they went (URL mode).
+    elicitation_url: bool = False

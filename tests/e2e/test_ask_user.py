@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from acp_server.runtime.tools.ask import WAIT_FOR_THE_USER
+from acp_server.runtime.tools.ask import NO_SECRETS_IN_FORMS, WAIT_FOR_THE_USER
 from tests.conftest import StartServer
 from tests.support.fake_openai import FakeOpenAI, text_reply, tool_call_reply
 from tests.support.harness import DEFAULT_ARGS, LONG_GRACE_ARGS, T_ACK, T_WAIT, W_QUIET, RawClient, scaled
@@ -179,3 +179,94 @@ async def test_a_subagents_question_names_the_delegate_call_the_client_sees(star
     assert asked["params"]["toolCallId"] == delegate["toolCallId"]
     await client.send({"id": asked["id"], "result": {"action": "accept", "content": {"answer": "a.txt"}}})
     assert (await client.response(prompt))["result"] == {"stopReason": "end_turn"}
+
+
+LINKS: dict[str, Any] = {"elicitation": {"url": {}}}
+LINK_QUESTION = {
+    "question": "Sign in to GitHub to let me open the pull request",
+    "url": "https://github.com/login/device",
+}
+
+
+async def test_a_link_question_is_a_url_elicitation_and_accepting_it_is_not_taken_as_done(
+    start_server: StartServer,
+) -> None:
+    """URL mode (ACP `elicitation/create`, `mode: url`) for a client that advertised `elicitation.url`: the link and
+    an `elicitationId` of its own; an `accept` tells the model the user agreed to go, not that they finished."""
+    client, session = await open_client(start_server, LINKS)
+    prompt = await client.prompt(session, [{"tool": "ask_user", "args": LINK_QUESTION}, {"say": "thanks"}])
+    asked = await next_question(client)
+    [call] = client.updates(session, "tool_call")
+    params = asked["params"]
+    elicitation_id = params.pop("elicitationId")
+    assert isinstance(elicitation_id, str) and elicitation_id.startswith("elic_")
+    assert params == {
+        "sessionId": session,
+        "toolCallId": call["toolCallId"],
+        "mode": "url",
+        "message": LINK_QUESTION["question"],
+        "url": LINK_QUESTION["url"],
+    }
+    await client.send({"id": asked["id"], "result": {"action": "accept"}})
+    assert (await client.response(prompt))["result"] == {"stopReason": "end_turn"}
+    closing = final(client, session)
+    assert closing["status"] == "completed" and closing["rawOutput"] == {"action": "accept"}
+    assert "agreed to open https://github.com/login/device" in text_of(closing)
+    assert "does not mean they finished" in text_of(closing)
+
+
+@pytest.mark.parametrize(
+    ("capabilities", "args"),
+    [(FORMS, LINK_QUESTION), (LINKS, QUESTION), (None, LINK_QUESTION)],
+    ids=["link-to-a-forms-only-client", "form-to-a-links-only-client", "link-to-a-client-without-either"],
+)
+async def test_a_question_in_a_mode_the_client_did_not_advertise_is_asked_in_the_reply(
+    start_server: StartServer, capabilities: dict[str, Any] | None, args: dict[str, Any]
+) -> None:
+    client, session = await open_client(start_server, capabilities)
+    prompt = await client.prompt(session, [{"tool": "ask_user", "args": args}])
+    assert (await client.response(prompt))["result"] == {"stopReason": "end_turn"}
+    assert [m for m in client.received if m.get("method") == "elicitation/create"] == []
+    shown = "".join(client.texts(session))
+    assert str(args["question"]) in shown
+    if "url" in args:
+        assert str(args["url"]) in shown
+    assert text_of(final(client, session)) == WAIT_FOR_THE_USER
+
+
+@pytest.mark.parametrize(
+    "field",
+    [{"name": "api_key"}, {"name": "githubToken"}, {"name": "db", "title": "Database password"}],
+    ids=["api_key", "camel-case-token", "password-in-the-title"],
+)
+async def test_a_form_field_that_asks_for_a_secret_is_refused_and_nothing_is_asked(
+    start_server: StartServer, field: dict[str, Any]
+) -> None:
+    """ACP: form mode is never for secrets; without a link to send the user to, the tool fails safely."""
+    client, session = await open_client(start_server, FORMS)
+    args = {"question": "I need your credentials", "fields": [field]}
+    prompt = await client.prompt(session, [{"tool": "ask_user", "args": args}, {"say": "ok"}])
+    assert (await client.response(prompt))["result"] == {"stopReason": "end_turn"}
+    assert [m for m in client.received if m.get("method") == "elicitation/create"] == []
+    closing = final(client, session)
+    assert closing["status"] == "failed" and text_of(closing) == f"error: {NO_SECRETS_IN_FORMS}"
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "javascript:alert(1)",
+        "file:///etc/passwd",
+        "https://user:pw@example.com/",
+        "https://example.com/a b",
+        "https://",
+    ],
+)
+async def test_a_link_that_is_not_a_plain_web_link_is_refused_and_nothing_is_asked(
+    start_server: StartServer, url: str
+) -> None:
+    client, session = await open_client(start_server, LINKS)
+    prompt = await client.prompt(session, [{"tool": "ask_user", "args": {"question": "Go", "url": url}}, {"say": "ok"}])
+    assert (await client.response(prompt))["result"] == {"stopReason": "end_turn"}
+    assert [m for m in client.received if m.get("method") == "elicitation/create"] == []
+    assert final(client, session)["status"] == "failed"

@@ -13,7 +13,7 @@ import pytest
 
 from acp_server.runtime.tools.ask import WAIT_FOR_THE_USER
 from tests.conftest import StartServer
-from tests.e2e.test_ask_user import QUESTION, SCHEMA, final, text_of
+from tests.e2e.test_ask_user import LINK_QUESTION, QUESTION, SCHEMA, final, text_of
 from tests.e2e.test_interrupts import position
 from tests.e2e.test_v2_cancel import is_state
 from tests.support.harness import DEFAULT_ARGS, LONG_GRACE_ARGS, T_ACK, T_WAIT, W_QUIET, RawClient
@@ -95,3 +95,21 @@ async def test_without_the_form_marker_the_question_is_in_the_reply(start_server
     assert "Which branch should I release from?" in "".join(client.texts(session))
     assert text_of(final(client, session)) == WAIT_FOR_THE_USER
     assert "requires_action" not in [u["state"] for u in client.states(session)]
+
+
+async def test_a_link_question_is_a_v2_url_elicitation_between_requires_action_and_running(
+    start_server: StartServer,
+) -> None:
+    client, session = await open_v2(start_server, {"elicitation": {"url": {}}})
+    await client.prompt(session, [{"tool": "ask_user", "args": LINK_QUESTION}, {"say": "thanks"}])
+    asked = await client.wait_for(is_question)
+    [call] = client.updates(session, "tool_call_update")[:1]
+    assert asked["params"]["mode"] == "url" and asked["params"]["url"] == LINK_QUESTION["url"]
+    assert asked["params"]["toolCallId"] == call["toolCallId"] and asked["params"]["elicitationId"]
+    blocked = await client.wait_for(is_state(session, "requires_action"))
+    assert position(client, blocked) < position(client, asked)
+    await client.send({"id": asked["id"], "result": {"action": "decline"}})
+    idle = await client.idle(session, timeout=T_WAIT)
+    assert idle["params"]["update"]["stopReason"] == "end_turn"
+    assert [u["state"] for u in client.states(session)] == ["running", "requires_action", "running", "idle"]
+    assert "declined" in text_of(final(client, session))

@@ -1,8 +1,9 @@
 """A tool call that reports as it goes, end to end over stdio (ACP-V2.md §9, `tool-calls § Streaming Content`): on v2
 each new piece is one `tool_call_content_chunk` that appends it, sent once; on v1, which has no append, each
 `tool_call_update` carries the call's whole content so far; and a v2 replay shows what the client had accumulated as
-one upsert. The reporting tool is `delegate`: a line for each piece of the child's text, each tool it starts and how
-that ended, then its answer."""
+one upsert. Tests named `test_acp_…` hold the acp-tck v2 requirement of that id (src/tck/v2/requirements.py at
+1314e0951863b03844fd530e0e14bd88843aabe7). The reporting tool is `delegate`: a line for each piece of the child's
+text, each tool it starts and how that ended, then its answer."""
 
 from __future__ import annotations
 
@@ -28,7 +29,10 @@ def texts(content: list[dict[str, Any]]) -> list[str]:
 
 
 def the_delegate_call(server: RawClient, session_id: str) -> str:
-    [call] = {u["toolCallId"] for u in server.updates(session_id, "tool_call_update") if u.get("name") == "delegate"}
+    calls = {
+        str(u["toolCallId"]) for u in server.updates(session_id, "tool_call_update") if u.get("name") == "delegate"
+    }
+    [call] = calls
     return call
 
 
@@ -49,14 +53,16 @@ def accumulated(updates: list[dict[str, Any]], call: str) -> list[dict[str, Any]
     return content
 
 
-async def test_a_reporting_tool_call_streams_each_piece_once_as_a_content_chunk_before_its_final_update(
+async def test_acp_patch_204_a_reporting_tool_call_streams_each_piece_once_as_a_content_chunk_before_its_final_update(
     server_v2: RawClient, tmp_path: Path
 ) -> None:
+    """ACP-PATCH-204 for chunks: each carries its non-empty toolCallId and one content item."""
     session_id = await server_v2.new_session_v2(str(tmp_path))
     await server_v2.prompt(session_id, [delegate("work", CHILD), {"say": "parent done"}])
     assert (await server_v2.idle(session_id))["params"]["update"]["stopReason"] == "end_turn"
     call = the_delegate_call(server_v2, session_id)
     chunks = chunks_of(server_v2, session_id, call)
+    assert chunks and all(c["toolCallId"] and isinstance(c["content"], dict) for c in chunks)
     shown = texts([c["content"] for c in chunks])
     assert shown[0] == "c1" and shown[1].startswith("→ ") and shown[2:] == ["  done", "c2"], shown
     updates = [u for u in server_v2.updates(session_id) if u.get("toolCallId") == call]
