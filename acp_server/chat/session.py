@@ -12,7 +12,9 @@ in the session's directory, and asks permission here (and, on v2, asks its quest
 Versions: `initialize` asks for ACP 2 and the agent's answer decides (ACP-V2.md §2). The end of a turn differs:
 
 - on 1 (an agent that speaks only v1, or acp-server `--protocol 1`) the prompt's response is the end of the turn and
-  carries its stop reason (`cancelled` after a cancel); an error response is a failed turn;
+  carries its stop reason (`cancelled` after a cancel); an error response is a failed turn, except `-32800` to a
+  turn we cancelled: v1 defines it too (Request cancelled, for `$/cancel_request` and the agent's own cancellation,
+  ACP-REFERENCE.md §8b, and I20 allows it as a cancelled prompt's answer), so it says our cancel took effect;
 - on 2 the prompt is answered when the message is inserted (`{messageId}`), maybe only after earlier work ends (a
   held prompt), and the turn ends with an `idle` `state_update`, its stop reason `end_turn` when it gives none (an
   `error` stop reason carries the failure). Only an idle that can be this turn's counts: one read after the
@@ -47,7 +49,9 @@ PROTOCOL_VERSION = 2  # the newest this client speaks; it asks for it, and speak
 SUPPORTED_VERSIONS = (1, 2)
 AUTH_REQUIRED = -32000
 METHOD_NOT_FOUND = -32601
-REQUEST_CANCELLED = -32800  # v2: a held prompt withdrawn by `session/cancel` (ACP-V2.md §20.1)
+# Request cancelled. After our cancel it is the cancel taking effect: on v2 a held prompt withdrawn (ACP-V2.md §20.1);
+# on v1 an agent that answers the cancelled prompt with the generic cancellation error instead of `cancelled`.
+REQUEST_CANCELLED = -32800
 EXIT_INTERRUPTED = 130  # what a shell reports for a program ended by Ctrl-C
 QUIT_COMMANDS = ("/quit", "/exit")
 
@@ -212,7 +216,7 @@ class Conversation:
                 await turn.ended.wait()
         except ResponseError as exc:  # nothing was inserted (v2), or the turn failed (v1)
             if turn.cancelling and exc.code == REQUEST_CANCELLED:
-                self._renderer.turn_end("cancelled")  # a held prompt, withdrawn by our cancel: nothing ran
+                self._renderer.turn_end("cancelled")  # our cancel took effect (v2: a held prompt, nothing ran)
                 return "cancelled"
             self._renderer.error(f"error: {exc.message}")
             return None

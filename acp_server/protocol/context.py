@@ -56,8 +56,10 @@ class Parts:
     # The notifications beyond ACP's that this server handles (advertised in `initialize`).
     extension_notifications: tuple[str, ...] = ()
     # Held v2 prompts a cancel withdrew and answered itself, at once (protocol/v2/withdrawals.py): their
-    # own request handlers send nothing more (the dispatcher drops their answer).
-    withdrawn: set[RequestId] = field(default_factory=set)
+    # own request handlers send nothing more (the dispatcher drops their answer). Kept by the run itself (identity),
+    # not by its request id: the client chooses ids, and another request may carry the same one while the withdrawn
+    # prompt's handler has yet to look (its answer would be dropped, and the withdrawn one answered twice).
+    withdrawn: set[RunContext] = field(default_factory=set)
 
     @property
     def turns(self) -> TurnServices:

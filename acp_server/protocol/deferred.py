@@ -147,6 +147,7 @@ class DeferredHandler:
     async def __call__(self, context: Any, params: Any) -> Any:
         if context.admission_error is not None:
             raise context.admission_error  # a refused prompt (the first thing its handler does), answered at once
+        await context.parts.handshake.answered()  # pipelined behind `initialize`: after its answer
         await context.parts.session_side.load()
         function = getattr(importlib.import_module(self.module), self.__name__)
         return await function(context, params)
@@ -167,6 +168,7 @@ class AfterLoad:
         self.__name__ = function.__name__  # what the error boundary's log names (jsonrpc/rpc.py)
 
     async def __call__(self, context: Any, params: Any) -> Any:
+        await context.parts.handshake.answered()  # pipelined behind `initialize`: after its answer
         await context.parts.session_side.load()
         return await self._function(context, params)
 

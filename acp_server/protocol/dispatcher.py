@@ -73,8 +73,11 @@ class AcpDispatcher:
             return context
         if request.method == "session/prompt" and isinstance(request.params, dict):
             self._admit(context, request.params)
-        elif request.method == "initialize" and isinstance(request.params, dict):
-            self._handshake(context, request.params)
+        elif request.method == "initialize":
+            self.parts.handshake.initialize_read()
+            context.after.append(self.parts.handshake.initialize_answered)  # first: what waits for it goes on
+            if isinstance(request.params, dict):
+                self._handshake(context, request.params)
         return context
 
     def _speaks_v2(self, request: IncomingRequest) -> bool:
@@ -118,6 +121,8 @@ class AcpDispatcher:
             except RpcError:
                 return
             handshake.version = 2
+            handshake.auth_problem = self.parts.auth.problem
+            handshake.auth_offered = handshake.auth_problem is not None
             # v2 has no client files or terminals; its elicitation markers are v1's (`{}` advertises a mode). Notices
             # and compactions need no client capability in v2 (ACP-V2.md §18): every v2 client is shown them as such.
             offered = initialize_v2.capabilities if isinstance(initialize_v2.capabilities, dict) else {}
@@ -131,6 +136,7 @@ class AcpDispatcher:
             return  # the handler validates again and answers -32602
         context.validated_params = initialize_request
         handshake.client_capabilities = initialize_request.client_capabilities
+        handshake.auth_problem = self.parts.auth.problem
 
     def _admit(self, context: RequestContext, params: dict[str, Any]) -> None:
         try:
@@ -169,10 +175,10 @@ class AcpDispatcher:
 
     def _answered_by_withdrawal(self, context: RequestContext) -> bool:
         """A held v2 prompt whose -32800 its cancel already sent (before or while its handler waited)."""
-        withdrawn = self.parts.withdrawn
-        if context.run is None or context.request_id not in withdrawn:
+        withdrawn, run = self.parts.withdrawn, context.run
+        if run is None or run not in withdrawn:
             return False
-        withdrawn.discard(context.request_id)
+        withdrawn.discard(run)
         return True
 
     async def _answer(self, request: IncomingRequest, context: RequestContext) -> dict[str, Any]:

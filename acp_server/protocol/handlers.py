@@ -125,9 +125,10 @@ AUTH_METHOD_ID = "api-key"
 
 def _auth_methods(parts: Parts) -> list[dict[str, Any]]:
     """Offered only while a key is missing: the description says exactly where to put it (ACP `agent` method)."""
-    if parts.auth.problem is None:
+    problem = parts.handshake.auth_problem  # as `initialize` was read (protocol/session_table.py)
+    if problem is None:
         return []
-    return [{"id": AUTH_METHOD_ID, "name": "API key", "description": parts.auth.problem}]
+    return [{"id": AUTH_METHOD_ID, "name": "API key", "description": problem}]
 
 
 async def authenticate(context: RequestContext, params: AuthenticateRequest) -> dict[str, Any]:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import anyio
+
 from acp_server.jsonrpc.rpc import ErrorCode, RpcError
 from acp_server.protocol.initialize import Capabilities
 from acp_server.sessions.runs import RunRegistry, Session
@@ -18,8 +20,31 @@ class Handshake:
     def __init__(self) -> None:
         self.client_capabilities: Capabilities | None = None
         self.version = 1
+        # Why a key was missing when `initialize` was read (None: none was), recorded then, in reader order, so that
+        # its answer's `authMethods` says what held before the requests pipelined behind it (an `auth/login` there
+        # may run before the `initialize` handler does).
+        self.auth_problem: str | None = None
         # Whether a v2 `initialize` offered `authMethods`: only then are `auth/login` and `auth/logout` served.
         self.auth_offered = False
+        self._unanswered = 0  # `initialize` requests read and not yet answered
+        self._answered: anyio.Event | None = None  # set when the last of them is
+
+    def initialize_read(self) -> None:
+        """An `initialize` was read (in reader order): what comes behind it waits for its answer (`answered`)."""
+        self._unanswered += 1
+        if self._answered is None or self._answered.is_set():
+            self._answered = anyio.Event()
+
+    def initialize_answered(self) -> None:
+        self._unanswered -= 1
+        if self._unanswered == 0 and self._answered is not None:
+            self._answered.set()
+
+    async def answered(self) -> None:
+        """Once every `initialize` read so far is answered (at once if none is waiting): a request pipelined behind
+        one acts after it, and the session side is loaded after its answer, never before (protocol/deferred.py)."""
+        if self._answered is not None and not self._answered.is_set():
+            await self._answered.wait()
 
     @property
     def v2(self) -> bool:

@@ -130,11 +130,12 @@ class LocalCommandRunner:
         text = output.data.decode(errors="replace")
         truncated = output.dropped > 0
         sandbox = self._sandbox.mode.value if isinstance(self._sandbox, Sandbox) else None
+        refused = self._sandbox.refused(self._roots) if isinstance(self._sandbox, Sandbox) else ()
         if code is not None and code < 0:
             return CommandResult(
-                text, None, _signal_name(-code), truncated, timer.cancelled_caught, sandbox, unconfined
+                text, None, _signal_name(-code), truncated, timer.cancelled_caught, sandbox, unconfined, refused
             )
-        return CommandResult(text, code, None, truncated, timer.cancelled_caught, sandbox, unconfined)
+        return CommandResult(text, code, None, truncated, timer.cancelled_caught, sandbox, unconfined, refused)
 
 
 def _signal_name(number: int) -> str:

@@ -61,6 +61,8 @@ class CommandResult:
     sandbox: str | None = None
     # Why it ran unconfined although a sandbox was meant to hold it (the default mode, where none can be had).
     unconfined: str | None = None
+    # The directories its sandbox would have let it write and did not, each with why (they hold the server's code).
+    refused: tuple[str, ...] = ()
 
 
 class CommandRunner(Protocol):

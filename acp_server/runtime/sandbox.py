@@ -39,7 +39,8 @@ change it. Nothing, that is, unless what it runs before it confines itself lies 
 server's code (an editable install in the project the agent works on; a uvx install in `~/.cache/uv`), landlockpy,
 the standard library or the interpreter (by its path and resolved). Then a command could edit the launcher and run
 the commands after it unconfined, so such a directory is never writable (fails closed): it is dropped from the
-rules, said on stderr once per set of directories, and named by `doctor` when `sandbox_writable` holds it.
+rules, said on stderr once per set of directories (the temp directory's already at start-up), named by `doctor`
+when `sandbox_writable` or the temp directory holds it, and named to the model beside a write it refused.
 """
 
 from __future__ import annotations
@@ -144,12 +145,29 @@ class Sandbox:
         or nowhere (read-only). A directory holding the launcher's own code or interpreter is never writable."""
         writable: tuple[str, ...] = ()
         if self.mode is SandboxMode.WORKSPACE_WRITE:
-            asked = tuple(dict.fromkeys([*(str(root) for root in roots), *_temp_dirs(), *self.extra]))
-            writable = _safe_writable(asked, self.package_dir)
+            writable = _safe_writable(self._asked(roots), self.package_dir)
         args = [f"--write={path}" for path in writable]
         if not self.network:
             args.append("--no-network")
         return [sys.executable, "-I", "-S", "-c", _boot(self.package_dir), *args, "--", *argv]
+
+    def _asked(self, roots: Sequence[Path]) -> tuple[str, ...]:
+        """What workspace-write would make writable for a session with these roots, before the launcher's check."""
+        return tuple(dict.fromkeys([*(str(root) for root in roots), *_temp_dirs(), *self.extra]))
+
+    def refused(self, roots: Sequence[Path]) -> tuple[str, ...]:
+        """In words, each directory a session with these roots would have writable and does not, because it holds
+        (or lies inside) what the launcher runs (`_safe_writable`): for the model, beside a refused write, which
+        otherwise reads as a plain EACCES in a directory the rules seem to allow (a checkout under /tmp: all of /tmp
+        is refused)."""
+        if self.mode is not SandboxMode.WORKSPACE_WRITE:
+            return ()
+        found: list[str] = []
+        for root in self._asked(roots):
+            exposed = _exposed(root, self.package_dir)
+            if exposed:
+                found.append(f"{root} is NOT writable: {_dropped_because(exposed)}")
+        return tuple(found)
 
     def words(self) -> str:
         """What it does, for `doctor`, the start-up log and the model."""
@@ -192,8 +210,16 @@ class Sandbox:
     def problems(self) -> list[str]:
         """What the configuration asks for that will not be done, for `doctor` and the start-up log: writable
         directories dropped because they hold the launcher, or missing."""
-        found = []
-        for path in self.extra if self.mode is SandboxMode.WORKSPACE_WRITE else ():
+        found: list[str] = []
+        if self.mode is not SandboxMode.WORKSPACE_WRITE:
+            return found
+        # The temp directory is known from the start, unlike the sessions' roots: one that holds the server's own
+        # code (a checkout or venv under /tmp) is refused to every command, and the start-up log says so and why.
+        for path in _temp_dirs():
+            exposed = _exposed(path, self.package_dir)
+            if exposed and path not in self.extra:
+                found.append(f"the temp directory {path} NOT writable: {_dropped_because(exposed)}")
+        for path in self.extra:
             exposed = _exposed(path, self.package_dir)
             if exposed:
                 found.append(f"{path} NOT writable: {_dropped_because(exposed)}")

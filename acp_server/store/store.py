@@ -14,6 +14,11 @@
   leases.py). Turns left `running` by an owner that is gone are marked `interrupted` at open, on load, and every few
   seconds; a live owner's turns never are. On the same machine the process check decides (a laptop that slept for an
   hour has stale heartbeats but live processes); the heartbeat decides only where the process cannot be checked.
+- **Checkpoints never run inside a commit.** SQLite's automatic checkpoint runs in whichever commit crosses the WAL
+  size, with two fsyncs: on an ext4 disk that made one commit in a hundred take 5-10 ms instead of 0.5, and a prompt's
+  (or a cancel's) response waits for its turn's commit. `run_flusher` checkpoints in the background instead, on a
+  connection of its own (a WAL checkpoint runs beside the writer); the automatic one stays only as a backstop, at a
+  size the background one never lets the WAL reach.
 - **A store that cannot be opened is never deleted or overwritten** (sqlite_file.py): `SessionStore.open` raises
   `StoreUnavailable` with a message for stderr, and the server keeps serving new sessions without persistence.
 """
@@ -23,6 +28,7 @@ from __future__ import annotations
 import logging
 import os
 import sqlite3
+import threading
 import time
 import uuid
 from collections import deque
@@ -52,7 +58,7 @@ from acp_server.store.records import (
     utc_now,
 )
 from acp_server.store.sqlite_file import HOLD, SESSION_COLUMNS, connect, enter_wal, validate
-from acp_server.store.turn_log import Batch, TurnLog, new_turn_id
+from acp_server.store.turn_log import Batch, TurnLog, decode_entries, new_turn_id
 from acp_server.store.turn_records import TurnEntry, UserChunk
 from acp_server.store.worker import DeleteOutcome, StoreWorker, tombstone_ops
 
@@ -64,6 +70,10 @@ _T = TypeVar("_T")
 FLUSH_INTERVAL_S = 0.05  # half the 100 ms loss budget, leaving the other half for the commit and scheduling
 _HEARTBEAT_INTERVAL_S = 5.0
 _SWEEP_INTERVAL_S = 5.0
+CHECKPOINT_INTERVAL_S = 1.0  # the background checkpoint, while anything was committed since the last one
+# The automatic checkpoint, in pages (4 KiB): a backstop the background one keeps the WAL far below (SQLite's own is
+# 1,000 pages, which a busy process crosses every few seconds).
+_BACKSTOP_CHECKPOINT_PAGES = 16384
 STALE_AFTER_S = 30.0
 # A batch that keeps failing is retried, but not forever and not without bound: past these it is dropped and logged.
 _RETRY_WINDOW_S = 60.0
@@ -120,6 +130,10 @@ class SessionStore:
         self._last_heartbeat = now
         self._last_sweep = now
         self._closed = False
+        self._checkpointed = 0  # the latest batch known committed when the last background checkpoint began
+        self._checkpointer: sqlite3.Connection | None = None  # its own connection, opened by the first checkpoint
+        self._checkpoint_lock = threading.Lock()  # the checkpointer's connection, between its thread and close
+        self.checkpoints = 0  # background checkpoints done (for tests and stats)
 
     # -- opening and closing --
 
@@ -144,6 +158,7 @@ class SessionStore:
             enter_wal(conn)
             conn.execute("PRAGMA synchronous = NORMAL")  # WAL + NORMAL: a commit survives a process crash
             conn.execute("PRAGMA journal_size_limit = 67108864")
+            conn.execute(f"PRAGMA wal_autocheckpoint = {_BACKSTOP_CHECKPOINT_PAGES}")
             identity = own_identity()
             owner_id = uuid.uuid4().hex
             store = cls(store_path, conn, identity, owner_id, stale_after, read_legacy=read_legacy)
@@ -166,6 +181,7 @@ class SessionStore:
         if not self._closed:
             self._closed = True
             self._worker.finish(self._take(final=True))
+            self._close_checkpointer()
 
     async def aclose(self) -> None:
         with anyio.CancelScope(shield=True):
@@ -175,6 +191,7 @@ class SessionStore:
                 self._closed = True
                 batch = self._take(final=True)  # here, on the event loop thread that appends
                 await anyio.to_thread.run_sync(self._worker.finish, batch)
+                await anyio.to_thread.run_sync(self._close_checkpointer)
 
     # -- buffered writes (synchronous, cheap) --
 
@@ -291,8 +308,19 @@ class SessionStore:
         self._ops.append(("DELETE FROM holds WHERE session_id = ? AND owner_id = ?", (session_id, self.owner_id)))
 
     def pending_entries(self, session_id: str) -> dict[str, list[TurnEntry]]:
-        """The session's records appended since a flush last took them, by turn id (see `TurnLog.pending`)."""
-        return {turn.turn_id: turn.pending() for turn in self._dirty if turn.session_id == session_id}
+        """The session's records not committed yet, by turn id, oldest first: those of a batch whose commit failed
+        and is kept for the next flush (taken from the turn logs, so in neither the store nor their buffers), then
+        those appended since a flush last took them (see `TurnLog.pending`)."""
+        pending: dict[str, list[TurnEntry]] = {}
+        failed = self._failed
+        if failed is not None:
+            for turn_id, _, data in failed.updates:
+                if failed.sessions.get(turn_id) == session_id:
+                    pending.setdefault(turn_id, []).extend(decode_entries(bytes(data)))
+        for turn in self._dirty:
+            if turn.session_id == session_id:
+                pending.setdefault(turn.turn_id, []).extend(turn.pending())
+        return pending
 
     @property
     def buffered(self) -> int:
@@ -312,14 +340,45 @@ class SessionStore:
 
     async def run_flusher(self, interval: float = FLUSH_INTERVAL_S) -> None:
         """Flush every `interval` seconds, measured from the start of the previous flush, until cancelled. Also
-        renews this process's lease and marks turns of gone owners `interrupted` every few seconds."""
+        renews this process's lease and marks turns of gone owners `interrupted` every few seconds, and checkpoints
+        the WAL in the background every `CHECKPOINT_INTERVAL_S` while anything was committed (never more than one
+        checkpoint at a time; one in progress is let finish, in its thread, when the flusher is cancelled)."""
         next_at = anyio.current_time()
-        while not self._closed:
-            next_at += interval
-            now = anyio.current_time()
-            next_at = max(next_at, now)  # fell behind (a slow commit): no burst of catch-up flushes
-            await anyio.sleep(next_at - now)
-            await self.flush()
+        checkpoint_at = next_at + CHECKPOINT_INTERVAL_S
+        async with anyio.create_task_group() as checkpoints:
+            while not self._closed:
+                next_at += interval
+                now = anyio.current_time()
+                next_at = max(next_at, now)  # fell behind (a slow commit): no burst of catch-up flushes
+                await anyio.sleep(next_at - now)
+                await self.flush()
+                if now >= checkpoint_at and self._committed > self._checkpointed and not self._checkpoint_lock.locked():
+                    checkpoint_at = now + CHECKPOINT_INTERVAL_S
+                    self._checkpointed = self._committed
+                    checkpoints.start_soon(self._background_checkpoint)
+
+    async def _background_checkpoint(self) -> None:
+        try:
+            await anyio.to_thread.run_sync(self._checkpoint)
+        except sqlite3.Error as exc:  # the writer's next commits are unaffected; the backstop still checkpoints
+            log.warning("session store: background checkpoint failed: %s", exc)
+
+    def _checkpoint(self) -> None:
+        """A PASSIVE checkpoint (it copies what no reader still needs and never blocks the writer), on the
+        checkpointer's own connection (in a worker thread)."""
+        with self._checkpoint_lock:
+            if self._closed:
+                return
+            if self._checkpointer is None:
+                self._checkpointer = connect(self.path)
+            self._checkpointer.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+            self.checkpoints += 1
+
+    def _close_checkpointer(self) -> None:
+        with self._checkpoint_lock:  # after a checkpoint in progress
+            if self._checkpointer is not None:
+                self._checkpointer.close()
+                self._checkpointer = None
 
     async def sweep(self) -> int:
         """Mark the running turns of owners that are gone `interrupted` now; how many were marked."""
@@ -467,8 +526,9 @@ class SessionStore:
         if sweep:
             self._last_sweep = now
         updates = [(turn.turn_id, count, data) for turn in self._dirty for count, data in turn._take()]
+        sessions = {turn.turn_id: turn.session_id for turn in self._dirty}
         self._dirty.clear()
-        batch = Batch(self._ops, updates, heartbeat, sweep).after(self._failed)
+        batch = Batch(self._ops, updates, heartbeat, sweep, sessions=sessions).after(self._failed)
         self._ops = []
         self._failed = None
         self._taken += 1

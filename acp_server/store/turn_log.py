@@ -142,6 +142,9 @@ class Batch:
     heartbeat: bool
     sweep: bool
     first_taken: float = field(default_factory=time.monotonic)
+    # Turn id -> its session id, for the turns in `updates`: a batch kept after a failed commit still holds records
+    # shown to the client, and a resume replaying a session's running work must find them (`pending_entries`).
+    sessions: dict[str, str] = field(default_factory=dict)
 
     def after(self, earlier: Batch | None) -> Batch:
         if earlier is None:
@@ -152,6 +155,7 @@ class Batch:
             earlier.heartbeat or self.heartbeat,
             earlier.sweep or self.sweep,
             earlier.first_taken,
+            {**earlier.sessions, **self.sessions},
         )
 
     @property

@@ -201,14 +201,19 @@ def test_mcp_servers_from_the_config_file_are_started_and_asked_for_their_tools(
 
 
 def test_the_sandbox_line_says_whether_commands_are_confined_and_how() -> None:
+    from acp_server.runtime import sandbox as sandbox_module
     from acp_server.runtime.sandbox import landlock_support
 
     support = landlock_support()
     default = doctor()
+    # A checkout or venv under the temp directory (a CI clone in /tmp): that directory is never writable, and said.
+    held = [path for path in sandbox_module._temp_dirs() if sandbox_module._exposed(path, support.package_dir)]
     if support.abi >= 1:
-        line = default.line("OK   sandbox")
+        line = default.line("WARN sandbox" if held else "OK   sandbox")
         assert f"workspace-write through Landlock ABI {support.abi}" in line
         assert "write only in the session's directories and the temp directory; network allowed" in line
+        for path in held:
+            assert f"the temp directory {path} NOT writable: it holds or lies inside" in line
         closed = doctor("--sandbox", "read-only", "--no-sandbox-network")
         if support.abi >= 9:
             assert "network off" in closed.line("OK   sandbox")

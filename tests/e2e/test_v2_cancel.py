@@ -667,3 +667,28 @@ async def test_a_permission_wait_ended_by_tool_call_cancel_of_its_delegate_goes_
     went_on = [m for m in server.received if of_session(session_id)(m) and "went on" in repr(m)]
     assert position(server, withdrawn) < position(server, idle)
     assert went_on and position(server, answer) < position(server, resumed) < position(server, went_on[0])
+
+
+async def test_a_withdrawn_prompt_s_id_taken_by_the_next_prompt_leaves_that_prompt_answered_and_run(
+    server_v2: RawClient,
+) -> None:
+    """The client chooses request ids: a prompt sent right behind the `$/cancel_request` that withdraws a held
+    prompt, with that prompt's id (a client that frees an id once it cancels it), is answered and runs; the
+    withdrawn one is answered -32800 once. The withdrawal is the held run's own, not its id's: keyed by the id, the
+    new prompt's answer was dropped (it never ran) and the withdrawn prompt was answered twice."""
+    server = server_v2
+    busy = await server.new_session_v2()
+    idle_session = await server.new_session_v2()
+    await server.prompt(busy, [{"gate": "g"}])
+    await server.probe("gate_reached", sessionId=busy, gate="g")
+    held = await server.prompt(busy, [{"say": "never"}])
+    await server.quiet(W_QUIET, lambda m: m.get("id") == held)  # held: its handler waits for the session
+    reused = server.prompt_message(idle_session, [{"say": "ran"}], request_id=held)
+    await server.send({"method": "$/cancel_request", "params": {"requestId": held}}, reused)
+    assert (await server.idle(idle_session))["params"]["update"]["stopReason"] == "end_turn"
+    await server.release(busy, "g")
+    await server.idle(busy)
+    answers = [m for m in server.received if m.get("id") == held and "method" not in m]
+    assert sorted("error" in m for m in answers) == [False, True], answers
+    assert [m["error"]["code"] for m in answers if "error" in m] == [-32800]
+    assert len(server.updates(idle_session, "user_message")) == 1

@@ -5,9 +5,11 @@ resumes on the other), `close` and `delete`. Tests named `test_acp_…` hold the
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from tests.conftest import StartServer
@@ -277,3 +279,45 @@ async def test_resume_with_replay_while_the_work_streams_replays_only_what_was_s
     # chunk after that comes once, live.
     assert replayed == ["x " * 5000, "so-far "]
     assert live == "p " * 400
+
+
+async def test_resume_with_replay_of_running_work_replays_what_a_failed_flush_still_holds(
+    start_server: StartServer, tmp_path: Path
+) -> None:
+    """§23 Q12 when the store cannot commit (another process holds its write lock past the busy timeout): a flush
+    that failed keeps its batch for the next one, and what it holds was shown to the client, so a resume replaying
+    the running work replays it too (it is neither committed nor in the turn's buffer any more: it used to be left
+    out, the replay skipping what the client had been shown between the last commit and the failure)."""
+    state, log_file = tmp_path / "state", tmp_path / "acp-server.log"
+    env = {"ACP_SERVER_STATE_DIR": str(state), "ACP_SERVER_LOG_FILE": str(log_file)}
+    server = await start_server(env=env)
+    await server.initialize_v2()
+    session_id = await server.new_session_v2()
+    script = [{"say": "committed "}, {"gate": "g1"}, {"say": "kept "}, {"gate": "g2"}]
+    await server.response(await server.prompt(session_id, script))
+    await server.probe("gate_reached", sessionId=session_id, gate="g1")
+    blocker = sqlite3.connect(state / "sessions.sqlite3", timeout=T_WAIT, isolation_level=None)
+    try:
+        await anyio.sleep(0.3)  # a few flushes: what was shown so far is committed
+        blocker.execute("BEGIN IMMEDIATE")  # from here on every commit waits out the busy timeout and fails
+        await server.release(session_id, "g1")
+        await server.probe("gate_reached", sessionId=session_id, gate="g2")
+        with anyio.fail_after(3 * T_WAIT):  # the busy timeout is 5 s
+            # Another process's log file: no event to wait on.
+            while "a flush failed" not in (log_file.read_text() if log_file.exists() else ""):  # noqa: ASYNC110
+                await anyio.sleep(0.1)
+        since = len(server.received)
+        resume = {"sessionId": session_id, "cwd": "/tmp", "replayFrom": {"type": "start"}}
+        response = await server.call("session/resume", resume, timeout=3 * T_WAIT)  # its flush fails too
+        assert "result" in response
+    finally:
+        blocker.close()
+    replayed = [
+        m["params"]["update"]
+        for m in server.received[since : position(server, response)]
+        if m.get("method") == "session/update" and m["params"]["sessionId"] == session_id
+    ]
+    texts = "".join(b["text"] for u in replayed if u["sessionUpdate"] == "agent_message" for b in u["content"])
+    assert texts == "committed kept "
+    await server.release(session_id, "g2")
+    assert (await server.idle(session_id))["params"]["update"]["stopReason"] == "end_turn"

@@ -59,9 +59,10 @@ def auth_method_id(parts: Parts) -> str:
 
 
 def auth_methods_v2(parts: Parts) -> list[dict[str, Any]]:
-    """What `initialize` advertises: the `agent` method while a key is missing (its description says where to put
-    it), else nothing. Recorded on the connection: it decides whether `auth/*` is served."""
-    if parts.auth.problem is None:
+    """What `initialize` advertises: the `agent` method while a key was missing as it was read (its description says
+    where to put it), else nothing. Decided in reader order (`Handshake.auth_problem`, which also decides whether
+    `auth/*` is served), so a login pipelined behind `initialize` finds it offered."""
+    problem = parts.handshake.auth_problem
+    if problem is None:
         return []
-    parts.handshake.auth_offered = True
-    return [{"methodId": auth_method_id(parts), "name": "API key", "type": "agent", "description": parts.auth.problem}]
+    return [{"methodId": auth_method_id(parts), "name": "API key", "type": "agent", "description": problem}]

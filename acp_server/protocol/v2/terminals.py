@@ -5,7 +5,8 @@ and is shown as a terminal: the tool call's content anchors it (`{"type": "termi
 `terminal_update` announces it (command, cwd, size, `capabilities.cancel`), each piece of output is a
 `terminal_output_chunk` (independently base64), and its end is a `terminal_update` with `exitStatus` and the controls
 cleared — before the turn's `idle` even when a cancel stops it, and even when the cleanup deadline seals the turn
-before the command is dead (the seal then kills the group and sends the end). `terminal/cancel` stops the process
+before the command is dead (the seal then kills the group and sends the end; a process still being spawned then is
+killed the moment it runs, and its end says so). `terminal/cancel` stops the process
 group alone (SIGTERM, then SIGKILL), at once or, when it comes while the process is still being spawned, the moment it
 runs: the command reports how it died and the tool call finishes as a failed command; the turn goes on.
 
@@ -91,6 +92,10 @@ class TerminalRunner:
         await connection.send_fenced(self._message(announced), run)
         started: list[Process] = []
         stop_asked: list[bool] = []  # a `terminal/cancel` came; it may come before the process runs (§20.4)
+        # `runner.run` has not returned: a terminal ended before its process started is then being spawned (the
+        # spawn is shielded, so it completes), not one whose spawn failed or never began.
+        spawning = [True]
+        sealed: list[bool] = []  # `_seal` ended the terminal while the process was being spawned
 
         def stop() -> None:
             stop_asked.append(True)
@@ -99,7 +104,12 @@ class TerminalRunner:
 
         def on_started(process: Process) -> None:
             started.append(process)
-            if stop_asked:  # cancelled while it was being spawned: it is stopped the moment it runs
+            if sealed:
+                # The turn was sealed while this was being spawned, and its end already said SIGKILL: killed the
+                # moment it runs, group and all, like a running one (a polite stop, bounded by the passed deadline,
+                # would be SIGTERM alone, which a command may ignore and outlive the turn).
+                self._processes.kill(process)
+            elif stop_asked:  # cancelled while it was being spawned: it is stopped the moment it runs
                 connection.spawn(self._processes.terminate, process)
 
         tail = OutputTail()  # what the runner keeps, and the model reads: the client is resynced to it
@@ -140,8 +150,10 @@ class TerminalRunner:
             # the turn first. A group still running then (its stop was cut short) is killed, and says so.
             if run.terminal_ends.pop(terminal_id, None) is None:
                 return
-            killed = bool(started) and started[0].returncode is None
-            if killed:
+            if not started and spawning[0]:
+                sealed.append(True)  # killed the moment it runs (`on_started`)
+            killed = bool(sealed) or (bool(started) and started[0].returncode is None)
+            if killed and started:
                 self._processes.kill(started[0])
             if not run.fenced:
                 exited = _exited(terminal_id, started, killed)
@@ -156,6 +168,7 @@ class TerminalRunner:
                 await snapshot()  # the client ends with exactly the tail the model reads
             return result
         finally:
+            spawning[0] = False
             run.terminal_stops.pop(terminal_id, None)
             end()
 

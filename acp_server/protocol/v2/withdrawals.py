@@ -37,7 +37,7 @@ def withdraw(parts: Parts, run: RunContext) -> None:
     if not run.cancelled or run.was_admitted or parts.prompts.get(run.request_id) is not run:
         return  # not claimed, inserted (answered `{messageId}`), or answered already
     del parts.prompts[run.request_id]  # answered: `$/cancel_request` no longer names it
-    parts.withdrawn.add(run.request_id)
+    parts.withdrawn.add(run)
     parts.connection.send(error_message(run.request_id, ErrorCode.REQUEST_CANCELLED, WITHDRAWN))
 
 

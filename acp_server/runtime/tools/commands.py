@@ -155,7 +155,9 @@ def _report(result: CommandResult, timeout: float, where: str) -> str:
             if result.sandbox == "read-only"
             else "only the session's directories and the temp directory may be written"
         )
-        notes.append(f"it ran in the {result.sandbox} sandbox: {where_writable}")
+        # And what of that it still may not write, with why: a refused temp directory or root otherwise reads as
+        # a sandbox that breaks its own rules.
+        notes.append("; ".join([f"it ran in the {result.sandbox} sandbox: {where_writable}", *result.refused]))
     if result.unconfined is not None:
         notes.append(f"NOT sandboxed: it ran with the user's full rights ({result.unconfined})")
     body = output if output.strip() else "(no output)"

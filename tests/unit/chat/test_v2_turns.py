@@ -4,6 +4,7 @@ On v2 the prompt's response only says the message was inserted, and the turn end
 Which idle is the turn's depends on the order of the wire: before the response and before any `running`, an idle is
 the earlier work's end (a held prompt is answered only once that work is idle) or a repeated snapshot, which the
 schema says MUST NOT count as a completion. The agent here is scripted, line by line, on the real `RpcClient`.
+What a `-32800` answer to the prompt means is checked here on v1 too (the cancel taking effect only after ours).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 import anyio
+import pytest
 from anyio.abc import TaskGroup
 
 from acp_server.chat.agent_process import AgentProcess
@@ -43,8 +45,8 @@ class Outcome:
 
 
 @asynccontextmanager
-async def v2_chat() -> AsyncIterator[Chat]:
-    """A conversation with the scripted agent, past `initialize` (answered 2) and `session/new`."""
+async def v2_chat(version: int = 2) -> AsyncIterator[Chat]:
+    """A conversation with the scripted agent, past `initialize` (answered `version`) and `session/new`."""
     agent, screen, keyboard = ScriptedAgent(), Screen(), Keyboard()
     conversation = Conversation(cast(AgentProcess, agent), Renderer(screen), cast(LineInput, keyboard))
     try:
@@ -54,7 +56,7 @@ async def v2_chat() -> AsyncIterator[Chat]:
                 async with anyio.create_task_group() as opening:
                     opening.start_soon(conversation.open)
                     initialize = await agent.read()
-                    await agent.write(answer(initialize, {"protocolVersion": 2, "info": {"name": "scripted"}}))
+                    await agent.write(answer(initialize, {"protocolVersion": version, "info": {"name": "scripted"}}))
                     await agent.write(answer(await agent.read(), {"sessionId": SESSION}))
                 yield Chat(conversation, agent, screen, tasks)
                 conversation.rpc.closing()
@@ -154,3 +156,28 @@ async def test_ctrl_c_on_a_held_prompt_withdrawn_with_32800_ends_the_turn_cancel
         assert outcome.result == [130]
         assert chat.screen.out.endswith("cancelled\n")
         assert "error" not in chat.screen.err
+
+
+async def test_on_v1_a_32800_to_the_prompt_after_ctrl_c_is_the_cancel_taking_effect_and_exits_130() -> None:
+    """v1 defines -32800 too (Request cancelled: `$/cancel_request`, the agent's own cancellation; INTERRUPTS.md I20
+    allows it as a cancelled prompt's answer): after our `session/cancel` it says the cancel took effect."""
+    async with v2_chat(version=1) as chat:
+        outcome, prompt = await prompted(chat, one_shot=True)
+        await chat.conversation._interrupted()  # Ctrl-C
+        assert (await chat.agent.read())["method"] == "session/cancel"
+        await chat.agent.write(refuse(prompt, -32800, "Request cancelled"))
+        await outcome.done.wait()
+        assert outcome.result == [130]
+        assert chat.screen.out.endswith("cancelled\n")
+        assert "error" not in chat.screen.err
+
+
+@pytest.mark.parametrize("version", [1, 2])
+async def test_a_32800_to_a_prompt_nobody_cancelled_is_reported_as_the_agent_s_error(version: int) -> None:
+    """Without our Ctrl-C, -32800 is the agent cancelling on its own (a timeout, a shutdown): an error, exit 1."""
+    async with v2_chat(version=version) as chat:
+        outcome, prompt = await prompted(chat, one_shot=True)
+        await chat.agent.write(refuse(prompt, -32800, "Request cancelled: shutting down"))
+        await outcome.done.wait()
+        assert outcome.result == [1]
+        assert "error: Request cancelled: shutting down" in chat.screen.err

@@ -16,6 +16,7 @@ import pytest
 from acp_server.jsonrpc.rpc import ErrorCode, RpcError
 from acp_server.protocol.deferred import Deferred, after_load, deferred
 from acp_server.protocol.handlers import _warm_up_after_initialize
+from acp_server.protocol.session_table import Handshake
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -94,6 +95,7 @@ def _parts(side: Deferred[Any], *, closing: bool = False) -> Any:
         session_side=side,
         connection=types.SimpleNamespace(closing=closing),
         config=types.SimpleNamespace(model="scripted"),
+        handshake=Handshake(),
     )
 
 
@@ -228,3 +230,27 @@ def test_the_session_side_is_frozen_out_of_the_collectors_sight_like_start_up_wh
     result = subprocess.run(command, capture_output=True, text=True, timeout=25, check=False)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == f"(True, {frozen})"
+
+
+async def test_a_request_pipelined_behind_initialize_waits_for_its_answer_before_it_loads_or_acts() -> None:
+    """An `auth/login` read right behind `initialize` once ran (and started the session side's load) while the
+    `initialize` handler still awaited the models list: it found no authentication offered, and was answered first.
+    What waits for the load now waits for every `initialize` read before it to be answered."""
+    side: Deferred[Any] = Deferred(("colorsys",), lambda: "turns")
+    parts = _parts(side)
+    parts.handshake.initialize_read()
+    context = types.SimpleNamespace(parts=parts, admission_error=None)
+    acted: list[str] = []
+
+    async def login(context: Any, params: Any) -> str:
+        acted.append("login")
+        return "ok"
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(after_load(login), context, {})
+        for _ in range(20):
+            await anyio.lowlevel.checkpoint()
+        assert acted == [] and not side.failed and not side._imported, "it acted before initialize was answered"
+        parts.handshake.initialize_answered()
+    assert acted == ["login"]
+    await parts.handshake.answered()  # nothing unanswered: at once

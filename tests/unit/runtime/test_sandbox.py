@@ -8,13 +8,17 @@ import logging
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
+import anyio
 import pytest
 
 import acp_server
 from acp_server.runtime import sandbox as sandbox_module
+from acp_server.runtime.local_commands import LocalCommandRunner
 from acp_server.runtime.ports import CommandResult
+from acp_server.runtime.processes import ProcessTable
 from acp_server.runtime.sandbox import Sandbox, Support, Unconfined, describe, landlock_support, sandbox_for
 from acp_server.runtime.sandbox_exec import CANNOT_CONFINE
 from acp_server.runtime.tools.commands import _report
@@ -238,3 +242,70 @@ def test_without_network_the_session_bus_address_is_not_passed_on(tmp_path: Path
         )
         said.append(result.stdout.strip())
     assert said == ["unix:path=/run/user/1/bus", "unset"]
+
+
+@pytest.fixture
+def code_in_temp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Path, Path]]:
+    """A temp directory that holds the server's own code, as a checkout or venv under /tmp does on CI: (the temp
+    directory, the code in it)."""
+    temp, code = tmp_path / "tmp", tmp_path / "tmp" / "ci13"
+    code.mkdir(parents=True)
+    monkeypatch.setattr(sandbox_module, "_temp_dirs", lambda: [str(temp)])
+    monkeypatch.setattr(sandbox_module, "_launcher_code", lambda package_dir: (("the server's code", str(code)),))
+    sandbox_module._safe_writable.cache_clear()
+    yield temp, code
+    sandbox_module._safe_writable.cache_clear()
+
+
+def test_a_temp_directory_holding_the_servers_code_is_named_at_start_with_what_it_holds(
+    code_in_temp: tuple[Path, Path], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Fail closed refuses the whole temp directory; the start-up log says which, and why, before any command."""
+    temp, code = code_in_temp
+    with caplog.at_level(logging.WARNING, logger="acp_server.runtime.sandbox"):
+        sandbox_for(Config(), Support(7, package_dir="/x"))
+    said = " ".join(record.getMessage() for record in caplog.records)
+    assert f"the temp directory {temp} NOT writable: it holds or lies inside the server's code ({code})" in said
+    level, words = describe(Config(), Support(7, package_dir="/x"))
+    assert level == "warn" and f"the temp directory {temp} NOT writable" in words
+
+
+def test_a_write_refused_in_a_temp_directory_holding_the_servers_code_tells_the_model_why(
+    code_in_temp: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """The refused write reads as a plain EACCES in the temp directory, which the note says is writable: it also
+    names the directory and what it holds. A session root that is fine is not named."""
+    temp, code = code_in_temp
+    work = tmp_path / "work"
+    work.mkdir()
+    refused = Sandbox(SandboxMode.WORKSPACE_WRITE, True, 7, "/x").refused([work])
+    assert len(refused) == 1 and refused[0].startswith(f"{temp} is NOT writable: it holds or lies inside the server's")
+    denied = CommandResult(
+        f"touch: cannot touch '{temp}/x': Permission denied\n", 1, sandbox="workspace-write", refused=refused
+    )
+    report = _report(denied, 10, ".")
+    assert f"{temp} is NOT writable: it holds or lies inside the server's code ({code})" in report
+    assert str(work) not in report
+    assert Sandbox(SandboxMode.READ_ONLY, True, 7, "/x").refused([work]) == ()
+
+
+@needs_landlock
+async def test_a_command_refused_the_temp_directory_that_holds_the_servers_code_is_told_why(
+    code_in_temp: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """For real: the runner's result carries the refused directory, so the model reads why its write failed."""
+    temp, code = code_in_temp
+    work = tmp_path / "work"
+    work.mkdir()
+    sandbox = Sandbox(SandboxMode.WORKSPACE_WRITE, True, SUPPORTED.abi, SUPPORTED.package_dir)
+    runner = LocalCommandRunner(ProcessTable(), lambda: anyio.current_time() + scaled(5), sandbox, (work,))
+
+    async def anchor(terminal_id: str) -> None:
+        pass
+
+    with anyio.fail_after(scaled(30)):
+        result = await runner.run(f"touch {temp}/x", work, None, anchor)
+    assert result.exit_code != 0 and not (temp / "x").exists()
+    report = _report(result, 10, ".")
+    assert "Permission denied" in report
+    assert f"{temp} is NOT writable: it holds or lies inside the server's code ({code})" in report

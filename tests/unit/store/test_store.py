@@ -47,6 +47,7 @@ from acp_server.store import (
     message_to_json,
     replay_entries,
 )
+from acp_server.store import store as store_module
 from acp_server.store.sqlite_file import SCHEMA_VERSION
 from acp_server.store.turn_records import decode_entry, encode_entry
 from tests.support.harness import scaled
@@ -1171,3 +1172,32 @@ def test_a_schema_1_store_without_a_reader_is_refused_and_left_untouched(db: Pat
     message = open_refused(db)
     assert "older acp-server (schema 1)" in message and "untouched" in message
     assert count_rows(db, "PRAGMA user_version") == 1
+
+
+async def test_commits_never_checkpoint_and_the_flusher_checkpoints_the_wal_in_the_background(
+    store: SessionStore, db: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A checkpoint inside a commit (SQLite's automatic one, with its fsyncs) made one commit in a hundred 10x slower
+    on ext4, and a cancel's response waits for its turn's commit: the flusher checkpoints on a connection of its own
+    instead, so the writer's statements never checkpoint and the WAL stays far smaller than what was written."""
+    monkeypatch.setattr(store_module, "CHECKPOINT_INTERVAL_S", 0.02)
+    statements: list[str] = []
+    store._conn.set_trace_callback(statements.append)
+    store.create_session("s", "/w")
+    turn = store.begin_turn("s", [], "")
+    wal = db.with_name(db.name + "-wal")
+    written = 0
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(store.run_flusher)
+        deadline = anyio.current_time() + scaled(20.0)
+        while store.checkpoints < 6:
+            assert anyio.current_time() < deadline, f"only {store.checkpoints} background checkpoints"
+            text = os.urandom(8192).hex()  # does not compress: its rows are about this size
+            turn.append(text_chunk(text))
+            written += len(text)
+            assert await store.flush()
+            await anyio.sleep(0.003)
+        tg.cancel_scope.cancel()
+    assert not [s for s in statements if "checkpoint" in s.lower()], "the writer's connection checkpointed"
+    assert store._conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0] >= 16384  # the backstop only
+    assert wal.stat().st_size < written / 2, (wal.stat().st_size, written)
