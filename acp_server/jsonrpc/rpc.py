@@ -6,9 +6,13 @@ cheap structural check instead of its import-time JSON-schema validator, and is 
 the dispatcher core is loaded without the package's `__init__` (see `_without_package_init`), which was most of
 start-up.
 
-Error boundary, in one place: a pydantic `ValidationError` becomes -32602 with a one-line message naming the field;
-an `RpcError` passes through as it is; any other exception is logged with its traceback to stderr and answered
--32603 with a short message, never the exception's text. Cancellation is a BaseException and is never caught here.
+Error boundary, in one place: a method's params are read by its `Params` (which raises the -32602 `RpcError` for
+invalid ones), and a pydantic `ValidationError` a handler lets out becomes -32602 too, with a one-line message
+naming the field; an `RpcError` passes through as it is; any other exception is logged with its traceback to stderr
+and answered -32603 with a short message, never the exception's text. Cancellation is a BaseException and is never
+caught here.
+
+pydantic is not imported here: the first `initialize` is answered before anything loads it (issue 14: start-up).
 """
 
 from __future__ import annotations
@@ -22,12 +26,14 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from enum import IntEnum
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import orjson
-from pydantic import BaseModel, ValidationError
 
 from acp_server.jsonrpc.transport import Oversized
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
 
 __all__ = [
     "ErrorCode",
@@ -36,6 +42,7 @@ __all__ = [
     "IncomingRequest",
     "IncomingResponse",
     "InvalidLine",
+    "Params",
     "RpcError",
     "classify",
     "dispatch",
@@ -85,7 +92,6 @@ else:
     dispatch_to_response_pure = _dispatcher.dispatch_to_response_pure
     Error, Success = _result.Error, _result.Success
 
-ParamsT = TypeVar("ParamsT", bound=BaseModel)
 ContextT = TypeVar("ContextT")
 
 
@@ -209,7 +215,18 @@ def classify(line: bytes | Oversized) -> Incoming:
 
 # --- dispatch ---
 
-Handler = Callable[[ContextT, ParamsT], Awaitable[Any]]
+
+class Params(Protocol):
+    """How a method reads its params: `validate` gives what its handler is given, or raises the `RpcError` the
+    client gets (-32602); `holds` says whether a value is one `validate` gave, so params read already (the dispatcher
+    reads some as their line is read) are not read again."""
+
+    def validate(self, params: Any) -> Any: ...
+
+    def holds(self, value: Any) -> bool: ...
+
+
+Handler = Callable[[ContextT, Any], Awaitable[Any]]
 JsonRpcMethod = Callable[..., Awaitable[Any]]
 
 
@@ -222,26 +239,36 @@ def validation_message(exc: ValidationError) -> str:
     return f"Invalid params: {where}: {text}{more}"
 
 
-def _adapt(params_model: type[ParamsT], handler: Handler[Any, ParamsT]) -> JsonRpcMethod:
+def _invalid_params(exc: Exception) -> str | None:
+    """The -32602 message for a pydantic `ValidationError`, else None. Without importing pydantic: while
+    pydantic_core is not loaded, no such error can exist."""
+    core = sys.modules.get("pydantic_core")
+    if core is not None and isinstance(exc, core.ValidationError):
+        return validation_message(exc)
+    return None
+
+
+def _adapt(params: Params, handler: Handler[Any]) -> JsonRpcMethod:
     async def method(context: Any, *args: Any, **kwargs: Any) -> Any:
         try:
             validated = getattr(context, "validated_params", None)
-            params = validated if isinstance(validated, params_model) else params_model.model_validate(kwargs)
-            return Success(await handler(context, params))
+            read = validated if validated is not None and params.holds(validated) else params.validate(kwargs)
+            return Success(await handler(context, read))
         except RpcError as exc:
             return Error(exc.code, exc.message, exc.data) if exc.data is not None else Error(exc.code, exc.message)
-        except ValidationError as exc:
-            return Error(ErrorCode.INVALID_PARAMS, validation_message(exc))
-        except Exception:
+        except Exception as exc:
+            message = _invalid_params(exc)
+            if message is not None:
+                return Error(ErrorCode.INVALID_PARAMS, message)
             log.exception("internal error in %s", getattr(handler, "__name__", "handler"))
             return Error(ErrorCode.INTERNAL_ERROR, "Internal error: the server failed to handle this request")
 
     return method
 
 
-def method_table(table: Mapping[str, tuple[type[BaseModel], Handler[Any, Any]]]) -> dict[str, JsonRpcMethod]:
-    """Turn `{"wire/method": (ParamsModel, handler)}` into jsonrpcserver's `methods=` dict."""
-    return {name: _adapt(model, handler) for name, (model, handler) in table.items()}
+def method_table(table: Mapping[str, tuple[Params, Handler[Any]]]) -> dict[str, JsonRpcMethod]:
+    """Turn `{"wire/method": (params, handler)}` into jsonrpcserver's `methods=` dict."""
+    return {name: _adapt(params, handler) for name, (params, handler) in table.items()}
 
 
 def error_message(request_id: Any, code: int, message: str, data: Any = None) -> dict[str, Any]:

@@ -10,12 +10,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel
-
 # Types only: importing this module must not import the pieces (most are on the session side, protocol/deferred.py).
 if TYPE_CHECKING:
     from acp_server.jsonrpc.connection import Connection
-    from acp_server.jsonrpc.rpc import RpcError
+    from acp_server.jsonrpc.rpc import Params, RpcError
     from acp_server.mcp_bridge import McpRegistry
     from acp_server.protocol.deferred import Deferred
     from acp_server.protocol.model_choices import ModelChoices
@@ -77,7 +75,8 @@ class RequestContext:
 
     parts: Parts
     request_id: RequestId
-    validated_params: BaseModel | None = None
+    # The params, when the dispatcher read them already as the line was read (`initialize`, `session/prompt`).
+    validated_params: Any = None
     run: RunContext | None = None
     admission_error: RpcError | None = None
     # Refused before any handler (a v2 request with id null): the answer is this error, nothing of the request runs.
@@ -86,5 +85,6 @@ class RequestContext:
     after: list[Callable[[], None]] = field(default_factory=list)
 
 
-Handler = tuple[type[BaseModel], Any]
-NotificationHandler = tuple[type[BaseModel], Callable[[Parts, Any], None]]
+# A method table's entry: how the method's params are read (protocol/params.py), and its handler.
+Handler = tuple["Params", Any]
+NotificationHandler = tuple["Params", Callable[[Parts, Any], None]]

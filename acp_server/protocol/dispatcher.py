@@ -15,21 +15,11 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from pydantic import ValidationError
-
-from acp_server.jsonrpc.rpc import (
-    ErrorCode,
-    IncomingRequest,
-    RpcError,
-    dispatch,
-    error_message,
-    method_table,
-    validation_message,
-)
+from acp_server.jsonrpc.rpc import ErrorCode, IncomingRequest, RpcError, dispatch, error_message, method_table
 from acp_server.protocol.context import Handler, NotificationHandler, Parts, RequestContext
-from acp_server.protocol.schema import ClientCapabilities, InitializeRequest, PromptRequest
+from acp_server.protocol.initialize import Capabilities
+from acp_server.protocol.params import INITIALIZE, INITIALIZE_V2, wire
 from acp_server.protocol.v2.negotiation import negotiate
-from acp_server.protocol.v2.schema import InitializeRequestV2
 from acp_server.protocol.v2.withdrawals import withdraw_held
 from acp_server.sessions.runs import PromptRejectedError, RunState
 
@@ -41,6 +31,8 @@ log = logging.getLogger(__name__)
 # `id` is a `RequestId`: a request with `id: null` cannot get a result, so on v2 it is an invalid request. Base
 # JSON-RPC (and so v1) allows a null id, and keeps it.
 NULL_ID_V2 = "Invalid request: a v2 request id is a string or an integer, never null"
+# Read as the line is read (admission), imported with the first prompt (protocol/params.py).
+PROMPT = wire("PromptRequest")
 
 
 class AcpDispatcher:
@@ -125,8 +117,8 @@ class AcpDispatcher:
             return
         if version == 2:
             try:
-                initialize_v2 = InitializeRequestV2.model_validate(params)
-            except ValidationError:
+                initialize_v2 = INITIALIZE_V2.validate(params)
+            except RpcError:
                 return
             handshake.version = 2
             handshake.auth_problem = self.parts.auth.problem
@@ -134,13 +126,13 @@ class AcpDispatcher:
             # v2 has no client files or terminals; its elicitation markers are v1's (`{}` advertises a mode). Notices
             # and compactions need no client capability in v2 (ACP-V2.md §18): every v2 client is shown them as such.
             offered = initialize_v2.capabilities if isinstance(initialize_v2.capabilities, dict) else {}
-            handshake.client_capabilities = ClientCapabilities(
+            handshake.client_capabilities = Capabilities(
                 session={"notices": {}, "compaction": {}}, elicitation=offered.get("elicitation")
             )
             return
         try:
-            initialize_request = InitializeRequest.model_validate(params)
-        except ValidationError:
+            initialize_request = INITIALIZE.validate(params)
+        except RpcError:
             return  # the handler validates again and answers -32602
         context.validated_params = initialize_request
         handshake.client_capabilities = initialize_request.client_capabilities
@@ -148,8 +140,8 @@ class AcpDispatcher:
 
     def _admit(self, context: RequestContext, params: dict[str, Any]) -> None:
         try:
-            prompt = PromptRequest.model_validate(params)
-        except ValidationError:
+            prompt = PROMPT.validate(params)
+        except RpcError:
             return  # the handler validates again and answers -32602
         context.validated_params = prompt
         try:
@@ -220,11 +212,11 @@ class AcpDispatcher:
         if entry is None:
             log.debug("ignored notification %s", method)
             return
-        model, handler = entry
+        reader, handler = entry
         try:
-            validated = model.model_validate(params if params is not None else {})
-        except ValidationError as exc:
-            log.warning("ignored %s: %s", method, validation_message(exc))
+            validated = reader.validate(params if params is not None else {})
+        except RpcError as exc:
+            log.warning("ignored %s: %s", method, exc.message)
             return
         handler(self.parts, validated)
 

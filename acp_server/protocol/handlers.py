@@ -9,7 +9,7 @@ lifecycle methods live in `session_handlers.py`.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
@@ -18,27 +18,22 @@ from acp_server.jsonrpc.rpc import ErrorCode, RpcError
 from acp_server.protocol.context import Handler, NotificationHandler, Parts, RequestContext
 from acp_server.protocol.deferred import after_load, deferred
 from acp_server.protocol.discovery import discover_models
+from acp_server.protocol.initialize import InitializeParams
+from acp_server.protocol.params import INITIALIZE, wire
 from acp_server.protocol.providers import close_providers
-from acp_server.protocol.schema import (
-    AuthenticateRequest,
-    CancelNotification,
-    CancelRequestNotification,
-    CloseSessionRequest,
-    DeleteSessionRequest,
-    InitializeRequest,
-    ListSessionsRequest,
-    LoadSessionRequest,
-    LogoutRequest,
-    NewSessionRequest,
-    PromptRequest,
-    SetSessionConfigOptionRequest,
-    SetSessionModeRequest,
-    WireModel,
-)
 from acp_server.protocol.v2.initialize import initialize_result
 from acp_server.sessions.options import PROMPT_POLICIES
 
-__all__ = ["METHODS", "NOTIFICATIONS", "NoParams", "log_in", "log_out"]
+if TYPE_CHECKING:  # the models are imported on first use (protocol/params.py)
+    from acp_server.protocol.schema import (
+        AuthenticateRequest,
+        CancelNotification,
+        CancelRequestNotification,
+        LogoutRequest,
+        PromptRequest,
+    )
+
+__all__ = ["METHODS", "NOTIFICATIONS", "NO_PARAMS", "log_in", "log_out"]
 
 # The session lifecycle's handlers, on the session side (protocol/deferred.py: loaded once `initialize` is answered).
 SESSION_HANDLERS = "acp_server.protocol.session_handlers"
@@ -48,14 +43,14 @@ PROTOCOL_VERSION = 1
 log = logging.getLogger(__name__)
 
 
-class NoParams(WireModel):
-    pass
+# `_acp_server/stats`: no params of its own (`_meta` and unknown fields allowed, as everywhere).
+NO_PARAMS = wire("NoParams")
 
 
 # --- requests ---
 
 
-async def initialize(context: RequestContext, params: InitializeRequest) -> dict[str, Any]:
+async def initialize(context: RequestContext, params: InitializeParams) -> dict[str, Any]:
     # The client's capabilities and the version were recorded in AcpDispatcher.prepare, in reader order
     # (protocol/v2/negotiation.py: 1 -> 1, 2 and above -> 2, else -32022; only 1 with `--protocol 1`).
     if context.admission_error is not None:
@@ -187,7 +182,7 @@ async def session_prompt(context: RequestContext, params: PromptRequest) -> dict
     return {"stopReason": stop_reason}
 
 
-async def stats(context: RequestContext, params: NoParams) -> dict[str, Any]:
+async def stats(context: RequestContext, params: object) -> dict[str, Any]:
     """Live counts, so tests and users can see that nothing leaks. The request's own task is counted."""
     parts = context.parts
     sessions = list(parts.sessions)
@@ -208,24 +203,24 @@ async def stats(context: RequestContext, params: NoParams) -> dict[str, Any]:
 
 
 METHODS: dict[str, Handler] = {
-    "initialize": (InitializeRequest, initialize),
+    "initialize": (INITIALIZE, initialize),
     # Start-up handlers, but in order behind the session side's requests pipelined before them (protocol/deferred.py).
-    "authenticate": (AuthenticateRequest, after_load(authenticate)),
-    "logout": (LogoutRequest, after_load(logout)),
-    "session/new": (NewSessionRequest, deferred(SESSION_HANDLERS, "session_new")),
-    "session/prompt": (PromptRequest, session_prompt),
-    "session/set_mode": (SetSessionModeRequest, deferred(SESSION_HANDLERS, "session_set_mode")),
+    "authenticate": (wire("AuthenticateRequest"), after_load(authenticate)),
+    "logout": (wire("LogoutRequest"), after_load(logout)),
+    "session/new": (wire("NewSessionRequest"), deferred(SESSION_HANDLERS, "session_new")),
+    "session/prompt": (wire("PromptRequest"), session_prompt),
+    "session/set_mode": (wire("SetSessionModeRequest"), deferred(SESSION_HANDLERS, "session_set_mode")),
     "session/set_config_option": (
-        SetSessionConfigOptionRequest,
+        wire("SetSessionConfigOptionRequest"),
         deferred(SESSION_HANDLERS, "session_set_config_option"),
     ),
-    "session/close": (CloseSessionRequest, deferred(SESSION_HANDLERS, "session_close")),
-    "session/load": (LoadSessionRequest, deferred(SESSION_HANDLERS, "session_load")),
-    "session/resume": (LoadSessionRequest, deferred(SESSION_HANDLERS, "session_resume")),
-    "session/list": (ListSessionsRequest, deferred(SESSION_HANDLERS, "session_list")),
-    "session/delete": (DeleteSessionRequest, deferred(SESSION_HANDLERS, "session_delete")),
-    "session/fork": (LoadSessionRequest, deferred(SESSION_HANDLERS, "session_fork")),
-    "_acp_server/stats": (NoParams, stats),
+    "session/close": (wire("CloseSessionRequest"), deferred(SESSION_HANDLERS, "session_close")),
+    "session/load": (wire("LoadSessionRequest"), deferred(SESSION_HANDLERS, "session_load")),
+    "session/resume": (wire("LoadSessionRequest"), deferred(SESSION_HANDLERS, "session_resume")),
+    "session/list": (wire("ListSessionsRequest"), deferred(SESSION_HANDLERS, "session_list")),
+    "session/delete": (wire("DeleteSessionRequest"), deferred(SESSION_HANDLERS, "session_delete")),
+    "session/fork": (wire("LoadSessionRequest"), deferred(SESSION_HANDLERS, "session_fork")),
+    "_acp_server/stats": (NO_PARAMS, stats),
 }
 
 
@@ -244,6 +239,6 @@ def cancel_request(parts: Parts, params: CancelRequestNotification) -> None:
 
 
 NOTIFICATIONS: dict[str, NotificationHandler] = {
-    "session/cancel": (CancelNotification, session_cancel),
-    "$/cancel_request": (CancelRequestNotification, cancel_request),
+    "session/cancel": (wire("CancelNotification"), session_cancel),
+    "$/cancel_request": (wire("CancelRequestNotification"), cancel_request),
 }

@@ -9,9 +9,9 @@ from typing import Any
 from urllib.parse import unquote, urlparse
 
 from acp_server.jsonrpc.rpc import ErrorCode, RpcError
+from acp_server.protocol.initialize import Capabilities
 from acp_server.protocol.schema import (
     AudioContent,
-    ClientCapabilities,
     EmbeddedResource,
     ImageContent,
     PromptRequest,
@@ -146,7 +146,7 @@ def prompt_text(request: PromptRequest, accepts: frozenset[str] = TEXT_ONLY) -> 
     return "\n".join(parts)
 
 
-def client_tools(capabilities: ClientCapabilities) -> ClientTools:
+def client_tools(capabilities: Capabilities) -> ClientTools:
     session, elicitation = capabilities.session, capabilities.elicitation
     tools = ClientTools(
         capabilities.fs.read_text_file,

@@ -8,10 +8,12 @@ Outgoing messages are plain dicts made by the small builders at the bottom: a `s
 streamed chunk, and building and dumping a pydantic model per chunk would cost several times the server's whole
 per-chunk budget. The tests validate every written message against the official JSON schema instead.
 
-Client JSON that is kept as it came (`_meta`, `mcpServers` entries, an embedded resource) is bounded here, in one
-place, because it is written again later (store, recording, log) and orjson writes nothing nested deeper than 254
-levels: `_meta` at most `MAX_META_DEPTH` levels and `MAX_META_BYTES`, anything else kept whole at most
-`MAX_KEPT_DEPTH` levels. What exceeds them is refused as invalid params (-32602), before anything is stored.
+Client JSON that is kept as it came (`_meta`, `mcpServers` entries, an embedded resource) is bounded by the rules
+of `bounds.py`, applied here as validators: what exceeds them is refused as invalid params (-32602), before anything
+is stored.
+
+This module is not on the path to the first `initialize` answer (issue 14: start-up): the method tables name its
+models (`params.py`), imported on first use, and `initialize` is read without pydantic (`initialize.py`).
 """
 
 from __future__ import annotations
@@ -19,9 +21,17 @@ from __future__ import annotations
 import enum
 from typing import Annotated, Any, Literal, Self
 
-import orjson
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
+
+from acp_server.protocol.bounds import (
+    MAX_KEPT_DEPTH,
+    MAX_META_BYTES,
+    MAX_META_DEPTH,
+    check_kept_object,
+    check_meta,
+    deeper_than,
+)
 
 __all__ = [
     "MAX_KEPT_DEPTH",
@@ -44,6 +54,7 @@ __all__ = [
     "LogoutRequest",
     "Meta",
     "NewSessionRequest",
+    "NoParams",
     "PermissionOptionKind",
     "PermissionOutcome",
     "PromptRequest",
@@ -76,60 +87,6 @@ class PermissionOutcome(enum.StrEnum):
     CANCELLED = "cancelled"
 
 
-MAX_META_DEPTH = 32
-MAX_META_BYTES = 64 * 1024
-# Free-form objects kept whole: deep enough for any real MCP server entry or resource, far below orjson's 254 with
-# the envelopes the store and the recording add around them.
-MAX_KEPT_DEPTH = 64
-
-
-def _deeper_than(value: Any, limit: int) -> bool:
-    """Whether `value` nests more than `limit` objects/arrays. Iterative, and stops at `limit + 1`: a client's
-    1000-level line must not cost Python recursion (or much time) to refuse."""
-    stack: list[tuple[Any, int]] = [(value, 0)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, dict):
-            children: Any = item.values()
-        elif isinstance(item, list):
-            children = item
-        else:
-            continue
-        if depth == limit:
-            return True
-        stack.extend((child, depth + 1) for child in children)
-    return False
-
-
-def check_meta(meta: dict[str, Any] | None) -> dict[str, Any] | None:
-    """The one rule for every `_meta` a client sends (whatever model or free-form object carries it)."""
-    if meta is None:
-        return None
-    if _deeper_than(meta, MAX_META_DEPTH):
-        raise ValueError(f"_meta is nested deeper than {MAX_META_DEPTH} levels")
-    size = len(orjson.dumps(meta))  # cannot fail: 32 levels are well within what orjson writes
-    if size > MAX_META_BYTES:
-        raise ValueError(f"_meta is larger than {MAX_META_BYTES // 1024} KiB ({size} bytes)")
-    return meta
-
-
-def check_kept_object(value: dict[str, Any]) -> dict[str, Any]:
-    """A free-form client object stored as it came: bounded in depth, and every `_meta` inside it checked."""
-    if _deeper_than(value, MAX_KEPT_DEPTH):
-        raise ValueError(f"nested deeper than {MAX_KEPT_DEPTH} levels")
-    stack: list[Any] = [value]
-    while stack:  # bounded by the depth check above
-        item = stack.pop()
-        if isinstance(item, dict):
-            meta = item.get("_meta")
-            if isinstance(meta, dict):
-                check_meta(meta)
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
-    return value
-
-
 Meta = Annotated[dict[str, Any] | None, AfterValidator(check_meta)]
 KeptObject = Annotated[dict[str, Any], AfterValidator(check_kept_object)]
 
@@ -152,7 +109,7 @@ class WireModel(BaseModel):
     def _bounded_extras(self) -> Self:
         # Unknown fields are kept (a prompt block is stored as it came), so they are bounded like any kept object.
         for name, value in (self.model_extra or {}).items():
-            if isinstance(value, (dict, list)) and _deeper_than(value, MAX_KEPT_DEPTH):
+            if isinstance(value, (dict, list)) and deeper_than(value, MAX_KEPT_DEPTH):
                 raise ValueError(f"{name} is nested deeper than {MAX_KEPT_DEPTH} levels")
         return self
 
@@ -190,6 +147,10 @@ class AuthenticateRequest(WireModel):
 
 class LogoutRequest(WireModel):
     pass
+
+
+class NoParams(WireModel):
+    """A method without params of its own (`_acp_server/stats`)."""
 
 
 class NewSessionRequest(WireModel):

@@ -18,10 +18,10 @@ from acp_server.jsonrpc.rpc import ErrorCode, RpcError
 from acp_server.mcp_bridge import merge_servers
 from acp_server.protocol.context import Parts, RequestContext
 from acp_server.protocol.discovery import announce_models_to, discover_models
+from acp_server.protocol.initialize import NO_CAPABILITIES
 from acp_server.protocol.options import config_options, modes
 from acp_server.protocol.prompts import client_tools
 from acp_server.protocol.schema import (
-    ClientCapabilities,
     CloseSessionRequest,
     DeleteSessionRequest,
     ListSessionsRequest,
@@ -73,7 +73,7 @@ async def session_new(context: RequestContext, params: NewSessionRequest) -> dic
         _shared_path(params.cwd),
         tuple(_shared_path(d) for d in params.additional_directories),
         tuple(params.mcp_servers),
-        client=client_tools(parts.handshake.client_capabilities or ClientCapabilities()),
+        client=client_tools(parts.handshake.client_capabilities or NO_CAPABILITIES),
         mode=parts.config.permission_mode,
         model=parts.config.model,
         prompt_policy=default_prompt_policy(parts),
@@ -204,7 +204,7 @@ async def restore_session(context: RequestContext, params: LoadSessionRequest, r
         tuple(_shared_path(d) for d in params.additional_directories),
         tuple(params.mcp_servers),
         history=list(loaded.history),
-        client=client_tools(parts.handshake.client_capabilities or ClientCapabilities()),
+        client=client_tools(parts.handshake.client_capabilities or NO_CAPABILITIES),
         mode=_known(PermissionMode, record.mode, parts.config.permission_mode),
         model=stored_model
         if isinstance(stored_model, str) and parts.models.accepts(stored_model)

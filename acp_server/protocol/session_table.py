@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import anyio
 
 from acp_server.jsonrpc.rpc import ErrorCode, RpcError
-from acp_server.protocol.schema import ClientCapabilities
+from acp_server.protocol.initialize import Capabilities
 from acp_server.sessions.runs import RunRegistry, Session
 
 __all__ = ["Handshake", "SessionTable"]
@@ -18,7 +18,7 @@ class Handshake:
     protocol version it chose for the whole connection (1 or 2; protocol/v2/negotiation.py)."""
 
     def __init__(self) -> None:
-        self.client_capabilities: ClientCapabilities | None = None
+        self.client_capabilities: Capabilities | None = None
         self.version = 1
         # Why a key was missing when `initialize` was read (None: none was), recorded then, in reader order, so that
         # its answer's `authMethods` says what held before the requests pipelined behind it (an `auth/login` there

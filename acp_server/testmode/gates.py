@@ -6,18 +6,19 @@ is registered whatever the mode. The gate board is the session's own, kept among
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from acp_server.protocol.context import Parts
+from acp_server.protocol.params import WireParams
 from acp_server.protocol.plugins import Plugin
-from acp_server.protocol.schema import WireModel
 
-__all__ = ["GATES", "ScriptedReleaseNotification"]
+if TYPE_CHECKING:
+    from acp_server.testmode.gate_params import ScriptedReleaseNotification
 
+__all__ = ["GATES", "RELEASE_PARAMS"]
 
-class ScriptedReleaseNotification(WireModel):
-    """`_scripted/release`: opens a gate of the scripted model (a product extension, see README)."""
-
-    session_id: str
-    gate: str
+# Imported with the first `_scripted/release` (testmode/gate_params.py).
+RELEASE_PARAMS = WireParams("acp_server.testmode.gate_params", "ScriptedReleaseNotification")
 
 
 def scripted_release(parts: Parts, params: ScriptedReleaseNotification) -> None:
@@ -32,4 +33,4 @@ def scripted_release(parts: Parts, params: ScriptedReleaseNotification) -> None:
         gate_board(session.services).release(params.gate)
 
 
-GATES = Plugin(notifications={"_scripted/release": (ScriptedReleaseNotification, scripted_release)})
+GATES = Plugin(notifications={"_scripted/release": (RELEASE_PARAMS, scripted_release)})

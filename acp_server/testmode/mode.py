@@ -11,7 +11,7 @@ from typing import Any
 
 from acp_server.jsonrpc.connection import Connection
 from acp_server.protocol.context import RequestContext
-from acp_server.protocol.handlers import NoParams
+from acp_server.protocol.handlers import NO_PARAMS
 from acp_server.protocol.plugins import Plugin
 from acp_server.sessions.runs import RunContext
 from acp_server.sessions.services import Observer
@@ -23,7 +23,7 @@ __all__ = ["test_mode"]
 def test_mode(connection: Connection) -> Plugin:
     """The test-mode plug-in for one connection (its probes are sent through it)."""
     return Plugin(
-        methods={"_scripted/raise": (NoParams, scripted_raise)},
+        methods={"_scripted/raise": (NO_PARAMS, scripted_raise)},
         tools=TEST_TOOLS,
         observer=_prober(connection),
     )
@@ -38,6 +38,6 @@ def _prober(connection: Connection) -> Observer:
     return probe
 
 
-async def scripted_raise(context: RequestContext, params: NoParams) -> dict[str, Any]:
+async def scripted_raise(context: RequestContext, params: object) -> dict[str, Any]:
     """A handler that fails unexpectedly, to prove the error boundary keeps internals private."""
     raise RuntimeError("secret internal detail /etc/passwd")

@@ -301,7 +301,9 @@ def test_no_module_globals_hold_mutable_run_state() -> None:
 # in the background once `initialize` is answered), MCP, the test client, jsonrpcserver's JSON-schema validator and
 # its toy HTTP server (rpc.py loads only its dispatcher core), the TOML parser and the config file's checks (only when
 # a config file exists), the session store (opened on first need), and the session side: the session handlers, the
-# turn, the tools, the edge to the editor and the sandbox (protocol/deferred.py: loaded once `initialize` is answered).
+# turn, the tools, the edge to the editor and the sandbox (protocol/deferred.py: loaded once `initialize` is answered),
+# and pydantic with the wire models and what its plug-in loader imports (`initialize` is read without it,
+# protocol/initialize.py; the method tables name their models, protocol/params.py).
 HEAVY_AT_START_UP = (
     "openai",
     "anthropic",
@@ -329,6 +331,13 @@ HEAVY_AT_START_UP = (
     "acp_server.runtime.sandbox",
     "landlockpy",
     "acp_server.testmode.mode",
+    "pydantic",
+    "pydantic_core",
+    "annotated_types",
+    "importlib.metadata",
+    "acp_server.protocol.schema",
+    "acp_server.protocol.v2.schema",
+    "acp_server.testmode.gate_params",
 )
 
 
@@ -350,7 +359,7 @@ from acp_server.server import serve
 from acp_server.settings.command_line import load
 
 async def lines():
-    yield b'{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":1,"clientCapabilities":{}}}'
+    yield INITIALIZE
     await anyio.sleep_forever()
 
 class Sink:
@@ -364,14 +373,27 @@ anyio.run(serve, lines(), Sink(), config, backend="asyncio")
 """
 
 
+# What an editor sends: its capabilities and its name (Zed's shape); and a v2 client's.
+INITIALIZE_V1 = (
+    b'{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":1,"clientCapabilities":'
+    b'{"fs":{"readTextFile":true,"writeTextFile":true},"terminal":true,"_meta":{"terminal_output":true}},'
+    b'"clientInfo":{"name":"zed","title":"Zed","version":"0.200.0"}}}'
+)
+INITIALIZE_V2 = (
+    b'{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":2,'
+    b'"info":{"name":"client","version":"2.0"},"capabilities":{"elicitation":{"form":{}}}}}'
+)
+
+
 @pytest.mark.timeout(60)
-def test_answering_initialize_imports_nothing_heavy() -> None:
-    code = f"HEAVY = {HEAVY_AT_START_UP!r}\n{_ANSWER_INITIALIZE}"
+@pytest.mark.parametrize(("line", "version"), [(INITIALIZE_V1, 1), (INITIALIZE_V2, 2)], ids=["v1", "v2"])
+def test_answering_initialize_imports_nothing_heavy(line: bytes, version: int) -> None:
+    code = f"HEAVY = {HEAVY_AT_START_UP!r}\nINITIALIZE = {line!r}\n{_ANSWER_INITIALIZE}"
     env = {**os.environ, "ACP_SERVER_CONFIG": "/nonexistent/acp-server-test/config.toml", "OPENAI_API_KEY": "test"}
     command = [sys.executable, "-c", code]
     result = subprocess.run(command, check=False, capture_output=True, text=True, timeout=50, env=env)
     answer, _, heavy = result.stdout.strip().partition("\n")
-    assert '"protocolVersion":1' in answer, result.stderr
+    assert f'"protocolVersion":{version}' in answer, result.stderr
     assert '"authMethods":[]' in answer  # the provider was built: its SDK is what must wait
     assert heavy == ""
 

@@ -8,13 +8,15 @@ on such a connection both answer `-32601`, as an unknown method would (there is 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from acp_server.jsonrpc.rpc import ErrorCode, RpcError
 from acp_server.protocol.context import Parts, RequestContext
 from acp_server.protocol.handlers import log_in, log_out
-from acp_server.protocol.schema import AuthenticateRequest, LogoutRequest
 from acp_server.protocol.v2.initialize import auth_method_id
+
+if TYPE_CHECKING:  # the models are imported on first use (protocol/params.py)
+    from acp_server.protocol.schema import AuthenticateRequest, LogoutRequest
 
 __all__ = ["auth_login", "auth_logout"]
 

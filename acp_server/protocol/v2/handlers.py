@@ -7,28 +7,18 @@ v2's own, acting only on a held prompt (see protocol/v2/prompt.py for what a wit
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from acp_server.protocol.context import Handler, NotificationHandler, Parts
 from acp_server.protocol.deferred import after_load, deferred
 from acp_server.protocol.handlers import METHODS, NOTIFICATIONS
-from acp_server.protocol.schema import (
-    AuthenticateRequest,
-    CancelRequestNotification,
-    CloseSessionRequest,
-    DeleteSessionRequest,
-    ListSessionsRequest,
-    LogoutRequest,
-    PromptRequest,
-    SetSessionConfigOptionRequest,
-)
+from acp_server.protocol.params import wire, wire_v2
 from acp_server.protocol.v2.auth import auth_login, auth_logout
-from acp_server.protocol.v2.schema import (
-    CancelTerminalRequest,
-    CancelToolCallRequest,
-    NewSessionRequestV2,
-    ResumeSessionRequestV2,
-)
 from acp_server.protocol.v2.withdrawals import session_cancel_v2, withdraw
 from acp_server.sessions.runs import RunState
+
+if TYPE_CHECKING:  # imported on first use (protocol/params.py)
+    from acp_server.protocol.schema import CancelRequestNotification
 
 __all__ = ["METHODS_V2", "NOTIFICATIONS_V2"]
 
@@ -38,17 +28,29 @@ SESSIONS = "acp_server.protocol.v2.sessions"
 METHODS_V2: dict[str, Handler] = {
     "initialize": METHODS["initialize"],
     # In order behind the session side's requests pipelined before them (protocol/deferred.py).
-    "auth/login": (AuthenticateRequest, after_load(auth_login)),
-    "auth/logout": (LogoutRequest, after_load(auth_logout)),
-    "session/new": (NewSessionRequestV2, deferred(SESSIONS, "session_new_v2")),
-    "session/prompt": (PromptRequest, deferred("acp_server.protocol.v2.prompt", "session_prompt_v2")),
-    "session/set_config_option": (SetSessionConfigOptionRequest, deferred(SESSIONS, "session_set_config_option_v2")),
-    "session/close": (CloseSessionRequest, deferred(SESSIONS, "session_close_v2")),
-    "session/resume": (ResumeSessionRequestV2, deferred(SESSIONS, "session_resume_v2")),
-    "session/list": (ListSessionsRequest, deferred(SESSIONS, "session_list_v2")),
-    "session/delete": (DeleteSessionRequest, deferred("acp_server.protocol.session_handlers", "session_delete")),
-    "tool_call/cancel": (CancelToolCallRequest, deferred("acp_server.protocol.v2.cancels", "tool_call_cancel")),
-    "terminal/cancel": (CancelTerminalRequest, deferred("acp_server.protocol.v2.terminals", "terminal_cancel")),
+    "auth/login": (wire("AuthenticateRequest"), after_load(auth_login)),
+    "auth/logout": (wire("LogoutRequest"), after_load(auth_logout)),
+    "session/new": (wire_v2("NewSessionRequestV2"), deferred(SESSIONS, "session_new_v2")),
+    "session/prompt": (wire("PromptRequest"), deferred("acp_server.protocol.v2.prompt", "session_prompt_v2")),
+    "session/set_config_option": (
+        wire("SetSessionConfigOptionRequest"),
+        deferred(SESSIONS, "session_set_config_option_v2"),
+    ),
+    "session/close": (wire("CloseSessionRequest"), deferred(SESSIONS, "session_close_v2")),
+    "session/resume": (wire_v2("ResumeSessionRequestV2"), deferred(SESSIONS, "session_resume_v2")),
+    "session/list": (wire("ListSessionsRequest"), deferred(SESSIONS, "session_list_v2")),
+    "session/delete": (
+        wire("DeleteSessionRequest"),
+        deferred("acp_server.protocol.session_handlers", "session_delete"),
+    ),
+    "tool_call/cancel": (
+        wire_v2("CancelToolCallRequest"),
+        deferred("acp_server.protocol.v2.cancels", "tool_call_cancel"),
+    ),
+    "terminal/cancel": (
+        wire_v2("CancelTerminalRequest"),
+        deferred("acp_server.protocol.v2.terminals", "terminal_cancel"),
+    ),
     "_acp_server/stats": METHODS["_acp_server/stats"],
 }
 
@@ -66,5 +68,5 @@ def cancel_request_v2(parts: Parts, params: CancelRequestNotification) -> None:
 NOTIFICATIONS_V2: dict[str, NotificationHandler] = {
     **NOTIFICATIONS,
     "session/cancel": (NOTIFICATIONS["session/cancel"][0], session_cancel_v2),
-    "$/cancel_request": (CancelRequestNotification, cancel_request_v2),
+    "$/cancel_request": (wire("CancelRequestNotification"), cancel_request_v2),
 }

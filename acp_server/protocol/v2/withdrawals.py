@@ -11,10 +11,14 @@ dispatcher drops what the withdrawn prompts' handlers return later (`Parts.withd
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from acp_server.jsonrpc.rpc import ErrorCode, error_message
 from acp_server.protocol.context import Parts
-from acp_server.protocol.schema import CancelNotification
 from acp_server.sessions.runs import RunContext, Session
+
+if TYPE_CHECKING:  # imported on first use (protocol/params.py)
+    from acp_server.protocol.schema import CancelNotification
 
 __all__ = ["WITHDRAWN", "session_cancel_v2", "withdraw", "withdraw_held"]
 

@@ -8,10 +8,11 @@ from typing import Any
 import pytest
 
 from acp_server.jsonrpc.rpc import ErrorCode, RpcError
+from acp_server.protocol.initialize import NO_CAPABILITIES
 from acp_server.protocol.plugins import Plugin, observer_of
 from acp_server.protocol.prompts import prompt_command
 from acp_server.protocol.providers import AuthState, ProviderCache
-from acp_server.protocol.schema import ClientCapabilities, PromptRequest
+from acp_server.protocol.schema import PromptRequest
 from acp_server.protocol.session_table import Handshake, SessionTable
 from acp_server.runtime.model import Provider
 from acp_server.runtime.providers import MissingCredentialsError, UnknownModelError
@@ -34,7 +35,7 @@ async def test_the_session_table_answers_each_wrong_id_with_its_own_error() -> N
     with pytest.raises(RpcError) as before:
         table.require("s")
     assert code_of(before) == ErrorCode.INVALID_REQUEST  # initialize comes first
-    handshake.client_capabilities = ClientCapabilities()
+    handshake.client_capabilities = NO_CAPABILITIES
     session = make_session()
     table.add(session)
     assert table.require("s") is session and "s" in table and list(table) == [session] and len(table) == 1

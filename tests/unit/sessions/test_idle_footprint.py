@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from acp_server.jsonrpc.connection import Connection
+from acp_server.protocol.initialize import NO_CAPABILITIES, read_initialize
 from acp_server.protocol.prompts import client_tools
-from acp_server.protocol.schema import ClientCapabilities
 from acp_server.sessions.runs import Session
 from acp_server.settings.choices import PermissionMode, PromptPolicy
 from acp_server.store import STORE_FILENAME, SessionStore
@@ -37,7 +37,7 @@ def traced() -> Iterator[Callable[[], int]]:
 
 def test_an_idle_session_holds_well_under_a_kilobyte(traced: Callable[[], int]) -> None:
     cwd = Path("/tmp")
-    capabilities = ClientCapabilities()
+    capabilities = NO_CAPABILITIES
     client_tools(capabilities)  # the shared one exists before the count starts
     before = traced()
     sessions = [
@@ -60,8 +60,10 @@ def test_an_idle_session_holds_well_under_a_kilobyte(traced: Callable[[], int]) 
 
 
 def test_sessions_of_one_client_share_their_client_tools() -> None:
-    capabilities = ClientCapabilities.model_validate({"fs": {"readTextFile": True}, "terminal": True})
-    first, second = client_tools(capabilities), client_tools(capabilities.model_copy())
+    params = {"protocolVersion": 1, "clientCapabilities": {"fs": {"readTextFile": True}, "terminal": True}}
+    one, other = read_initialize(params), read_initialize(params)  # two reads: equal, not the same object
+    assert one is not None and other is not None and one.client_capabilities is not other.client_capabilities
+    first, second = client_tools(one.client_capabilities), client_tools(other.client_capabilities)
     assert first is second
     assert first.read_files and first.terminals and not first.write_files
 
