@@ -6,6 +6,7 @@ first answer would still wait for pydantic."""
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -160,35 +161,34 @@ def model_reads(model: type[InitializeRequest] | type[InitializeRequestV2], para
         return validation_message(exc)
 
 
-def check_v1(params: Any) -> bool:
+def _check(
+    params: Any,
+    fast_reader: Callable[[Any], Any],
+    model: type[InitializeRequest] | type[InitializeRequestV2],
+    record_of: Callable[[Any], Any],
+    reader: Any,
+) -> bool:
     """The fast reader and the model agree on `params`; whether the fast reader vouched for them."""
-    fast = read_initialize(params)
-    expected = model_reads(InitializeRequest, params)
+    fast = fast_reader(params)
+    expected = model_reads(model, params)
     if fast is not None:
-        assert isinstance(expected, InitializeRequest), (params, expected)
-        assert fast == from_model(expected), params
+        assert isinstance(expected, model), (params, expected)
+        assert fast == record_of(expected), params
     try:
-        read = INITIALIZE.validate(params)
+        read = reader.validate(params)
     except RpcError as exc:
         assert exc.code == ErrorCode.INVALID_PARAMS and exc.message == expected, params
     else:
-        assert isinstance(expected, InitializeRequest) and read == from_model(expected), params
+        assert isinstance(expected, model) and read == record_of(expected), params
     return fast is not None
+
+
+def check_v1(params: Any) -> bool:
+    return _check(params, read_initialize, InitializeRequest, from_model, INITIALIZE)
 
 
 def check_v2(params: Any) -> bool:
-    fast = read_initialize_v2(params)
-    expected = model_reads(InitializeRequestV2, params)
-    if fast is not None:
-        assert isinstance(expected, InitializeRequestV2), (params, expected)
-        assert fast == from_model_v2(expected), params
-    try:
-        read = INITIALIZE_V2.validate(params)
-    except RpcError as exc:
-        assert exc.code == ErrorCode.INVALID_PARAMS and exc.message == expected, params
-    else:
-        assert isinstance(expected, InitializeRequestV2) and read == from_model_v2(expected), params
-    return fast is not None
+    return _check(params, read_initialize_v2, InitializeRequestV2, from_model_v2, INITIALIZE_V2)
 
 
 @pytest.mark.timeout(30)
