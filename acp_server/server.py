@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from acp_server.jsonrpc.connection import Connection
-from acp_server.jsonrpc.transport import LineSink, LineSource, open_stdio
+from acp_server.jsonrpc.transport import LineSink, LineSource, open_stdio, start_detached
 from acp_server.mcp_bridge import McpRegistry
 from acp_server.protocol.context import Parts
 from acp_server.protocol.deferred import Deferred
@@ -115,7 +115,7 @@ def build_server(
         methods_v2.update(plugin.methods)  # extensions (`_…`) are the same on both versions
         notifications_v2.update(plugin.notifications)
     processes = ProcessTable(ChildEnvPolicy.from_config(config), adopt_orphans=owns_process)
-    calls = CallBodies()
+    calls = CallBodies(start_detached)
     runs = RunRegistry()
     handshake = Handshake()
     providers = ProviderCache(open_model)

@@ -31,14 +31,14 @@ import signal
 import stat
 import sys
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from dataclasses import dataclass
-from typing import BinaryIO, Protocol
+from typing import Any, BinaryIO, Protocol
 
 import anyio
 import anyio.lowlevel
 
-__all__ = ["LineSink", "LineSource", "Oversized", "open_stdio"]
+__all__ = ["LineSink", "LineSource", "Oversized", "open_stdio", "start_detached"]
 
 log = logging.getLogger(__name__)
 
@@ -359,3 +359,17 @@ async def open_stdio(
         for file in (stdin, stdout):
             with contextlib.suppress(OSError):
                 file.close()
+
+
+# The tasks `start_detached` started and that still run: asyncio keeps only weak references to tasks, so one nothing
+# else holds could be collected while it runs.
+_DETACHED: set[asyncio.Task[None]] = set()
+
+
+def start_detached(body: Callable[[], Coroutine[Any, Any, None]]) -> None:
+    """Run `body()` in a task of the running event loop that is no child of any task group: for work that must never
+    hold the connection's `serve()` open (a tool call's body that ignores cancellation, runtime/call_bodies.py, which
+    owns, cancels and waits for it within bounds itself)."""
+    task = asyncio.get_running_loop().create_task(body())
+    _DETACHED.add(task)
+    task.add_done_callback(_DETACHED.discard)

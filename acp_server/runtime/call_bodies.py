@@ -17,7 +17,6 @@ Light at start-up: the connection builds it before the session side is loaded.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
@@ -45,10 +44,11 @@ class CallBodies:
     """Session id -> the bodies of its cancellable calls still running (abandoned ones included). One per
     connection; holds no turn state, only the tasks that outlive their turns."""
 
-    def __init__(self) -> None:
+    def __init__(self, start_detached: Callable[[Callable[[], Coroutine[Any, Any, None]]], None]) -> None:
         self._bodies: dict[str, set[_Body]] = {}
-        # The tasks themselves, so none is garbage collected while it runs (asyncio keeps only weak references).
-        self._tasks: set[asyncio.Task[None]] = set()
+        # Starts a task that is no child of any task group (`jsonrpc.transport.start_detached`: the event loop's
+        # backend is the transport's business, never the runtime's).
+        self._start_detached = start_detached
 
     def lingering(self, session_id: str) -> int:
         """The session's abandoned bodies still running."""
@@ -77,9 +77,7 @@ class CallBodies:
                     if not bodies:
                         del self._bodies[session_id]
 
-        task = asyncio.get_running_loop().create_task(host())
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._start_detached(host)
 
     async def close(self, session_id: str, timeout: float) -> None:
         """`session/close`: cancel the session's bodies and wait for them, shielded, at most `timeout` s."""

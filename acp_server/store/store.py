@@ -130,7 +130,9 @@ class SessionStore:
         self._last_heartbeat = now
         self._last_sweep = now
         self._closed = False
-        self._checkpointed = 0  # the latest batch known committed when the last background checkpoint began
+        self._written = 0  # commits that wrote something (an empty batch commits nothing and needs no checkpoint)
+        self._checkpointed = 0  # `_written` when the last background checkpoint began
+        self._checkpoint_failed = False  # said once on stderr; the later failures at debug level
         self._checkpointer: sqlite3.Connection | None = None  # its own connection, opened by the first checkpoint
         self._checkpoint_lock = threading.Lock()  # the checkpointer's connection, between its thread and close
         self.checkpoints = 0  # background checkpoints done (for tests and stats)
@@ -352,16 +354,23 @@ class SessionStore:
                 next_at = max(next_at, now)  # fell behind (a slow commit): no burst of catch-up flushes
                 await anyio.sleep(next_at - now)
                 await self.flush()
-                if now >= checkpoint_at and self._committed > self._checkpointed and not self._checkpoint_lock.locked():
+                if now >= checkpoint_at and self._written > self._checkpointed and not self._checkpoint_lock.locked():
                     checkpoint_at = now + CHECKPOINT_INTERVAL_S
-                    self._checkpointed = self._committed
+                    self._checkpointed = self._written
                     checkpoints.start_soon(self._background_checkpoint)
 
     async def _background_checkpoint(self) -> None:
         try:
             await anyio.to_thread.run_sync(self._checkpoint)
-        except sqlite3.Error as exc:  # the writer's next commits are unaffected; the backstop still checkpoints
-            log.warning("session store: background checkpoint failed: %s", exc)
+        except Exception as exc:  # a cancel is not an Exception: it goes on as one
+            # sqlite3.Error, or StoreUnavailable from opening its connection (out of file descriptors): the writer's
+            # commits are unaffected and the backstop still checkpoints, so this costs a log line, never the flusher
+            # (whose task group would take the connection down with it).
+            if not self._checkpoint_failed:
+                self._checkpoint_failed = True
+                log.warning("session store: background checkpoint failed: %s (the next ones are retried)", exc)
+            else:
+                log.debug("session store: background checkpoint failed again: %s", exc)
 
     def _checkpoint(self) -> None:
         """A PASSIVE checkpoint (it copies what no reader still needs and never blocks the writer), on the
@@ -515,6 +524,7 @@ class SessionStore:
                 self._keep_or_drop(batch, exc)
                 return False
             self._committed = self._taken
+            self._written += 1
             return True
 
     def _take(self, *, final: bool = False) -> Batch:

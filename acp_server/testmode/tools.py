@@ -6,9 +6,11 @@ Names start with `test_` so they never collide with product tools.
 
 from __future__ import annotations
 
+import time
 from typing import Any, Literal
 
 import anyio
+import anyio.to_thread
 import orjson
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -38,6 +40,11 @@ class StubbornArgs(SleepArgs):
         "command) or start it as a local process; reports `late_action` with outcome `done`, `refused` or `cancelled`",
     )
     command: str = Field(default="true", description="the /bin/sh command line of `then` command or proc")
+    blocking: bool = Field(
+        default=False,
+        description="sleep in a worker thread instead (a blocking library call): nothing, not even the event loop's "
+        "teardown at exit, can stop it",
+    )
 
 
 class HangFinalizerArgs(_Args):
@@ -57,7 +64,10 @@ async def _sleep(ctx: ToolContext, args: SleepArgs) -> ToolResult:
 async def _stubborn(ctx: ToolContext, args: StubbornArgs) -> ToolResult:
     # Models work that cannot be interrupted (a blocking call, a library that swallows cancellation).
     with anyio.CancelScope(shield=True):
-        await anyio.sleep(args.s)
+        if args.blocking:
+            await anyio.to_thread.run_sync(time.sleep, args.s)
+        else:
+            await anyio.sleep(args.s)
     if args.progress:  # late output of work that may have been abandoned meanwhile: the fence must stop it
         await ctx.emit(ToolCallUpdated(ctx.tool_call_id, content=(TextOutput(args.progress),)))
     if args.then:  # a late request of work that may have been abandoned: the fence must refuse it

@@ -172,13 +172,14 @@ def test_recorder_keeps_only_the_size_of_an_oversized_line(tmp_path: Path) -> No
 async def test_record_is_complete_when_the_exit_watchdog_ends_the_process(
     start_server: StartServer, tmp_path: Path
 ) -> None:
-    """Stdin EOF while a tool ignores cancellation: the server leaves through `os._exit` (no `finally` runs), and
-    the transcript must still end with what the server wrote last."""
+    """Stdin EOF while a tool is stuck in a blocking call (a worker thread that no cancel stops, so the process
+    cannot unwind): the server leaves through `os._exit` (no `finally` runs), and the transcript must still end
+    with what the server wrote last."""
     path = tmp_path / "stubborn.jsonl"
     client = await start_server(*DEFAULT_ARGS, "--record", str(path))
     await client.initialize()
     session = await client.new_session()
-    prompt = await client.prompt(session, [{"tool": "test_stubborn", "args": {"s": 10}}])
+    prompt = await client.prompt(session, [{"tool": "test_stubborn", "args": {"s": 10, "blocking": True}}])
     await client.probe("tool_started", sessionId=session)
     code, took = await client.close()
     assert code == 0 and took < 5

@@ -10,12 +10,17 @@ from typing import Any
 import anyio
 import pytest
 
+from acp_server.jsonrpc.transport import start_detached
 from acp_server.runtime.call_bodies import CallBodies
 from acp_server.runtime.call_stops import Abandonment, CallStop, run_abandonable
 
 pytestmark = pytest.mark.timeout(10)
 
 GRACE = 0.2
+
+
+def _bodies() -> CallBodies:
+    return CallBodies(start_detached)
 
 
 async def test_a_body_ignoring_its_cancel_is_abandoned_at_the_deadline_and_reports_its_late_end() -> None:
@@ -27,7 +32,7 @@ async def test_a_body_ignoring_its_cancel_is_abandoned_at_the_deadline_and_repor
             await anyio.sleep(GRACE * 10)
         return "done"
 
-    bodies = CallBodies()
+    bodies = CallBodies(start_detached)
     async with anyio.create_task_group() as tg:
         tg.start_soon(_cancel_soon, stop)
         began = anyio.current_time()
@@ -53,7 +58,7 @@ async def test_a_cooperating_body_ends_at_its_cancel_and_is_not_abandoned() -> N
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(_cancel_soon, stop)
-        result = await run_abandonable(cooperating, stop, _owned_by(CallBodies()), lambda: math.inf, on_late_end=_none)
+        result = await run_abandonable(cooperating, stop, _owned_by(_bodies()), lambda: math.inf, on_late_end=_none)
     assert result is None and not stop.abandoned
 
 
@@ -70,14 +75,14 @@ async def test_a_cancel_of_the_turn_reaches_the_body_and_its_failure_is_raised_w
         return "never"
 
     with anyio.move_on_after(0.05):
-        await run_abandonable(body, stop, _owned_by(CallBodies()), lambda: math.inf, on_late_end=_none)
+        await run_abandonable(body, stop, _owned_by(_bodies()), lambda: math.inf, on_late_end=_none)
     assert reached == [True] and not stop.abandoned
 
     async def failing() -> str:
         raise ValueError("broken")
 
     with pytest.raises(ValueError, match="broken"):
-        await run_abandonable(failing, CallStop(GRACE), _owned_by(CallBodies()), lambda: math.inf, on_late_end=_none)
+        await run_abandonable(failing, CallStop(GRACE), _owned_by(_bodies()), lambda: math.inf, on_late_end=_none)
 
 
 def _owned_by(bodies: CallBodies) -> Abandonment:
