@@ -74,10 +74,15 @@ class AcpDispatcher:
         if request.method == "session/prompt" and isinstance(request.params, dict):
             self._admit(context, request.params)
         elif request.method == "initialize":
-            self.parts.handshake.initialize_read()
-            context.after.append(self.parts.handshake.initialize_answered)  # first: what waits for it goes on
+            handshake = self.parts.handshake
+            handshake.initialize_read()
+            context.after.append(handshake.initialize_answered)  # first: what waits for it goes on
             if isinstance(request.params, dict):
-                self._handshake(context, request.params)
+                try:
+                    self._handshake(context, request.params)
+                except BaseException:  # answered -32603 by the connection, with no response to run `after`
+                    handshake.initialize_answered()
+                    raise
         return context
 
     def _speaks_v2(self, request: IncomingRequest) -> bool:
@@ -122,7 +127,9 @@ class AcpDispatcher:
                 return
             handshake.version = 2
             handshake.auth_problem = self.parts.auth.problem
-            handshake.auth_offered = handshake.auth_problem is not None
+            # Once offered, `auth/*` stay served for the connection: a client that logged in and sends `initialize`
+            # again (answered as before) may still log out.
+            handshake.auth_offered = handshake.auth_offered or handshake.auth_problem is not None
             # v2 has no client files or terminals; its elicitation markers are v1's (`{}` advertises a mode). Notices
             # and compactions need no client capability in v2 (ACP-V2.md §18): every v2 client is shown them as such.
             offered = initialize_v2.capabilities if isinstance(initialize_v2.capabilities, dict) else {}
@@ -191,6 +198,10 @@ class AcpDispatcher:
                 self.parts.handshake.require_initialized()
             except RpcError as exc:
                 return error_message(request.id, exc.code, exc.message)
+        if request.method != "initialize":
+            # Pipelined behind an `initialize`: validated and run after its answer, so nothing (not even the import
+            # of a params model) comes before that answer, and nothing is answered before it.
+            await self.parts.handshake.answered()
         return await dispatch(request, methods, context)
 
     def after_response(self, context: RequestContext) -> None:

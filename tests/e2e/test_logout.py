@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import StartServer
+from tests.e2e.test_interrupts import position
 from tests.support.fake_openai import FakeOpenAI, text_reply
 from tests.support.harness import scaled
 
@@ -123,3 +124,30 @@ async def test_requests_pipelined_behind_initialize_take_effect_in_their_order(
         assert "sessionId" in created.get("result", {}), created
     else:
         assert created["error"]["code"] == -32000, created
+
+
+@pytest.mark.parametrize("version", [1, 2])
+async def test_requests_pipelined_behind_initialize_are_answered_after_it(
+    start_server: StartServer, model: FakeOpenAI, tmp_path: Path, version: int
+) -> None:
+    """Whatever they are (a start-up extension, a session method, one with invalid params): nothing is validated,
+    run or answered before the `initialize` in front of them is answered, though its handler awaits the endpoint's
+    cached models list (read in a worker thread)."""
+    env = {**NO_KEYS, "OPENAI_API_KEY": "sk-test-not-real", "OPENAI_BASE_URL": model.base_url}
+    server = await start_server("--model", "openai:fake-model", env=env)
+    hello: dict[str, Any] = (
+        {"protocolVersion": 2, "info": {"name": "t", "version": "0"}, "capabilities": {}}
+        if version == 2
+        else {"protocolVersion": 1, "clientCapabilities": {}}
+    )
+    new = {"cwd": str(tmp_path)} if version == 2 else {"cwd": str(tmp_path), "mcpServers": []}
+    await server.send(
+        {"id": 1, "method": "initialize", "params": hello},
+        {"id": 2, "method": "_acp_server/stats", "params": {}},
+        {"id": 3, "method": "session/new", "params": {"cwd": 7}},
+        {"id": 4, "method": "session/new", "params": new},
+    )
+    answers = [await server.response(n) for n in (1, 2, 3, 4)]
+    assert "result" in answers[0] and "result" in answers[1] and "sessionId" in answers[3]["result"]
+    assert answers[2]["error"]["code"] == -32602
+    assert [position(server, a) for a in answers] == sorted(position(server, a) for a in answers)
