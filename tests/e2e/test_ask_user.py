@@ -236,8 +236,14 @@ async def test_a_question_in_a_mode_the_client_did_not_advertise_is_asked_in_the
 
 @pytest.mark.parametrize(
     "field",
-    [{"name": "api_key"}, {"name": "githubToken"}, {"name": "db", "title": "Database password"}],
-    ids=["api_key", "camel-case-token", "password-in-the-title"],
+    [
+        {"name": "api_key"},
+        {"name": "githubToken"},
+        {"name": "db", "title": "Database password"},
+        {"name": "api_keys"},
+        {"name": "value", "description": "your AWS secret key"},
+    ],
+    ids=["api_key", "camel-case-token", "password-in-the-title", "plural", "secret-in-the-description"],
 )
 async def test_a_form_field_that_asks_for_a_secret_is_refused_and_nothing_is_asked(
     start_server: StartServer, field: dict[str, Any]
@@ -260,9 +266,10 @@ async def test_a_form_field_that_asks_for_a_secret_is_refused_and_nothing_is_ask
         "https://user:pw@example.com/",
         "https://example.com/a b",
         "https://",
+        "http://example.com/login",
     ],
 )
-async def test_a_link_that_is_not_a_plain_web_link_is_refused_and_nothing_is_asked(
+async def test_a_link_that_is_not_a_plain_https_link_is_refused_and_nothing_is_asked(
     start_server: StartServer, url: str
 ) -> None:
     client, session = await open_client(start_server, LINKS)
@@ -270,3 +277,14 @@ async def test_a_link_that_is_not_a_plain_web_link_is_refused_and_nothing_is_ask
     assert (await client.response(prompt))["result"] == {"stopReason": "end_turn"}
     assert [m for m in client.received if m.get("method") == "elicitation/create"] == []
     assert final(client, session)["status"] == "failed"
+
+
+@pytest.mark.parametrize("field", [{"name": "max_tokens", "type": "integer"}, {"name": "branch"}])
+async def test_a_field_that_only_looks_like_a_secret_word_is_asked(
+    start_server: StartServer, field: dict[str, Any]
+) -> None:
+    client, session = await open_client(start_server, FORMS)
+    prompt = await client.prompt(session, [{"tool": "ask_user", "args": {"question": "How many?", "fields": [field]}}])
+    asked = await next_question(client)
+    await client.send({"id": asked["id"], "result": {"action": "decline"}})
+    assert (await client.response(prompt))["result"] == {"stopReason": "end_turn"}

@@ -40,10 +40,12 @@ NO_SECRETS_IN_FORMS = (
     "conversation. Give a `url` where the user enters it, or tell the user which setting or environment variable to "
     "put it in."
 )
-# A field whose name or title is one of these words (or has one as a part: `db_password`, `API key`) asks for a secret.
+# A field whose name, title or description has one of these words (a part of it: `db_password`, `API keys`,
+# `authToken`) asks for a secret.
 _SECRET_WORDS = re.compile(
     r"(?:^|[^a-z0-9])"
-    r"(?:password|passwd|passphrase|secret|token|api[ _-]?key|private[ _-]?key|credentials?)"
+    r"(?:passwords?|passwd|pwd|passphrases?|secrets?|(?:auth|access|refresh|bearer)[ _-]?tokens?|token"
+    r"|(?:api|access|private|secret|ssh)[ _-]?keys?|credentials?|pin[ _-]?(?:code|number)s?)"
     r"(?:$|[^a-z0-9])"
 )
 MAX_URL = 2048
@@ -76,7 +78,7 @@ class AskUserArgs(BaseModel):
     url: str | None = Field(
         default=None,
         description=(
-            "instead of fields: an http(s) link the user should open (to sign in, approve something, or enter a "
+            "instead of fields: an https link the user should open (to sign in, approve something, or enter a "
             "secret where it belongs); the answer says whether they agreed to go, not that they finished there"
         ),
     )
@@ -90,7 +92,11 @@ class AskUserArgs(BaseModel):
             raise ValueError(f"the url must be one line of at most {MAX_URL} printable characters")
         parts = urlsplit(url)
         if parts.scheme not in ("https", "http") or not parts.hostname:
-            raise ValueError("the url must be an http or https link with a host")
+            raise ValueError("the url must be an https link with a host")
+        if parts.scheme == "http" and parts.hostname not in ("localhost", "127.0.0.1", "::1"):
+            # Plain http only to this machine (a local sign-in callback): anything else the user would open in the
+            # clear, where they may be asked for a secret.
+            raise ValueError("the url must be an https link (plain http only to localhost)")
         if parts.username is not None or parts.password is not None:
             raise ValueError("the url must not carry a user name or password")
         return url
@@ -103,9 +109,9 @@ class AskUserArgs(BaseModel):
 
 
 def asks_for_a_secret(args: AskUserArgs) -> bool:
-    """Whether a field's name or title names a password, key or token (`max_tokens` does not)."""
+    """Whether a field's name, title or description names a password, key or token (`max_tokens` does not)."""
     for item in args.fields:
-        for label in (item.name, item.title or ""):
+        for label in (item.name, item.title or "", item.description or ""):
             if _SECRET_WORDS.search(re.sub(r"([a-z])([A-Z])", r"\1_\2", label).lower()):
                 return True
     return False
