@@ -53,7 +53,7 @@ from acp_server.runtime.processes import Processes
 from acp_server.runtime.text_guard import NO_SECRETS, Redactor, guard_tool_content, sanitize_text
 from acp_server.runtime.tools import ToolBox, ToolContext, ToolResult
 
-__all__ = ["run_turn"]
+__all__ = ["fence_context", "run_turn"]
 
 ToolContextFactory = Callable[[ToolCall], ToolContext]
 # What the model reads for a tool call the user stopped on its own (ACP-V2.md §23 Q6).
@@ -231,31 +231,39 @@ def _fenced_context(context: ToolContext, stop: CallStop) -> ToolContext:
     it still asks for is refused with ToolError in the body (a client request, a permission, a question, a command or
     terminal, a local process, a file, a subagent), so nothing reaches the client and nothing starts. Its own cleanup
     is due by the call's deadline as well as the turn's."""
+    fenced = fence_context(context, lambda: stop.abandoned)
+    turn_deadline = context.cleanup_deadline
+    return replace(fenced, cleanup_deadline=lambda: min(turn_deadline(), stop.deadline()))
+
+
+def fence_context(context: ToolContext, abandoned: Callable[[], bool]) -> ToolContext:
+    """`context` behind the fence of an abandoned call: once `abandoned()` is True, nothing reported through it reaches
+    the client and whatever is asked through it is refused with ToolError. Also the context of every tool of a
+    subagent that a `delegate` call runs (sessions/subagents.py), with that call's fence: the child's work is the
+    call's body too. A subagent started through it carries the fence on to its own tools."""
 
     def refuse() -> None:
-        if stop.abandoned:
+        if abandoned():
             raise ToolError(ABANDONED)
 
     async def emit(event: TurnEvent) -> None:
-        if not stop.abandoned:
+        if not abandoned():
             await context.emit(event)
 
     async def client_request(method: str, params: dict[str, Any]) -> Any:
         refuse()
         return await context.client_request(method, params)
 
-    turn_deadline = context.cleanup_deadline
     return replace(
         context,
         emit=emit,
         client_request=client_request,
-        cleanup_deadline=lambda: min(turn_deadline(), stop.deadline()),
         permissions=_FencedPermissions(context.permissions, refuse),
         questions=_FencedQuestions(context.questions, refuse),
         commands=_FencedCommands(context.commands, refuse),
         processes=_FencedProcesses(context.processes, refuse),
         fs=_FencedFiles(context.fs, refuse),
-        subagents=_FencedSubagents(context.subagents, refuse),
+        subagents=_FencedSubagents(context.subagents, abandoned),
     )
 
 
@@ -319,12 +327,27 @@ class _FencedFiles:
 
 
 class _FencedSubagents:
-    def __init__(self, inner: Subagents, refuse: Callable[[], None]) -> None:
-        self._inner, self._refuse = inner, refuse
+    """Refuses to start a subagent once the call is abandoned, and hands the fence to the subagent it starts: a
+    subagent already running when the call is abandoned is fenced as well (docs/interrupts.md I6)."""
 
-    async def run(self, task: str, meta: dict[str, Any], call_id: str, emit: Callable[..., Awaitable[None]]) -> str:
-        self._refuse()
-        return await self._inner.run(task, meta, call_id, emit)
+    def __init__(self, inner: Subagents, abandoned: Callable[[], bool]) -> None:
+        self._inner, self._abandoned = inner, abandoned
+
+    async def run(
+        self,
+        task: str,
+        meta: dict[str, Any],
+        call_id: str,
+        emit: Callable[..., Awaitable[None]],
+        *,
+        fenced: Callable[[], bool] | None = None,
+    ) -> str:
+        if self._abandoned():
+            raise ToolError(ABANDONED)
+        own, outer = self._abandoned, fenced
+        # Fences nest (a fenced call inside a fenced subagent): the subagent is fenced by whichever goes up first.
+        fence = own if outer is None else (lambda: own() or outer())
+        return await self._inner.run(task, meta, call_id, emit, fenced=fence)
 
 
 def _guarded_emit(emit: Emit, redactor: Redactor) -> Emit:

@@ -146,6 +146,17 @@ class NoQuestions:
 
 class Subagents(Protocol):
     """Runs a child session's turn for a `delegate` tool call, inside the calling turn (so cancelling the parent
-    cancels the child), and returns the child's final answer. Raises ToolError if the child is cancelled or fails."""
+    cancels the child), and returns the child's final answer. Raises ToolError if the child is cancelled or fails.
 
-    async def run(self, task: str, meta: dict[str, Any], call_id: str, emit: Callable[..., Awaitable[None]]) -> str: ...
+    `fenced`: the fence of the calling `delegate` call, when it may be abandoned (runtime/loop.py::fence_context):
+    once it returns True, nothing the child's tools ask for reaches the client or starts."""
+
+    async def run(
+        self,
+        task: str,
+        meta: dict[str, Any],
+        call_id: str,
+        emit: Callable[..., Awaitable[None]],
+        *,
+        fenced: Callable[[], bool] | None = None,
+    ) -> str: ...

@@ -5,7 +5,8 @@ The child gets its own session id and run context (`parent_session_id` set) in t
 turn, so cancelling the parent cancels the child, and the child's children, before the parent answers
 (docs/interrupts.md I16). Clients never created the child, so it never speaks under its own id (decision 7 there): its
 progress shows in the parent's `delegate` tool call, whose `_meta` names the child, and its requests to the editor go
-out under the parent's session id, fenced by the parent's turn.
+out under the parent's session id, fenced by the parent's turn and by the `delegate` call's own fence once that call
+is abandoned (a child tool that ignores the cancel must not reach the client after it: I6).
 """
 
 from __future__ import annotations
@@ -16,12 +17,13 @@ from datetime import date
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from acp_server.runtime.loop import run_turn
+from acp_server.runtime.loop import fence_context, run_turn
 from acp_server.runtime.model import (
     Message,
     ReplyStarted,
     TextDelta,
     TextOutput,
+    ToolCall,
     ToolCallFinished,
     ToolCallStarted,
     ToolCallUpdated,
@@ -32,7 +34,7 @@ from acp_server.runtime.model import (
 from acp_server.runtime.ports import ToolError
 from acp_server.runtime.system_prompt import build_system_prompt
 from acp_server.runtime.text_guard import redactor_for
-from acp_server.runtime.tools import ToolBox
+from acp_server.runtime.tools import ToolBox, ToolContext
 from acp_server.sessions.commands import Prompt
 from acp_server.sessions.runs import RunContext, Session
 from acp_server.sessions.turn_tools import tool_context, tool_ports
@@ -66,7 +68,18 @@ class ChildSessions:
         self._tools = tools
         self._visible_call = visible_call
 
-    async def run(self, task: str, meta: dict[str, Any], call_id: str, emit: Callable[..., Awaitable[None]]) -> str:
+    async def run(
+        self,
+        task: str,
+        meta: dict[str, Any],
+        call_id: str,
+        emit: Callable[..., Awaitable[None]],
+        *,
+        fenced: Callable[[], bool] | None = None,
+    ) -> str:
+        """`fenced`: the fence of the `delegate` call this child runs in, when that call may be abandoned. The top
+        turn's ports are not fenced when only that call is (`tool_call/cancel`), so the child's tools get the call's
+        fence themselves: once it is up, what they ask for is refused, as in the call's own body (I6)."""
         services, top, parent = self._services, self._top, self._parent
         home = top.session
         child_id = f"sess_{uuid.uuid4().hex}"
@@ -115,14 +128,17 @@ class ChildSessions:
                 ports = tool_ports(services, top, on_behalf_of=visible_call)
                 grandchildren = ChildSessions(services, top, child, self._tools, visible_call)
                 messages = [Message("user", task)]
+
+                def child_tool_context(tool_call: ToolCall) -> ToolContext:
+                    context = tool_context(services, top, ports, tool_call, emit=progress, subagents=grandchildren)
+                    return context if fenced is None else fence_context(context, fenced)
+
                 await run_turn(
                     model_turn,
                     messages,
                     self._tools,
                     progress,
-                    tool_context=lambda tool_call: tool_context(
-                        services, top, ports, tool_call, emit=progress, subagents=grandchildren
-                    ),
+                    tool_context=child_tool_context,
                     probe=probe,
                     max_requests=services.config.max_turn_requests,
                     redactor=redactor_for(services.config.held_secrets),

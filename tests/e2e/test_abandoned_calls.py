@@ -1,8 +1,8 @@
 """Abandoned tool calls, end to end over stdio (INTERRUPTS I6 for one call; ACP v2 issue item 3; docs/interrupts.md,
 "Abandoned tool calls"): a call that ignores its cancel and is abandoned at the cleanup deadline is fenced for
-everything it may still ask for (a permission, a question, a command or terminal, a local process), on v1 and v2;
-its body belongs to its session, which caps how many may linger, waits for them (bounded) at `session/close`, and
-the connection does not wait for them past its shutdown bound.
+everything it may still ask for (a permission, a question, a command or terminal, a local process), on v1 and v2,
+and so are the tools of an abandoned `delegate` call's child; its body belongs to its session, which caps how many may
+linger, waits for them (bounded) at `session/close`, and the connection does not wait for them past its shutdown bound.
 """
 
 from __future__ import annotations
@@ -187,3 +187,38 @@ async def test_shutdown_does_not_wait_for_an_abandoned_call_past_its_bound(start
     assert code == 0 and took <= T_EXIT
     assert "ignoring cancellation still running at exit; left behind" in server.stderr_text
     assert "abandoned work still running at exit" not in server.stderr_text
+
+
+@pytest.mark.parametrize("then", ["permission", "ask", "command", "proc"])
+async def test_v2_an_abandoned_delegate_call_fences_its_childs_tools_too(
+    start_server: StartServer, tmp_path: Path, then: str
+) -> None:
+    """The `delegate` call is cancelled alone while its child's tool ignores the cancel; the call is abandoned and
+    the parent's turn goes on (held at a gate). What the child's tool then asks for is refused as in the call's own
+    body: the child's work is the call's work, and the parent's turn is not fenced."""
+    server = await start_server()
+    await server.initialize_v2(FORMS)
+    work = tmp_path / "work"
+    work.mkdir()
+    marker = work / "started"
+    session_id = await server.new_session_v2(cwd=str(work))
+    child = [_stubborn(STUBBORN_SECONDS, then, marker), {"say": "child done"}]
+    delegate = {"tool": "delegate", "args": {"task": "stubborn work", "script": child}}
+    await server.prompt(session_id, [delegate, {"gate": "g"}, {"say": "went on"}])
+    # Cancelled once the child's tool runs: a cancel before would stop the child before its tool starts.
+    child_tool = await server.probe("tool_started", tool="test_stubborn")
+    call_id = await _cancel_call(server, session_id)
+    await server.probe("tool_abandoned", sessionId=session_id, toolCallId=call_id, timeout=T_ESC + 1)
+    await server.probe("gate_reached", sessionId=session_id, gate="g")
+    late = await server.probe(
+        "late_action",
+        sessionId=session_id,
+        toolCallId=child_tool["params"]["toolCallId"],
+        timeout=STUBBORN_SECONDS + T_WAIT,
+    )
+    assert late["params"]["outcome"] == "refused"
+    await server.quiet(W_QUIET, lambda m: m.get("method") in LATE_REQUESTS)
+    assert _late_requests(server) == [] and not marker.exists()
+    await server.release(session_id, "g")
+    assert (await server.idle(session_id))["params"]["update"]["stopReason"] == "end_turn"
+    assert server.texts(session_id)[-1:] == ["went on"]
