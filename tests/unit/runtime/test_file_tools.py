@@ -42,7 +42,7 @@ ALLOW = Decision(True)
 class _NoSubagents:
     """File tools never delegate; a call would be a bug."""
 
-    async def run(self, task: str, meta: dict[str, Any], call_id: str, emit: Any) -> str:
+    async def run(self, task: str, meta: dict[str, Any], call_id: str, emit: Any, *, fenced: Any = None) -> str:
         raise AssertionError("a file tool tried to start a subagent")
 
 
