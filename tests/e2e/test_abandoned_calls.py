@@ -222,3 +222,34 @@ async def test_v2_an_abandoned_delegate_call_fences_its_childs_tools_too(
     await server.release(session_id, "g")
     assert (await server.idle(session_id))["params"]["update"]["stopReason"] == "end_turn"
     assert server.texts(session_id)[-1:] == ["went on"]
+
+
+async def test_v2_an_abandoned_delegate_call_fences_its_grandchilds_tools_too(
+    start_server: StartServer, tmp_path: Path
+) -> None:
+    """The fence goes all the way down: the child's own `delegate` hands it on, so a grandchild's stubborn tool
+    cannot ask permission once the top-level `delegate` call is abandoned."""
+    server = await start_server()
+    await server.initialize_v2(FORMS)
+    work = tmp_path / "work"
+    work.mkdir()
+    session_id = await server.new_session_v2(cwd=str(work))
+    grandchild = [_stubborn(STUBBORN_SECONDS, "permission", work / "started"), {"say": "grandchild done"}]
+    child = [{"tool": "delegate", "args": {"task": "deeper", "script": grandchild}}, {"say": "child done"}]
+    delegate = {"tool": "delegate", "args": {"task": "stubborn work", "script": child}}
+    await server.prompt(session_id, [delegate, {"gate": "g"}, {"say": "went on"}])
+    grandchild_tool = await server.probe("tool_started", tool="test_stubborn")
+    call_id = await _cancel_call(server, session_id)
+    await server.probe("tool_abandoned", sessionId=session_id, toolCallId=call_id, timeout=T_ESC + 1)
+    await server.probe("gate_reached", sessionId=session_id, gate="g")
+    late = await server.probe(
+        "late_action",
+        sessionId=session_id,
+        toolCallId=grandchild_tool["params"]["toolCallId"],
+        timeout=STUBBORN_SECONDS + T_WAIT,
+    )
+    assert late["params"]["outcome"] == "refused"
+    await server.quiet(W_QUIET, lambda m: m.get("method") in LATE_REQUESTS)
+    assert _late_requests(server) == []
+    await server.release(session_id, "g")
+    assert (await server.idle(session_id))["params"]["update"]["stopReason"] == "end_turn"
