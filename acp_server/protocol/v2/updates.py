@@ -158,7 +158,7 @@ def to_v2(v1: dict[str, Any], event: TurnEvent | None, run: RunContext | None) -
     """A v1 update as v2 shows it (live, with the event at hand, or replayed from the store without it)."""
     if isinstance(event, ToolContentAppended):
         # v2 appends the one item (`tool-calls § Streaming Content`); v1's update, which the store keeps, carries
-        # all of them, so a replay shows the call's content as one upsert.
+        # all of them, so a replay shows the content so far as upserts of the whole.
         return {
             "sessionUpdate": "tool_call_content_chunk",
             "toolCallId": event.call_id,
