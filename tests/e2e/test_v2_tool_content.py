@@ -1,9 +1,9 @@
 """A tool call that reports as it goes, end to end over stdio (ACP-V2.md §9, `tool-calls § Streaming Content`): on v2
 each new piece is one `tool_call_content_chunk` that appends it, sent once; on v1, which has no append, each
-`tool_call_update` carries the call's whole content so far; and a v2 replay shows what the client had accumulated as
-one upsert. Tests named `test_acp_…` hold the acp-tck v2 requirement of that id (src/tck/v2/requirements.py at
-1314e0951863b03844fd530e0e14bd88843aabe7). The reporting tool is `delegate`: a line for each piece of the child's
-text, each tool it starts and how that ended, then its answer."""
+`tool_call_update` carries the call's whole content so far; and a v2 replay shows what the client had accumulated in
+upserts of the whole content. Tests named `test_acp_…` hold the acp-tck v2 requirement of that id
+(src/tck/v2/requirements.py at 1314e0951863b03844fd530e0e14bd88843aabe7). The reporting tool is `delegate`: a line
+for each piece of the child's text, each tool it starts and how that ended, then its answer."""
 
 from __future__ import annotations
 
@@ -98,7 +98,7 @@ async def test_on_v1_a_reporting_tool_call_sends_its_whole_content_so_far_each_t
     assert progress[-1][0] == "c1" and progress[-1][2:] == ["  done", "c2"]
 
 
-async def test_a_v2_replay_shows_a_reported_calls_accumulated_content_as_one_upsert(
+async def test_a_v2_replay_shows_a_reported_calls_accumulated_content_in_whole_upserts(
     start_server: StartServer, tmp_path: Path
 ) -> None:
     state = tmp_path / "state"

@@ -132,6 +132,10 @@ def _log(run: RunContext, v1: dict[str, Any], event: TurnEvent) -> None:
         v1 = {k: v for k, v in v1.items() if k != "content"}
         if v1.keys() <= {"sessionUpdate", "toolCallId"}:
             return
+    elif isinstance(event, ToolContentAppended) and any(item.get("type") == "terminal" for item in v1["content"]):
+        # Appended after a display terminal the call showed (kept apart, above): v1's whole content names it, and
+        # a v1 replay must never name a terminal its client never had.
+        v1 = {**v1, "content": [item for item in v1["content"] if item.get("type") != "terminal"]}
     log_update(run.turn_log, v1)
 
 
@@ -154,7 +158,7 @@ def to_v2(v1: dict[str, Any], event: TurnEvent | None, run: RunContext | None) -
     """A v1 update as v2 shows it (live, with the event at hand, or replayed from the store without it)."""
     if isinstance(event, ToolContentAppended):
         # v2 appends the one item (`tool-calls § Streaming Content`); v1's update, which the store keeps, carries
-        # all of them, so a replay shows the call's content as one upsert.
+        # all of them, so a replay shows the content so far as upserts of the whole.
         return {
             "sessionUpdate": "tool_call_content_chunk",
             "toolCallId": event.call_id,
