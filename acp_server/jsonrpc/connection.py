@@ -60,6 +60,10 @@ FLUSH_TIMEOUT = 0.25
 ANSWER_SLACK = 0.25
 # At EOF, how long the last commit of the session store may take.
 DRAIN_TIMEOUT = 0.25
+# From EOF on, how long any one wait for the session store may take (a commit another process's write lock holds up
+# would wait out SQLite's busy timeout, shielded: the bounds here cannot cut it). Below ANSWER_SLACK, so the last
+# commit of a turn the cleanup deadline cut short still lets its response out, and below DRAIN_TIMEOUT.
+STORE_WAIT_TIMEOUT = 0.2
 # At exit, how long the pipes of the processes just killed may take to close (a SIGKILLed process's pipes close at
 # once; what is still open after this belongs to a process out of our reach). Well within the exit watchdog.
 RELEASE_TIMEOUT = 0.1

@@ -15,6 +15,7 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from acp_server.jsonrpc.connection import STORE_WAIT_TIMEOUT
 from acp_server.jsonrpc.rpc import ErrorCode, IncomingRequest, RpcError, dispatch, error_message, method_table
 from acp_server.protocol.context import Handler, NotificationHandler, Parts, RequestContext
 from acp_server.protocol.initialize import Capabilities
@@ -232,6 +233,9 @@ class AcpDispatcher:
         handler(self.parts, validated)
 
     def closing(self) -> None:
+        store = self.parts.store.current
+        if store is not None:  # first: a commit in progress may be what holds a turn's response
+            store.bound_waits(STORE_WAIT_TIMEOUT)
         self.runs.interrupt_all()
         self.parts.calls.cancel_all()
         self.parts.mcp.stop_all()  # their shutdowns run alongside the turns' cleanup

@@ -21,18 +21,26 @@
   size the background one never lets the WAL reach.
 - **A store that cannot be opened is never deleted or overwritten** (sqlite_file.py): `SessionStore.open` raises
   `StoreUnavailable` with a message for stderr, and the server keeps serving new sessions without persistence.
+- **Waits are bounded once the connection closes** (`bound_waits`). A wait for the worker thread is shielded (a
+  thread cannot be stopped midway) and normally lasts as long as the job: a prompt's response waits for its commit.
+  But a commit that another process's write lock holds up lasts up to the busy timeout (5 s), longer than the whole
+  exit bound of I17; so at EOF each wait ends after its bound and leaves its thread to finish or fail on its own
+  (the exit watchdog ends the process if it still runs). Never two jobs on the connection at once: the next job waits
+  (bounded too) for the one left running. What was not committed by exit is lost then, with one warning.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import math
 import os
 import sqlite3
 import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -82,6 +90,16 @@ _MAX_RETAINED_UPDATES = 500_000
 _TOUCH = "UPDATE sessions SET updated_at = ? WHERE id = ? AND deleted = 0"
 # One string for every buffered `create_session`, not a copy each (a burst of `session/new` buffers thousands).
 _CREATE_SESSION = f"INSERT OR REPLACE INTO sessions ({SESSION_COLUMNS}, deleted) VALUES (?,?,?,?,?,?,?,?,?,?,NULL,0)"
+
+
+class _AbandonedError(Exception):
+    """A job's wait for the worker thread ended at its shutdown bound (`SessionStore.bound_waits`). `started`: the job
+    runs on in its thread, so what it was given may yet be committed, or not; else it never started (a job left
+    running before it still held the connection)."""
+
+    def __init__(self, started: bool) -> None:
+        super().__init__("the connection is closing: the store's wait for its worker thread ended at its bound")
+        self.started = started
 
 
 @dataclass(eq=False, slots=True)
@@ -136,6 +154,10 @@ class SessionStore:
         self._checkpointer: sqlite3.Connection | None = None  # its own connection, opened by the first checkpoint
         self._checkpoint_lock = threading.Lock()  # the checkpointer's connection, between its thread and close
         self.checkpoints = 0  # background checkpoints done (for tests and stats)
+        self._wait_bound: float | None = None  # set by `bound_waits` at shutdown: no wait for a thread is longer
+        self._bounded_waits: set[anyio.CancelScope] = set()  # the waits in progress, to bound them too
+        self._job_done: threading.Event | None = None  # set by the thread of the last job started once it ends
+        self._loss_told = False  # the one warning that the bound may lose what is not committed
 
     # -- opening and closing --
 
@@ -186,14 +208,31 @@ class SessionStore:
             self._close_checkpointer()
 
     async def aclose(self) -> None:
-        with anyio.CancelScope(shield=True):
+        """`close` from the event loop. Shielded; after `bound_waits`, within its bound (the lock included: a job of
+        another task may hold it)."""
+        with anyio.CancelScope(shield=True), self._bounded() as bound:
             async with self._async_lock():
                 if self._closed:
                     return
                 self._closed = True
                 batch = self._take(final=True)  # here, on the event loop thread that appends
-                await anyio.to_thread.run_sync(self._worker.finish, batch)
-                await anyio.to_thread.run_sync(self._close_checkpointer)
+                try:
+                    await self._in_thread(self._worker.finish, batch)
+                except _AbandonedError:
+                    return  # told once; the connection is the abandoned thread's to close
+                await anyio.to_thread.run_sync(self._close_checkpointer, abandon_on_cancel=True)
+        if bound.cancelled_caught:
+            self._tell_loss()
+
+    def bound_waits(self, seconds: float) -> None:
+        """The connection is closing (stdin EOF): from now on no wait for the worker thread (a flush's commit, a
+        read, the final write of `aclose`) lasts more than `seconds`, counted from now for a wait in progress and
+        from its start for a later one. Normally a wait lasts as long as its job, which another process's write lock
+        can stretch to the busy timeout, longer than the exit bound. A job whose wait ends runs on in its thread."""
+        self._wait_bound = seconds
+        deadline = anyio.current_time() + seconds
+        for scope in self._bounded_waits:
+            scope.deadline = min(scope.deadline, deadline)
 
     # -- buffered writes (synchronous, cheap) --
 
@@ -334,8 +373,9 @@ class SessionStore:
 
     async def flush(self) -> bool:
         """Commit everything buffered before this call, in one transaction on a worker thread. Shielded: once
-        called it completes (bounded by the busy timeout). False when the commit failed; the batch is kept for the
-        next flush (dropped, and logged, after a minute or half a million updates) and the error is logged."""
+        called it completes (bounded by the busy timeout; once the connection closes, by `bound_waits`). False when
+        the commit failed; the batch is kept for the next flush (dropped, and logged, after a minute or half a million
+        updates) and the error is logged. False too when its wait ended at the shutdown bound."""
         with anyio.CancelScope(shield=True):
             committed = await self._flush(self._taken + 1)
         return committed
@@ -460,10 +500,57 @@ class SessionStore:
         with anyio.CancelScope(shield=True):
             async with self._async_lock():
                 try:
-                    result = await anyio.to_thread.run_sync(func, *args)
-                except sqlite3.Error as exc:
+                    result = await self._in_thread(func, *args)
+                except (sqlite3.Error, _AbandonedError) as exc:
                     raise StoreUnavailable(f"session store {self.path}: {exc}") from exc
         return result
+
+    @contextlib.contextmanager
+    def _bounded(self) -> Iterator[anyio.CancelScope]:
+        """A scope around a wait for the store: unbounded until `bound_waits`, then ended (what it holds
+        cancelled, and the cancellation caught by the scope) at the bound."""
+        bound = self._wait_bound
+        scope = anyio.CancelScope(deadline=math.inf if bound is None else anyio.current_time() + bound)
+        self._bounded_waits.add(scope)
+        try:
+            with scope:
+                yield scope
+        finally:
+            self._bounded_waits.discard(scope)
+
+    async def _in_thread(self, func: Callable[..., _T], *args: Any) -> _T:
+        """Run a job on the connection in a worker thread and wait for it (under the store's lock, shielded, as
+        every caller does). Normally the wait lasts as long as the job; after `bound_waits` it ends at the bound,
+        and the job is left to finish or fail in its thread: `_AbandonedError` is raised, and the next job first waits
+        (bounded too) for that thread to end, since the connection takes one job at a time."""
+        done = threading.Event()
+
+        def job() -> _T:
+            try:
+                return func(*args)
+            finally:
+                done.set()
+
+        started = False
+        with self._bounded():
+            previous = self._job_done
+            if previous is not None and not previous.is_set():  # a job abandoned at its bound still runs
+                await anyio.to_thread.run_sync(previous.wait, abandon_on_cancel=True)
+            self._job_done = done
+            started = True
+            # Abandoning is for the bound alone: every caller is shielded from any other cancellation.
+            return await anyio.to_thread.run_sync(job, abandon_on_cancel=True)
+        self._tell_loss()
+        raise _AbandonedError(started)
+
+    def _tell_loss(self) -> None:
+        if not self._loss_told:
+            self._loss_told = True
+            log.warning(
+                "session store %s: a write waits for the write lock (another process holds it) as the server exits;"
+                " it is waited for no longer: what is not committed by then is lost",
+                self.path,
+            )
 
     async def _flush(self, wanted: int) -> bool:
         """Commit batch `wanted` (or a later one), answering flushes in the order they were called.
@@ -519,7 +606,12 @@ class SessionStore:
                 self._committed = self._taken
                 return True
             try:
-                await anyio.to_thread.run_sync(self._worker.commit, batch)
+                await self._in_thread(self._worker.commit, batch)
+            except _AbandonedError as abandoned:
+                if not abandoned.started:
+                    self._failed = batch  # never given to a thread: the final write takes it, if it gets its turn
+                # Else the thread has it, to commit or fail: retrying it could write its rows twice.
+                return False
             except Exception as exc:
                 self._keep_or_drop(batch, exc)
                 return False

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import sqlite3
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -20,7 +21,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import StartServer
-from tests.support.harness import GRACE, LONG_GRACE, T_ACK, T_EXIT, RawClient, processes
+from tests.support.harness import GRACE, LONG_GRACE, T_ACK, T_EXIT, T_WAIT, RawClient, processes
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
 
@@ -316,3 +317,42 @@ async def test_sigterm_shuts_every_mcp_server_down_even_one_that_ignores_it(
     assert code == 0, server.stderr_text
     assert took < GRACE + 5
     await wait_all_dead(started)
+
+
+def tool_started(session: str) -> Callable[[dict[str, Any]], bool]:
+    """A predicate: the session's first tool call has been announced (its tool is running)."""
+    return lambda m: (
+        m.get("method") == "session/update"
+        and m["params"]["sessionId"] == session
+        and m["params"]["update"].get("sessionUpdate") == "tool_call"
+    )
+
+
+@pytest.mark.timeout(60)
+async def test_stdin_eof_exits_in_time_while_another_process_holds_the_store_write_lock(
+    start_server: StartServer, tmp_path: Path
+) -> None:
+    """I17 with the session store's write lock held by another process (another acp-server's long commit, a
+    `sessions prune`): the running turn's last commit and the store's final write would each wait out SQLite's busy
+    timeout, shielded, so the drain's bound could not cut them. At EOF they wait no longer than their own bound: the
+    prompt is answered `cancelled`, the exit status is 0 within T_exit, and one warning says what was lost."""
+    state, log_file, work = tmp_path / "state", tmp_path / "server.log", tmp_path / "work"
+    work.mkdir()
+    args = ("--model", "scripted", "--test-mode", "--cleanup-deadline", str(GRACE), "--log-file", str(log_file))
+    server = await start_server(*args, env={"ACP_SERVER_STATE_DIR": str(state)})
+    await server.initialize()
+    session = await server.new_session(str(work))  # the store is open: its file exists
+    # Our own write lock, as another process's long transaction: the server's commits wait on it from now on.
+    holder = sqlite3.connect(state / "sessions.sqlite3", timeout=T_WAIT, isolation_level=None)
+    try:
+        holder.execute("BEGIN IMMEDIATE")
+        prompt = await server.prompt(session, [{"tool": "test_sleep", "args": {"s": 10}}])
+        await server.wait_for(tool_started(session))
+        code, took = await server.close()
+        assert code == 0, server.stderr_text
+        assert took <= T_EXIT
+        await assert_cancelled(server, [prompt])
+    finally:
+        holder.rollback()
+        holder.close()
+    assert log_file.read_text().count("not committed by then is lost") == 1, log_file.read_text()[-3000:]

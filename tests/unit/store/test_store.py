@@ -527,6 +527,79 @@ async def test_a_flush_from_a_cancelled_scope_still_commits(store: SessionStore,
     assert count_rows(db, "SELECT count(*) FROM sessions") == 1
 
 
+# --- waits at shutdown (bound_waits) ---
+
+BOUND = 0.1  # the shutdown bound these tests give the store's waits
+
+
+async def timed(wait: Any) -> tuple[Any, float]:
+    """What an awaitable gives, and how long it took."""
+    started = anyio.current_time()
+    result = await wait
+    return result, anyio.current_time() - started
+
+
+async def test_at_shutdown_a_commit_held_up_by_another_writer_ends_at_the_bound_and_the_next_job_waits_for_its_thread(
+    store: SessionStore, db: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A flush whose commit waits for another process's write lock (SQLite's busy timeout: 5 s) when the connection
+    closes ends at the bound counted from then, without its commit; the thread is left to commit later. A read then
+    fails within its bound rather than run beside that thread (one warning for all of it), and once the lock is free
+    the final write waits for the thread and commits after it: the abandoned commit's rows, the turn `interrupted`."""
+    store.create_session("s", "/w")
+    turn = store.begin_turn("s", [], "")
+    turn.append(text_chunk("first"))
+    other = raw(db)
+    try:
+        other.execute("BEGIN IMMEDIATE")
+        outcome: list[tuple[bool, float]] = []
+
+        async def flush() -> None:
+            outcome.append(await timed(store.flush()))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(flush)
+            await anyio.sleep(BOUND)  # the commit is waiting for the lock: unbounded until the connection closes
+            assert not outcome
+            store.bound_waits(BOUND)
+        [(committed, took)] = outcome
+        assert not committed
+        assert 2 * BOUND * 0.9 <= took <= 2 * BOUND + scaled(0.5)  # the bound counts from `bound_waits`
+        with pytest.raises(StoreUnavailable):
+            await store.load("s")
+        assert count_rows(db, "SELECT count(*) FROM sessions") == 0
+        lost = [r for r in caplog.records if "not committed by then is lost" in r.getMessage()]
+        assert len(lost) == 1 and lost[0].levelname == "WARNING", caplog.records
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    await store.aclose()
+    assert count_rows(db, "SELECT count(*) FROM updates") == 1
+    assert count_rows(db, "SELECT count(*) FROM turns WHERE status = 'interrupted'") == 1
+    assert count_rows(db, "SELECT count(*) FROM owners") == 0
+
+
+async def test_at_shutdown_the_final_write_held_up_by_another_writer_ends_at_the_bound_with_a_warning(
+    store: SessionStore, db: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`aclose` is shielded (its thread cannot be stopped), so no bound outside it can cut it: its own does."""
+    store.create_session("s", "/w")
+    other = raw(db)
+    try:
+        other.execute("BEGIN IMMEDIATE")
+        store.bound_waits(BOUND)
+        with anyio.move_on_after(0):  # the drain's bound, already over: a shielded wait outlives it
+            _, took = await timed(store.aclose())
+        assert took <= BOUND + scaled(0.5)
+        lost = [r for r in caplog.records if "not committed by then is lost" in r.getMessage()]
+        assert len(lost) == 1 and lost[0].levelname == "WARNING", caplog.records
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    assert store._job_done is not None and store._job_done.wait(scaled(10))  # the final write, on its own
+    assert count_rows(db, "SELECT count(*) FROM owners") == 0
+
+
 async def test_the_flusher_commits_within_its_interval(store: SessionStore, db: Path) -> None:
     store.create_session("s", "/w")
     turn = store.begin_turn("s", [], "")
