@@ -42,6 +42,13 @@ _LAUNCHER_IN_TMP = any(
 )
 
 
+@pytest.fixture
+def temp_dir_without_code(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """For tests about something else: a temp directory that holds none of the launcher's code, so that a checkout
+    under /tmp (a CI clone) adds no warning of its own (that one has tests of its own, below)."""
+    monkeypatch.setattr(sandbox_module, "_temp_dirs", lambda: [str(tmp_path)])
+
+
 def test_where_the_kernel_has_no_landlock_commands_run_unconfined_and_the_log_says_why(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -76,6 +83,7 @@ def test_sandbox_off_is_no_sandbox_and_no_warning(caplog: pytest.LogCaptureFixtu
     )
 
 
+@pytest.mark.usefixtures("temp_dir_without_code")
 def test_a_kernel_that_cannot_refuse_tcp_is_said_to_leave_the_network_open(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING, logger="acp_server.runtime.sandbox"):
         sandbox = sandbox_for(Config(sandbox_network=False), Support(3, package_dir="/x"))
@@ -88,6 +96,7 @@ def test_a_kernel_that_cannot_refuse_tcp_is_said_to_leave_the_network_open(caplo
     assert "Unix sockets by path NOT restricted" in words and "D-Bus" in words
 
 
+@pytest.mark.usefixtures("temp_dir_without_code")
 def test_what_an_old_kernel_leaves_open_is_a_warning_naming_it() -> None:
     level, words = describe(Config(), Support(2, package_dir="/x"))
     assert level == "warn" and "truncating files" in words and "NOT controlled" in words
@@ -196,6 +205,7 @@ def test_a_writable_directory_holding_the_launchers_interpreter_or_code_is_not_w
         sandbox_module._safe_writable.cache_clear()
 
 
+@pytest.mark.usefixtures("temp_dir_without_code")
 def test_a_writable_directory_that_does_not_exist_is_named_at_start(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING, logger="acp_server.runtime.sandbox"):
         sandbox_for(Config(sandbox_writable=("/nonexistent/acp-cache",)), Support(7, package_dir="/x"))
