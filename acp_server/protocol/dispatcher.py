@@ -233,9 +233,8 @@ class AcpDispatcher:
         handler(self.parts, validated)
 
     def closing(self) -> None:
-        store = self.parts.store.current
-        if store is not None:  # first: a commit in progress may be what holds a turn's response
-            store.bound_waits(STORE_WAIT_TIMEOUT)
+        # First: a commit in progress may be what holds a turn's response. Also for a store still being opened.
+        self.parts.store.bound_waits(STORE_WAIT_TIMEOUT)
         self.runs.interrupt_all()
         self.parts.calls.cancel_all()
         self.parts.mcp.stop_all()  # their shutdowns run alongside the turns' cleanup

@@ -35,6 +35,14 @@ class StoreAccess:
         self.problem: str | None = None if config.store else "sessions are not stored (--no-store)"
         self._tried = not config.store
         self._lock = anyio.Lock()
+        self._wait_bound: float | None = None  # set as the connection closes (`bound_waits`)
+
+    def bound_waits(self, seconds: float) -> None:
+        """The connection is closing: the store's waits end at `seconds` (`SessionStore.bound_waits`), also for a
+        store that is still being opened, which gets the bound once it is."""
+        self._wait_bound = seconds
+        if self.current is not None:
+            self.current.bound_waits(seconds)
 
     async def open(self) -> SessionStore | None:
         """The session store, opened once (in a worker thread) with its flusher started. A store that cannot be
@@ -55,6 +63,8 @@ class StoreAccess:
                     self.problem = f"the session store is unavailable: {exc}"
                     log.error("%s; sessions will not be saved", self.problem)
                 else:
+                    if self._wait_bound is not None:  # opened as the connection closes
+                        self.current.bound_waits(self._wait_bound)
                     self._spawn(self.current.run_flusher)
                     self._spawn(self._prune)
         return self.current

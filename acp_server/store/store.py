@@ -154,6 +154,7 @@ class SessionStore:
         self._checkpointer: sqlite3.Connection | None = None  # its own connection, opened by the first checkpoint
         self._checkpoint_lock = threading.Lock()  # the checkpointer's connection, between its thread and close
         self.checkpoints = 0  # background checkpoints done (for tests and stats)
+        self.checkpointed_through = 0  # `_written` when the last background checkpoint that ended began
         self._wait_bound: float | None = None  # set by `bound_waits` at shutdown: no wait for a thread is longer
         self._bounded_waits: set[anyio.CancelScope] = set()  # the waits in progress, to bound them too
         self._job_done: threading.Event | None = None  # set by the thread of the last job started once it ends
@@ -397,11 +398,12 @@ class SessionStore:
                 if now >= checkpoint_at and self._written > self._checkpointed and not self._checkpoint_lock.locked():
                     checkpoint_at = now + CHECKPOINT_INTERVAL_S
                     self._checkpointed = self._written
-                    checkpoints.start_soon(self._background_checkpoint)
+                    checkpoints.start_soon(self._background_checkpoint, self._written)
 
-    async def _background_checkpoint(self) -> None:
+    async def _background_checkpoint(self, covering: int) -> None:
         try:
             await anyio.to_thread.run_sync(self._checkpoint)
+            self.checkpointed_through = max(self.checkpointed_through, covering)
         except Exception as exc:  # a cancel is not an Exception: it goes on as one
             # sqlite3.Error, or StoreUnavailable from opening its connection (out of file descriptors): the writer's
             # commits are unaffected and the backstop still checkpoints, so this costs a log line, never the flusher
@@ -524,22 +526,33 @@ class SessionStore:
         and the job is left to finish or fail in its thread: `_AbandonedError` is raised, and the next job first waits
         (bounded too) for that thread to end, since the connection takes one job at a time."""
         done = threading.Event()
+        claim = threading.Lock()  # between the job's thread taking it and the wait giving it up
+        ran = False
+        given_up = False
 
         def job() -> _T:
+            nonlocal ran
+            with claim:
+                if given_up:  # the wait ended before a thread took the job: it must never run now
+                    raise _AbandonedError(False)
+                ran = True
             try:
                 return func(*args)
             finally:
                 done.set()
 
-        started = False
         with self._bounded():
             previous = self._job_done
             if previous is not None and not previous.is_set():  # a job abandoned at its bound still runs
                 await anyio.to_thread.run_sync(previous.wait, abandon_on_cancel=True)
             self._job_done = done
-            started = True
             # Abandoning is for the bound alone: every caller is shielded from any other cancellation.
             return await anyio.to_thread.run_sync(job, abandon_on_cancel=True)
+        with claim:
+            given_up = True
+            started = ran
+        if not started:
+            done.set()  # never ran (waiting for a thread, or for the job before it): nothing to wait for
         self._tell_loss()
         raise _AbandonedError(started)
 

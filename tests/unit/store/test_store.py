@@ -22,6 +22,7 @@ from typing import Any
 
 import anyio
 import anyio.lowlevel
+import anyio.to_thread
 import orjson
 import pytest
 
@@ -1272,7 +1273,7 @@ async def test_commits_never_checkpoint_and_the_flusher_checkpoints_the_wal_in_t
                 assert await store.flush()
             # Caught up: a checkpoint that began after this burst's last commit has ended.
             deadline = anyio.current_time() + scaled(10.0)
-            while store._checkpointed < store._written or store._checkpoint_lock.locked():
+            while store.checkpointed_through < store._written:
                 assert anyio.current_time() < deadline, "no background checkpoint caught up with the writes"
                 await anyio.sleep(0.005)
         tg.cancel_scope.cancel()
@@ -1320,3 +1321,35 @@ async def test_a_background_checkpoint_that_cannot_open_its_connection_costs_a_l
     warnings = [r.getMessage() for r in caplog.records if "background checkpoint failed" in r.getMessage()]
     assert len([w for w in warnings if "retried" in w]) == 1, warnings  # said once
     assert store.checkpoints == 0
+
+
+async def test_at_shutdown_a_commit_that_never_got_a_thread_is_kept_for_the_final_write(
+    store: SessionStore, db: Path
+) -> None:
+    """The bound can end a wait before any worker thread took its job (every thread busy): that job must never run
+    later, and its batch is not lost but kept for the final write, which commits it once a thread is free."""
+    store.create_session("s", "/w")
+    turn = store.begin_turn("s", [], "")
+    turn.append(text_chunk("kept"))
+    limiter = anyio.to_thread.current_default_thread_limiter()
+    tokens = limiter.total_tokens
+    blocker = threading.Event()
+    limiter.total_tokens = 1
+    try:
+        async with anyio.create_task_group() as tg:
+
+            async def busy() -> None:
+                await anyio.to_thread.run_sync(blocker.wait)
+
+            tg.start_soon(busy)  # the one thread, busy
+            await anyio.sleep(0.05)
+            store.bound_waits(BOUND)
+            assert not await store.flush()  # its commit waited for a thread, and the bound ended the wait
+            blocker.set()
+        await anyio.sleep(0.1)  # had the abandoned job been left to run, it would have by now
+        assert count_rows(db, "SELECT count(*) FROM updates") == 0
+    finally:
+        blocker.set()
+        limiter.total_tokens = tokens
+    await store.aclose()
+    assert count_rows(db, "SELECT count(*) FROM updates") == 1  # committed once, by the final write
