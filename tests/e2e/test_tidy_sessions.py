@@ -147,6 +147,19 @@ def backdate(state: Path, session_id: str, *, days: float = 0, minutes: float = 
         conn.close()
 
 
+def _row_state(state: Path, session_id: str) -> tuple[Any, ...]:
+    conn = sqlite3.connect(state / STORE, isolation_level=None)
+    try:
+        row = conn.execute(
+            "SELECT created_at, updated_at, deleted FROM sessions WHERE id = ?", (session_id,)
+        ).fetchone()
+        holds = conn.execute("SELECT owner_id FROM holds WHERE session_id = ?", (session_id,)).fetchall()
+        turns = conn.execute("SELECT status FROM turns WHERE session_id = ?", (session_id,)).fetchall()
+        return row, holds, turns
+    finally:
+        conn.close()
+
+
 def stored(state: Path) -> set[str]:
     conn = sqlite3.connect(state / STORE, isolation_level=None)
     try:
@@ -242,7 +255,10 @@ async def test_the_sessions_command_lists_shows_deletes_and_prunes_the_servers_s
     assert (await server.call("session/close", {"sessionId": empty}))["result"] == {}
     backdate(tmp_path, empty, minutes=30)
     pruned = sessions_cli(tmp_path, "prune")
-    assert pruned.returncode == 0 and empty in pruned.stderr and talked not in pruned.stderr
+    assert pruned.returncode == 0 and empty in pruned.stderr and talked not in pruned.stderr, (
+        pruned.stderr,
+        _row_state(tmp_path, empty),  # what kept it, if it was kept
+    )
     forced = sessions_cli(tmp_path, "delete", "--force", talked)
     assert forced.returncode == 0 and f"deleted {talked}" in forced.stderr
     assert stored(tmp_path) == set()
