@@ -14,11 +14,6 @@
   leases.py). Turns left `running` by an owner that is gone are marked `interrupted` at open, on load, and every few
   seconds; a live owner's turns never are. On the same machine the process check decides (a laptop that slept for an
   hour has stale heartbeats but live processes); the heartbeat decides only where the process cannot be checked.
-- **Checkpoints never run inside a commit.** SQLite's automatic checkpoint runs in whichever commit crosses the WAL
-  size, with two fsyncs: on an ext4 disk that made one commit in a hundred take 5-10 ms instead of 0.5, and a prompt's
-  (or a cancel's) response waits for its turn's commit. `run_flusher` checkpoints in the background instead, on a
-  connection of its own (a WAL checkpoint runs beside the writer); the automatic one stays only as a backstop, at a
-  size the background one never lets the WAL reach.
 - **A store that cannot be opened is never deleted or overwritten** (sqlite_file.py): `SessionStore.open` raises
   `StoreUnavailable` with a message for stderr, and the server keeps serving new sessions without persistence.
 - **Waits are bounded once the connection closes** (`bound_waits`). A wait for the worker thread is shielded (a
@@ -78,10 +73,6 @@ _T = TypeVar("_T")
 FLUSH_INTERVAL_S = 0.05  # half the 100 ms loss budget, leaving the other half for the commit and scheduling
 _HEARTBEAT_INTERVAL_S = 5.0
 _SWEEP_INTERVAL_S = 5.0
-CHECKPOINT_INTERVAL_S = 1.0  # the background checkpoint, while anything was committed since the last one
-# The automatic checkpoint, in pages (4 KiB): a backstop the background one keeps the WAL far below (SQLite's own is
-# 1,000 pages, which a busy process crosses every few seconds).
-_BACKSTOP_CHECKPOINT_PAGES = 16384
 STALE_AFTER_S = 30.0
 # A batch that keeps failing is retried, but not forever and not without bound: past these it is dropped and logged.
 _RETRY_WINDOW_S = 60.0
@@ -148,13 +139,6 @@ class SessionStore:
         self._last_heartbeat = now
         self._last_sweep = now
         self._closed = False
-        self._written = 0  # commits that wrote something (an empty batch commits nothing and needs no checkpoint)
-        self._checkpointed = 0  # `_written` when the last background checkpoint began
-        self._checkpoint_failed = False  # said once on stderr; the later failures at debug level
-        self._checkpointer: sqlite3.Connection | None = None  # its own connection, opened by the first checkpoint
-        self._checkpoint_lock = threading.Lock()  # the checkpointer's connection, between its thread and close
-        self.checkpoints = 0  # background checkpoints done (for tests and stats)
-        self.checkpointed_through = 0  # `_written` when the last background checkpoint that ended began
         self._wait_bound: float | None = None  # set by `bound_waits` at shutdown: no wait for a thread is longer
         self._bounded_waits: set[anyio.CancelScope] = set()  # the waits in progress, to bound them too
         self._job_done: threading.Event | None = None  # set by the thread of the last job started once it ends
@@ -183,7 +167,6 @@ class SessionStore:
             enter_wal(conn)
             conn.execute("PRAGMA synchronous = NORMAL")  # WAL + NORMAL: a commit survives a process crash
             conn.execute("PRAGMA journal_size_limit = 67108864")
-            conn.execute(f"PRAGMA wal_autocheckpoint = {_BACKSTOP_CHECKPOINT_PAGES}")
             identity = own_identity()
             owner_id = uuid.uuid4().hex
             store = cls(store_path, conn, identity, owner_id, stale_after, read_legacy=read_legacy)
@@ -206,7 +189,6 @@ class SessionStore:
         if not self._closed:
             self._closed = True
             self._worker.finish(self._take(final=True))
-            self._close_checkpointer()
 
     async def aclose(self) -> None:
         """`close` from the event loop. Shielded; after `bound_waits`, within its bound (the lock included: a job of
@@ -221,7 +203,6 @@ class SessionStore:
                     await self._in_thread(self._worker.finish, batch)
                 except _AbandonedError:
                     return  # told once; the connection is the abandoned thread's to close
-                await anyio.to_thread.run_sync(self._close_checkpointer, abandon_on_cancel=True)
         if bound.cancelled_caught:
             self._tell_loss()
 
@@ -383,53 +364,14 @@ class SessionStore:
 
     async def run_flusher(self, interval: float = FLUSH_INTERVAL_S) -> None:
         """Flush every `interval` seconds, measured from the start of the previous flush, until cancelled. Also
-        renews this process's lease and marks turns of gone owners `interrupted` every few seconds, and checkpoints
-        the WAL in the background every `CHECKPOINT_INTERVAL_S` while anything was committed (never more than one
-        checkpoint at a time; one in progress is let finish, in its thread, when the flusher is cancelled)."""
+        renews this process's lease and marks turns of gone owners `interrupted` every few seconds."""
         next_at = anyio.current_time()
-        checkpoint_at = next_at + CHECKPOINT_INTERVAL_S
-        async with anyio.create_task_group() as checkpoints:
-            while not self._closed:
-                next_at += interval
-                now = anyio.current_time()
-                next_at = max(next_at, now)  # fell behind (a slow commit): no burst of catch-up flushes
-                await anyio.sleep(next_at - now)
-                await self.flush()
-                if now >= checkpoint_at and self._written > self._checkpointed and not self._checkpoint_lock.locked():
-                    checkpoint_at = now + CHECKPOINT_INTERVAL_S
-                    self._checkpointed = self._written
-                    checkpoints.start_soon(self._background_checkpoint, self._written)
-
-    async def _background_checkpoint(self, covering: int) -> None:
-        try:
-            await anyio.to_thread.run_sync(self._checkpoint)
-            self.checkpointed_through = max(self.checkpointed_through, covering)
-        except Exception as exc:  # a cancel is not an Exception: it goes on as one
-            # sqlite3.Error, or StoreUnavailable from opening its connection (out of file descriptors): the writer's
-            # commits are unaffected and the backstop still checkpoints, so this costs a log line, never the flusher
-            # (whose task group would take the connection down with it).
-            if not self._checkpoint_failed:
-                self._checkpoint_failed = True
-                log.warning("session store: background checkpoint failed: %s (the next ones are retried)", exc)
-            else:
-                log.debug("session store: background checkpoint failed again: %s", exc)
-
-    def _checkpoint(self) -> None:
-        """A PASSIVE checkpoint (it copies what no reader still needs and never blocks the writer), on the
-        checkpointer's own connection (in a worker thread)."""
-        with self._checkpoint_lock:
-            if self._closed:
-                return
-            if self._checkpointer is None:
-                self._checkpointer = connect(self.path)
-            self._checkpointer.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
-            self.checkpoints += 1
-
-    def _close_checkpointer(self) -> None:
-        with self._checkpoint_lock:  # after a checkpoint in progress
-            if self._checkpointer is not None:
-                self._checkpointer.close()
-                self._checkpointer = None
+        while not self._closed:
+            next_at += interval
+            now = anyio.current_time()
+            next_at = max(next_at, now)  # fell behind (a slow commit): no burst of catch-up flushes
+            await anyio.sleep(next_at - now)
+            await self.flush()
 
     async def sweep(self) -> int:
         """Mark the running turns of owners that are gone `interrupted` now; how many were marked."""
@@ -629,7 +571,6 @@ class SessionStore:
                 self._keep_or_drop(batch, exc)
                 return False
             self._committed = self._taken
-            self._written += 1
             return True
 
     def _take(self, *, final: bool = False) -> Batch:

@@ -48,7 +48,6 @@ from acp_server.store import (
     message_to_json,
     replay_entries,
 )
-from acp_server.store import store as store_module
 from acp_server.store.sqlite_file import SCHEMA_VERSION
 from acp_server.store.turn_records import decode_entry, encode_entry
 from tests.support.harness import scaled
@@ -1246,81 +1245,6 @@ def test_a_schema_1_store_without_a_reader_is_refused_and_left_untouched(db: Pat
     message = open_refused(db)
     assert "older acp-server (schema 1)" in message and "untouched" in message
     assert count_rows(db, "PRAGMA user_version") == 1
-
-
-async def test_commits_never_checkpoint_and_the_flusher_checkpoints_the_wal_in_the_background(
-    store: SessionStore, db: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A checkpoint inside a commit (SQLite's automatic one, with its fsyncs) made one commit in a hundred 10x slower
-    on ext4, and a cancel's response waits for its turn's commit: the flusher checkpoints on a connection of its own
-    instead, so the writer's statements never checkpoint, and once a background checkpoint has caught up the next
-    commit starts the WAL afresh: eight bursts leave a WAL of about one (SQLite's own checkpoint, at 1,000 pages,
-    would not have run at all: a WAL of all eight)."""
-    monkeypatch.setattr(store_module, "CHECKPOINT_INTERVAL_S", 0.02)
-    statements: list[str] = []
-    store._conn.set_trace_callback(statements.append)
-    store.create_session("s", "/w")
-    turn = store.begin_turn("s", [], "")
-    wal = db.with_name(db.name + "-wal")
-    written = 0
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(store.run_flusher)
-        for _ in range(8):
-            for _ in range(16):
-                text = os.urandom(8192).hex()  # does not compress: its rows are about this size
-                turn.append(text_chunk(text))
-                written += len(text)
-                assert await store.flush()
-            # Caught up: a checkpoint that began after this burst's last commit has ended.
-            deadline = anyio.current_time() + scaled(10.0)
-            while store.checkpointed_through < store._written:
-                assert anyio.current_time() < deadline, "no background checkpoint caught up with the writes"
-                await anyio.sleep(0.005)
-        tg.cancel_scope.cancel()
-    assert store.checkpoints >= 8
-    assert not [s for s in statements if "checkpoint" in s.lower()], "the writer's connection checkpointed"
-    assert store._conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0] >= 16384  # the backstop only
-    assert wal.stat().st_size < written / 3, (wal.stat().st_size, written)
-
-
-async def test_an_idle_store_runs_no_background_checkpoint(
-    store: SessionStore, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Flushes that find nothing buffered commit nothing, so nothing needs checkpointing: no thread hop a second for
-    an idle server."""
-    monkeypatch.setattr(store_module, "CHECKPOINT_INTERVAL_S", 0.01)
-    store.create_session("s", "/w")
-    assert await store.flush()
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(store.run_flusher, 0.005)
-        deadline = anyio.current_time() + scaled(10.0)
-        while store.checkpoints < 1:  # the one for the session's row
-            assert anyio.current_time() < deadline
-            await anyio.sleep(0.005)
-        await anyio.sleep(0.3)  # some sixty empty flushes, thirty intervals
-        tg.cancel_scope.cancel()
-    assert store.checkpoints == 1
-
-
-async def test_a_background_checkpoint_that_cannot_open_its_connection_costs_a_log_line_not_the_flusher(
-    store: SessionStore, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
-) -> None:
-    def no_descriptors(path: Path) -> sqlite3.Connection:
-        raise StoreUnavailable(f"session store {path}: cannot be opened ([Errno 24] Too many open files)")
-
-    monkeypatch.setattr(store_module, "CHECKPOINT_INTERVAL_S", 0.01)
-    monkeypatch.setattr(store_module, "connect", no_descriptors)
-    turn = store.begin_turn("s", [], "")
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(store.run_flusher, 0.005)
-        for n in range(20):
-            turn.append(text_chunk(str(n)))
-            assert await store.flush()
-            await anyio.sleep(0.01)
-        tg.cancel_scope.cancel()
-    warnings = [r.getMessage() for r in caplog.records if "background checkpoint failed" in r.getMessage()]
-    assert len([w for w in warnings if "retried" in w]) == 1, warnings  # said once
-    assert store.checkpoints == 0
 
 
 async def test_at_shutdown_a_commit_that_never_got_a_thread_is_kept_for_the_final_write(
