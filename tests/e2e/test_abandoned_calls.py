@@ -196,56 +196,34 @@ async def test_v2_an_abandoned_delegate_call_fences_its_childs_tools_too(
     """The `delegate` call is cancelled alone while its child's tool ignores the cancel; the call is abandoned and
     the parent's turn goes on (held at a gate). What the child's tool then asks for is refused as in the call's own
     body: the child's work is the call's work, and the parent's turn is not fenced."""
-    server = await start_server()
-    await server.initialize_v2(FORMS)
     work = tmp_path / "work"
     work.mkdir()
     marker = work / "started"
-    session_id = await server.new_session_v2(cwd=str(work))
     child = [_stubborn(STUBBORN_SECONDS, then, marker), {"say": "child done"}]
-    delegate = {"tool": "delegate", "args": {"task": "stubborn work", "script": child}}
-    await server.prompt(session_id, [delegate, {"gate": "g"}, {"say": "went on"}])
-    # Cancelled once the child's tool runs: a cancel before would stop the child before its tool starts.
-    child_tool = await server.probe("tool_started", tool="test_stubborn")
-    call_id = await _cancel_call(server, session_id)
-    await server.probe("tool_abandoned", sessionId=session_id, toolCallId=call_id, timeout=T_ESC + 1)
-    await server.probe("gate_reached", sessionId=session_id, gate="g")
-    late = await server.probe(
-        "late_action",
-        sessionId=session_id,
-        toolCallId=child_tool["params"]["toolCallId"],
-        timeout=STUBBORN_SECONDS + T_WAIT,
-    )
-    assert late["params"]["outcome"] == "refused"
-    await server.quiet(W_QUIET, lambda m: m.get("method") in LATE_REQUESTS)
-    assert _late_requests(server) == [] and not marker.exists()
-    await server.release(session_id, "g")
-    assert (await server.idle(session_id))["params"]["update"]["stopReason"] == "end_turn"
+    server, session_id = await _abandon_a_delegate_call_whose_script_is_stubborn(start_server, work, child)
+    assert not marker.exists()
     assert server.texts(session_id)[-1:] == ["went on"]
 
 
-async def test_v2_an_abandoned_delegate_call_fences_its_grandchilds_tools_too(
-    start_server: StartServer, tmp_path: Path
-) -> None:
-    """The fence goes all the way down: the child's own `delegate` hands it on, so a grandchild's stubborn tool
-    cannot ask permission once the top-level `delegate` call is abandoned."""
+async def _abandon_a_delegate_call_whose_script_is_stubborn(
+    start_server: StartServer, work: Path, child: list[dict[str, Any]]
+) -> tuple[RawClient, str]:
+    """A v2 turn runs a `delegate` call whose `child` script reaches a stubborn tool, then a gate: the call is
+    cancelled alone once that tool runs (a cancel before would stop the child first), it is abandoned, the turn goes
+    on to the gate, the tool's late action is refused and nothing of it reaches the client; then the turn ends."""
     server = await start_server()
     await server.initialize_v2(FORMS)
-    work = tmp_path / "work"
-    work.mkdir()
     session_id = await server.new_session_v2(cwd=str(work))
-    grandchild = [_stubborn(STUBBORN_SECONDS, "permission", work / "started"), {"say": "grandchild done"}]
-    child = [{"tool": "delegate", "args": {"task": "deeper", "script": grandchild}}, {"say": "child done"}]
     delegate = {"tool": "delegate", "args": {"task": "stubborn work", "script": child}}
     await server.prompt(session_id, [delegate, {"gate": "g"}, {"say": "went on"}])
-    grandchild_tool = await server.probe("tool_started", tool="test_stubborn")
+    stubborn_tool = await server.probe("tool_started", tool="test_stubborn")
     call_id = await _cancel_call(server, session_id)
     await server.probe("tool_abandoned", sessionId=session_id, toolCallId=call_id, timeout=T_ESC + 1)
     await server.probe("gate_reached", sessionId=session_id, gate="g")
     late = await server.probe(
         "late_action",
         sessionId=session_id,
-        toolCallId=grandchild_tool["params"]["toolCallId"],
+        toolCallId=stubborn_tool["params"]["toolCallId"],
         timeout=STUBBORN_SECONDS + T_WAIT,
     )
     assert late["params"]["outcome"] == "refused"
@@ -253,3 +231,19 @@ async def test_v2_an_abandoned_delegate_call_fences_its_grandchilds_tools_too(
     assert _late_requests(server) == []
     await server.release(session_id, "g")
     assert (await server.idle(session_id))["params"]["update"]["stopReason"] == "end_turn"
+    return server, session_id
+
+
+async def test_v2_an_abandoned_delegate_call_fences_its_grandchilds_tools_too(
+    start_server: StartServer, tmp_path: Path
+) -> None:
+    """The fence goes all the way down: the child's own `delegate` hands it on, so a grandchild's stubborn tool
+    cannot ask permission once the top-level `delegate` call is abandoned."""
+    work = tmp_path / "work"
+    work.mkdir()
+    grandchild = [_stubborn(STUBBORN_SECONDS, "permission", work / "started"), {"say": "grandchild done"}]
+    child: list[dict[str, Any]] = [
+        {"tool": "delegate", "args": {"task": "deeper", "script": grandchild}},
+        {"say": "child done"},
+    ]
+    await _abandon_a_delegate_call_whose_script_is_stubborn(start_server, work, child)
