@@ -150,7 +150,8 @@ class Connection:
         self._has_space = anyio.Event()
         self._has_room = anyio.Event()  # the outbox fell below OUTBOX_LOW_BYTES (or waiting is pointless)
         self._input_closed = False  # the client closed stdin: what is left to read is finite, read it regardless
-        self._drained = anyio.Event()
+        self._drained = anyio.Event()  # set by the writer when the outbox is empty and nothing is being written
+        self._writing = False  # a batch taken off the outbox is still being written
         self._pending: dict[int, _Outgoing] = {}
         self._ids = itertools.count(1)
         self._in_flight = 0
@@ -250,7 +251,10 @@ class Connection:
         self._dispatcher.exiting()
         await self._dispatcher.released(RELEASE_TIMEOUT)
         with anyio.move_on_after(FLUSH_TIMEOUT):
-            while self._outbox and not self._broken:
+            # A batch taken off the outbox is not written yet either: a regular file is written from a worker
+            # thread, and cancelling the writer before that thread ran lost the last answers (`printf
+            # '<initialize>' | acp-server > out.jsonl` wrote nothing).
+            while (self._outbox or self._writing) and not self._broken:
                 self._drained = anyio.Event()
                 await self._drained.wait()
 
@@ -323,6 +327,7 @@ class Connection:
                 self._has_space.set()
             if self._outbox_bytes <= OUTBOX_LOW_BYTES:
                 self._has_room.set()
+            self._writing = True
             try:
                 await sink.write(b"".join(batch))
             except OSError as exc:
@@ -334,6 +339,8 @@ class Connection:
                 self._outbox_bytes = 0
                 self._has_space.set()
                 self._has_room.set()
+            finally:
+                self._writing = False
 
     # --- our requests to the client ---
 

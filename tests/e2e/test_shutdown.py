@@ -13,15 +13,28 @@ import asyncio
 import os
 import signal
 import sqlite3
+import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 from tests.conftest import StartServer
-from tests.support.harness import GRACE, LONG_GRACE, T_ACK, T_EXIT, T_WAIT, RawClient, processes
+from tests.support.harness import (
+    GRACE,
+    LONG_GRACE,
+    T_ACK,
+    T_EXIT,
+    T_WAIT,
+    RawClient,
+    isolated_env,
+    processes,
+    server_command,
+)
+from tests.support.wire_schema import WireValidator
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
 
@@ -356,3 +369,36 @@ async def test_stdin_eof_exits_in_time_while_another_process_holds_the_store_wri
         holder.rollback()
         holder.close()
     assert log_file.read_text().count("not committed by then is lost") == 1, log_file.read_text()[-3000:]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("stdout_kind", ["file", "pipe"])
+@pytest.mark.parametrize("count", [1, 2])
+def test_requests_written_right_before_stdin_eof_are_answered(tmp_path: Path, stdout_kind: str, count: int) -> None:
+    """`printf '<initialize>\\n<session/new>\\n' | acp-server > out.jsonl` (issue 20, "also seen"): requests read
+    before EOF are answered before the process leaves, whatever stdout is. A regular file is written from a worker
+    thread, and the shutdown cancelled the writer while the last batch waited for that thread: nothing was written."""
+    requests = [
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": 1}},
+        {"jsonrpc": "2.0", "id": 2, "method": "session/new", "params": {"cwd": str(tmp_path), "mcpServers": []}},
+    ][:count]
+    out_path = tmp_path / "out.jsonl"
+    with out_path.open("wb") as out_file:
+        process = subprocess.Popen(
+            server_command("--model", "echo"),
+            stdin=subprocess.PIPE,
+            stdout=out_file if stdout_kind == "file" else subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env={**os.environ, **isolated_env()},
+        )
+        written = b"".join(orjson.dumps(request) + b"\n" for request in requests)
+        stdout, stderr = process.communicate(written, timeout=T_EXIT + 30)
+    assert process.returncode == 0, stderr.decode(errors="replace")
+    output = out_path.read_bytes() if stdout_kind == "file" else stdout
+    validator = WireValidator()
+    for request in requests:
+        validator.client_sent(request)
+    answers = [validator.server_wrote(line) for line in output.splitlines()]
+    assert not validator.violations, validator.violations
+    answered = [message["id"] for message in answers if message is not None and "id" in message]
+    assert answered == [request["id"] for request in requests], output.decode(errors="replace")
