@@ -18,6 +18,7 @@ import signal
 import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -109,19 +110,33 @@ async def test_session_metadata_answered_just_before_a_kill_9_is_all_there_after
 # no reason to leave the editor without an answer. So the window is W_QUIET, capped well below the busy timeout
 # however big ACP_TEST_TIME_SCALE is; an answer that does not wait for the commit is written at once, well inside it.
 COMMIT_HOLD = min(W_QUIET, 2.5)
-# Each outcome: the script, what the client sends once the turn waits at its gate, the probe saying the turn's work
-# is over (its commit comes next), and the text a replay must show.
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How a test's turn ends: its script, what the client sends once the turn waits at its gate, the step whose exit
+    says the turn's work is over (its last commit comes next), and the text a replay must show."""
+
+    script: list[dict[str, Any]]
+    action: str  # "release" (the gate opens) or "cancel"
+    last_step: int
+    exit_reason: str
+    replayed: list[str]
+
+
 OUTCOMES = {
-    "end_turn": (
+    "end_turn": Outcome(
         [{"say": "before-the-lock "}, {"gate": "g"}, {"say": "while-the-lock-is-held"}],
         "release",
-        {"step": 2, "reason": "completed"},
+        2,
+        "completed",
         ["before-the-lock ", "while-the-lock-is-held"],
     ),
-    "cancelled": (
+    "cancelled": Outcome(
         [{"say": "before-the-lock "}, {"gate": "g"}, {"say": "never"}],
         "cancel",
-        {"step": 1, "reason": "cancelled"},
+        1,
+        "cancelled",
         ["before-the-lock ", "[cancelled]"],
     ),
 }
@@ -143,14 +158,14 @@ def write_lock(state: Path) -> Iterator[None]:
 async def end_the_turn_with_its_commit_held(server: RawClient, state: Path, session: str, outcome: str) -> None:
     """At the gate: take the write lock, end the turn (its gate opened, or a cancel), and wait until its work is
     over; then the turn's last commit waits on the lock, and the lock is held COMMIT_HOLD more."""
-    _, action, exited, _ = OUTCOMES[outcome]
+    ending = OUTCOMES[outcome]
     await server.probe("gate_reached", sessionId=session, gate="g")
     with write_lock(state):
-        if action == "release":
+        if ending.action == "release":
             await server.release(session, "g")
         else:
             await server.cancel(session)
-        await server.probe("step_exited", sessionId=session, **exited)
+        await server.probe("step_exited", sessionId=session, step=ending.last_step, reason=ending.exit_reason)
         await server.quiet(COMMIT_HOLD, lambda m: answers_the_turn(m, session))
 
 
@@ -183,7 +198,7 @@ async def test_a_turn_is_committed_before_its_response_and_a_kill_9_right_after_
     once the lock is let go, the response comes, a kill -9 follows at once, and after a restart `session/load`
     replays the whole turn: all its text, and for a cancelled turn the `[cancelled]` note (never `[interrupted]`,
     the note of a turn whose end was never committed)."""
-    script, _, _, replayed_text = OUTCOMES[outcome]
+    script, replayed_text = OUTCOMES[outcome].script, OUTCOMES[outcome].replayed
     state = tmp_path / "state"
     env = {"ACP_SERVER_STATE_DIR": str(state)}
     first = await start_server(*DEFAULT_ARGS, env=env)
@@ -211,7 +226,7 @@ async def test_a_v2_turn_is_committed_before_its_idle_and_a_kill_9_right_after_i
 ) -> None:
     """v2: the same with the `idle` as the turn's answer (the prompt itself was answered when it was inserted), and
     `session/resume` with its whole replay after the restart."""
-    script, _, _, replayed_text = OUTCOMES[outcome]
+    script, replayed_text = OUTCOMES[outcome].script, OUTCOMES[outcome].replayed
     state = tmp_path / "state"
     env = {"ACP_SERVER_STATE_DIR": str(state)}
     first = await start_server(*DEFAULT_ARGS, env=env)
