@@ -4,19 +4,28 @@ Streamed chunks may wait for the store's batching window (store.py), but a sessi
 mode, its config options, its deletion) is committed before its response: an editor that saw `session/new` answered
 and then lost the server must be able to load that session. Real processes, a real SIGKILL, a real SQLite file; several
 trials, because a kill can land after a flush by luck.
+
+A turn, likewise, is committed before its response (v1) or its `idle` (v2), whether it ended or was cancelled
+(sessions/turn.py::execute_prompt). Those tests leave nothing to luck: they hold the store's write lock from outside,
+as another process's long transaction would, while the turn ends, see that nothing answers it while its commit
+waits, then let go and kill -9 the server the moment the answer arrives.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.conftest import StartServer
-from tests.support.harness import RawClient
+from tests.support.harness import DEFAULT_ARGS, T_WAIT, W_QUIET, RawClient
 
 TRIALS = 8
 
@@ -93,3 +102,147 @@ async def test_session_metadata_answered_just_before_a_kill_9_is_all_there_after
             lost.append(f"trial {trial}: the deleted session loads: {gone}")
         await kill_9(second)
     assert not lost, "\n".join(lost)
+
+
+# How long a turn's last commit is held up while the test watches that nothing answers the turn. SQLite's busy
+# timeout (5 s, store/sqlite_file.py) runs from when that commit starts waiting, once the turn has ended; past it the
+# commit fails (retried by the next flush) and the answer goes out without it, by design: another process's lock is
+# no reason to leave the editor without an answer. So the window is W_QUIET, capped well below the busy timeout
+# however big ACP_TEST_TIME_SCALE is; an answer that does not wait for the commit is written at once, well inside it.
+COMMIT_HOLD = min(W_QUIET, 2.5)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How a test's turn ends: its script, what the client sends once the turn waits at its gate, the step whose exit
+    says the turn's work is over (its last commit comes next), and the text a replay must show."""
+
+    script: list[dict[str, Any]]
+    action: str  # "release" (the gate opens) or "cancel"
+    last_step: int
+    exit_reason: str
+    replayed: list[str]
+
+
+OUTCOMES = {
+    "end_turn": Outcome(
+        [{"say": "before-the-lock "}, {"gate": "g"}, {"say": "while-the-lock-is-held"}],
+        "release",
+        2,
+        "completed",
+        ["before-the-lock ", "while-the-lock-is-held"],
+    ),
+    "cancelled": Outcome(
+        [{"say": "before-the-lock "}, {"gate": "g"}, {"say": "never"}],
+        "cancel",
+        1,
+        "cancelled",
+        ["before-the-lock ", "[cancelled]"],
+    ),
+}
+
+
+@contextmanager
+def write_lock(state: Path) -> Iterator[None]:
+    """The session store's write lock, held by another connection (as another acp-server's commit, or a `sessions
+    prune`, would hold it): every commit of the server waits until it is let go."""
+    holder = sqlite3.connect(state / "sessions.sqlite3", timeout=T_WAIT, isolation_level=None)
+    try:
+        holder.execute("BEGIN IMMEDIATE")
+        yield
+    finally:
+        holder.rollback()
+        holder.close()
+
+
+async def end_the_turn_with_its_commit_held(server: RawClient, state: Path, session: str, outcome: str) -> None:
+    """At the gate: take the write lock, end the turn (its gate opened, or a cancel), and wait until its work is
+    over; then the turn's last commit waits on the lock, and the lock is held COMMIT_HOLD more."""
+    ending = OUTCOMES[outcome]
+    await server.probe("gate_reached", sessionId=session, gate="g")
+    with write_lock(state):
+        if ending.action == "release":
+            await server.release(session, "g")
+        else:
+            await server.cancel(session)
+        await server.probe("step_exited", sessionId=session, step=ending.last_step, reason=ending.exit_reason)
+        await server.quiet(COMMIT_HOLD, lambda m: answers_the_turn(m, session))
+
+
+def answers_the_turn(message: dict[str, Any], session: str) -> bool:
+    """The turn's answer: a `session/prompt` response (v1; the only response the test waits for then) or the
+    session's `idle` (v2)."""
+    if "method" not in message:
+        return "id" in message and isinstance(message.get("result"), dict) and "stopReason" in message["result"]
+    update = message.get("params", {}).get("update", {})
+    return bool(
+        message["method"] == "session/update"
+        and message["params"].get("sessionId") == session
+        and update.get("sessionUpdate") == "state_update"
+        and update.get("state") == "idle"
+    )
+
+
+async def kill_9_at_once(client: RawClient) -> None:
+    """SIGKILL now, then read what the server wrote before it died (the wire log stays complete for the checks)."""
+    await kill_9(client)
+    await client.read_to_end()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("outcome", list(OUTCOMES))
+async def test_a_turn_is_committed_before_its_response_and_a_kill_9_right_after_it_loses_nothing(
+    start_server: StartServer, tmp_path: Path, outcome: str
+) -> None:
+    """v1: while the turn's last commit waits on a write lock another connection holds, no response is written;
+    once the lock is let go, the response comes, a kill -9 follows at once, and after a restart `session/load`
+    replays the whole turn: all its text, and for a cancelled turn the `[cancelled]` note (never `[interrupted]`,
+    the note of a turn whose end was never committed)."""
+    script, replayed_text = OUTCOMES[outcome].script, OUTCOMES[outcome].replayed
+    state = tmp_path / "state"
+    env = {"ACP_SERVER_STATE_DIR": str(state)}
+    first = await start_server(*DEFAULT_ARGS, env=env)
+    await first.initialize()
+    session = await first.new_session()
+    prompt = await first.prompt(session, script)
+    await end_the_turn_with_its_commit_held(first, state, session, outcome)
+    answered = await first.response(prompt)
+    await kill_9_at_once(first)
+    assert answered["result"] == {"stopReason": outcome}
+
+    second = await start_server(*DEFAULT_ARGS, env=env)
+    await second.initialize()
+    loaded = await second.call("session/load", {"sessionId": session, "cwd": "/tmp", "mcpServers": []})
+    assert "result" in loaded, loaded
+    assert second.texts(session) == replayed_text
+    closing = second.updates(session, "agent_message_chunk")[-1]
+    assert closing.get("_meta") == ({"acpServer": {"turnStatus": "cancelled"}} if outcome == "cancelled" else None)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("outcome", list(OUTCOMES))
+async def test_a_v2_turn_is_committed_before_its_idle_and_a_kill_9_right_after_it_loses_nothing(
+    start_server: StartServer, tmp_path: Path, outcome: str
+) -> None:
+    """v2: the same with the `idle` as the turn's answer (the prompt itself was answered when it was inserted), and
+    `session/resume` with its whole replay after the restart."""
+    script, replayed_text = OUTCOMES[outcome].script, OUTCOMES[outcome].replayed
+    state = tmp_path / "state"
+    env = {"ACP_SERVER_STATE_DIR": str(state)}
+    first = await start_server(*DEFAULT_ARGS, env=env)
+    await first.initialize_v2()
+    session = await first.new_session_v2()
+    assert "result" in await first.response(await first.prompt(session, script))
+    await end_the_turn_with_its_commit_held(first, state, session, outcome)
+    idle = await first.idle(session)
+    await kill_9_at_once(first)
+    assert idle["params"]["update"]["stopReason"] == outcome
+
+    second = await start_server(*DEFAULT_ARGS, env=env)
+    await second.initialize_v2()
+    resume = {"sessionId": session, "cwd": "/tmp", "replayFrom": {"type": "start"}}
+    resumed = await second.call("session/resume", resume)
+    assert "result" in resumed, resumed
+    said = second.updates(session, "agent_message")  # a replay joins one message's chunks
+    assert "".join(block["text"] for u in said for block in u["content"]) == "".join(replayed_text)
+    assert said[-1].get("_meta") == ({"acpServer": {"turnStatus": "cancelled"}} if outcome == "cancelled" else None)

@@ -369,6 +369,54 @@ async def test_a_cancel_answers_its_held_prompts_first_in_order_then_retracts_th
     assert (await server.idle(session_id, 2))["params"]["update"]["stopReason"] == "end_turn"
 
 
+# Rounds of the one-write scenario below: the order a bug would leave to the scheduler comes out right in some
+# rounds, so one round proves little; thirty in one server make a miss of the order near certain (mutation 17).
+ONE_WRITE_ROUNDS = 30
+HELD_IN_THE_WRITE = 3
+
+
+async def test_held_prompts_written_with_the_cancel_are_answered_in_order_before_the_retraction_and_the_idle(
+    server_v2: RawClient, tmp_path: Path
+) -> None:
+    """§20.1's order when the held prompts come in the same write as the cancel, while the work waits on a permission
+    question the client does not answer: each held prompt's -32800 in admission order, then `$/cancel_request` for
+    the question, then the call's final update, then `idle cancelled`; nothing of the held prompts is inserted. The
+    cancel answers the held prompts itself, synchronously (protocol/v2/withdrawals.py): if each were answered by its
+    own handler task whenever it runs, their order against the retraction and the idle would be the scheduler's.
+    One write puts the prompts' admission and the cancel on one read, with no await between them. Repeated
+    ONE_WRITE_ROUNDS times in one server and session."""
+    server = server_v2
+    session_id = (await server.call("session/new", {"cwd": str(tmp_path)}))["result"]["sessionId"]
+    asked_before: set[Any] = set()
+    for round_ in range(1, ONE_WRITE_ROUNDS + 1):
+        await server.prompt(session_id, [{"tool": "write_file", "args": {"path": f"f{round_}.txt", "content": "x\n"}}])
+        asked = await server.wait_for(
+            lambda m: m.get("method") == "session/request_permission" and m["id"] not in asked_before
+        )
+        asked_before.add(asked["id"])
+        call_id = asked["params"]["subject"]["toolCall"]["toolCallId"]
+        held = [server.prompt_message(session_id, [{"say": f"never-{round_}"}]) for _ in range(HELD_IN_THE_WRITE)]
+        await server.send(*held, {"method": "session/cancel", "params": {"sessionId": session_id}})
+        answers = [await server.response(message["id"]) for message in held]
+        assert [a.get("error", {}).get("code") for a in answers] == [-32800] * HELD_IN_THE_WRITE, (round_, answers)
+        retraction = await server.wait_for(retraction_of(asked["id"]))
+        idle = await server.idle(session_id, round_)
+        assert idle["params"]["update"]["stopReason"] == "cancelled", (round_, idle)
+        final = [
+            m
+            for m in server.received
+            if of_session(session_id)(m)
+            and m["params"]["update"].get("toolCallId") == call_id
+            and m["params"]["update"].get("status")
+        ][-1]
+        assert final["params"]["update"]["status"] == "cancelled", (round_, final)
+        order = [position(server, m) for m in (*answers, retraction, final, idle)]
+        assert order == sorted(order), (round_, [server.received[i] for i in order])
+    assert len(server.updates(session_id, "user_message")) == ONE_WRITE_ROUNDS  # no held prompt was inserted
+    assert not [t for t in server.texts(session_id) if t.startswith("never")]
+    assert not any((tmp_path / f"f{n}.txt").exists() for n in range(1, ONE_WRITE_ROUNDS + 1))  # no write ran
+
+
 async def test_a_close_answers_its_held_prompts_first_in_order_then_the_idle_then_its_own_answer(
     server_v2: RawClient,
 ) -> None:
