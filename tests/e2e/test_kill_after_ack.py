@@ -9,6 +9,7 @@ trials, because a kill can land after a flush by luck.
 from __future__ import annotations
 
 import os
+import resource
 import signal
 from pathlib import Path
 from typing import Any
@@ -93,3 +94,73 @@ async def test_session_metadata_answered_just_before_a_kill_9_is_all_there_after
             lost.append(f"trial {trial}: the deleted session loads: {gone}")
         await kill_9(second)
     assert not lost, "\n".join(lost)
+
+
+def limit_file_size(client: RawClient, size: int | None) -> None:
+    """RLIMIT_FSIZE of the running server: no file of it grows past `size` bytes (None: no limit again). A write past
+    it fails with EFBIG, as on a full disk (Python ignores the SIGXFSZ it also brings). The soft limit only, so
+    lifting it again needs no privilege."""
+    _, hard = resource.prlimit(client.process.pid, resource.RLIMIT_FSIZE)
+    resource.prlimit(client.process.pid, resource.RLIMIT_FSIZE, (hard if size is None else size, hard))
+
+
+async def failed(client: RawClient, method: str, params: dict[str, Any]) -> dict[str, Any]:
+    response = await client.call(method, params)
+    assert "error" in response, f"{method} answered success although nothing can be saved: {response}"
+    error: dict[str, Any] = response["error"]
+    assert error["code"] == -32603, response
+    assert "not saved" in error["message"], response
+    return error
+
+
+@pytest.mark.timeout(60)
+async def test_a_change_the_store_cannot_commit_is_answered_an_error_and_never_saved_later(
+    start_server: StartServer, tmp_path: Path
+) -> None:
+    config = tmp_path / "config.toml"
+    config.write_text('models = ["echo", "scripted"]\n')
+    state = tmp_path / "state"
+    state.mkdir()
+    cwd = tmp_path / "project"
+    cwd.mkdir()
+    new_session = {"cwd": str(cwd), "mcpServers": []}
+    env = {"ACP_SERVER_STATE_DIR": str(state), "ACP_SERVER_CONFIG": str(config), "ACP_SERVER_LOG_FILE": "off"}
+    first = await start_server("--model", "scripted", "--test-mode", env=env)
+    await first.initialize()
+    kept = (await ok(first, "session/new", new_session))["sessionId"]
+    assert await ok(first, "session/set_mode", {"sessionId": kept, "modeId": "read_only"}) == {}
+    policy = {"sessionId": kept, "configId": "prompt_policy", "value": "queue"}
+    assert current((await ok(first, "session/set_config_option", policy))["configOptions"])["prompt_policy"] == "queue"
+    doomed = (await ok(first, "session/new", new_session))["sessionId"]
+
+    limit_file_size(first, 0)  # from now on every commit fails, as on a full disk
+    await failed(first, "session/new", new_session)
+    await failed(first, "session/set_mode", {"sessionId": kept, "modeId": "bypass"})
+    await failed(first, "session/set_config_option", {"sessionId": kept, "configId": "mode", "value": "bypass"})
+    await failed(first, "session/set_config_option", {**policy, "value": "interrupt"})
+    await failed(first, "session/set_config_option", {"sessionId": kept, "configId": "model", "value": "echo"})
+    await failed(first, "session/delete", {"sessionId": doomed})
+    # A turn whose end cannot be committed keeps its outcome (it ran, the client saw it) but says it was not saved;
+    # the store keeps it for its next flush.
+    turn = await first.call("session/prompt", first.prompt_message(kept, [{"say": "unsaved words"}])["params"])
+    assert turn.get("result") == {"stopReason": "end_turn", "_meta": {"acpServer": {"saved": False}}}, turn
+    # A change answered an error did not happen here either: the session runs as it was.
+    same = {"sessionId": kept, "configId": "mode", "value": "read_only"}  # no change: nothing to commit
+    values = current((await ok(first, "session/set_config_option", same))["configOptions"])
+    assert (values["mode"], values["prompt_policy"], values["model"]) == ("read_only", "queue", "scripted")
+
+    limit_file_size(first, None)  # space again: what the store kept for its next flush is committed now
+    later = (await ok(first, "session/new", new_session))["sessionId"]
+    await kill_9(first)
+
+    second = await start_server("--model", "scripted", "--test-mode", env=env)
+    await second.initialize()
+    listed = {s["sessionId"] for s in (await ok(second, "session/list", {"cwd": str(cwd)}))["sessions"]}
+    # Everything answered success is there; the session whose session/new was an error was never stored, and the
+    # deletion answered an error did not happen later either.
+    assert listed == {kept, doomed, later}
+    loaded = await ok(second, "session/load", {"sessionId": kept, **new_session})
+    assert loaded["modes"]["currentModeId"] == "read_only"
+    values = current(loaded["configOptions"])
+    assert (values["mode"], values["prompt_policy"], values["model"]) == ("read_only", "queue", "scripted")
+    assert "unsaved words" in second.texts(kept), "the turn kept for the next flush is committed once there is space"
