@@ -33,7 +33,13 @@ from acp_server.protocol.schema import (
 )
 from acp_server.protocol.warmup import warm_up
 from acp_server.sessions.edge import CommandsAvailable, ConfigChanged, ModeChanged, TitleChanged
-from acp_server.sessions.options import MODE_OPTION, MODEL_OPTION, PROMPT_POLICY_OPTION, SLASH_COMMANDS
+from acp_server.sessions.options import (
+    MODE_OPTION,
+    MODEL_OPTION,
+    PROMPT_POLICY_OPTION,
+    SLASH_COMMANDS,
+    parse_command,
+)
 from acp_server.sessions.runs import Session
 from acp_server.settings.choices import PermissionMode, PromptPolicy
 
@@ -208,6 +214,7 @@ async def restore_session(context: RequestContext, params: LoadSessionRequest, r
         tuple(_shared_path(d) for d in params.additional_directories),
         tuple(params.mcp_servers),
         history=list(loaded.history),
+        turns_started=_turns_started(loaded),
         client=client_tools(parts.handshake.client_capabilities or NO_CAPABILITIES),
         mode=_known(PermissionMode, record.mode, parts.config.permission_mode),
         model=stored_model
@@ -225,6 +232,12 @@ async def restore_session(context: RequestContext, params: LoadSessionRequest, r
     # v1's load: the commands and the title close its replay. v2's resume has no such closing (its commands are in
     # the response, its replay ends with the state snapshot).
     return _opened(context, session, replayed=replay is not None and not parts.handshake.v2)
+
+
+def _turns_started(loaded: LoadedSession) -> int:
+    """How many ordinary turns the stored session ran (`Session.turns_started`, which the scripted model's turn
+    counter reads): a loaded, resumed or forked session goes on counting from them, not from 0."""
+    return sum(1 for turn in loaded.turns if turn.ran and parse_command(turn.prompt_text) is None)
 
 
 async def session_fork(context: RequestContext, params: LoadSessionRequest) -> dict[str, Any]:
