@@ -164,3 +164,20 @@ async def test_a_change_the_store_cannot_commit_is_answered_an_error_and_never_s
     values = current(loaded["configOptions"])
     assert (values["mode"], values["prompt_policy"], values["model"]) == ("read_only", "queue", "scripted")
     assert "unsaved words" in second.texts(kept), "the turn kept for the next flush is committed once there is space"
+
+
+@pytest.mark.timeout(60)
+async def test_on_v2_a_turn_whose_end_cannot_be_committed_says_so_on_its_idle(
+    start_server: StartServer, tmp_path: Path
+) -> None:
+    env = {"ACP_SERVER_STATE_DIR": str(tmp_path), "ACP_SERVER_LOG_FILE": "off"}
+    server = await start_server("--model", "scripted", "--test-mode", env=env)
+    await server.initialize_v2()
+    saved = await server.new_session_v2()
+    await server.response(await server.prompt(saved, [{"say": "saved"}]))
+    assert "_meta" not in (await server.idle(saved))["params"]["update"]
+    limit_file_size(server, 0)
+    await failed(server, "session/new", {"cwd": "/tmp"})
+    await server.response(await server.prompt(saved, [{"say": "not saved"}]))
+    idle = (await server.idle(saved, nth=2))["params"]["update"]
+    assert (idle["stopReason"], idle.get("_meta")) == ("end_turn", {"acpServer": {"saved": False}}), idle
