@@ -366,7 +366,8 @@ class SessionStore:
         and commit it, with everything buffered before it, before returning. Raises StoreUnavailable when that
         commit failed (a full disk, an I/O error, the store closed): the client is then answered an error, so the
         change is taken back out of what the store keeps for the next flush and is never committed later, while the
-        rest of the failed batch (streamed updates, turns) is kept and retried as usual."""
+        rest of the failed batch (streamed updates, turns) is kept and retried as usual. (One exception, at exit: a
+        commit whose wait ended at its `bound_waits` bound goes on in its thread and may yet succeed.)"""
         start = len(self._ops)
         write()
         self._changes.update(id(op) for op in self._ops[start:])
