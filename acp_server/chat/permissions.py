@@ -124,6 +124,7 @@ class Questions:
             while True:
                 self._renderer.ask_field(field.label, field.description, hint(field))
                 line = await self._lines.next_line()
+                self._renderer.answered()
                 if line is None:
                     self._renderer.line("")
                     return {"content": None}
@@ -138,6 +139,7 @@ class Questions:
         while True:
             self._renderer.ask(len(options))
             line = await self._lines.next_line()
+            self._renderer.answered()
             if line is None:
                 return await self._nobody_to_answer(options)
             answer = line.strip().lower()

@@ -57,6 +57,9 @@ class Renderer:
         self.style = Style(terminal.colour)
         self._streaming: str | None = None  # "message" or "thought" while text of that kind is flowing
         self._at_line_start = True
+        # A question waits for the person's answer on its line ("choose 1-4: "): their Enter ends that line, but what
+        # is shown before it (Ctrl-C's "cancelling…", a withdrawal) must start a line of its own.
+        self._answer_pending = False
         self._tools: dict[str, _ToolCall] = {}
 
     # --- writing ---
@@ -73,7 +76,8 @@ class Renderer:
 
     def end_stream(self) -> None:
         self._streaming = None
-        if not self._at_line_start:
+        if self._answer_pending or not self._at_line_start:
+            self._answer_pending = False
             self.write("\n")
 
     def notice(self, text: str) -> None:
@@ -189,6 +193,11 @@ class Renderer:
     def ask(self, count: int) -> None:
         self.write(f"choose 1-{count}: ")
         self._at_line_start = True  # the person's Enter ends the line
+        self._answer_pending = True
+
+    def answered(self) -> None:
+        """The person's answer to a question was read (their Enter ended its line), or stdin ended."""
+        self._answer_pending = False
 
     def form_question(self, message: str) -> None:
         self.end_stream()
@@ -201,3 +210,4 @@ class Renderer:
         how = self.style.paint(f" [{hint}]", "dim") if hint else ""
         self.write(f"  {label}{about}{how}: ")
         self._at_line_start = True  # the person's Enter ends the line
+        self._answer_pending = True

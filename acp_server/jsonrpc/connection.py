@@ -64,6 +64,9 @@ DRAIN_TIMEOUT = 0.25
 # would wait out SQLite's busy timeout, shielded: the bounds here cannot cut it). Below ANSWER_SLACK, so the last
 # commit of a turn the cleanup deadline cut short still lets its response out, and below DRAIN_TIMEOUT.
 STORE_WAIT_TIMEOUT = 0.2
+# How many of the requests we withdrew (`retract`) are remembered: the client answers each (v1's permission request:
+# `cancelled`), and that answer is expected, not a stray. Bounded, so a client that never answers costs nothing.
+WITHDRAWN_KEPT = 256
 # At exit, how long the pipes of the processes just killed may take to close (a SIGKILLed process's pipes close at
 # once; what is still open after this belongs to a process out of our reach). Well within the exit watchdog.
 RELEASE_TIMEOUT = 0.1
@@ -153,6 +156,7 @@ class Connection:
         self._drained = anyio.Event()  # set by the writer when the outbox is empty and nothing is being written
         self._writing = False  # a batch taken off the outbox is still being written
         self._pending: dict[int, _Outgoing] = {}
+        self._withdrawn: deque[int] = deque(maxlen=WITHDRAWN_KEPT)  # the latest ids `retract` gave up waiting for
         self._ids = itertools.count(1)
         self._in_flight = 0
         self._no_requests_in_flight = anyio.Event()
@@ -386,6 +390,7 @@ class Connection:
         """Stop waiting for one of our requests and tell the client (`$/cancel_request`). Idempotent."""
         if request_id in self._pending:
             self._resolve(request_id, error={"code": ErrorCode.REQUEST_CANCELLED, "message": "request cancelled"})
+            self._withdrawn.append(request_id)
             self.notify("$/cancel_request", {"requestId": request_id})
 
     def _resolve(self, request_id: int, result: Any = None, error: dict[str, Any] | None = None) -> None:
@@ -398,8 +403,13 @@ class Connection:
         # Our ids are JSON integers, and a JSON id matches by type and value: `true`, `1.0` and `"1"` are not 1,
         # though Python's `True == 1 == 1.0` finds request 1 by them (so `type(...) is int`: a bool is an int).
         if type(request_id) is not int or request_id not in self._pending:
-            # A late answer to a request we retracted, or a stray: ignoring it is the whole point of retracting.
-            log.warning("ignored a response to no pending request (id %s)", _shown_id(request_id))
+            # A late answer to a request we retracted, or a stray: ignoring it is the whole point of retracting. The
+            # first is expected (v1 wants a withdrawn permission request answered `cancelled`), so only at debug.
+            if type(request_id) is int and request_id in self._withdrawn:
+                self._withdrawn.remove(request_id)
+                log.debug("ignored the answer to request %d, which we had withdrawn", request_id)
+            else:
+                log.warning("ignored a response to no pending request (id %s)", _shown_id(request_id))
             return
         self._resolve(request_id, result=response.result, error=response.error)
 

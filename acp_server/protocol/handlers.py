@@ -21,6 +21,7 @@ from acp_server.protocol.discovery import discover_models
 from acp_server.protocol.initialize import InitializeParams
 from acp_server.protocol.params import INITIALIZE, wire
 from acp_server.protocol.providers import close_providers
+from acp_server.protocol.store_access import not_saved
 from acp_server.protocol.v2.initialize import initialize_result
 from acp_server.sessions.options import PROMPT_POLICIES
 
@@ -179,6 +180,8 @@ async def session_prompt(context: RequestContext, params: PromptRequest) -> dict
         stop_reason = await execute_prompt(context.parts.turns, context.run)
     except TurnFailedError as exc:
         raise RpcError(ErrorCode.INTERNAL_ERROR, exc.message) from None
+    if not context.run.saved:  # its commit failed: the outcome holds, but nothing claims it survives a restart
+        return {"stopReason": stop_reason, "_meta": not_saved()}
     return {"stopReason": stop_reason}
 
 

@@ -5,10 +5,11 @@ Small typed `(context, params)` handlers, registered in `handlers.METHODS`.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -32,7 +33,13 @@ from acp_server.protocol.schema import (
 )
 from acp_server.protocol.warmup import warm_up
 from acp_server.sessions.edge import CommandsAvailable, ConfigChanged, ModeChanged, TitleChanged
-from acp_server.sessions.options import MODE_OPTION, MODEL_OPTION, PROMPT_POLICY_OPTION, SLASH_COMMANDS
+from acp_server.sessions.options import (
+    MODE_OPTION,
+    MODEL_OPTION,
+    PROMPT_POLICY_OPTION,
+    SLASH_COMMANDS,
+    parse_command,
+)
 from acp_server.sessions.runs import Session
 from acp_server.settings.choices import PermissionMode, PromptPolicy
 
@@ -42,6 +49,7 @@ if TYPE_CHECKING:
 __all__ = [
     "close_session",
     "default_prompt_policy",
+    "release_session",
     "restore_session",
     "session_close",
     "session_delete",
@@ -78,9 +86,11 @@ async def session_new(context: RequestContext, params: NewSessionRequest) -> dic
         model=parts.config.model,
         prompt_policy=default_prompt_policy(parts),
     )
-    store = await parts.store.open()
-    if store is not None:
-        store.create_session(
+    await parts.store.open()
+    # Committed before the client learns the id, a kill -9 after the answer keeps it; a failed commit is an error and
+    # the session is never registered.
+    await parts.store.save(
+        lambda store: store.create_session(
             session_id,
             params.cwd,
             additional_directories=params.additional_directories,
@@ -88,7 +98,7 @@ async def session_new(context: RequestContext, params: NewSessionRequest) -> dic
             mode=session.mode,
             config={MODEL_OPTION: session.model, PROMPT_POLICY_OPTION: session.prompt_policy},
         )
-        await store.flush()  # committed before the client learns the id: a kill -9 after the answer keeps it
+    )
     return {"sessionId": session_id, **_opened(context, session)}
 
 
@@ -204,6 +214,7 @@ async def restore_session(context: RequestContext, params: LoadSessionRequest, r
         tuple(_shared_path(d) for d in params.additional_directories),
         tuple(params.mcp_servers),
         history=list(loaded.history),
+        turns_started=_turns_started(loaded),
         client=client_tools(parts.handshake.client_capabilities or NO_CAPABILITIES),
         mode=_known(PermissionMode, record.mode, parts.config.permission_mode),
         model=stored_model
@@ -221,6 +232,12 @@ async def restore_session(context: RequestContext, params: LoadSessionRequest, r
     # v1's load: the commands and the title close its replay. v2's resume has no such closing (its commands are in
     # the response, its replay ends with the state snapshot).
     return _opened(context, session, replayed=replay is not None and not parts.handshake.v2)
+
+
+def _turns_started(loaded: LoadedSession) -> int:
+    """How many ordinary turns the stored session ran (`Session.turns_started`, which the scripted model's turn
+    counter reads): a loaded, resumed or forked session goes on counting from them, not from 0."""
+    return sum(1 for turn in loaded.turns if turn.ran and parse_command(turn.prompt_text) is None)
 
 
 async def session_fork(context: RequestContext, params: LoadSessionRequest) -> dict[str, Any]:
@@ -295,19 +312,9 @@ async def session_delete(context: RequestContext, params: DeleteSessionRequest) 
     open_session = parts.sessions.get(params.session_id)
     if open_session is not None and not open_session.closed:
         await close_session(parts, open_session)
-    store = await parts.store.open()
-    if store is not None:
-        store.delete(params.session_id)
-        await store.flush()
+    await parts.store.open()
+    await parts.store.save(lambda store: store.delete(params.session_id))  # an error if the deletion was not saved
     return {}
-
-
-async def _commit(parts: Parts) -> None:
-    """What a request changed is committed before its response (the store batches only streamed updates), so a
-    kill -9 right after the answer cannot undo it. A failed commit is logged by the store and retried with the next
-    flush; the change already holds in this process, so the request still succeeds."""
-    if parts.store.current is not None:
-        await parts.store.current.flush()
 
 
 _Choice = TypeVar("_Choice", PermissionMode, PromptPolicy)
@@ -331,17 +338,32 @@ def _announce_commands(parts: Parts, session: Session) -> None:
     parts.turns.edge.session_event(session.session_id, CommandsAvailable(SLASH_COMMANDS))
 
 
-def _set_mode(parts: Parts, session: Session, mode_id: str) -> None:
-    """Modes and the `mode` config option are one setting; the client hears of a change through both."""
+def _mode(mode_id: str) -> PermissionMode:
     mode = _choice(PermissionMode, mode_id)
     if mode is None:
         known = ", ".join(PermissionMode)
         raise RpcError(ErrorCode.INVALID_PARAMS, f"Invalid params: unknown mode {mode_id!r} ({known})")
+    return mode
+
+
+@contextlib.asynccontextmanager
+async def _changing_settings(session: Session) -> AsyncIterator[None]:
+    """One settings change of the session at a time, from its store write to its change in memory: a change is
+    applied only once committed (`StoreAccess.save`; a failed commit is answered an error and changes nothing), and
+    the next one reads and writes the settings as the one before left them."""
+    if session.settings_lock is None:
+        session.settings_lock = anyio.Lock()
+    async with session.settings_lock:
+        yield
+
+
+async def _set_mode(parts: Parts, session: Session, mode: PermissionMode) -> None:
+    """Modes and the `mode` config option are one setting; the client hears of a change through both. Under
+    `_changing_settings`; applied once committed."""
     if session.mode == mode:
         return
+    await parts.store.save(lambda store: store.set_mode(session.session_id, mode))
     session.mode = mode
-    if parts.store.current is not None:
-        parts.store.current.set_mode(session.session_id, mode)
     parts.turns.edge.session_event(session.session_id, ModeChanged(mode))
     offered = parts.models.offered(session.model)
     if session.offered_models is not None:
@@ -357,39 +379,41 @@ async def session_set_config_option(context: RequestContext, params: SetSessionC
     if not isinstance(value, str):
         raise RpcError(ErrorCode.INVALID_PARAMS, f"Invalid params: value: {params.config_id} takes a string value id")
     if params.config_id == MODE_OPTION:
-        _set_mode(parts, session, value)
+        mode = _mode(value)
+        async with _changing_settings(session):
+            await _set_mode(parts, session, mode)
     elif params.config_id == MODEL_OPTION:
-        if value not in parts.models.offered(session.model):
-            raise RpcError(ErrorCode.INVALID_PARAMS, f"Invalid params: value: unknown model {value!r}")
-        parts.providers.get(value)  # a missing key or a bad spec is answered now, not at the next prompt
-        session.model = value
-        if parts.store.current is not None:
-            parts.store.current.set_config(
-                session.session_id, {MODEL_OPTION: value, PROMPT_POLICY_OPTION: session.prompt_policy}
-            )
+        async with _changing_settings(session):
+            if value not in parts.models.offered(session.model):
+                raise RpcError(ErrorCode.INVALID_PARAMS, f"Invalid params: value: unknown model {value!r}")
+            parts.providers.get(value)  # a missing key or a bad spec is answered now, not at the next prompt
+            await _save_options(parts, session, value, session.prompt_policy)
+            session.model = value
     elif params.config_id == PROMPT_POLICY_OPTION:
         policy = _choice(PromptPolicy, value)
         if policy is None:
             raise RpcError(ErrorCode.INVALID_PARAMS, f"Invalid params: value: unknown prompt policy {value!r}")
-        session.prompt_policy = policy
-        _save_options(parts, session)
+        async with _changing_settings(session):
+            await _save_options(parts, session, session.model, policy)
+            session.prompt_policy = policy
     else:
         raise RpcError(ErrorCode.INVALID_PARAMS, f"Invalid params: configId: unknown option {params.config_id!r}")
-    await _commit(parts)
     return {"configOptions": _config_options(parts, session)}
 
 
-def _save_options(parts: Parts, session: Session) -> None:
-    if parts.store.current is not None:
-        options = {MODEL_OPTION: session.model, PROMPT_POLICY_OPTION: session.prompt_policy}
-        parts.store.current.set_config(session.session_id, options)
+async def _save_options(parts: Parts, session: Session, model: str, policy: PromptPolicy) -> None:
+    """The session's stored option values as they will be, committed (an error when not) before they are applied."""
+    options = {MODEL_OPTION: model, PROMPT_POLICY_OPTION: policy}
+    await parts.store.save(lambda store: store.set_config(session.session_id, options))
 
 
 async def session_set_mode(context: RequestContext, params: SetSessionModeRequest) -> dict[str, Any]:
     """Permission modes (ACP session modes); they may change at any time, even mid-turn."""
     parts = context.parts
-    _set_mode(parts, parts.sessions.require(params.session_id), params.mode_id)
-    await _commit(parts)
+    session = parts.sessions.require(params.session_id)
+    mode = _mode(params.mode_id)
+    async with _changing_settings(session):
+        await _set_mode(parts, session, mode)
     return {}
 
 
@@ -398,10 +422,19 @@ async def session_close(context: RequestContext, params: CloseSessionRequest) ->
     answered (`cancelled`) before this response; the id is refused from the moment the close is read."""
     parts = context.parts
     await close_session(parts, parts.sessions.require(params.session_id))
-    if parts.store.current is not None:
-        parts.store.current.release(params.session_id)  # closed: pruning may remove it again
-    await _commit(parts)
+    await release_session(parts, params.session_id)
     return {}
+
+
+async def release_session(parts: Parts, session_id: str) -> None:
+    """After a close: this process holds the session no longer (pruning may remove it again), committed before the
+    response so a prune that follows sees it. Not an error when that commit fails: what the client is told, that
+    the session is closed, holds in this process whatever the store did, and a hold left in the store is only
+    bookkeeping (released with this process's lease once it is gone); the store retries it with its next flush."""
+    store = parts.store.current
+    if store is not None:
+        store.release(session_id)
+        await store.flush()
 
 
 async def close_session(parts: Parts, session: Session) -> None:

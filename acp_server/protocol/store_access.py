@@ -17,11 +17,17 @@ from acp_server.settings.config import Config
 if TYPE_CHECKING:
     from acp_server.store import SessionStore
 
-__all__ = ["StoreAccess"]
+__all__ = ["StoreAccess", "not_saved"]
 
 log = logging.getLogger(__name__)
 
 Spawn = Callable[[Callable[[], Coroutine[Any, Any, Any]]], None]
+
+
+def not_saved() -> dict[str, Any]:
+    """The `_meta` of a turn's end (v1: the prompt response; v2: its `idle`) whose commit failed: the turn happened
+    as answered, but it is not stored (yet: the store retries), so a restart may not know it."""
+    return {"acpServer": {"saved": False}}
 
 
 class StoreAccess:
@@ -93,6 +99,20 @@ class StoreAccess:
                 len(pruned.over_count),
                 retention.max_count,
             )
+
+    async def save(self, write: Callable[[SessionStore], None]) -> None:
+        """A change a request acknowledges, committed before its response (`SessionStore.commit_change`): `write`
+        buffers it in the open store. When that commit fails (a full disk, say) the request is answered -32603
+        naming the failure, never success, and the change is not saved later either. Nothing to do without a store."""
+        store = self.current
+        if store is None:
+            return
+        from acp_server.store import StoreUnavailable
+
+        try:
+            await store.commit_change(lambda: write(store))
+        except StoreUnavailable as exc:
+            raise RpcError(ErrorCode.INTERNAL_ERROR, f"Internal error: the change was not saved: {exc}") from None
 
     async def require(self) -> SessionStore:
         store = await self.open()

@@ -159,6 +159,10 @@ class Session:
     background: list[anyio.CancelScope] = field(default_factory=list)
     # The session's MCP servers (editor's and config file's), connecting in the background; None without any.
     mcp: McpHub | None = None
+    # Held by a request changing the session's settings (mode, model, prompt policy) from the store write its answer
+    # waits for to the change in memory: each reads the settings the one before it committed and applied. Made on
+    # first use (most sessions never change a setting).
+    settings_lock: anyio.Lock | None = None
 
 
 @dataclass(eq=False)
@@ -212,6 +216,9 @@ class RunContext:
     error: BaseException | None = None
     # The turn's record in the session store (None without a store): every update the client was sent.
     turn_log: TurnLog | None = None
+    # False when the commit of the turn's end before its response failed (a full disk): the store keeps it for its
+    # next flush, and the response says it was not saved (`{"acpServer": {"saved": false}}` in its `_meta`).
+    saved: bool = True
     # Set (and replaced) on every change a waiter may be waiting for; see `wait_until`.
     _changed: anyio.Event = field(default_factory=anyio.Event, init=False, repr=False)
     # The prompt has been the session's current one (ADMITTED) at some point: at admission into an idle session or

@@ -123,8 +123,12 @@ async def execute_prompt(services: TurnServices, run: RunContext) -> StopReason:
     try:
         return await _execute(services, run)
     finally:
-        if store is not None:
-            await store.flush()  # committed before the response, whatever the outcome
+        # Committed before the response, whatever the outcome. A failed commit leaves the outcome as it is (the turn
+        # ran, the client saw it; after a cancel the answer must be `cancelled`), but the response says it was not
+        # saved; the store keeps it and retries it with its next flush.
+        if store is not None and not await store.flush():
+            run.saved = False
+            log.warning("session %s: the end of the turn was not saved (the session store failed)", run.session_id)
 
 
 async def execute_unjoined_steer(services: TurnServices, run: RunContext) -> StopReason:

@@ -79,6 +79,9 @@ class TurnRecord:
     prompt_text: str
     # What the client was shown, in order, starting with the prompt's blocks (`UserChunk`s).
     entries: list[TurnEntry]
+    # The turn's prompt reached the model's history: it recorded messages (a turn that ran records at least its
+    # user message; one cancelled before it ran, none) or it was interrupted (rebuilt from its prompt).
+    ran: bool = False
 
 
 @dataclass(frozen=True, slots=True)

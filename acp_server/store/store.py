@@ -7,6 +7,10 @@
   settings) takes the whole buffer and commits it in ONE transaction on a worker thread (worker.py); the event loop
   never waits for SQLite. A kill -9 loses what was appended since the last commit: at most the 50 ms interval plus
   the commit's duration, and only streamed updates (what a request changed is committed before its response).
+- **A failed commit is retried, except for an answered change.** A batch whose commit fails (a full disk, an I/O
+  error) is kept for the next flush. But a change a request acknowledges (`commit_change`: a new session, a mode, a
+  config option, a deletion) is answered an error then, so it is taken out of the kept batch at once: what the client
+  was told failed is never committed later, and what it was told succeeded was committed.
 - **Plain rows, no schema objects** (store/ in docs/architecture.md): what a turn showed the client is the project's
   own turn records (turn_records.py), which the protocol edge renders on load; the model-visible history is
   `runtime.model.Message` encoded by `message_to_json` (records.py).
@@ -130,6 +134,9 @@ class SessionStore:
         self._ops: list[tuple[str, tuple[Any, ...]]] = []
         self._dirty: list[TurnLog] = []
         self._failed: Batch | None = None
+        # The ids of the buffered statements of changes a request acknowledges (`commit_change`), until a flush takes
+        # them: a commit that fails takes them back out of what it keeps for the next flush.
+        self._changes: set[int] = set()
         self._lock: anyio.Lock | None = None
         self._taken = 0  # batches taken so far
         self._committed = 0  # the latest batch known committed
@@ -143,6 +150,7 @@ class SessionStore:
         self._bounded_waits: set[anyio.CancelScope] = set()  # the waits in progress, to bound them too
         self._job_done: threading.Event | None = None  # set by the thread of the last job started once it ends
         self._loss_told = False  # the one warning that the bound may lose what is not committed
+        self._last_error = ""  # why the last commit failed, for the error a change is answered with
 
     # -- opening and closing --
 
@@ -352,6 +360,22 @@ class SessionStore:
         return pending + (0 if self._failed is None else self._failed.update_count())
 
     # -- flushing --
+
+    async def commit_change(self, write: Callable[[], None]) -> None:
+        """A change a request acknowledges: buffer it (`write` calls the buffered writes, `set_mode` and the like)
+        and commit it, with everything buffered before it, before returning. Raises StoreUnavailable when that
+        commit failed (a full disk, an I/O error, the store closed): the client is then answered an error, so the
+        change is taken back out of what the store keeps for the next flush and is never committed later, while the
+        rest of the failed batch (streamed updates, turns) is kept and retried as usual. (One exception, at exit: a
+        commit whose wait ended at its `bound_waits` bound goes on in its thread and may yet succeed.)"""
+        start = len(self._ops)
+        write()
+        self._changes.update(id(op) for op in self._ops[start:])
+        if self._closed:
+            self._ops[start:] = []  # never committed now: `aclose` took the last batch
+            raise StoreUnavailable(f"session store {self.path}: closed")
+        if not await self.flush():
+            raise StoreUnavailable(f"session store {self.path}: its commit failed ({self._last_error})")
 
     async def flush(self) -> bool:
         """Commit everything buffered before this call, in one transaction on a worker thread. Shielded: once
@@ -563,8 +587,11 @@ class SessionStore:
             try:
                 await self._in_thread(self._worker.commit, batch)
             except _AbandonedError as abandoned:
+                self._last_error = str(abandoned)
                 if not abandoned.started:
-                    self._failed = batch  # never given to a thread: the final write takes it, if it gets its turn
+                    # Never given to a thread: the final write takes it, if it gets its turn (not the changes answered
+                    # with an error).
+                    self._failed = batch.without_changes()
                 # Else the thread has it, to commit or fail: retrying it could write its rows twice.
                 return False
             except Exception as exc:
@@ -584,13 +611,19 @@ class SessionStore:
         updates = [(turn.turn_id, count, data) for turn in self._dirty for count, data in turn._take()]
         sessions = {turn.turn_id: turn.session_id for turn in self._dirty}
         self._dirty.clear()
-        batch = Batch(self._ops, updates, heartbeat, sweep, sessions=sessions).after(self._failed)
+        batch = Batch(self._ops, updates, heartbeat, sweep, sessions=sessions, changes=self._changes)
+        batch = batch.after(self._failed)
         self._ops = []
+        self._changes = set()
         self._failed = None
         self._taken += 1
         return batch
 
     def _keep_or_drop(self, batch: Batch, exc: Exception) -> None:
+        self._last_error = str(exc)
+        # Here, before anything else can take the kept batch: every flush waiting for it is answered False now, so
+        # every change in it is answered with an error and must not be committed by a later flush.
+        batch = batch.without_changes()
         count = batch.update_count()
         transient = isinstance(exc, sqlite3.OperationalError)
         if transient and time.monotonic() - batch.first_taken < _RETRY_WINDOW_S and count < _MAX_RETAINED_UPDATES:

@@ -145,6 +145,8 @@ class Batch:
     # Turn id -> its session id, for the turns in `updates`: a batch kept after a failed commit still holds records
     # shown to the client, and a resume replaying a session's running work must find them (`pending_entries`).
     sessions: dict[str, str] = field(default_factory=dict)
+    # The ids of the statements in `ops` that are changes a request waits to acknowledge (`commit_change`).
+    changes: set[int] = field(default_factory=set)
 
     def after(self, earlier: Batch | None) -> Batch:
         if earlier is None:
@@ -156,7 +158,15 @@ class Batch:
             earlier.sweep or self.sweep,
             earlier.first_taken,
             {**earlier.sessions, **self.sessions},
+            earlier.changes | self.changes,
         )
+
+    def without_changes(self) -> Batch:
+        """The batch to keep after its commit failed: without the changes whose requests are answered an error."""
+        if not self.changes:
+            return self
+        ops = [op for op in self.ops if id(op) not in self.changes]
+        return Batch(ops, self.updates, self.heartbeat, self.sweep, self.first_taken, self.sessions)
 
     @property
     def empty(self) -> bool:

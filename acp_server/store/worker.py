@@ -35,6 +35,7 @@ from acp_server.store.records import (
     TurnRecord,
     TurnStatus,
     encode_cursor,
+    encode_messages,
     utc_now,
     utc_stamp,
 )
@@ -77,6 +78,9 @@ def _insert_updates(conn: sqlite3.Connection, updates: Sequence[tuple[str, int, 
 
 
 DeleteOutcome = Literal["deleted", "unknown", "held"]
+
+# What a turn that added nothing to the model's history records (as text in a store an older version wrote), or NULL.
+_NO_MESSAGES: tuple[object, ...] = (None, encode_messages(()), encode_messages(()).decode())
 
 
 def tombstone_ops(session_id: str) -> list[tuple[str, tuple[Any, ...]]]:
@@ -257,6 +261,7 @@ class StoreWorker:
                 ended_at=r[5],
                 prompt_text=r[6],
                 entries=entries.get(r[0], []),
+                ran=r[1] == "interrupted" or r[7] not in _NO_MESSAGES,
             )
             for r in turn_rows
         ]

@@ -329,6 +329,23 @@ def test_ctrl_c_while_a_permission_question_is_open_answers_it_cancelled(chat: A
     assert not (tmp_path / "f.txt").exists()
 
 
+def test_ctrl_c_at_an_open_question_starts_cancelling_on_a_line_of_its_own(chat: Any, tmp_path: Path) -> None:
+    agent = scripted_agent(tmp_path, [{"tool": "write_file", "args": {"path": "f.txt", "content": "x\n"}}])
+    session = chat("--agent", agent)
+    session.expect("> ")
+    session.type_line("write it")
+    session.expect("choose 1-4: ")
+    session.send(CTRL_C)  # the terminal echoes ^C on the question's line; the person never pressed Enter
+    session.expect("(question withdrawn)")
+    session.expect("> ")
+    session.type_line("/quit")
+    assert session.wait() == 0
+    lines = session.text.splitlines()
+    [asked] = [line for line in lines if "choose 1-4: " in line]
+    assert "cancelling" not in asked, lines
+    assert "cancelling…" in lines and "  (question withdrawn)" in lines, lines
+
+
 def test_an_edit_is_shown_as_a_unified_diff(chat: Any, tmp_path: Path) -> None:
     (tmp_path / "notes.txt").write_text("alpha\nbeta\ngamma\n")
     agent = scripted_agent(

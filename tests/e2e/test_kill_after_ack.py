@@ -14,6 +14,7 @@ waits, then let go and kill -9 the server the moment the answer arrives.
 from __future__ import annotations
 
 import os
+import resource
 import signal
 import sqlite3
 from collections.abc import Iterator
@@ -246,3 +247,90 @@ async def test_a_v2_turn_is_committed_before_its_idle_and_a_kill_9_right_after_i
     said = second.updates(session, "agent_message")  # a replay joins one message's chunks
     assert "".join(block["text"] for u in said for block in u["content"]) == "".join(replayed_text)
     assert said[-1].get("_meta") == ({"acpServer": {"turnStatus": "cancelled"}} if outcome == "cancelled" else None)
+
+
+def limit_file_size(client: RawClient, size: int | None) -> None:
+    """RLIMIT_FSIZE of the running server: no file of it grows past `size` bytes (None: no limit again). A write past
+    it fails with EFBIG, as on a full disk (Python ignores the SIGXFSZ it also brings). The soft limit only, so
+    lifting it again needs no privilege."""
+    _, hard = resource.prlimit(client.process.pid, resource.RLIMIT_FSIZE)
+    resource.prlimit(client.process.pid, resource.RLIMIT_FSIZE, (hard if size is None else size, hard))
+
+
+async def failed(client: RawClient, method: str, params: dict[str, Any]) -> dict[str, Any]:
+    response = await client.call(method, params)
+    assert "error" in response, f"{method} answered success although nothing can be saved: {response}"
+    error: dict[str, Any] = response["error"]
+    assert error["code"] == -32603, response
+    assert "not saved" in error["message"], response
+    return error
+
+
+@pytest.mark.timeout(60)
+async def test_a_change_the_store_cannot_commit_is_answered_an_error_and_never_saved_later(
+    start_server: StartServer, tmp_path: Path
+) -> None:
+    config = tmp_path / "config.toml"
+    config.write_text('models = ["echo", "scripted"]\n')
+    state = tmp_path / "state"
+    state.mkdir()
+    cwd = tmp_path / "project"
+    cwd.mkdir()
+    new_session = {"cwd": str(cwd), "mcpServers": []}
+    env = {"ACP_SERVER_STATE_DIR": str(state), "ACP_SERVER_CONFIG": str(config), "ACP_SERVER_LOG_FILE": "off"}
+    first = await start_server("--model", "scripted", "--test-mode", env=env)
+    await first.initialize()
+    kept = (await ok(first, "session/new", new_session))["sessionId"]
+    assert await ok(first, "session/set_mode", {"sessionId": kept, "modeId": "read_only"}) == {}
+    policy = {"sessionId": kept, "configId": "prompt_policy", "value": "queue"}
+    assert current((await ok(first, "session/set_config_option", policy))["configOptions"])["prompt_policy"] == "queue"
+    doomed = (await ok(first, "session/new", new_session))["sessionId"]
+
+    limit_file_size(first, 0)  # from now on every commit fails, as on a full disk
+    await failed(first, "session/new", new_session)
+    await failed(first, "session/set_mode", {"sessionId": kept, "modeId": "bypass"})
+    await failed(first, "session/set_config_option", {"sessionId": kept, "configId": "mode", "value": "bypass"})
+    await failed(first, "session/set_config_option", {**policy, "value": "interrupt"})
+    await failed(first, "session/set_config_option", {"sessionId": kept, "configId": "model", "value": "echo"})
+    await failed(first, "session/delete", {"sessionId": doomed})
+    # A turn whose end cannot be committed keeps its outcome (it ran, the client saw it) but says it was not saved;
+    # the store keeps it for its next flush.
+    turn = await first.call("session/prompt", first.prompt_message(kept, [{"say": "unsaved words"}])["params"])
+    assert turn.get("result") == {"stopReason": "end_turn", "_meta": {"acpServer": {"saved": False}}}, turn
+    # A change answered an error did not happen here either: the session runs as it was.
+    same = {"sessionId": kept, "configId": "mode", "value": "read_only"}  # no change: nothing to commit
+    values = current((await ok(first, "session/set_config_option", same))["configOptions"])
+    assert (values["mode"], values["prompt_policy"], values["model"]) == ("read_only", "queue", "scripted")
+
+    limit_file_size(first, None)  # space again: what the store kept for its next flush is committed now
+    later = (await ok(first, "session/new", new_session))["sessionId"]
+    await kill_9(first)
+
+    second = await start_server("--model", "scripted", "--test-mode", env=env)
+    await second.initialize()
+    listed = {s["sessionId"] for s in (await ok(second, "session/list", {"cwd": str(cwd)}))["sessions"]}
+    # Everything answered success is there; the session whose session/new was an error was never stored, and the
+    # deletion answered an error did not happen later either.
+    assert listed == {kept, doomed, later}
+    loaded = await ok(second, "session/load", {"sessionId": kept, **new_session})
+    assert loaded["modes"]["currentModeId"] == "read_only"
+    values = current(loaded["configOptions"])
+    assert (values["mode"], values["prompt_policy"], values["model"]) == ("read_only", "queue", "scripted")
+    assert "unsaved words" in second.texts(kept), "the turn kept for the next flush is committed once there is space"
+
+
+@pytest.mark.timeout(60)
+async def test_on_v2_a_turn_whose_end_cannot_be_committed_says_so_on_its_idle(
+    start_server: StartServer, tmp_path: Path
+) -> None:
+    env = {"ACP_SERVER_STATE_DIR": str(tmp_path), "ACP_SERVER_LOG_FILE": "off"}
+    server = await start_server("--model", "scripted", "--test-mode", env=env)
+    await server.initialize_v2()
+    saved = await server.new_session_v2()
+    await server.response(await server.prompt(saved, [{"say": "saved"}]))
+    assert "_meta" not in (await server.idle(saved))["params"]["update"]
+    limit_file_size(server, 0)
+    await failed(server, "session/new", {"cwd": "/tmp"})
+    await server.response(await server.prompt(saved, [{"say": "not saved"}]))
+    idle = (await server.idle(saved, nth=2))["params"]["update"]
+    assert (idle["stopReason"], idle.get("_meta")) == ("end_turn", {"acpServer": {"saved": False}}), idle

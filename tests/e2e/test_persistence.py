@@ -349,3 +349,54 @@ async def test_a_store_written_before_the_turn_records_is_upgraded_and_replays_a
     old_replay = [u for u in expected["interrupted"]["updates"] if u["sessionUpdate"] not in SESSION_SCOPED]
     assert replayed[: len(old_replay)] == old_replay
     assert [u["content"]["text"] for u in replayed[len(old_replay) :] if "content" in u] == ["go", "going on"]
+
+
+async def test_the_scripted_turn_counter_goes_on_after_a_restart_and_load_and_in_a_fork(
+    start_server: StartServer, tmp_path: Path
+) -> None:
+    # The README: "the n-th prompt of a session plays turn n". Counted from the session's stored turns, so a loaded
+    # session and a fork of it go on from where the conversation is, not from turn 1 again.
+    script = tmp_path / "turns.json"
+    script.write_text(orjson.dumps({"turns": [[{"say": f"turn {n}"}] for n in range(1, 7)]}).decode())
+    state = tmp_path / "state"
+    state.mkdir()
+    model = f"scripted:{script}"
+
+    async def played(client: RawClient, session: str) -> list[str]:
+        before = len(client.texts(session))
+        response = await client.call(
+            "session/prompt", {"sessionId": session, "prompt": [{"type": "text", "text": "go"}]}
+        )
+        assert response["result"] == {"stopReason": "end_turn"}, response
+        return client.texts(session)[before:]
+
+    first = await start_server("--model", model, "--test-mode", env={"ACP_SERVER_STATE_DIR": str(state)})
+    await first.initialize()
+    session = await first.new_session()
+    assert await played(first, session) == ["turn 1"]
+    # Not turns of the model: a slash command, and a prompt cancelled while it waited behind another (the turn it
+    # waited behind ran, held on a gate, and counts).
+    title = await first.call("session/prompt", {"sessionId": session, "prompt": [{"type": "text", "text": "/title T"}]})
+    assert title["result"] == {"stopReason": "end_turn"}, title
+    compact = {"sessionId": session, "prompt": [{"type": "text", "text": "/compact"}]}  # a history it replaces
+    assert (await first.call("session/prompt", compact))["result"] == {"stopReason": "end_turn"}
+    queue = {"sessionId": session, "configId": "prompt_policy", "value": "queue"}
+    assert "result" in await first.call("session/set_config_option", queue)
+    held = await first.prompt(session, [{"say": "holding"}, {"gate": "g"}])
+    await first.wait_for(lambda m: m.get("params", {}).get("update", {}).get("content", {}).get("text") == "holding")
+    waiting = await first.request("session/prompt", {"sessionId": session, "prompt": [{"type": "text", "text": "go"}]})
+    await first.cancel(session)
+    for request_id in (held, waiting):
+        assert (await first.response(request_id))["result"] == {"stopReason": "cancelled"}
+    assert await played(first, session) == ["turn 3"]
+    assert (await first.close())[0] == 0
+
+    second = await start_server("--model", model, "--test-mode", env={"ACP_SERVER_STATE_DIR": str(state)})
+    await second.initialize()
+    loaded, _ = await load(second, session)
+    assert "result" in loaded, loaded
+    assert await played(second, session) == ["turn 4"]
+    forked = await second.call("session/fork", {"sessionId": session, "cwd": "/tmp"})
+    fork = forked["result"]["sessionId"]
+    assert await played(second, fork) == ["turn 5"], "a fork continues the count of its parent's turns"
+    assert await played(second, session) == ["turn 5"], "and the parent goes on by its own"

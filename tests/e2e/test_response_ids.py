@@ -50,3 +50,27 @@ async def test_look_alike_ids_never_answer_a_permission_request_and_the_right_id
     assert len(ignored) == 6, client.stderr_text
     for shown in ("id true", "id 1.0", 'id "1"', "id [1]", 'id {"id":1}', "id 424242"):
         assert any(line.endswith(shown + ")") for line in ignored), (shown, ignored)
+
+
+async def test_the_answer_to_a_withdrawn_permission_request_is_expected_and_a_stray_one_still_warns(
+    start_server: StartServer, tmp_path: Path
+) -> None:
+    client = await start_server()
+    await client.initialize()
+    session = await client.new_session(str(tmp_path))
+    prompt = await client.prompt(session, [{"tool": "write_file", "args": {"path": "a.txt", "content": "hi\n"}}])
+    asked = await asked_permission(client)
+    await client.cancel(session)
+    withdrawn = await client.wait_for(lambda m: m.get("method") == "$/cancel_request")
+    assert withdrawn["params"] == {"requestId": asked["id"]}
+    assert (await client.response(prompt))["result"] == {"stopReason": "cancelled"}
+    # What the v1 spec asks of the client once the turn is cancelled: answer the question `cancelled`.
+    await client.send({"id": asked["id"], "result": {"outcome": {"outcome": "cancelled"}}})
+    await client.send({"id": 424242, "result": ALLOW})  # never sent: a stray
+    assert "result" in await client.call("session/set_mode", {"sessionId": session, "modeId": "default"})
+    code, _ = await client.close()
+    assert code == 0
+    warnings = [line for line in client.stderr_text.splitlines() if " WARNING " in line]
+    assert not [line for line in warnings if f"(id {asked['id']})" in line], warnings
+    assert [line for line in warnings if "ignored a response to no pending request (id 424242)" in line], warnings
+    assert not (tmp_path / "a.txt").exists()

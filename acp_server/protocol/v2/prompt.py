@@ -19,6 +19,7 @@ from typing import Any
 from acp_server.jsonrpc.rpc import ErrorCode, RpcError
 from acp_server.protocol.context import Parts, RequestContext
 from acp_server.protocol.schema import PromptRequest
+from acp_server.protocol.store_access import not_saved
 from acp_server.protocol.titles import title_session
 from acp_server.protocol.v2.updates import idle, running, user_message
 from acp_server.protocol.v2.withdrawals import WITHDRAWN
@@ -118,7 +119,10 @@ async def _work(parts: Parts, run: RunContext) -> None:
         # Sealed by now (execute_prompt returns or raises only after `_seal`): nothing of the work follows this idle.
         # Unless a steering prompt carries the work on (it was inserted, §7): then the idle is the joined work's.
         if not (stop == StopReason.END_TURN and parts.turns.runs.hand_over_due(run.session)):
-            parts.connection.notify("session/update", {"sessionId": run.session_id, "update": idle(stop, error)})
+            update = idle(stop, error)
+            if not run.saved:  # as v1's prompt response: the commit of the turn's end failed
+                update["_meta"] = not_saved()
+            parts.connection.notify("session/update", {"sessionId": run.session_id, "update": update})
     finally:
         first_prompt = release_prompt(parts.turns, run)  # also when the connection's shutdown cancels this task
     if first_prompt is not None:

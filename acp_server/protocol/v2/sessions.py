@@ -32,6 +32,7 @@ from acp_server.protocol.schema import (
 )
 from acp_server.protocol.session_handlers import (
     close_session,
+    release_session,
     restore_session,
     session_list,
     session_new,
@@ -221,9 +222,7 @@ async def session_close_v2(context: RequestContext, params: CloseSessionRequest)
     parts.runs.interrupt(session.session_id)  # (close_session's own interrupt then finds nothing more to claim)
     withdraw_held(parts, session)  # §20.2: the held prompts' -32800 first, before anything of the work
     await close_session(parts, session)
-    if parts.store.current is not None:
-        parts.store.current.release(params.session_id)  # closed: pruning may remove it again (as on v1)
-        await parts.store.current.flush()
+    await release_session(parts, params.session_id)  # as on v1
     return {}
 
 

@@ -491,6 +491,58 @@ async def test_a_flush_blocked_by_another_writer_keeps_the_batch_and_the_next_co
     assert (await loaded(store, "s")).turns[0].entries == [text_chunk("first"), text_chunk("second")]
 
 
+async def test_a_change_whose_commit_failed_raises_and_no_later_flush_commits_it_while_the_rest_is_kept(
+    store: SessionStore,
+) -> None:
+    """`commit_change`: a change whose commit fails (a full disk) raises, so its request is answered an error, and it
+    is taken out of the batch kept for the next flush at once: a change called while the failing commit ran drives
+    the next commit, which commits the rest of the failed batch (a turn's records) and its own change, not the
+    failed one."""
+    store.create_session("s", "/w")
+    assert await store.flush()
+    turn = store.begin_turn("s", [], "")
+    turn.append(text_chunk("kept"))
+    commit = store._worker.commit
+    others_waiting = threading.Event()
+    calls = 0
+
+    def failing_once(batch: Any) -> None:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            others_waiting.wait(scaled(10))
+            raise sqlite3.OperationalError("database or disk is full")
+        commit(batch)
+
+    store._worker.commit = failing_once  # type: ignore[method-assign]
+    outcomes: dict[str, str] = {}
+
+    async def change(name: str, write: Any) -> None:
+        try:
+            await store.commit_change(write)
+        except StoreUnavailable as exc:
+            outcomes[name] = str(exc)
+        else:
+            outcomes[name] = "saved"
+
+    async def until(condition: Any) -> None:
+        with anyio.fail_after(scaled(10)):
+            while not condition():  # noqa: ASYNC110 - a worker thread's progress and the store's queue: no event
+                await anyio.sleep(0.001)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(change, "mode", lambda: store.set_mode("s", "bypass"))
+        await until(lambda: calls == 1)
+        tg.start_soon(change, "title", lambda: store.set_title("s", "named"))
+        await until(lambda: len(store._waits) == 2)
+        others_waiting.set()
+    assert outcomes["title"] == "saved"
+    assert "database or disk is full" in outcomes["mode"], outcomes
+    record = await loaded(store, "s")
+    assert (record.session.mode, record.session.title) == ("default", "named")
+    assert record.turns[0].entries == [text_chunk("kept")]
+
+
 async def test_the_commit_runs_off_the_event_loop(store: SessionStore, db: Path) -> None:
     store.create_session("s", "/w")
     ticks = 0
