@@ -2,15 +2,17 @@
 OpenAI-compatible provider through its real SDK against the loopback fake, the server's Python tracing its
 allocations (`PYTHONTRACEMALLOC`), read through `_acp_server/stats` (`tracedBytes`).
 
-A session with a few MB of history, then short prompts: each sends the whole history again. What Python holds after
-each of them stays within one request's size of what it held after the first, whether the endpoint answers or refuses
-the calls. Nothing is collected before it is read: the server runs the cyclic collector rarely (server.GC_THRESHOLD),
-so a body kept alive by a reference cycle counts, as it did in the server's memory (RSS grew with every call). Not
-RSS itself, which the allocator keeps high without a leak.
+A session with a few MB of history (text and an image), then short prompts: each sends the whole history again. What
+Python holds after each of them stays within one request's size of what it held after the first, whether the endpoint
+answers or refuses the calls. The image matters: its data URL is made anew for each request, where the text is the
+history's own string. Nothing is collected before it is read: the server runs the cyclic collector rarely
+(server.GC_THRESHOLD), so a body kept alive by a reference cycle counts, as it did in the server's memory (RSS grew
+with every call). Not RSS itself, which the allocator keeps high without a leak.
 """
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,7 +25,10 @@ from tests.support.fake_openai import FakeOpenAI
 from tests.support.harness import RawClient, scaled
 
 T_TURN = scaled(30)
-HISTORY_CHARS = 3 * 1024 * 1024  # "a few MB of history": each call's body is at least this
+# "A few MB of history": each call's body holds at least both.
+HISTORY_CHARS = 1024 * 1024
+IMAGE_BYTES = 2 * 1024 * 1024
+PNG_HEAD = b"\x89PNG\r\n\x1a\n" + bytes(8)
 SHORT_PROMPTS = 5
 
 
@@ -40,10 +45,9 @@ async def traced_bytes(client: RawClient) -> int:
     return traced
 
 
-async def prompt(client: RawClient, session: str, text: str) -> dict[str, object]:
-    return await client.call(
-        "session/prompt", {"sessionId": session, "prompt": [{"type": "text", "text": text}]}, timeout=T_TURN
-    )
+async def prompt(client: RawClient, session: str, text: str, *images: dict[str, str]) -> dict[str, object]:
+    blocks = [{"type": "text", "text": text}, *images]
+    return await client.call("session/prompt", {"sessionId": session, "prompt": blocks}, timeout=T_TURN)
 
 
 @pytest.mark.timeout(120)
@@ -63,7 +67,8 @@ async def test_what_python_holds_stays_flat_over_model_calls_with_a_large_histor
     client = await start_server("--model", "openai:fake-model", "--base-url", openai.base_url, env=env)
     await client.initialize()
     session = await client.new_session(str(tmp_path))
-    answer = await prompt(client, session, "x" * HISTORY_CHARS)
+    image = {"type": "image", "mimeType": "image/png", "data": base64.b64encode(PNG_HEAD + bytes(IMAGE_BYTES)).decode()}
+    answer = await prompt(client, session, "x" * HISTORY_CHARS, image)
     assert answer.get("result") == {"stopReason": "end_turn"}, answer
     # The title the first turn starts is a model call of its own: over before the figures are taken.
     await client.wait_for(
@@ -72,7 +77,7 @@ async def test_what_python_holds_stays_flat_over_model_calls_with_a_large_histor
     answer = await prompt(client, session, "first")
     assert answer.get("result") == {"stopReason": "end_turn"}, answer
     request_bytes = len(orjson.dumps(openai.requests[-1].body))
-    assert request_bytes > HISTORY_CHARS
+    assert request_bytes > HISTORY_CHARS + len(image["data"]), "the history went with the call"
     first = await traced_bytes(client)
     if endpoint == "refuses":
         openai.set_default(fake_openai.error(400, "fake server: this request is refused"))
