@@ -55,7 +55,9 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
 # counting frees within the loop's iteration; at the default, a collection runs every few hundred chunks and, through
 # its older generations, keeps walking every live session's objects, so its cost grows with the number of sessions
 # (bench/scale.py: a third of the CPU at 1,000 busy sessions). At this threshold the short-lived objects are mostly
-# gone before a collection looks at them; cycles (a cancelled task's traceback) are still collected.
+# gone before a collection looks at them; cycles (a cancelled task's traceback) are still collected, but late: a quiet
+# session may go hundreds of turns without a collection, so nothing large may hang on a cycle, or memory grows with
+# every turn (a model call's request body did: issue 20, item 4, tests/e2e/test_model_call_memory.py).
 GC_THRESHOLD = 50_000
 # The session side (protocol/deferred.py), loaded once `initialize` is answered: `session_side` imports all of it; the
 # modules before it, in the order they are needed, only cut the load into steps of a few milliseconds each. pydantic

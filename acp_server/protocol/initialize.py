@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from acp_server.protocol.bounds import MAX_KEPT_DEPTH, check_meta, deeper_than
+from acp_server.protocol.bounds import check_kept_value, check_meta
 
 if TYPE_CHECKING:
     from acp_server.protocol.schema import InitializeRequest
@@ -106,9 +106,17 @@ def _object(value: Any, fields: frozenset[str]) -> dict[str, Any]:
                     check_meta(item)
                 except ValueError:
                     raise _UnsureError from None
-        elif key not in fields and isinstance(item, (dict, list)) and deeper_than(item, MAX_KEPT_DEPTH):
-            raise _UnsureError
+        elif key not in fields:
+            _kept(item)
     return value
+
+
+def _kept(value: Any) -> None:
+    """A value kept as it came (an unknown field, a field read leniently): bounded as `bounds.py` says."""
+    try:
+        check_kept_value(value)
+    except ValueError:
+        raise _UnsureError from None
 
 
 def _bool(value: Any) -> bool:
@@ -144,9 +152,10 @@ def _capabilities(value: Any) -> Capabilities:
         fs = FileSystemCapabilities(
             _bool(fs_object.get("readTextFile", False)), _bool(fs_object.get("writeTextFile", False))
         )
-    return Capabilities(
-        fs, _bool(capabilities.get("terminal", False)), capabilities.get("session"), capabilities.get("elicitation")
-    )
+    session, elicitation = capabilities.get("session"), capabilities.get("elicitation")
+    _kept(session)
+    _kept(elicitation)
+    return Capabilities(fs, _bool(capabilities.get("terminal", False)), session, elicitation)
 
 
 def read_initialize(params: Any) -> InitializeParams | None:
@@ -166,6 +175,8 @@ def read_initialize_v2(params: Any) -> InitializeParamsV2 | None:
     try:
         request = _object(params, _INITIALIZE_V2_KEYS)
         version = _protocol_version(request)
+        _kept(request.get("info"))  # read leniently, but a `_meta` in them is bounded as v1's are
+        _kept(request.get("capabilities"))
     except _UnsureError:
         return None
     return InitializeParamsV2(version, request.get("capabilities"))

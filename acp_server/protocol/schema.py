@@ -29,7 +29,9 @@ from acp_server.protocol.bounds import (
     MAX_META_BYTES,
     MAX_META_DEPTH,
     check_kept_object,
+    check_kept_value,
     check_meta,
+    check_metas_within,
     deeper_than,
 )
 
@@ -49,6 +51,7 @@ __all__ = [
     "ImageContent",
     "InitializeRequest",
     "KeptObject",
+    "KeptValue",
     "ListSessionsRequest",
     "LoadSessionRequest",
     "LogoutRequest",
@@ -89,6 +92,8 @@ class PermissionOutcome(enum.StrEnum):
 
 Meta = Annotated[dict[str, Any] | None, AfterValidator(check_meta)]
 KeptObject = Annotated[dict[str, Any], AfterValidator(check_kept_object)]
+# A field read leniently (any JSON value), kept as it came: bounded like a kept object when it is one (or an array).
+KeptValue = Annotated[Any, AfterValidator(check_kept_value)]
 
 
 class WireModel(BaseModel):
@@ -107,10 +112,13 @@ class WireModel(BaseModel):
 
     @model_validator(mode="after")
     def _bounded_extras(self) -> Self:
-        # Unknown fields are kept (a prompt block is stored as it came), so they are bounded like any kept object.
+        # Unknown fields are kept (a prompt block is stored as it came), so they are bounded like any kept object:
+        # their depth, and every `_meta` inside them.
         for name, value in (self.model_extra or {}).items():
-            if isinstance(value, (dict, list)) and deeper_than(value, MAX_KEPT_DEPTH):
-                raise ValueError(f"{name} is nested deeper than {MAX_KEPT_DEPTH} levels")
+            if isinstance(value, (dict, list)):
+                if deeper_than(value, MAX_KEPT_DEPTH):
+                    raise ValueError(f"{name} is nested deeper than {MAX_KEPT_DEPTH} levels")
+                check_metas_within(value)
         return self
 
 
@@ -125,8 +133,9 @@ class ClientCapabilities(WireModel):
     fs: FileSystemCapability = Field(default_factory=FileSystemCapability)
     terminal: bool = False
     # Kept loose: the schema says a malformed value means "not advertised", never an error (protocol/prompts.py).
-    session: Any = None
-    elicitation: Any = None
+    # Still bounded as kept values: a `_meta` inside them is a `_meta` like any other.
+    session: KeptValue = None
+    elicitation: KeptValue = None
 
 
 class Implementation(WireModel):

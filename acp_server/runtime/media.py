@@ -4,7 +4,8 @@ ogg sound, base64 that is not, too large) must never be sent: the endpoint answe
 keeps the medium, so every later turn of the session would fail again.
 
 The check is cheap enough for the connection's reader path (a prompt is admitted there, in reader order): a length
-bound first, an alphabet and padding match without decoding, and only the first bytes decoded to see the format.
+bound first, an alphabet and padding match without decoding, the decoded size from the length and the padding
+(never decoding the whole), and only the first bytes decoded to see the format.
 """
 
 from __future__ import annotations
@@ -12,11 +13,20 @@ from __future__ import annotations
 import binascii
 import re
 
-__all__ = ["AUDIO_FORMATS", "IMAGE_TYPES", "MAX_MEDIA_BYTES", "audio_type", "image_type", "validate_media"]
+__all__ = [
+    "AUDIO_FORMATS",
+    "IMAGE_TYPES",
+    "MAX_MEDIA_BYTES",
+    "audio_type",
+    "decoded_size",
+    "image_type",
+    "validate_media",
+]
 
 # The largest image (sound) sent to a model: Anthropic's limit for one image (OpenAI's is higher).
 MAX_MEDIA_BYTES = 5 * 1024 * 1024
-# Its base64 length: 4 characters per 3 bytes, padded.
+# Its base64 length: 4 characters per 3 bytes, padded. Only a first, cheap bound: the last group of 4 characters
+# holds 1 to 3 bytes, so the exact bound is on the decoded size (`decoded_size`).
 MAX_BASE64_CHARS = (MAX_MEDIA_BYTES + 2) // 3 * 4
 # The image formats both providers take (OpenAI and Anthropic: PNG, JPEG, GIF, WebP).
 IMAGE_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
@@ -49,6 +59,17 @@ def audio_type(data: bytes) -> str | None:
     return None
 
 
+def decoded_size(data: str) -> int:
+    """The bytes that padded base64 `data` (a multiple of 4 characters) decodes to: 3 per 4 characters, less one per
+    `=` of padding. Without decoding."""
+    padding = 2 if data.endswith("==") else 1 if data.endswith("=") else 0  # strict base64 pads with 2 at most
+    return len(data) // 4 * 3 - padding
+
+
+def _too_large(size: int) -> str:
+    return f"data is too large: about {size} bytes, at most {MAX_MEDIA_BYTES} are sent"
+
+
 def validate_media(kind: str, mime: str, data: str) -> str | None:
     """Why the base64 `data` of this image ("image") or sound ("audio") cannot be sent to a model, or None if it
     can: a format the providers take (PNG, JPEG, GIF, WebP; wav, mp3) that its bytes confirm, strict base64, at
@@ -62,9 +83,12 @@ def validate_media(kind: str, mime: str, data: str) -> str | None:
     else:
         return f"{kind} content is not an image or a sound"
     if len(data) > MAX_BASE64_CHARS:
-        return f"data is too large: about {len(data) * 3 // 4} bytes, at most {MAX_MEDIA_BYTES} are sent"
+        return _too_large(len(data) * 3 // 4)
     if len(data) % 4 or _BASE64.fullmatch(data) is None:
         return "data is not base64"
+    size = decoded_size(data)
+    if size > MAX_MEDIA_BYTES:
+        return _too_large(size)
     try:
         head = binascii.a2b_base64(data[:_SNIFF_CHARS], strict_mode=True)
     except (binascii.Error, ValueError):

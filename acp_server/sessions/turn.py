@@ -248,7 +248,11 @@ async def _work(services: TurnServices, run: RunContext) -> None:
     except Exception as exc:
         if run.state is RunState.SETTLING:
             log.exception("session %s: post-turn work failed; the outcome stands", run.session_id)
-        run.fail(exc)
+        # A model's failure is its message (the provider logged the details). Kept on the run as it was raised, its
+        # traceback would hold the model call's frames, the request body among them, and this frame, which holds
+        # the run: a cycle only the cyclic collector frees, which the server runs rarely (server.GC_THRESHOLD), so
+        # every failed call kept its body (issue 20, item 4). Any other error keeps its traceback for the log.
+        run.fail(ModelError(str(exc)) if isinstance(exc, ModelError) else exc)
     finally:
         run.work_ended()
 

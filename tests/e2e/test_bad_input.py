@@ -763,6 +763,36 @@ async def test_meta_deeper_than_32_levels_or_over_64_kib_is_invalid_params_where
     await assert_still_serving(server)
 
 
+def _initialize_with_meta(version: int, place: str, meta: dict[str, Any]) -> dict[str, Any]:
+    """`initialize` params of `version` with `meta` as the `_meta` of its capabilities, of the client's info, or of
+    a capability kept as it came (`session`)."""
+    capabilities: dict[str, Any] = {"_meta": meta} if place == "capabilities" else {}
+    if place == "session":
+        capabilities["session"] = {"_meta": meta}
+    info: dict[str, Any] = {"name": "bounds", "version": "1", **({"_meta": meta} if place == "info" else {})}
+    if version == 1:
+        return {"protocolVersion": 1, "clientCapabilities": capabilities, "clientInfo": info}
+    return {"protocolVersion": 2, "capabilities": capabilities, "info": info}
+
+
+@pytest.mark.parametrize("place", ["capabilities", "info", "session"])
+@pytest.mark.parametrize("version", [1, 2], ids=["v1", "v2"])
+async def test_initialize_meta_is_bounded_the_same_on_both_versions(
+    start_server: StartServer, version: int, place: str
+) -> None:
+    """Issue 20, item 11: v2 took a `_meta` nested 40 deep or of 70 KB in `capabilities` or `info`, which v1
+    refuses. Both refuse past 32 levels or 64 KiB with -32602, and take one at both limits."""
+    client = await start_server()
+    limit_sized = 64 * 1024
+    for meta in (nested(33), nested(40), sized(limit_sized + 1, {}), sized(70 * 1000, {})):
+        answer = await client.call("initialize", _initialize_with_meta(version, place, meta))
+        error = error_of(answer)
+        assert error["code"] == -32602 and "_meta" in error["message"], (version, place, error)
+    at_limits = sized(limit_sized, nested(32))
+    answer = await client.call("initialize", _initialize_with_meta(version, place, at_limits))
+    assert answer.get("result", {}).get("protocolVersion") == version, answer
+
+
 async def test_a_prompt_refused_for_its_meta_keeps_the_conversation_in_the_store(
     start_server: StartServer, tmp_path: Any
 ) -> None:

@@ -330,6 +330,39 @@ async def test_the_scripted_model_takes_images_and_sounds_and_says_what_it_was_s
     ]
 
 
+@pytest.mark.parametrize("version", [1, 2])
+async def test_an_image_of_exactly_the_bound_decoded_is_taken_and_one_byte_more_is_refused_as_too_large(
+    start_server: StartServer, workdir: Path, version: int
+) -> None:
+    """The bound is on the decoded bytes, not on the padded base64 length: 5 MiB + 1 byte encodes to as many
+    characters as 5 MiB (no padding against one `=`), and was taken."""
+    client = await start_server("--model", "scripted")
+    if version == 1:
+        await client.initialize()
+        session = await client.new_session(str(workdir))
+    else:
+        await client.initialize_v2()
+        session = await client.new_session_v2(str(workdir))
+
+    def params(size: int) -> dict[str, Any]:
+        data = base64.b64encode(PNG + bytes(size - len(PNG))).decode()
+        image = {"type": "image", "mimeType": "image/png", "data": data}
+        script = {"scripted": [{"describe_input": "media"}]}
+        return {"sessionId": session, "prompt": [{"type": "text", "text": "look"}, image], "_meta": script}
+
+    over = await client.call("session/prompt", params(MAX_IMAGE_BYTES + 1), timeout=T_TURN)
+    why = f"prompt.1: data is too large: about {MAX_IMAGE_BYTES + 1} bytes, at most {MAX_IMAGE_BYTES} are sent"
+    assert over["error"]["code"] == -32602 and why in over["error"]["message"], over
+    exact = await client.call("session/prompt", params(MAX_IMAGE_BYTES), timeout=T_TURN)
+    if version == 1:
+        assert exact["result"] == {"stopReason": "end_turn"}, exact
+    else:
+        assert "result" in exact, exact
+        await client.idle(session, timeout=T_TURN)
+    said = "".join(u["content"]["text"] for u in client.updates(session, "agent_message_chunk"))
+    assert said.splitlines() == [f"image image/png {MAX_IMAGE_BYTES} bytes from the user"]
+
+
 async def test_media_the_endpoint_would_refuse_is_refused_naming_the_block_and_the_session_goes_on(
     start_server: StartServer, openai: FakeOpenAI, tmp_path: Path, workdir: Path
 ) -> None:

@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import Field, field_validator
 
-from acp_server.protocol.schema import KeptObject, WireModel
+from acp_server.protocol.schema import KeptObject, KeptValue, WireModel
 
 __all__ = [
     "CancelTerminalRequest",
@@ -22,11 +22,12 @@ __all__ = [
 
 class InitializeRequestV2(WireModel):
     """`info` and `capabilities` (object markers). Read leniently: what does not parse is left at its default, as the
-    SDK does for a request above 2 (ACP-V2.md §2); nothing in it changes what acp-server does yet."""
+    SDK does for a request above 2 (ACP-V2.md §2); nothing in it changes what acp-server does yet. Bounded as kept
+    values all the same, so a `_meta` in them meets v1's bounds (`bounds.py`)."""
 
     protocol_version: int
-    info: Any = None
-    capabilities: Any = None
+    info: KeptValue = None
+    capabilities: KeptValue = None
 
 
 def _typed_servers(servers: list[dict[str, Any]]) -> list[dict[str, Any]]:

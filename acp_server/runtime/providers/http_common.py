@@ -71,7 +71,7 @@ class HttpProvider:
         # The SDK's objects, made on first use; typed Any so the SDK stays out of this module's imports.
         self._client: Any = None
         self.sdk: Any = None  # the SDK's module, once imported
-        self.stream_cls: Any = None  # the SDK's AsyncStream[object]: chunks stay plain dicts
+        self.stream_cls: Any = None  # what the SDK wraps a streamed reply in (`stream_class`)
         self._setting_up = anyio.Lock()
 
     def __repr__(self) -> str:
@@ -89,9 +89,14 @@ class HttpProvider:
                     sdk = await import_sdk(self.SDK, self.MISSING_SDK)
                     client = await anyio.to_thread.run_sync(self._new_client, sdk, abandon_on_cancel=True)
                     self.sdk = sdk
-                    self.stream_cls = sdk.AsyncStream[object]
+                    self.stream_cls = self.stream_class(sdk)
                     self._client = client
         return self._client
+
+    def stream_class(self, sdk: ModuleType) -> Any:
+        """The class the SDK wraps each streamed reply's response in: its own `AsyncStream[object]`, whose chunks stay
+        plain dicts. A subclass that reads the response's body itself may give one that holds nothing more."""
+        return sdk.AsyncStream[object]
 
     async def warm(self) -> None:
         """Import the SDK and build the client now, in the background, so the first turn finds them ready."""
@@ -149,7 +154,9 @@ class HttpProvider:
             raise ModelError(f"the model endpoint {self.endpoint()} did not list its models within {bound:g} s")
         if failure is not None:
             log.debug("listing the models failed", exc_info=failure)
-            raise ModelError(self.describe(failure, streaming=False)) from None
+            message = self.describe(failure, streaming=False)
+            failure = None  # its traceback holds this frame: kept, the two would be a cycle (see stream_reply)
+            raise ModelError(message) from None
         try:
             return model_ids(body)
         except ListingError as exc:
@@ -210,6 +217,11 @@ class HttpProvider:
                     message = self._timeout_message(failure) or self.describe(failure, streaming=False)
                     retry = _retryable(failure)
                 delay = _retry_delay(failure, attempt)
+                # The failure's traceback holds this frame, and this frame `body` (the whole conversation) and the
+                # failure its request (the body serialized): kept in a local, the two would be a cycle that only
+                # the cyclic collector frees, which the server runs rarely (server.GC_THRESHOLD): one body retained
+                # per failed call (issue 20, item 4). The same for `raised` below.
+                failure = None
                 left = whole_call.deadline - anyio.current_time()
                 if not retry or attempt >= limits.attempts:
                     tried = f" ({attempt} attempts)" if attempt > 1 else ""
@@ -260,7 +272,10 @@ class HttpProvider:
                     "in the middle of its reply (chunk_timeout)"
                 )
             if raised is not None:
-                raise raised
+                try:
+                    raise raised
+                finally:
+                    raised = None  # no cycle through this frame (see `failure` above)
             return
         await anyio.lowlevel.checkpoint_if_cancelled()
         tried = f" after {attempt} attempts" if attempt > 1 else ""

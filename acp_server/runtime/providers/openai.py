@@ -14,6 +14,11 @@ Why it looks the way it does:
   the fields that matter most here, the reasoning deltas local servers add, are not in those types anyway. The
   body of that stream is read by `chat_stream.ChatChunks` rather than by the SDK's SSE decoder, which alone cost
   most of the agent's budget per chunk (12 µs); the SDK still sends the request and closes the stream.
+- The SDK wraps that response in a stream of ours (`stream_class`) that holds the response alone. The SDK's own
+  `AsyncStream` makes its reader at once, a generator that refers back to the stream: a cycle holding the response,
+  its request with the serialized body (the whole conversation, images and all) and the request options with the
+  body as a dict, which only the cyclic collector frees, and the server runs that rarely (`server.GC_THRESHOLD`).
+  Unused here, it kept every call's body alive for many calls: memory grew with each one (issue 20, item 4).
 - The stream is held in `async with` inside the caller's cancel scope, so a cancel closes the HTTP connection at
   once (the server stops generating) and surfaces as a cancellation, never as a model error.
 - Tool-call arguments are untrusted text: if they are not a JSON object, the call carries
@@ -32,7 +37,9 @@ The failure wording, the attempts and the worker-thread import live in `http_com
 
 from __future__ import annotations
 
+import functools
 import logging
+import types
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
@@ -82,8 +89,28 @@ class OpenAIProvider(HttpProvider):
     def open_turn(self, turn: TurnInput) -> ModelTurn:
         return _OpenAITurn(self, turn.system_prompt, turn.accepts)
 
+    def stream_class(self, sdk: types.ModuleType) -> Any:
+        return _response_only_stream(sdk.AsyncStream)
+
     def items(self, stream: Any) -> AsyncIterator[Any]:
         return ChatChunks(stream.response, self.sdk.APIError)  # the body read leaner than by the SDK: chat_stream.py
+
+
+@functools.cache
+def _response_only_stream(base: Any) -> Any:
+    """The SDK's `AsyncStream[object]` holding nothing but the response: what `post(..., stream=True)` hands back.
+    `ChatChunks` reads the body and the SDK's `close` (the `async with` in `stream_reply`) closes it, so the reader
+    the SDK's stream would make at once, a generator referring back to the stream (see the module's docstring), and
+    its SSE decoder are never made. One class per SDK module."""
+
+    def init(self: Any, *, cast_to: Any, response: Any, client: Any, options: Any = None) -> None:
+        self.response = response  # the SDK's own `__init__` takes the same keywords
+
+    def body(namespace: dict[str, Any]) -> None:
+        namespace.update(__init__=init, __module__=__name__, __doc__=_response_only_stream.__doc__)
+
+    # `new_class`, not `type`: the base is a generic alias, and the SDK reads the chunk type (object) back from it.
+    return types.new_class("ResponseOnlyStream", (base[object],), exec_body=body)
 
 
 class _OpenAITurn:

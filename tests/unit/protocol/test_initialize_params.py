@@ -9,6 +9,7 @@ import random
 from collections.abc import Callable
 from typing import Any
 
+import orjson
 import pytest
 from pydantic import ValidationError
 
@@ -255,3 +256,44 @@ def test_on_thousands_of_params_near_the_valid_ones_the_fast_readers_agree_with_
         vouched_v2 += check_v2(params)
     # Both kinds were met: params the fast readers read, and params they left to the model.
     assert 100 < vouched_v1 < 2900 and 100 < vouched_v2 < 2900, (vouched_v1, vouched_v2)
+
+
+def meta_in(version: int, place: str, meta: dict[str, Any]) -> dict[str, Any]:
+    """`initialize` params of `version` with `meta` as the `_meta` of its capabilities, of the client's info, of a
+    capability kept as it came (`session`) or of an unknown field's object."""
+    capabilities: dict[str, Any] = {"_meta": meta} if place == "capabilities" else {}
+    if place == "session":
+        capabilities["session"] = {"_meta": meta}
+    if place == "unknown":
+        capabilities["future"] = [{"_meta": meta}]
+    info: dict[str, Any] = {"name": "x", "version": "1", **({"_meta": meta} if place == "info" else {})}
+    if version == 1:
+        return {"protocolVersion": 1, "clientCapabilities": capabilities, "clientInfo": info}
+    return {"protocolVersion": 2, "capabilities": capabilities, "info": info}
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("meta", [nested(33), nested(40), {"x": "y" * (64 * 1024)}, {"x": "y" * 70_000}])
+@pytest.mark.parametrize("place", ["capabilities", "info", "session", "unknown"])
+@pytest.mark.parametrize("version", [1, 2])
+def test_a_meta_past_the_bounds_anywhere_in_initialize_is_invalid_params_on_both_versions(
+    version: int, place: str, meta: dict[str, Any]
+) -> None:
+    """Issue 20, item 11: the fast reader leaves it to the model, which refuses it (-32602 naming `_meta`)."""
+    params = meta_in(version, place, meta)
+    fast_reader, reader = (read_initialize, INITIALIZE) if version == 1 else (read_initialize_v2, INITIALIZE_V2)
+    assert fast_reader(params) is None
+    with pytest.raises(RpcError) as refused:
+        reader.validate(params)
+    assert refused.value.code == ErrorCode.INVALID_PARAMS and "_meta" in refused.value.message
+    check_v1(params) if version == 1 else check_v2(params)
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("place", ["capabilities", "info", "session", "unknown"])
+@pytest.mark.parametrize("version", [1, 2])
+def test_a_meta_at_the_bounds_anywhere_in_initialize_is_read_without_the_model(version: int, place: str) -> None:
+    at_limits: dict[str, Any] = {"a": nested(31), "pad": ""}
+    at_limits["pad"] = "y" * (64 * 1024 - len(orjson.dumps(at_limits)))
+    params = meta_in(version, place, at_limits)
+    assert check_v1(params) if version == 1 else check_v2(params)

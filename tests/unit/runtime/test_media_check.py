@@ -7,7 +7,7 @@ import base64
 
 import pytest
 
-from acp_server.runtime.media import MAX_MEDIA_BYTES, validate_media
+from acp_server.runtime.media import MAX_MEDIA_BYTES, decoded_size, validate_media
 
 PNG_HEAD = b"\x89PNG\r\n\x1a\n" + bytes(8)
 
@@ -48,9 +48,28 @@ def test_media_the_providers_take_passes(kind: str, mime: str, data: bytes) -> N
         ("image", "image/png", "iVBORw0KGgo=AAAA", "not base64"),  # padding inside
         ("image", "image/png", b64(PNG_HEAD).replace("A", "-"), "not base64"),
         ("image", "image/png", b64(PNG_HEAD + bytes(MAX_MEDIA_BYTES)), "too large"),
+        # As many base64 characters as exactly MAX_MEDIA_BYTES (no padding where that has one `=`): the bound is on
+        # the decoded size.
+        ("image", "image/png", b64(PNG_HEAD + bytes(MAX_MEDIA_BYTES + 1 - len(PNG_HEAD))), "too large"),
         ("text", "text/plain", b64(b"hello"), "not an image or a sound"),
     ],
 )
 def test_media_the_endpoint_would_refuse_is_named_with_the_reason(kind: str, mime: str, data: str, why: str) -> None:
     found = validate_media(kind, mime, data)
     assert found is not None and why in found, found
+
+
+@pytest.mark.parametrize("size", [0, 1, 2, 3, 4, 5, MAX_MEDIA_BYTES - 1, MAX_MEDIA_BYTES, MAX_MEDIA_BYTES + 1])
+def test_the_decoded_size_is_read_from_the_length_and_the_padding(size: int) -> None:
+    data = b64(bytes(size))
+    assert decoded_size(data) == len(base64.b64decode(data)) == size
+
+
+def test_the_size_bound_is_exact_on_the_decoded_bytes() -> None:
+    at_bound = b64(PNG_HEAD + bytes(MAX_MEDIA_BYTES - len(PNG_HEAD)))
+    one_more = b64(PNG_HEAD + bytes(MAX_MEDIA_BYTES + 1 - len(PNG_HEAD)))
+    assert len(at_bound) == len(one_more), "the case the padded length cannot tell apart"
+    assert validate_media("image", "image/png", at_bound) is None
+    assert validate_media("image", "image/png", one_more) == (
+        f"data is too large: about {MAX_MEDIA_BYTES + 1} bytes, at most {MAX_MEDIA_BYTES} are sent"
+    )

@@ -1,0 +1,98 @@
+"""What a model call allocates is let go once the call ends (issue 20, item 4): `acp-server` over real stdio, the
+OpenAI-compatible provider through its real SDK against the loopback fake, the server's Python tracing its
+allocations (`PYTHONTRACEMALLOC`), read through `_acp_server/stats` (`tracedBytes`).
+
+A session with a few MB of history (text and an image), then short prompts: each sends the whole history again. What
+Python holds after each of them stays within one request's size of what it held after the first, whether the endpoint
+answers or refuses the calls. The image matters: its data URL is made anew for each request, where the text is the
+history's own string. Nothing is collected before it is read: the server runs the cyclic collector rarely
+(server.GC_THRESHOLD), so a body kept alive by a reference cycle counts, as it did in the server's memory (RSS grew
+with every call). Not RSS itself, which the allocator keeps high without a leak.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Iterator
+from pathlib import Path
+
+import orjson
+import pytest
+
+from tests.conftest import StartServer
+from tests.support import fake_openai
+from tests.support.fake_openai import FakeOpenAI
+from tests.support.harness import RawClient, scaled
+
+T_TURN = scaled(30)
+# "A few MB of history": each call's body holds at least both.
+HISTORY_CHARS = 1024 * 1024
+IMAGE_BYTES = 2 * 1024 * 1024
+PNG_HEAD = b"\x89PNG\r\n\x1a\n" + bytes(8)
+SHORT_PROMPTS = 5
+
+
+@pytest.fixture
+def openai() -> Iterator[FakeOpenAI]:
+    with FakeOpenAI() as server:
+        yield server
+
+
+async def traced_bytes(client: RawClient) -> int:
+    stats = await client.stats()
+    assert "tracedBytes" in stats, f"the server traces its allocations (PYTHONTRACEMALLOC): {stats}"
+    traced: int = stats["tracedBytes"]
+    return traced
+
+
+async def prompt(client: RawClient, session: str, text: str, *images: dict[str, str]) -> dict[str, object]:
+    blocks = [{"type": "text", "text": text}, *images]
+    return await client.call("session/prompt", {"sessionId": session, "prompt": blocks}, timeout=T_TURN)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("endpoint", ["answers", "refuses"])
+async def test_what_python_holds_stays_flat_over_model_calls_with_a_large_history(
+    start_server: StartServer, openai: FakeOpenAI, tmp_path: Path, endpoint: str
+) -> None:
+    openai.set_default(fake_openai.text_reply("ok"))
+    config = tmp_path / "config.toml"
+    config.write_text("")
+    env = {
+        "ACP_SERVER_CONFIG": str(config),
+        "OPENAI_API_KEY": "sk-test-key",
+        "ACP_SERVER_STATE_DIR": str(tmp_path / "state"),
+        "PYTHONTRACEMALLOC": "1",
+    }
+    client = await start_server("--model", "openai:fake-model", "--base-url", openai.base_url, env=env)
+    await client.initialize()
+    session = await client.new_session(str(tmp_path))
+    image = {"type": "image", "mimeType": "image/png", "data": base64.b64encode(PNG_HEAD + bytes(IMAGE_BYTES)).decode()}
+    answer = await prompt(client, session, "x" * HISTORY_CHARS, image)
+    assert answer.get("result") == {"stopReason": "end_turn"}, answer
+    # The title the first turn starts is a model call of its own: over before the figures are taken.
+    await client.wait_for(
+        lambda m: m.get("params", {}).get("update", {}).get("sessionUpdate") == "session_info_update", timeout=T_TURN
+    )
+    answer = await prompt(client, session, "first")
+    assert answer.get("result") == {"stopReason": "end_turn"}, answer
+    request_bytes = len(orjson.dumps(openai.requests[-1].body))
+    assert request_bytes > HISTORY_CHARS + len(image["data"]), "the history went with the call"
+    first = await traced_bytes(client)
+    if endpoint == "refuses":
+        openai.set_default(fake_openai.error(400, "fake server: this request is refused"))
+    figures = [first]
+    for index in range(SHORT_PROMPTS):
+        answer = await prompt(client, session, f"short {index}")
+        if endpoint == "answers":
+            assert answer.get("result") == {"stopReason": "end_turn"}, answer
+        else:
+            assert "this request is refused" in str(answer), answer
+        figures.append(await traced_bytes(client))
+    assert len(openai.requests) == 3 + SHORT_PROMPTS, "each prompt was one model call, the title one more"
+    assert all(len(orjson.dumps(r.body)) >= request_bytes for r in openai.requests[2:]), "the history went each time"
+    grown = figures[-1] - first
+    assert grown < request_bytes, (
+        f"Python holds {grown} bytes more after {SHORT_PROMPTS} more calls of {request_bytes} bytes each; "
+        f"traced bytes after each: {figures}"
+    )
