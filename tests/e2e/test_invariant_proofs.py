@@ -484,3 +484,47 @@ async def test_work_abandoned_inside_a_turn_sends_nothing_after_the_turn_ended_a
     assert len(results) == 1 and "cancelled" in str(results[0]["content"]), asked
     assert not [u for u in server.updates(a) if "zombie" in str(u.get("content"))]
     assert not [m for m in server.received if m.get("method") == "session/request_permission"]
+
+
+# --- 10. a client's -32800 answer to a permission request the server withdrew is ignored: nothing breaks ---
+
+
+@pytest.mark.parametrize(
+    ("protocol", "cancel"),
+    [(1, "session/cancel"), (1, "$/cancel_request"), (2, "session/cancel")],
+    ids=["v1-session_cancel", "v1-cancel_request", "v2-session_cancel"],
+)
+async def test_an_error_answer_to_a_withdrawn_permission_request_writes_nothing_and_the_session_goes_on(
+    start_server: StartServer, tmp_path: Path, protocol: int, cancel: str
+) -> None:
+    """write_file asks permission; a cancel (of the session, or `$/cancel_request` of the prompt on v1) withdraws the
+    question with `$/cancel_request`; then the client answers the withdrawn id with a -32800 error, as the SDK
+    clients do. That answer is a stray for the server: nothing is written, the next prompt ends `end_turn`, and the
+    server exits 0 at stdin EOF."""
+    server = await start_server("--model", "scripted", "--test-mode", "--cleanup-deadline", str(LONG_GRACE))
+    if protocol == 2:
+        await server.initialize_v2()
+        a = await server.new_session_v2(str(tmp_path))
+    else:
+        await server.initialize()
+        a = await server.new_session(str(tmp_path))
+    prompt = await server.prompt(
+        a, [{"tool": "write_file", "args": {"path": "out.txt", "content": "x"}}, {"say": "no"}]
+    )
+    asked = await server.wait_for(lambda m: m.get("method") == "session/request_permission" and "id" in m)
+    if cancel == "session/cancel":
+        await server.cancel(a)
+    else:
+        await server.notify("$/cancel_request", {"requestId": prompt})
+    ended = await turn_end(server, protocol, a, prompt, nth=1, timeout=T_ESC)
+    assert stop_reason(protocol, ended) == "cancelled"
+    [retraction] = [m for m in server.received if m.get("method") == "$/cancel_request"]
+    assert retraction["params"] == {"requestId": asked["id"]}
+    assert position(server, retraction) < position(server, ended)
+    await server.send({"id": asked["id"], "error": {"code": -32800, "message": "Request cancelled"}})
+    after_prompt = await server.prompt(a, [{"say": "after"}])
+    assert stop_reason(protocol, await turn_end(server, protocol, a, after_prompt, nth=2, timeout=T_WAIT)) == "end_turn"
+    assert server.texts(a) == ["after"]
+    assert not (tmp_path / "out.txt").exists()
+    code, _ = await server.close()
+    assert code == 0, server.stderr_text
