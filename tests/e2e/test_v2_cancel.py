@@ -232,7 +232,7 @@ async def test_tool_call_cancel_naming_an_unknown_call_leaves_the_running_call_a
     running call is not touched: it ends `completed` after the refusal, and the turn ends `end_turn`."""
     server = server_v2
     session_id = await server.new_session_v2()
-    await server.prompt(session_id, [{"tool": "test_sleep", "args": {"s": T_ACK}}, {"say": "went on"}])
+    await server.prompt(session_id, [{"tool": "test_sleep", "args": {"s": 2 * T_ACK}}, {"say": "went on"}])
     advertised = await server.wait_for(
         lambda m: of_session(session_id)(m) and m["params"]["update"].get("capabilities") == {"cancel": {}}
     )
