@@ -169,6 +169,17 @@ TEST_TOOLS: tuple[Tool[Any], ...] = (
         cancellable=True,
     ),
     Tool(
+        # The same work, but not a cancellable call: it runs inside the turn, not as a body of its own behind a
+        # call's fence, so after the turn's cleanup deadline only the turn's own fence stands between what it does
+        # late and the client (docs/interrupts.md I6).
+        "test_stubborn_inline",
+        "Like test_stubborn, but not cancellable on its own: it runs inside the turn and is abandoned with it.",
+        StubbornArgs,
+        "other",
+        _stubborn,
+        lambda a: "test_stubborn_inline",
+    ),
+    Tool(
         "test_hang_finalizer",
         "Sleep s seconds, then f seconds in a shielded finally block.",
         HangFinalizerArgs,

@@ -74,6 +74,37 @@ async def test_v2_an_abandoned_call_can_no_longer_ask_permission_ask_a_question_
     assert (await server.idle(session_id))["params"]["update"]["stopReason"] == "end_turn"
 
 
+async def test_v2_an_abandoned_call_s_late_progress_never_reaches_the_client_while_its_turn_goes_on(
+    start_server: StartServer,
+) -> None:
+    """The call is cancelled alone and abandoned while its turn goes on, held at a gate until the body, awake again,
+    has reported its progress and ended: the turn's own fence is still down, so only the call's fence stands in the
+    way; no `tool_call_update` shows that progress, before or after the turn ends."""
+    server = await start_server()
+    await server.initialize_v2()
+    session_id = await server.new_session_v2()
+    stubborn = {"tool": "test_stubborn", "args": {"s": STUBBORN_SECONDS, "progress": "zombie progress"}}
+    await server.prompt(session_id, [stubborn, {"gate": "g"}, {"say": "went on"}])
+    call_id = await _cancel_call(server, session_id)
+    await server.probe("tool_abandoned", sessionId=session_id, toolCallId=call_id, timeout=T_ESC + 1)
+    await server.probe("gate_reached", sessionId=session_id, gate="g")
+    # The body has reported its progress and returned: it says so once it ends (its result goes nowhere).
+    await server.probe(
+        "tool_exited", sessionId=session_id, toolCallId=call_id, reason="completed", timeout=STUBBORN_SECONDS + T_WAIT
+    )
+
+    def shows_the_late_progress(message: dict[str, Any]) -> bool:
+        update = message.get("params", {}).get("update", {})
+        return bool(of_session(session_id)(message) and "zombie" in repr(update.get("content")))
+
+    await server.quiet(W_QUIET, shows_the_late_progress)
+    await server.release(session_id, "g")
+    assert (await server.idle(session_id))["params"]["update"]["stopReason"] == "end_turn"
+    assert not [m for m in server.received if shows_the_late_progress(m)]
+    finals = [u for u in server.updates(session_id, "tool_call_update") if u["toolCallId"] == call_id]
+    assert [u.get("status") for u in finals if u.get("status") in ("completed", "failed", "cancelled")] == ["cancelled"]
+
+
 @pytest.mark.parametrize("then", ["command", "proc"])
 async def test_v1_an_abandoned_call_after_session_cancel_starts_no_command_or_process(
     start_server: StartServer, tmp_path: Path, then: str

@@ -1,4 +1,4 @@
-"""End-to-end proofs for cancel bugs that no test over the wire used to catch (issue 15, items 1-8).
+"""End-to-end proofs for cancel bugs that no test over the wire used to catch (issue 15, items 1-8; issue 21 below).
 
 Each bug was made by hand in the code, one at a time, and the suite stayed green (or only a unit test that looks at
 internal state, or a test about something else, went red). Every test here drives the real server over stdio and
@@ -22,7 +22,7 @@ import orjson
 import pytest
 
 from tests.conftest import StartServer
-from tests.e2e.test_interrupts import chunk, position
+from tests.e2e.test_interrupts import after, chunk, position
 from tests.support.fake_openai import FakeOpenAI, text_reply, tool_call_reply
 from tests.support.harness import (
     DEFAULT_ARGS,
@@ -32,6 +32,7 @@ from tests.support.harness import (
     T_ESC,
     T_EXIT,
     T_START,
+    T_WAIT,
     W_QUIET,
     RawClient,
     isolated_env,
@@ -106,7 +107,10 @@ async def test_a_late_tool_result_of_an_abandoned_run_never_reaches_the_next_mod
 ) -> None:
     stubborn_seconds = GRACE + 1.0  # returns well after the run was abandoned at the deadline
     with FakeOpenAI() as model:
-        model.script(tool_call_reply(("call_late", "test_stubborn", [orjson.dumps({"s": stubborn_seconds}).decode()])))
+        # Not a cancellable call (test_stubborn is one: its body runs apart and never gives its late result back):
+        # it runs inside the turn, so when it returns the abandoned loop appends its result to its own list.
+        late = ("call_late", "test_stubborn_inline", [orjson.dumps({"s": stubborn_seconds}).decode()])
+        model.script(tool_call_reply(late))
         model.set_default(text_reply("fresh"))
         server = await start_server(
             "--model", "openai:fake", "--base-url", model.base_url, "--test-mode", "--cleanup-deadline", str(GRACE),
@@ -390,3 +394,137 @@ async def test_message_ids_are_unique_across_turns_and_sessions_and_replayed_unc
     turn_ids.append({message_id for _, message_id, _ in agent_chunks(second, sessions[0], count)})
     every = [message_id for ids in turn_ids for message_id in ids]
     assert len(every) == len(set(every)), turn_ids  # no id shared by two turns, two sessions or two processes
+
+
+# --- issue 21 ---
+# Bugs a second audit found the suite let through (issue 21); each is kept as a patch in tests/mutations/.
+
+# Returns well after its turn was abandoned at the cleanup deadline (GRACE) and answered.
+LATE_SECONDS = T_ESC + 1.0
+
+
+async def open_session(server: RawClient, protocol: int) -> str:
+    if protocol == 2:
+        await server.initialize_v2()
+        return await server.new_session_v2()
+    await server.initialize()
+    return await server.new_session()
+
+
+async def turn_end(server: RawClient, protocol: int, session: str, prompt: Any, *, nth: int, timeout: float) -> Any:
+    """What ends the turn: its `session/prompt` response (v1), the session's `nth` idle (v2)."""
+    if protocol == 2:
+        return await server.idle(session, nth, timeout=timeout)
+    return await server.response(prompt, timeout=timeout)
+
+
+def stop_reason(protocol: int, end: dict[str, Any]) -> str:
+    reason: str = end["params"]["update"]["stopReason"] if protocol == 2 else end["result"]["stopReason"]
+    return reason
+
+
+def text_prompt(session: str, text: str) -> dict[str, Any]:
+    return {"sessionId": session, "prompt": [{"type": "text", "text": text}]}
+
+
+# --- 9. I6: what work abandoned inside a turn (not a cancellable call) does after the turn ended never goes out ---
+
+
+@pytest.mark.parametrize("then", ["", "permission"], ids=["late_result", "late_permission"])
+@pytest.mark.parametrize("protocol", [1, 2], ids=["v1", "v2"])
+async def test_work_abandoned_inside_a_turn_sends_nothing_after_the_turn_ended_and_its_result_stays_out_of_history(
+    start_server: StartServer, protocol: int, then: str
+) -> None:
+    """The tool ignores the cancel and is not a cancellable call, so no fence of its own stands in its way: only the
+    turn's. It is abandoned at the deadline with its turn and, after the `cancelled` response (v1) or `idle` (v2),
+    reports progress, then returns (its result) or asks a permission. Nothing of it reaches the client (no update,
+    no request, no model step: only the probes saying it ended) and the next turn's model request holds no trace of
+    it: the abandoned call's one result is the cancel's note."""
+    args = {"s": LATE_SECONDS, "progress": "zombie progress", "then": then}
+    with FakeOpenAI() as model:
+        model.script(tool_call_reply(("call_late", "test_stubborn_inline", [orjson.dumps(args).decode()])))
+        model.set_default(text_reply("fresh"))
+        server = await start_server(
+            "--model", "openai:fake", "--base-url", model.base_url, "--test-mode", "--cleanup-deadline", str(GRACE),
+            env={"OPENAI_API_KEY": "sk-test"},
+        )  # fmt: skip
+        a = await open_session(server, protocol)
+        # Named first, so no background title request is still talking to the fake model when the test ends.
+        titled = await server.request("session/prompt", text_prompt(a, "/title Proof"))
+        assert stop_reason(protocol, await turn_end(server, protocol, a, titled, nth=1, timeout=T_WAIT)) == "end_turn"
+        first = await server.request("session/prompt", text_prompt(a, "one"))
+        # Only a wait, never asserted: the first model call loads the HTTP client, seconds on a loaded machine.
+        await server.probe("tool_started", sessionId=a, toolCallId="call_late", timeout=4 * T_EXIT)
+        await server.cancel(a)
+        ended = await turn_end(server, protocol, a, first, nth=2, timeout=T_ESC + 1)
+        assert stop_reason(protocol, ended) == "cancelled"
+        abandoned = await server.probe("step_exited", sessionId=a, reason="abandoned")
+        assert position(server, abandoned) < position(server, ended)
+        exited = await server.probe("tool_exited", sessionId=a, toolCallId="call_late", timeout=LATE_SECONDS + T_WAIT)
+        assert exited["params"]["reason"] == "completed"  # it returned its result, late (its late ask told "no")
+        if then:
+            await server.probe("late_action", sessionId=a, toolCallId="call_late")  # it has asked
+
+        def of_the_late_work(message: dict[str, Any]) -> bool:
+            """Whatever the server sent after the turn ended, but the probes saying how the late call ended."""
+            params = message.get("params", {})
+            said_how_it_ended = message.get("method") == "_scripted/probe" and params.get("toolCallId") == "call_late"
+            return message in after(server, ended) and not said_how_it_ended
+
+        await server.quiet(W_QUIET, of_the_late_work)
+        second = await server.request("session/prompt", text_prompt(a, "two"))
+        assert stop_reason(protocol, await turn_end(server, protocol, a, second, nth=3, timeout=T_WAIT)) == "end_turn"
+        [asked] = [
+            r.body["messages"]
+            for r in model.requests
+            if r.body.get("tools") and r.body["messages"][-1] == {"role": "user", "content": "two"}
+        ]
+    assert not [m for m in asked if "ignored cancellation" in str(m.get("content"))], asked
+    results = [m for m in asked if m["role"] == "tool" and m.get("tool_call_id") == "call_late"]
+    assert len(results) == 1 and "cancelled" in str(results[0]["content"]), asked
+    assert not [u for u in server.updates(a) if "zombie" in str(u.get("content"))]
+    assert not [m for m in server.received if m.get("method") == "session/request_permission"]
+
+
+# --- 10. a client's -32800 answer to a permission request the server withdrew is ignored: nothing breaks ---
+
+
+@pytest.mark.parametrize(
+    ("protocol", "cancel"),
+    [(1, "session/cancel"), (1, "$/cancel_request"), (2, "session/cancel")],
+    ids=["v1-session_cancel", "v1-cancel_request", "v2-session_cancel"],
+)
+async def test_an_error_answer_to_a_withdrawn_permission_request_writes_nothing_and_the_session_goes_on(
+    start_server: StartServer, tmp_path: Path, protocol: int, cancel: str
+) -> None:
+    """write_file asks permission; a cancel (of the session, or `$/cancel_request` of the prompt on v1) withdraws the
+    question with `$/cancel_request`; then the client answers the withdrawn id with a -32800 error, as the SDK
+    clients do. That answer is a stray for the server: nothing is written, the next prompt ends `end_turn`, and the
+    server exits 0 at stdin EOF."""
+    server = await start_server("--model", "scripted", "--test-mode", "--cleanup-deadline", str(LONG_GRACE))
+    if protocol == 2:
+        await server.initialize_v2()
+        a = await server.new_session_v2(str(tmp_path))
+    else:
+        await server.initialize()
+        a = await server.new_session(str(tmp_path))
+    prompt = await server.prompt(
+        a, [{"tool": "write_file", "args": {"path": "out.txt", "content": "x"}}, {"say": "no"}]
+    )
+    asked = await server.wait_for(lambda m: m.get("method") == "session/request_permission" and "id" in m)
+    if cancel == "session/cancel":
+        await server.cancel(a)
+    else:
+        await server.notify("$/cancel_request", {"requestId": prompt})
+    ended = await turn_end(server, protocol, a, prompt, nth=1, timeout=T_ESC)
+    assert stop_reason(protocol, ended) == "cancelled"
+    [retraction] = [m for m in server.received if m.get("method") == "$/cancel_request"]
+    assert retraction["params"] == {"requestId": asked["id"]}
+    assert position(server, retraction) < position(server, ended)
+    await server.send({"id": asked["id"], "error": {"code": -32800, "message": "Request cancelled"}})
+    after_prompt = await server.prompt(a, [{"say": "after"}])
+    assert stop_reason(protocol, await turn_end(server, protocol, a, after_prompt, nth=2, timeout=T_WAIT)) == "end_turn"
+    assert server.texts(a) == ["after"]
+    assert not (tmp_path / "out.txt").exists()
+    code, _ = await server.close()
+    assert code == 0, server.stderr_text

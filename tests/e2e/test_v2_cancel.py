@@ -227,6 +227,34 @@ async def test_tool_call_cancel_stops_that_call_alone_and_the_turn_goes_on(serve
     assert nobody["error"]["code"] == -32002 and nobody["error"]["data"] == {"sessionId": "sess_none"}
 
 
+async def test_tool_call_cancel_naming_an_unknown_call_leaves_the_running_call_alone(server_v2: RawClient) -> None:
+    """§20.3: while a cancellable call runs, `tool_call/cancel` naming another id ("call_bogus") is -32602; the
+    running call is not touched: it ends `completed` after the refusal, and the turn ends `end_turn`."""
+    server = server_v2
+    session_id = await server.new_session_v2()
+    await server.prompt(session_id, [{"tool": "test_sleep", "args": {"s": 2 * T_ACK}}, {"say": "went on"}])
+    advertised = await server.wait_for(
+        lambda m: of_session(session_id)(m) and m["params"]["update"].get("capabilities") == {"cancel": {}}
+    )
+    call_id = advertised["params"]["update"]["toolCallId"]
+    refused = await server.call("tool_call/cancel", {"sessionId": session_id, "toolCallId": "call_bogus"})
+    assert refused["error"]["code"] == -32602
+    final = await server.wait_for(
+        lambda m: (
+            of_session(session_id)(m)
+            and m["params"]["update"].get("toolCallId") == call_id
+            and m["params"]["update"].get("status") in ("completed", "failed", "cancelled")
+        )
+    )
+    assert final["params"]["update"]["status"] == "completed"
+    assert position(server, refused) < position(server, final)  # it was still running when the cancel was refused
+    idle = await server.idle(session_id)
+    assert idle["params"]["update"]["stopReason"] == "end_turn"
+    assert "went on" in server.texts(session_id)
+    exited = await server.probe("tool_exited", sessionId=session_id, toolCallId=call_id)
+    assert exited["params"]["reason"] == "completed"
+
+
 # Longer than T_ESC: a call that ends cancelled within T_ESC was abandoned, not waited for.
 STUBBORN_SECONDS = T_ESC + 1.0
 

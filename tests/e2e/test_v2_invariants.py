@@ -807,7 +807,10 @@ async def test_v2_a_late_tool_result_of_an_abandoned_work_never_reaches_the_next
     the note the cancel wrote, never the late one."""
     stubborn_seconds = GRACE + 1.0  # returns well after the work was abandoned at the deadline
     with FakeOpenAI() as model:
-        model.script(tool_call_reply(("call_late", "test_stubborn", [orjson.dumps({"s": stubborn_seconds}).decode()])))
+        # Not a cancellable call (test_stubborn is one: its body runs apart and never gives its late result back):
+        # it runs inside the turn, so when it returns the abandoned loop appends its result to its own list.
+        late = ("call_late", "test_stubborn_inline", [orjson.dumps({"s": stubborn_seconds}).decode()])
+        model.script(tool_call_reply(late))
         model.set_default(text_reply("fresh"))
         server = await start_server(
             "--model", "openai:fake", "--base-url", model.base_url, "--test-mode", "--cleanup-deadline", str(GRACE),

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import os
+import shlex
 import signal
 from pathlib import Path
 from typing import Any
@@ -166,6 +167,40 @@ async def test_terminal_cancel_sent_the_moment_the_terminal_is_announced_stops_i
     idle = await server.idle(session_id)
     assert idle["params"]["update"]["stopReason"] == "end_turn"
     assert "went on" in server.texts(session_id)
+
+
+async def test_terminal_cancel_naming_another_session_s_terminal_is_refused_and_that_command_runs_on(
+    start_server: StartServer, tmp_path: Path
+) -> None:
+    """§20.4: a terminal is found in the session the cancel names, never in another. Both sessions have a turn
+    running (A held at a gate, B running a command that waits for a file); `terminal/cancel` naming A and B's
+    terminal is -32602; B's command then exits 0 once the file is there, and both turns end `end_turn`."""
+    server = await start_server(*LONG_GRACE_ARGS)
+    await server.initialize_v2()
+    a = await bypass_session(server)
+    b = await bypass_session(server)
+    await server.prompt(a, [{"gate": "g"}, {"say": "a went on"}])
+    await server.probe("gate_reached", sessionId=a, gate="g")
+    go = tmp_path / "go"
+    command = f"echo started; while [ ! -e {shlex.quote(str(go))} ]; do sleep 0.05; done"
+    await server.prompt(b, [{"tool": "run_command", "args": {"command": command}}, {"say": "b went on"}])
+    await server.wait_for(lambda m: output_chunk(m) and m["params"]["sessionId"] == b)
+    (announced,) = terminal_updates(server, b)
+    refused = await server.call("terminal/cancel", {"sessionId": a, "terminalId": announced["terminalId"]})
+    assert refused["error"]["code"] == -32602
+    go.touch()
+    exited = await server.wait_for(
+        lambda m: m.get("params", {}).get("sessionId") == b and m["params"].get("update", {}).get("exitStatus")
+    )
+    assert exited["params"]["update"]["exitStatus"] == {"exitCode": 0}
+    assert position(server, refused) < position(server, exited)  # it still ran when the cancel was refused
+    assert (await server.idle(b))["params"]["update"]["stopReason"] == "end_turn"
+    final = [u for u in server.updates(b, "tool_call_update") if u.get("status") in ("completed", "failed")]
+    assert [u["status"] for u in final] == ["completed"]
+    assert "b went on" in server.texts(b)
+    await server.release(a, "g")
+    assert (await server.idle(a))["params"]["update"]["stopReason"] == "end_turn"
+    assert terminal_updates(server, a) == []
 
 
 def exits(server: RawClient, session_id: str) -> list[dict[str, Any]]:
