@@ -38,6 +38,7 @@ __all__ = [
     "Credentials",
     "EndpointTimeouts",
     "SettingsError",
+    "base_url_family",
     "config_file",
     "endpoint_timeouts",
     "held_secrets",
@@ -166,10 +167,24 @@ def read_config_file(path: Path) -> dict[str, Any]:
 # --- what the settings mean ---
 
 
+def base_url_family(default_model: str) -> str:
+    """The provider whose endpoint `--base-url` (`ACP_SERVER_BASE_URL`) and the file's top-level `base_url` set: the
+    default model's (`--model`), and no other. A key goes only to its own provider's endpoint: with `--model
+    openai:qwen --base-url http://localhost:11434/v1`, an Anthropic model in `models` keeps Anthropic's endpoint."""
+    return default_model.partition(":")[0]
+
+
 def provider_credentials(
-    family: str, file_settings: Mapping[str, Any], env: Mapping[str, str], base_url_flag: str | None
+    family: str,
+    file_settings: Mapping[str, Any],
+    env: Mapping[str, str],
+    base_url_flag: str | None,
+    default_model: str,
 ) -> Credentials:
-    """A provider's key, endpoint and window: flag > environment > `[providers.FAMILY]` > the file's `base_url`."""
+    """A provider's key, endpoint and window. The endpoint: for the default model's provider (`base_url_family`),
+    flag > provider's variable > `[providers.FAMILY] base_url` > the file's top-level `base_url`; for any other, its
+    variable > `[providers.FAMILY] base_url` > its SDK's default. The flag and the top-level `base_url` never reach
+    another provider, so no key is sent to an endpoint that is not its provider's."""
     section = file_settings.get("providers", {})
     section = section.get(family, {}) if isinstance(section, dict) else {}
     if not isinstance(section, dict):
@@ -184,8 +199,11 @@ def provider_credentials(
         key, source = env[named], f"environment variable {named} (named by api_key_env in the config file)"
     if key is None and isinstance(section.get("api_key"), str) and section["api_key"]:
         key, source = section["api_key"], "the config file (api_key)"
-    base_url = base_url_flag or env.get(BASE_URL_VARIABLES.get(family, "")) or section.get("base_url")
-    if not (isinstance(base_url, str) and base_url):
+    ours = family == base_url_family(default_model)
+    base_url = (
+        (base_url_flag if ours else None) or env.get(BASE_URL_VARIABLES.get(family, "")) or section.get("base_url")
+    )
+    if ours and not (isinstance(base_url, str) and base_url):
         base_url = file_settings.get("base_url")
     window = section.get("context_window")
     return Credentials(

@@ -24,7 +24,7 @@ from tests.conftest import StartServer
 from tests.e2e.test_endpoint_timeouts import closed_port
 from tests.support import fake_anthropic
 from tests.support.fake_anthropic import FakeAnthropic
-from tests.support.fake_openai import FakeOpenAI, ListBehaviour, text_reply
+from tests.support.fake_openai import FakeOpenAI, ListBehaviour, Received, text_reply
 from tests.support.harness import T_ACK, T_EXIT, T_WAIT, W_QUIET, RawClient, scaled
 
 pytestmark = pytest.mark.timeout(120)
@@ -335,3 +335,48 @@ async def test_an_endpoint_asked_without_a_key_is_asked_again_once_authenticate_
     await client.wait_for(lambda m: offered() == ["anthropic:claude-fake", "anthropic:claude-opus-4-1"], T_LISTED)
     assert len(anthropic_endpoint.model_list_requests) == 1  # not before the key was there
     assert ANTHROPIC_KEY not in (tmp_path / "state" / "model-lists.json").read_text()
+
+
+def sent_keys(requests: list[Received]) -> set[str]:
+    """The known keys found in any header of these requests."""
+    return {key for r in requests for key in (OPENAI_KEY, ANTHROPIC_KEY) if any(key in v for v in r.headers.values())}
+
+
+@pytest.mark.parametrize("default", ["openai", "anthropic"])
+async def test_a_key_goes_only_to_its_own_providers_endpoint_whatever_base_url_says(
+    start_server: StartServer,
+    openai_endpoint: FakeOpenAI,
+    anthropic_endpoint: FakeAnthropic,
+    tmp_path: Path,
+    default: str,
+) -> None:
+    # Issue 20 item 1: `--model openai:qwen --base-url URL` sent Anthropic's listing, with its key, to URL (as
+    # `GET /v1/v1/models`). `--base-url` is the default model's endpoint; each other provider keeps its own.
+    serve_lists(openai_endpoint, anthropic_endpoint)
+    flagged, other = (
+        (openai_endpoint, anthropic_endpoint) if default == "openai" else (anthropic_endpoint, openai_endpoint)
+    )
+    own_key, other_key = (OPENAI_KEY, ANTHROPIC_KEY) if default == "openai" else (ANTHROPIC_KEY, OPENAI_KEY)
+    model, listed = ("openai:fake-model", "anthropic:claude-fake")
+    if default == "anthropic":
+        model, listed = listed, model
+    other_family = listed.partition(":")[0]
+    config = tmp_path / "config.toml"
+    config.write_text(
+        f'models = ["{listed}"]\n[providers.{other_family}]\nbase_url = "{other.base_url}"\napi_key = "{other_key}"\n'
+    )
+    env = env_for(config, tmp_path / "state")
+    env["OPENAI_API_KEY" if default == "openai" else "ANTHROPIC_API_KEY"] = own_key
+    env["ANTHROPIC_API_KEY" if default == "openai" else "OPENAI_API_KEY"] = ""
+    client = await start_server("--model", model, "--base-url", flagged.base_url, env=env)
+    session, _ = await open_session(client, tmp_path)
+    assert await flagged.wait_model_list_requests(1, T_LISTED)
+    await client.wait_for(lambda m: bool(option_updates(client, session)), T_LISTED)
+    await client.quiet(W_QUIET, lambda m: len(option_updates(client, session)) > 1)  # both listings are in
+
+    # The flagged endpoint saw its own provider's listing only, with its own key: never the other's key or path.
+    assert sent_keys(flagged.model_list_requests + flagged.requests) == {own_key}
+    assert [r.path.partition("?")[0] for r in flagged.model_list_requests] == ["/v1/models"]
+    # The other provider's listing went to its own endpoint, with its own key.
+    assert sent_keys(other.model_list_requests + other.requests) == {other_key}
+    assert len(other.model_list_requests) == 1
