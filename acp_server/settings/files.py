@@ -24,8 +24,10 @@ reported, never rewritten.
 
 from __future__ import annotations
 
+import errno
 import os
 import re
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,13 +40,16 @@ __all__ = [
     "Credentials",
     "EndpointTimeouts",
     "SettingsError",
+    "StateFileError",
     "base_url_family",
     "config_file",
     "endpoint_timeouts",
     "held_secrets",
     "looks_secret",
+    "open_state_file",
     "provider_credentials",
     "read_config_file",
+    "read_state_file",
     "secret_values",
     "secret_variables",
 ]
@@ -259,3 +264,50 @@ def secret_values(file_settings: Mapping[str, Any], env: Mapping[str, str]) -> l
     found = set(held_secrets(file_settings, env))
     found |= {v for name, v in env.items() if looks_secret(name) and _may_be_named_secret(v)}
     return sorted(found, key=len, reverse=True)
+
+
+# --- the state directory's files ---
+
+# O_NOFOLLOW and O_NONBLOCK are POSIX; where they are missing (Windows) there are neither links nor FIFOs to fear.
+_STATE_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+
+
+class StateFileError(OSError):
+    """A state file that is not one: a link, a FIFO, a device, a directory, or larger than its bound."""
+
+
+def open_state_file(path: Path) -> int:
+    """A read-only descriptor of the regular file at `path`, for a file the server keeps in its state directory (the
+    session store, the model lists' cache). The last component is never followed when it is a link, a FIFO put there
+    opens at once instead of blocking the thread until a writer comes (`initialize` waited for it forever), and the
+    type is checked on the descriptor itself (fstat after open), so nothing can be swapped in between the check and
+    the use. FileNotFoundError when there is nothing; StateFileError (an OSError) for anything but a regular file."""
+    try:
+        fd = os.open(path, _STATE_FLAGS)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:  # O_NOFOLLOW met a link
+            raise StateFileError(errno.ELOOP, "a symbolic link, not followed", str(path)) from None
+        raise
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = "a FIFO" if stat.S_ISFIFO(mode) else "a directory" if stat.S_ISDIR(mode) else "not a regular file"
+            raise StateFileError(errno.EINVAL, kind, str(path))
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_state_file(path: Path, max_bytes: int) -> bytes:
+    """The whole content of a state file opened by `open_state_file`, refused (StateFileError) when it holds more
+    than `max_bytes`: a file that grew without bound is not read into memory."""
+    fd = open_state_file(path)
+    try:
+        with os.fdopen(fd, "rb", closefd=False) as file:
+            data = file.read(max_bytes + 1)  # the read decides, not an fstat the file may outgrow meanwhile
+    finally:
+        os.close(fd)
+    if len(data) > max_bytes:
+        raise StateFileError(errno.EFBIG, f"larger than {max_bytes} bytes", str(path))
+    return data

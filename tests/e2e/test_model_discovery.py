@@ -380,3 +380,69 @@ async def test_a_key_goes_only_to_its_own_providers_endpoint_whatever_base_url_s
     # The other provider's listing went to its own endpoint, with its own key.
     assert sent_keys(other.model_list_requests + other.requests) == {other_key}
     assert len(other.model_list_requests) == 1
+
+
+async def test_listed_and_cached_ids_pass_one_filter_before_they_are_offered(
+    start_server: StartServer, openai_endpoint: FakeOpenAI, anthropic_endpoint: FakeAnthropic, tmp_path: Path
+) -> None:
+    # Issue 20 item 9: ids with C1 controls were offered from an endpoint, and the cache's ids were not filtered
+    # at all (a non-text entry was offered as `openai:{'a': 1}`).
+    anthropic_endpoint.serve_models("claude-fake", "claude\u009b31m", "next\u0085line", "claude-good", "a\u2028b")
+    openai_endpoint.serve_models("fake-model", "cached-good", "csi\u009b2J", "rtl\u202egpt", "x" * 201)
+    config = write_config(tmp_path, openai_endpoint.base_url, anthropic_endpoint.base_url)
+    state = tmp_path / "state"
+    state.mkdir()
+    bad: list[Any] = ["bidi\u202eevil", "c1\u0085", "x" * 10_000, {"a": 1}, 7, "line\u2028sep"]
+    entry = {"family": "openai", "endpoint": openai_endpoint.base_url, "fetched_at": time.time()}
+    entry["models"] = [*bad, "cached-good"]
+    (state / "model-lists.json").write_bytes(orjson.dumps({"version": 1, "endpoints": [entry]}))
+    client = await start_server("--model", "openai:fake-model", env=env_for(config, state))
+    session, created = await open_session(client, tmp_path)
+    assert model_values(created["result"]["configOptions"]) == [*CONFIGURED, "openai:cached-good"]
+    update = await client.wait_for(lambda m: bool(option_updates(client, session)), T_LISTED)
+    offered = model_values(update["params"]["update"]["configOptions"])
+    assert offered == [*CONFIGURED, "openai:cached-good", "anthropic:claude-good"]
+    # What was kept for the next process passed the filter too.
+    kept = orjson.loads((state / "model-lists.json").read_bytes())["endpoints"]
+    assert sorted(name for e in kept for name in e["models"]) == [
+        "cached-good",
+        "claude-fake",
+        "claude-good",
+        "fake-model",
+    ]
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="POSIX: links and FIFOs")
+@pytest.mark.parametrize("kind", ["fifo", "link"])
+async def test_a_cache_file_that_is_a_fifo_or_a_link_is_ignored_and_initialize_is_answered(
+    start_server: StartServer, openai_endpoint: FakeOpenAI, tmp_path: Path, kind: str
+) -> None:
+    # Issue 20 item 10: with model-lists.json a FIFO, `initialize` was never answered (the cache's read blocked).
+    openai_endpoint.serve_models("fake-model", "listed-model", behaviour="held")
+    config = write_config(tmp_path, openai_endpoint.base_url)
+    state = tmp_path / "state"
+    state.mkdir()
+    cache = state / "model-lists.json"
+    target = tmp_path / "elsewhere.json"
+    if kind == "fifo":
+        os.mkfifo(cache)
+    else:
+        entry = {"family": "openai", "endpoint": openai_endpoint.base_url, "fetched_at": time.time()}
+        target.write_bytes(orjson.dumps({"version": 1, "endpoints": [{**entry, "models": ["linked-model"]}]}))
+        cache.symlink_to(target)
+    log_file = tmp_path / "acp-server.log"
+    client = await start_server("--model", "openai:fake-model", env=env_for(config, state, log_file))
+    assert "result" in await client.initialize()
+    session, created = await open_session(client, tmp_path)
+    assert model_values(created["result"]["configOptions"]) == ["openai:fake-model"]  # the link was not followed
+    reason = "a FIFO" if kind == "fifo" else "a symbolic link, not followed"
+    await wait_for_log(log_file, f"model lists: cannot read {cache} ({reason})", T_WAIT)
+    # The listing goes on; its list is written as a regular file in the name's place, the link's target untouched.
+    openai_endpoint.release_models()
+    update = await client.wait_for(lambda m: bool(option_updates(client, session)), T_LISTED)
+    assert model_values(update["params"]["update"]["configOptions"]) == ["openai:fake-model", "openai:listed-model"]
+    code, _ = await client.close()
+    assert code == 0
+    assert stat.S_ISREG(cache.lstat().st_mode) and "listed-model" in cache.read_text()
+    if kind == "link":
+        assert "linked-model" in target.read_text() and "listed-model" not in target.read_text()
