@@ -12,7 +12,9 @@ from __future__ import annotations
 import asyncio
 import os
 import stat
+import struct
 import time
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
@@ -446,3 +448,63 @@ async def test_a_cache_file_that_is_a_fifo_or_a_link_is_ignored_and_initialize_i
     assert stat.S_ISREG(cache.lstat().st_mode) and "listed-model" in cache.read_text()
     if kind == "link":
         assert "linked-model" in target.read_text() and "listed-model" not in target.read_text()
+
+
+def gzip_bomb(head: bytes, tail: bytes, spaces_mib: int) -> bytes:
+    """A gzip body inflating to `head`, `spaces_mib` MiB of spaces, then `tail`, at about 1/1000 of that on the wire.
+    Built from one compressed MiB repeated (each ends in a full flush, so every copy decodes alike): cheap to make."""
+    compressor = zlib.compressobj(9, zlib.DEFLATED, -zlib.MAX_WBITS)
+    block = b" " * (1 << 20)
+    first = compressor.compress(head) + compressor.flush(zlib.Z_FULL_FLUSH)
+    middle = compressor.compress(block) + compressor.flush(zlib.Z_FULL_FLUSH)
+    last = compressor.compress(tail) + compressor.flush()
+    crc = zlib.crc32(head)
+    for _ in range(spaces_mib):
+        crc = zlib.crc32(block, crc)
+    crc = zlib.crc32(tail, crc)
+    size = (len(head) + (spaces_mib << 20) + len(tail)) & 0xFFFFFFFF
+    header = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x02\xff"
+    return header + first + middle * spaces_mib + last + struct.pack("<II", crc, size)
+
+
+def peak_rss_mib(pid: int) -> float:
+    """The process's peak resident memory (VmHWM), in MiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmHWM")
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads the server's peak memory from /proc")
+@pytest.mark.parametrize("answer", ["oversized", "gzip-bomb"])
+async def test_a_models_list_too_large_as_sent_or_once_inflated_is_refused_and_the_server_stays_responsive(
+    start_server: StartServer, openai_endpoint: FakeOpenAI, tmp_path: Path, answer: str
+) -> None:
+    # Issue 20 item 7: a 50 MB /models answer took the server to 634 MB and stalled every session; a 199 KiB gzip
+    # body inflating to 200 MB took it to 462 MB. The list is bounded (8 MiB, as sent and once inflated), and what
+    # is inflated and parsed is, in a worker thread.
+    if answer == "oversized":  # 12 MiB of plain JSON: half a million entries, a valid list but for its size
+        entries = b",".join(b'{"id": "big-model-%06d"}' % n for n in range(480_000))
+        openai_endpoint.serve_models_bytes(b'{"object": "list", "data": [' + entries + b"]}")
+        said = "it is larger than 8 MiB, so it was not read"
+    else:  # 200 MiB once inflated, about 200 KiB sent: a valid list with one model, and spaces
+        bomb = gzip_bomb(b'{"data": [{"id": "bomb-model"}]', b"}", 200)
+        assert len(bomb) < 256 * 1024
+        openai_endpoint.serve_models_bytes(bomb, "gzip")
+        said = "it is larger than 8 MiB once decompressed, so it was not read"
+    config = write_config(tmp_path, openai_endpoint.base_url, None, 'models = ["openai:configured-too"]')
+    log_file = tmp_path / "acp-server.log"
+    client = await start_server("--model", "openai:fake-model", env=env_for(config, tmp_path / "state", log_file))
+    session, created = await open_session(client, tmp_path)
+    configured = ["openai:fake-model", "openai:configured-too"]
+    assert model_values(created["result"]["configOptions"]) == configured
+    logged = await wait_for_log(log_file, "offering the configured models only", T_LISTED)
+    assert f"answered /models, but {said}" in logged
+    # Responsive, with the same choices, and its memory never held the list: the peak is far below the 200 MiB the
+    # bomb inflates to (the server's own, SDK included, is some 100 MiB).
+    again = await client.call("session/new", {"cwd": str(tmp_path), "mcpServers": []})
+    assert model_values(again["result"]["configOptions"]) == configured
+    await client.quiet(W_QUIET, lambda m: bool(option_updates(client, session)))
+    peak = peak_rss_mib(client.process.pid)
+    assert peak < 160, f"the server's memory peaked at {peak:.0f} MiB"
+    assert len(openai_endpoint.model_list_requests) == 1

@@ -22,6 +22,7 @@ import os
 import re
 import tempfile
 import unicodedata
+import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,7 +39,9 @@ __all__ = [
     "Listing",
     "ListingCache",
     "ListingError",
+    "ListingTooLargeError",
     "chat_model_ids",
+    "decode_listing",
     "endpoint_key",
     "merge_choices",
     "model_ids",
@@ -57,6 +60,10 @@ MAX_MODELS = 1000
 # `meta-llama/llama-3.3-70b-instruct:free`, Ollama's `hf.co/{user}/{repo}:{quant}`, whose Hugging Face parts are at
 # most 96 characters each): 200 keeps every one of them and still fits a picker's line.
 MAX_ID_CHARS = 200
+# The most a models list may take, as sent and once decompressed. OpenRouter's list of some 300 models with their
+# descriptions and prices is about 1 MiB; a larger answer is not a list worth reading (a 50 MB one took the server
+# to 634 MB and stalled every session; a 199 KiB gzip body inflated to 200 MB).
+MAX_LIST_BYTES = 8 * 1024 * 1024
 # The cache holds at most a few endpoints' MAX_MODELS ids: a larger file is not one we wrote, and is not read.
 MAX_CACHE_BYTES = 4 * 1024 * 1024
 # Models no chat can use, by the words their ids carry on every endpoint that lists them.
@@ -78,6 +85,41 @@ def endpoint_key(url: str) -> str:
 
 class ListingError(ValueError):
     """The endpoint answered, but not with a models list."""
+
+
+class ListingTooLargeError(ListingError):
+    """The answer is larger than MAX_LIST_BYTES, as sent or once decompressed: it is not read further."""
+
+
+def too_large(decompressed: bool = False) -> ListingTooLargeError:
+    once = " once decompressed" if decompressed else ""
+    return ListingTooLargeError(f"it is larger than {MAX_LIST_BYTES // (1024 * 1024)} MiB{once}, so it was not read")
+
+
+def decode_listing(raw: bytes, encoding: str) -> tuple[str, ...]:
+    """The chat models of a models list's body as it came over the wire (`encoding`: its Content-Encoding), for a
+    worker thread (the inflating and the parsing never run on the event loop). A gzip or deflate body is inflated to
+    MAX_LIST_BYTES at most: one that would inflate to more is cut off there, never inflated whole."""
+    coding = encoding.strip().lower()
+    if coding in ("", "identity"):
+        text = raw
+    elif coding in ("gzip", "x-gzip", "deflate"):
+        inflater = zlib.decompressobj(zlib.MAX_WBITS | (16 if "gzip" in coding else 0))
+        try:
+            text = inflater.decompress(raw, MAX_LIST_BYTES + 1)  # max_length: what is left stays unconsumed
+        except zlib.error as exc:
+            raise ListingError(f"its {coding} body cannot be decompressed ({exc})") from None
+    else:
+        raise ListingError(f"its body came in an encoding that was not asked for ({coding})")
+    if len(raw) > MAX_LIST_BYTES:
+        raise too_large()
+    if len(text) > MAX_LIST_BYTES:
+        raise too_large(decompressed=True)
+    try:
+        body = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        raise ListingError("the answer is not JSON") from None
+    return model_ids(body)
 
 
 def usable_model_id(name: object) -> TypeGuard[str]:

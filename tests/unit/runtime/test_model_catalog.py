@@ -3,8 +3,12 @@ file (atomic, tolerant of a broken file, keeping other endpoints' lists)."""
 
 from __future__ import annotations
 
+import gzip
 import os
+import re
 import stat
+import tracemalloc
+import zlib
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -16,9 +20,12 @@ from acp_server.runtime.providers.catalog import (
     LIST_TTL,
     MAX_CACHE_BYTES,
     MAX_ID_CHARS,
+    MAX_LIST_BYTES,
     Listing,
     ListingCache,
     ListingError,
+    ListingTooLargeError,
+    decode_listing,
     endpoint_key,
     merge_choices,
     model_ids,
@@ -196,3 +203,39 @@ def test_a_cache_that_is_not_a_regular_file_within_its_bound_is_ignored_and_repl
     assert stat.S_ISREG(path.lstat().st_mode) and cache.load() == {("openai", "http://b/v1"): fresh}
     if kind == "link":
         assert b"linked" in target.read_bytes()  # the link's target is left as it was
+
+
+def test_a_listing_body_is_inflated_within_its_bound_and_a_bomb_is_cut_off_without_inflating_it_whole() -> None:
+    # Issue 20 item 7: a 199 KiB gzip body inflated to 200 MB in the server's memory.
+    listed = orjson.dumps({"data": [{"id": "gpt-4.1"}, {"id": "csi\u009bx"}]})
+    assert decode_listing(listed, "") == decode_listing(gzip.compress(listed), "gzip") == ("gpt-4.1",)
+    assert decode_listing(zlib.compress(listed), "deflate") == ("gpt-4.1",)
+    spaces = MAX_LIST_BYTES * 25  # 200 MiB of spaces inside a valid list, about 200 KiB compressed
+    compressor = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    bomb = compressor.compress(b'{"data": [{"id": "m"}]')
+    block = b" " * (1 << 20)
+    bomb += b"".join(compressor.compress(block) for _ in range(spaces >> 20)) + compressor.compress(b"}")
+    bomb += compressor.flush()
+    tracemalloc.start()
+    try:
+        with pytest.raises(ListingTooLargeError, match="larger than 8 MiB once decompressed"):
+            decode_listing(bomb, "gzip")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 3 * MAX_LIST_BYTES  # what was inflated stopped at the bound, not at 200 MiB
+    with pytest.raises(ListingTooLargeError, match="larger than 8 MiB, so"):
+        decode_listing(b" " * (MAX_LIST_BYTES + 1), "")
+
+
+@pytest.mark.parametrize(
+    ("raw", "encoding", "said"),
+    [
+        (b"\x1f\x8b not gzip", "gzip", "cannot be decompressed"),
+        (b"{}", "br", "an encoding that was not asked for (br)"),
+        (b"<html>", "", "not JSON"),
+    ],
+)
+def test_a_listing_body_that_cannot_be_read_is_a_listing_error(raw: bytes, encoding: str, said: str) -> None:
+    with pytest.raises(ListingError, match=re.escape(said)):
+        decode_listing(raw, encoding)
