@@ -228,6 +228,6 @@ async def test_a_password_in_the_base_url_never_reaches_stderr_or_the_log_file_a
         code, _ = await client.close()
     assert code == 0
     logged = log_file.read_text()
-    assert "HTTP Request" in logged and "someone:[REDACTED]@127.0.0.1" in logged  # the SDK's debug lines are there
     assert URL_PASSWORD not in client.stderr_text
     assert URL_PASSWORD not in logged
+    assert "HTTP Request" in logged and "someone:[REDACTED]@127.0.0.1" in logged  # the SDK's debug lines are there
