@@ -100,6 +100,8 @@ def decode_listing(raw: bytes, encoding: str) -> tuple[str, ...]:
     """The chat models of a models list's body as it came over the wire (`encoding`: its Content-Encoding), for a
     worker thread (the inflating and the parsing never run on the event loop). A gzip or deflate body is inflated to
     MAX_LIST_BYTES at most: one that would inflate to more is cut off there, never inflated whole."""
+    if len(raw) > MAX_LIST_BYTES:
+        raise too_large()
     coding = encoding.strip().lower()
     if coding in ("", "identity"):
         text = raw
@@ -111,8 +113,6 @@ def decode_listing(raw: bytes, encoding: str) -> tuple[str, ...]:
             raise ListingError(f"its {coding} body cannot be decompressed ({exc})") from None
     else:
         raise ListingError(f"its body came in an encoding that was not asked for ({coding})")
-    if len(raw) > MAX_LIST_BYTES:
-        raise too_large()
     if len(text) > MAX_LIST_BYTES:
         raise too_large(decompressed=True)
     try:
