@@ -230,7 +230,7 @@ def check_providers(config: Config, loaded: Loaded, env: Mapping[str, str], time
     for family, model in families.items():
         checks.append(check_package(family))
         try:
-            credentials = provider_credentials(family, loaded.file.raw, env, config.base_url)
+            credentials = provider_credentials(family, loaded.file.raw, env, config.base_url, config.model)
         except SettingsError as exc:
             checks.append(_fail(f"{family} settings", str(exc)))
             continue

@@ -102,7 +102,7 @@ def build_server(
 
     def open_model(spec: str) -> Provider:
         # Every model call's text comes out valid Unicode and without the secrets the server holds.
-        return GuardedProvider(open_provider(spec, base_url=config.base_url), redactor)
+        return GuardedProvider(open_provider(spec, default_model=config.model, base_url=config.base_url), redactor)
 
     methods = {**METHODS}
     notifications = {**NOTIFICATIONS}

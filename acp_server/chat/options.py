@@ -23,7 +23,7 @@ class ChatOptions:
 # refuses a bad value with exit status 2 and says why (the chat shows the end of its stderr).
 SERVER_FLAGS: tuple[tuple[str, str, str], ...] = (
     ("--model", "SPEC", "the model: echo, scripted[:PATH], openai:MODEL, anthropic:MODEL"),
-    ("--base-url", "URL", "an OpenAI-compatible endpoint"),
+    ("--base-url", "URL", "the endpoint of the model's provider (no other provider's)"),
     ("--permission-mode", "MODE", "default, accept_edits, bypass or read_only"),
     ("--prompt-policy", "POLICY", "interrupt, queue, reject or steer"),
     ("--sandbox", "MODE", "workspace-write, read-only or off: how local commands are confined"),

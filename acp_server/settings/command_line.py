@@ -117,8 +117,9 @@ def _parser(
     add(
         "--base-url",
         metavar="URL",
-        help="an OpenAI-compatible endpoint, e.g. http://localhost:11434/v1 for Ollama "
-        "(env ACP_SERVER_BASE_URL, then OPENAI_BASE_URL; file: [providers.openai] base_url, then base_url)",
+        help="the endpoint of the default model's provider (--model's) and no other's, e.g. "
+        "http://localhost:11434/v1 for Ollama (env ACP_SERVER_BASE_URL, then the provider's OPENAI_BASE_URL or "
+        "ANTHROPIC_BASE_URL; file: [providers.NAME] base_url, then base_url)",
     )
     add(
         "--permission-mode",

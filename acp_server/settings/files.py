@@ -24,8 +24,10 @@ reported, never rewritten.
 
 from __future__ import annotations
 
+import errno
 import os
 import re
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,12 +40,16 @@ __all__ = [
     "Credentials",
     "EndpointTimeouts",
     "SettingsError",
+    "StateFileError",
+    "base_url_family",
     "config_file",
     "endpoint_timeouts",
     "held_secrets",
     "looks_secret",
+    "open_state_file",
     "provider_credentials",
     "read_config_file",
+    "read_state_file",
     "secret_values",
     "secret_variables",
 ]
@@ -166,10 +172,24 @@ def read_config_file(path: Path) -> dict[str, Any]:
 # --- what the settings mean ---
 
 
+def base_url_family(default_model: str) -> str:
+    """The provider whose endpoint `--base-url` (`ACP_SERVER_BASE_URL`) and the file's top-level `base_url` set: the
+    default model's (`--model`), and no other. A key goes only to its own provider's endpoint: with `--model
+    openai:qwen --base-url http://localhost:11434/v1`, an Anthropic model in `models` keeps Anthropic's endpoint."""
+    return default_model.partition(":")[0]
+
+
 def provider_credentials(
-    family: str, file_settings: Mapping[str, Any], env: Mapping[str, str], base_url_flag: str | None
+    family: str,
+    file_settings: Mapping[str, Any],
+    env: Mapping[str, str],
+    base_url_flag: str | None,
+    default_model: str,
 ) -> Credentials:
-    """A provider's key, endpoint and window: flag > environment > `[providers.FAMILY]` > the file's `base_url`."""
+    """A provider's key, endpoint and window. The endpoint: for the default model's provider (`base_url_family`),
+    flag > provider's variable > `[providers.FAMILY] base_url` > the file's top-level `base_url`; for any other, its
+    variable > `[providers.FAMILY] base_url` > its SDK's default. The flag and the top-level `base_url` never reach
+    another provider, so no key is sent to an endpoint that is not its provider's."""
     section = file_settings.get("providers", {})
     section = section.get(family, {}) if isinstance(section, dict) else {}
     if not isinstance(section, dict):
@@ -184,8 +204,11 @@ def provider_credentials(
         key, source = env[named], f"environment variable {named} (named by api_key_env in the config file)"
     if key is None and isinstance(section.get("api_key"), str) and section["api_key"]:
         key, source = section["api_key"], "the config file (api_key)"
-    base_url = base_url_flag or env.get(BASE_URL_VARIABLES.get(family, "")) or section.get("base_url")
-    if not (isinstance(base_url, str) and base_url):
+    ours = family == base_url_family(default_model)
+    base_url = (
+        (base_url_flag if ours else None) or env.get(BASE_URL_VARIABLES.get(family, "")) or section.get("base_url")
+    )
+    if ours and not (isinstance(base_url, str) and base_url):
         base_url = file_settings.get("base_url")
     window = section.get("context_window")
     return Credentials(
@@ -241,3 +264,50 @@ def secret_values(file_settings: Mapping[str, Any], env: Mapping[str, str]) -> l
     found = set(held_secrets(file_settings, env))
     found |= {v for name, v in env.items() if looks_secret(name) and _may_be_named_secret(v)}
     return sorted(found, key=len, reverse=True)
+
+
+# --- the state directory's files ---
+
+# O_NOFOLLOW and O_NONBLOCK are POSIX; where they are missing (Windows) there are neither links nor FIFOs to fear.
+_STATE_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+
+
+class StateFileError(OSError):
+    """A state file that is not one: a link, a FIFO, a device, a directory, or larger than its bound."""
+
+
+def open_state_file(path: Path) -> int:
+    """A read-only descriptor of the regular file at `path`, for a file the server keeps in its state directory (the
+    session store, the model lists' cache). The last component is never followed when it is a link, a FIFO put there
+    opens at once instead of blocking the thread until a writer comes (`initialize` waited for it forever), and the
+    type is checked on the descriptor itself (fstat after open), so nothing can be swapped in between the check and
+    the use. FileNotFoundError when there is nothing; StateFileError (an OSError) for anything but a regular file."""
+    try:
+        fd = os.open(path, _STATE_FLAGS)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:  # O_NOFOLLOW met a link
+            raise StateFileError(errno.ELOOP, "a symbolic link, not followed", str(path)) from None
+        raise
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = "a FIFO" if stat.S_ISFIFO(mode) else "a directory" if stat.S_ISDIR(mode) else "not a regular file"
+            raise StateFileError(errno.EINVAL, kind, str(path))
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_state_file(path: Path, max_bytes: int) -> bytes:
+    """The whole content of a state file opened by `open_state_file`, refused (StateFileError) when it holds more
+    than `max_bytes`: a file that grew without bound is not read into memory."""
+    fd = open_state_file(path)
+    try:
+        with os.fdopen(fd, "rb", closefd=False) as file:
+            data = file.read(max_bytes + 1)  # the read decides, not an fstat the file may outgrow meanwhile
+    finally:
+        os.close(fd)
+    if len(data) > max_bytes:
+        raise StateFileError(errno.EFBIG, f"larger than {max_bytes} bytes", str(path))
+    return data

@@ -8,8 +8,10 @@ record is written, so a quiet run creates nothing and start-up pays neither for 
 id, and rotation (at MAX_BYTES, BACKUPS kept) is best-effort between them.
 
 Secrets are removed from every line, on both outputs, after formatting (so tracebacks are cleaned too): the values of
-the keys the server knows (settings.secret_values), `Authorization`/Bearer tokens, `api_key=...`-style pairs, and
-strings shaped like provider keys (`sk-...`, `ghp_...`, ...). A key is never worth a log line.
+the keys the server knows (settings.secret_values), `Authorization`/Bearer tokens, `api_key=...`-style pairs, the
+credentials in a URL (`http://user:PASS@host`), and strings shaped like provider keys (`sk-...`, `ghp_...`, ...). The
+formatters sit on the root logger's handlers, so every record passes through them, the libraries' too (httpx, the
+openai and anthropic SDKs, which log each request's URL at debug). A key is never worth a log line.
 """
 
 from __future__ import annotations
@@ -57,6 +59,10 @@ _PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
         rf"\1\2\3{REDACTED}",
     ),
     (re.compile(r"(?i)\b(bearer|basic)\s+(?!\[REDACTED\])[A-Za-z0-9._~+/=\-]{6,}"), rf"\1 {REDACTED}"),
+    # Credentials in a URL's authority, as the SDKs and httpx log every request's URL at debug: the password of
+    # `http://user:PASS@host` (the user stays, to tell which), and a lone user part (`https://TOKEN@host`) whole.
+    (re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://)([^:/?#@\s]*):(?!\[REDACTED\]@)[^/?#@\s]+@"), rf"\1\2:{REDACTED}@"),
+    (re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://)(?!\[REDACTED\]@)[^:/?#@\s]+@"), rf"\1{REDACTED}@"),
     # Provider and service key shapes: OpenAI/Anthropic (sk-, sk-ant-, rk-, pk-), GitHub, Slack, Google.
     (re.compile(r"\b(?:sk|rk|pk)-[A-Za-z0-9][A-Za-z0-9_\-]{7,}"), REDACTED),
     (re.compile(r"\bgh[pousr]_[A-Za-z0-9]{20,}"), REDACTED),

@@ -19,6 +19,7 @@ import sqlite3
 import time
 from pathlib import Path
 
+from acp_server.settings.files import StateFileError, open_state_file
 from acp_server.store.records import StoreUnavailable
 
 __all__ = [
@@ -129,12 +130,19 @@ def connect(path: Path) -> sqlite3.Connection:
     """A connection to the store file, creating the file (owner-only: sessions hold code and prompts) if absent."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        if path.exists() and not path.is_file():
-            raise StoreUnavailable(f"session store {path}: not a regular file; it was left untouched")
-        with contextlib.suppress(FileExistsError):
+        with contextlib.suppress(FileExistsError):  # O_EXCL: a link in its place is never followed
             os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
-        with path.open("rb") as f:
-            header = f.read(16)
+        # Checked on the descriptor that is read (settings.open_state_file): a link, a FIFO (which would block the
+        # open) or a directory is refused, with no gap between the check and the read.
+        fd = open_state_file(path)
+        try:
+            header = os.read(fd, 16)
+        finally:
+            os.close(fd)
+    except StateFileError as exc:
+        raise StoreUnavailable(
+            f"session store {path}: not a regular file ({exc.strerror}); it was left untouched"
+        ) from None
     except OSError as exc:
         raise StoreUnavailable(f"session store {path}: cannot be opened ({exc})") from exc
     if header and header != b"SQLite format 3\x00":

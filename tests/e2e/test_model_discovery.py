@@ -12,7 +12,9 @@ from __future__ import annotations
 import asyncio
 import os
 import stat
+import struct
 import time
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
@@ -24,7 +26,7 @@ from tests.conftest import StartServer
 from tests.e2e.test_endpoint_timeouts import closed_port
 from tests.support import fake_anthropic
 from tests.support.fake_anthropic import FakeAnthropic
-from tests.support.fake_openai import FakeOpenAI, ListBehaviour, text_reply
+from tests.support.fake_openai import FakeOpenAI, ListBehaviour, Received, text_reply
 from tests.support.harness import T_ACK, T_EXIT, T_WAIT, W_QUIET, RawClient, scaled
 
 pytestmark = pytest.mark.timeout(120)
@@ -335,3 +337,174 @@ async def test_an_endpoint_asked_without_a_key_is_asked_again_once_authenticate_
     await client.wait_for(lambda m: offered() == ["anthropic:claude-fake", "anthropic:claude-opus-4-1"], T_LISTED)
     assert len(anthropic_endpoint.model_list_requests) == 1  # not before the key was there
     assert ANTHROPIC_KEY not in (tmp_path / "state" / "model-lists.json").read_text()
+
+
+def sent_keys(requests: list[Received]) -> set[str]:
+    """The known keys found in any header of these requests."""
+    return {key for r in requests for key in (OPENAI_KEY, ANTHROPIC_KEY) if any(key in v for v in r.headers.values())}
+
+
+@pytest.mark.parametrize("default", ["openai", "anthropic"])
+async def test_a_key_goes_only_to_its_own_providers_endpoint_whatever_base_url_says(
+    start_server: StartServer,
+    openai_endpoint: FakeOpenAI,
+    anthropic_endpoint: FakeAnthropic,
+    tmp_path: Path,
+    default: str,
+) -> None:
+    # Issue 20 item 1: `--model openai:qwen --base-url URL` sent Anthropic's listing, with its key, to URL (as
+    # `GET /v1/v1/models`). `--base-url` is the default model's endpoint; each other provider keeps its own.
+    serve_lists(openai_endpoint, anthropic_endpoint)
+    flagged, other = (
+        (openai_endpoint, anthropic_endpoint) if default == "openai" else (anthropic_endpoint, openai_endpoint)
+    )
+    own_key, other_key = (OPENAI_KEY, ANTHROPIC_KEY) if default == "openai" else (ANTHROPIC_KEY, OPENAI_KEY)
+    model, listed = ("openai:fake-model", "anthropic:claude-fake")
+    if default == "anthropic":
+        model, listed = listed, model
+    other_family = listed.partition(":")[0]
+    config = tmp_path / "config.toml"
+    config.write_text(
+        f'models = ["{listed}"]\n[providers.{other_family}]\nbase_url = "{other.base_url}"\napi_key = "{other_key}"\n'
+    )
+    env = env_for(config, tmp_path / "state")
+    env["OPENAI_API_KEY" if default == "openai" else "ANTHROPIC_API_KEY"] = own_key
+    env["ANTHROPIC_API_KEY" if default == "openai" else "OPENAI_API_KEY"] = ""
+    client = await start_server("--model", model, "--base-url", flagged.base_url, env=env)
+    session, _ = await open_session(client, tmp_path)
+    assert await flagged.wait_model_list_requests(1, T_LISTED)
+    await client.wait_for(lambda m: bool(option_updates(client, session)), T_LISTED)
+    await client.quiet(W_QUIET, lambda m: len(option_updates(client, session)) > 1)  # both listings are in
+
+    # The flagged endpoint saw its own provider's listing only, with its own key: never the other's key or path.
+    assert sent_keys(flagged.model_list_requests + flagged.requests) == {own_key}
+    assert [r.path.partition("?")[0] for r in flagged.model_list_requests] == ["/v1/models"]
+    # The other provider's listing went to its own endpoint, with its own key.
+    assert sent_keys(other.model_list_requests + other.requests) == {other_key}
+    assert len(other.model_list_requests) == 1
+
+
+async def test_listed_and_cached_ids_pass_one_filter_before_they_are_offered(
+    start_server: StartServer, openai_endpoint: FakeOpenAI, anthropic_endpoint: FakeAnthropic, tmp_path: Path
+) -> None:
+    # Issue 20 item 9: ids with C1 controls were offered from an endpoint, and the cache's ids were not filtered
+    # at all (a non-text entry was offered as `openai:{'a': 1}`).
+    anthropic_endpoint.serve_models("claude-fake", "claude\u009b31m", "next\u0085line", "claude-good", "a\u2028b")
+    openai_endpoint.serve_models("fake-model", "cached-good", "csi\u009b2J", "rtl\u202egpt", "x" * 201)
+    config = write_config(tmp_path, openai_endpoint.base_url, anthropic_endpoint.base_url)
+    state = tmp_path / "state"
+    state.mkdir()
+    bad: list[Any] = ["bidi\u202eevil", "c1\u0085", "x" * 10_000, {"a": 1}, 7, "line\u2028sep"]
+    entry = {"family": "openai", "endpoint": openai_endpoint.base_url, "fetched_at": time.time()}
+    entry["models"] = [*bad, "cached-good"]
+    (state / "model-lists.json").write_bytes(orjson.dumps({"version": 1, "endpoints": [entry]}))
+    client = await start_server("--model", "openai:fake-model", env=env_for(config, state))
+    session, created = await open_session(client, tmp_path)
+    assert model_values(created["result"]["configOptions"]) == [*CONFIGURED, "openai:cached-good"]
+    update = await client.wait_for(lambda m: bool(option_updates(client, session)), T_LISTED)
+    offered = model_values(update["params"]["update"]["configOptions"])
+    assert offered == [*CONFIGURED, "openai:cached-good", "anthropic:claude-good"]
+    # What was kept for the next process passed the filter too.
+    kept = orjson.loads((state / "model-lists.json").read_bytes())["endpoints"]
+    assert sorted(name for e in kept for name in e["models"]) == [
+        "cached-good",
+        "claude-fake",
+        "claude-good",
+        "fake-model",
+    ]
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="POSIX: links and FIFOs")
+@pytest.mark.parametrize("kind", ["fifo", "link"])
+async def test_a_cache_file_that_is_a_fifo_or_a_link_is_ignored_and_initialize_is_answered(
+    start_server: StartServer, openai_endpoint: FakeOpenAI, tmp_path: Path, kind: str
+) -> None:
+    # Issue 20 item 10: with model-lists.json a FIFO, `initialize` was never answered (the cache's read blocked).
+    openai_endpoint.serve_models("fake-model", "listed-model", behaviour="held")
+    config = write_config(tmp_path, openai_endpoint.base_url)
+    state = tmp_path / "state"
+    state.mkdir()
+    cache = state / "model-lists.json"
+    target = tmp_path / "elsewhere.json"
+    if kind == "fifo":
+        os.mkfifo(cache)
+    else:
+        entry = {"family": "openai", "endpoint": openai_endpoint.base_url, "fetched_at": time.time()}
+        target.write_bytes(orjson.dumps({"version": 1, "endpoints": [{**entry, "models": ["linked-model"]}]}))
+        cache.symlink_to(target)
+    log_file = tmp_path / "acp-server.log"
+    client = await start_server("--model", "openai:fake-model", env=env_for(config, state, log_file))
+    assert "result" in await client.initialize()
+    session, created = await open_session(client, tmp_path)
+    assert model_values(created["result"]["configOptions"]) == ["openai:fake-model"]  # the link was not followed
+    reason = "a FIFO" if kind == "fifo" else "a symbolic link, not followed"
+    await wait_for_log(log_file, f"model lists: cannot read {cache} ({reason})", T_WAIT)
+    # The listing goes on; its list is written as a regular file in the name's place, the link's target untouched.
+    openai_endpoint.release_models()
+    update = await client.wait_for(lambda m: bool(option_updates(client, session)), T_LISTED)
+    assert model_values(update["params"]["update"]["configOptions"]) == ["openai:fake-model", "openai:listed-model"]
+    code, _ = await client.close()
+    assert code == 0
+    assert stat.S_ISREG(cache.lstat().st_mode) and "listed-model" in cache.read_text()
+    if kind == "link":
+        assert "linked-model" in target.read_text() and "listed-model" not in target.read_text()
+
+
+def gzip_bomb(head: bytes, tail: bytes, spaces_mib: int) -> bytes:
+    """A gzip body inflating to `head`, `spaces_mib` MiB of spaces, then `tail`, at about 1/1000 of that on the wire.
+    Built from one compressed MiB repeated (each ends in a full flush, so every copy decodes alike): cheap to make."""
+    compressor = zlib.compressobj(9, zlib.DEFLATED, -zlib.MAX_WBITS)
+    block = b" " * (1 << 20)
+    first = compressor.compress(head) + compressor.flush(zlib.Z_FULL_FLUSH)
+    middle = compressor.compress(block) + compressor.flush(zlib.Z_FULL_FLUSH)
+    last = compressor.compress(tail) + compressor.flush()
+    crc = zlib.crc32(head)
+    for _ in range(spaces_mib):
+        crc = zlib.crc32(block, crc)
+    crc = zlib.crc32(tail, crc)
+    size = (len(head) + (spaces_mib << 20) + len(tail)) & 0xFFFFFFFF
+    header = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x02\xff"
+    return header + first + middle * spaces_mib + last + struct.pack("<II", crc, size)
+
+
+def peak_rss_mib(pid: int) -> float:
+    """The process's peak resident memory (VmHWM), in MiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmHWM")
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads the server's peak memory from /proc")
+@pytest.mark.parametrize("answer", ["oversized", "gzip-bomb"])
+async def test_a_models_list_too_large_as_sent_or_once_inflated_is_refused_and_the_server_stays_responsive(
+    start_server: StartServer, openai_endpoint: FakeOpenAI, tmp_path: Path, answer: str
+) -> None:
+    # Issue 20 item 7: a 50 MB /models answer took the server to 634 MB and stalled every session; a 199 KiB gzip
+    # body inflating to 200 MB took it to 462 MB. The list is bounded (8 MiB, as sent and once inflated), and what
+    # is inflated and parsed is, in a worker thread.
+    if answer == "oversized":  # 12 MiB of plain JSON: half a million entries, a valid list but for its size
+        entries = b",".join(b'{"id": "big-model-%06d"}' % n for n in range(480_000))
+        openai_endpoint.serve_models_bytes(b'{"object": "list", "data": [' + entries + b"]}")
+        said = "it is larger than 8 MiB, so it was not read"
+    else:  # 200 MiB once inflated, about 200 KiB sent: a valid list with one model, and spaces
+        bomb = gzip_bomb(b'{"data": [{"id": "bomb-model"}]', b"}", 200)
+        assert len(bomb) < 256 * 1024
+        openai_endpoint.serve_models_bytes(bomb, "gzip")
+        said = "it is larger than 8 MiB once decompressed, so it was not read"
+    config = write_config(tmp_path, openai_endpoint.base_url, None, 'models = ["openai:configured-too"]')
+    log_file = tmp_path / "acp-server.log"
+    client = await start_server("--model", "openai:fake-model", env=env_for(config, tmp_path / "state", log_file))
+    session, created = await open_session(client, tmp_path)
+    configured = ["openai:fake-model", "openai:configured-too"]
+    assert model_values(created["result"]["configOptions"]) == configured
+    logged = await wait_for_log(log_file, "offering the configured models only", T_LISTED)
+    assert f"answered /models, but {said}" in logged
+    # Responsive, with the same choices, and its memory never held the list: the peak is far below the 200 MiB the
+    # bomb inflates to (the server's own, SDK included, is some 100 MiB).
+    again = await client.call("session/new", {"cwd": str(tmp_path), "mcpServers": []})
+    assert model_values(again["result"]["configOptions"]) == configured
+    await client.quiet(W_QUIET, lambda m: bool(option_updates(client, session)))
+    peak = peak_rss_mib(client.process.pid)
+    assert peak < 160, f"the server's memory peaked at {peak:.0f} MiB"
+    assert len(openai_endpoint.model_list_requests) == 1

@@ -179,7 +179,8 @@ async def test_a_key_in_tool_output_and_in_a_streamed_reply_is_redacted_on_the_w
     assert second["result"] == {"stopReason": "end_turn"}
     wire = b"".join(entry.raw for entry in client.log if entry.dir == "out")
     sent_to_model = [r.body for r in model.requests]
-    history = sent_to_model[-1]["messages"]
+    # The second prompt's call, found by its message: the title's own request may come after it.
+    [history] = [b["messages"] for b in sent_to_model if b["messages"][-1] == {"role": "user", "content": "and now?"}]
     assert any(
         m["role"] == "assistant" and m["content"] == f"Your key is {REDACTED}, the other {REDACTED}." for m in history
     )
@@ -192,3 +193,42 @@ async def test_a_key_in_tool_output_and_in_a_streamed_reply_is_redacted_on_the_w
         assert secret not in str(sent_to_model)
         assert secret not in stored
         assert secret not in log
+
+
+URL_PASSWORD = "hunter2-Zq9xV7wPlain"  # a password in --base-url: no key's shape, found by where it is
+
+
+@pytest.mark.parametrize("family", ["openai", "anthropic"])
+async def test_a_password_in_the_base_url_never_reaches_stderr_or_the_log_file_at_debug(
+    start_server: StartServer, tmp_path: Path, workdir: Path, family: str
+) -> None:
+    # Issue 20 item 8: at debug, the SDK's request log wrote `http://user:PASS@host/v1` in clear, on stderr and in
+    # the log file. Every record, from every logger (httpx, openai, anthropic), is redacted by the handlers.
+    from tests.support import fake_anthropic
+    from tests.support.fake_anthropic import FakeAnthropic
+
+    log_file = tmp_path / "acp-server.log"
+    with FakeOpenAI() if family == "openai" else FakeAnthropic() as endpoint:
+        endpoint.serve_models("fake-model", "other-model")
+        reply = text_reply("hello") if family == "openai" else fake_anthropic.text_reply("hello")
+        endpoint.set_default(reply)
+        url = endpoint.base_url.replace("http://", f"http://someone:{URL_PASSWORD}@")
+        env = {
+            "OPENAI_API_KEY": KEY,
+            "ANTHROPIC_API_KEY": CONFIG_KEY,
+            "ACP_SERVER_STATE_DIR": str(tmp_path / "state"),
+            "ACP_SERVER_LOG_FILE": str(log_file),
+        }
+        client = await start_server(
+            "--model", f"{family}:fake-model", "--base-url", url, "--log-level", "debug", env=env
+        )
+        await client.initialize()
+        session = await client.new_session(str(workdir))
+        assert (await client.call("session/prompt", prompt(session, "hi"), timeout=30))["result"]["stopReason"]
+        await client.wait_for(lambda m: len(endpoint.model_list_requests) > 0, 30)
+        code, _ = await client.close()
+    assert code == 0
+    logged = log_file.read_text()
+    assert URL_PASSWORD not in client.stderr_text
+    assert URL_PASSWORD not in logged
+    assert "HTTP Request" in logged and "someone:[REDACTED]@127.0.0.1" in logged  # the SDK's debug lines are there

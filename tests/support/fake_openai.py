@@ -59,8 +59,8 @@ __all__ = [
 # client goes away ("hang"), or by cutting the connection with the chunked body unfinished ("drop").
 Ending = Literal["done", "hang", "drop"]
 # How `GET .../models` answers: with the list, with it once the test calls `release_models`, an error status, never
-# (held open until the client goes), or a body that is not a list.
-ListBehaviour = Literal["list", "held", "fail", "hang", "garbage"]
+# (held open until the client goes), a body that is not a list, or bytes the test made (`serve_models_bytes`).
+ListBehaviour = Literal["list", "held", "fail", "hang", "garbage", "bytes"]
 
 MODEL = "fake-model"
 
@@ -177,6 +177,16 @@ class _Handler(BaseHTTPRequestHandler):
             self._hold_until_client_leaves()
         elif behaviour == "fail":
             self._send_error(error(500, "fake server: the models list failed", kind="server_error"))
+        elif behaviour == "bytes":
+            payload, encoding = body
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(payload)))
+            if encoding:
+                self.send_header("Content-Encoding", encoding)
+            self.end_headers()
+            with contextlib.suppress(OSError):  # a client that stops reading a body too large goes away
+                self.wfile.write(payload)
         elif behaviour == "garbage":
             payload = b"<html>not a models list</html>"
             self.send_response(200)
@@ -339,6 +349,11 @@ class FakeModelServer:
         """What `GET .../models` answers from now on: these ids in the family's list shape, or a failure."""
         with self._server.state.lock:
             self._server.state.model_list = (behaviour, self.models_body(ids))
+
+    def serve_models_bytes(self, payload: bytes, encoding: str | None = None) -> None:
+        """What `GET .../models` answers from now on: exactly these bytes, with this Content-Encoding if any."""
+        with self._server.state.lock:
+            self._server.state.model_list = ("bytes", (payload, encoding))
 
     def release_models(self) -> None:
         """Let held models-list requests (behaviour "held") answer."""

@@ -39,8 +39,11 @@ def needs_credentials(spec: str) -> bool:
     return spec.partition(":")[0] in ("openai", "anthropic")
 
 
-def open_provider(spec: str, *, base_url: str | None = None, env: Mapping[str, str] = os.environ) -> Provider:
-    """Build the provider for a `--model` spec such as `echo`, `scripted:PATH` or `openai:gpt-4o`."""
+def open_provider(
+    spec: str, *, default_model: str, base_url: str | None = None, env: Mapping[str, str] = os.environ
+) -> Provider:
+    """Build the provider for a model spec such as `echo`, `scripted:PATH` or `openai:gpt-4o`. `base_url` is
+    `--base-url`: the endpoint of `default_model`'s provider only (settings.base_url_family), never another's."""
     family, _, rest = spec.partition(":")
     if family == "echo":
         from acp_server.runtime.providers.echo import EchoProvider
@@ -59,7 +62,7 @@ def open_provider(spec: str, *, base_url: str | None = None, env: Mapping[str, s
     path = config_file(env)
     try:
         file_settings = read_config_file(path)
-        credentials = provider_credentials(family, file_settings, env, base_url)
+        credentials = provider_credentials(family, file_settings, env, base_url, default_model)
     except SettingsError as exc:
         raise MissingCredentialsError(f"{exc}; fix the file, then authenticate again") from None
     # A local OpenAI-compatible server (Ollama, llama.cpp, vLLM, LM Studio) needs no key; the official APIs do.

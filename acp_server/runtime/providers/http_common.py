@@ -26,7 +26,7 @@ import anyio
 import orjson
 
 from acp_server.runtime.model import INVALID_ARGUMENTS, Emit, ModelError
-from acp_server.runtime.providers.catalog import ListingError, endpoint_key, model_ids
+from acp_server.runtime.providers.catalog import MAX_LIST_BYTES, ListingError, decode_listing, endpoint_key, too_large
 from acp_server.settings.files import DEFAULT_TIMEOUTS, EndpointTimeouts
 
 __all__ = ["HttpProvider", "describe_failure", "import_sdk", "one_line", "parse_arguments"]
@@ -137,28 +137,45 @@ class HttpProvider:
 
     async def list_models(self) -> tuple[str, ...]:
         """The chat models the endpoint lists, through the provider's own client (its headers, key and base URL),
-        within a bound; any failure is one `ModelError` line without the key. A cancel stays a cancel."""
+        within a time bound and a size bound (MAX_LIST_BYTES, as sent and once decompressed); the body is inflated
+        and parsed in a worker thread, never on the event loop. Any failure is one `ModelError` line without the
+        key. A cancel stays a cancel."""
         client = await self.client()
         path, params = MODEL_LISTS[self.SDK]
         limits = self.timeouts
         bound = min(MAX_LIST_SECONDS, limits.connect + limits.first_byte, limits.total)
-        body: object = None
+        raw, encoding = b"", ""
         failure: Exception | None = None
         with anyio.move_on_after(bound) as waiting:
             try:
-                body = await client.get(path, cast_to=object, options={"params": params, "timeout": bound})
+                # stream=True: the SDK hands over the response with its body unread, which is read here, bounded.
+                # Only gzip is asked for, which `decode_listing` inflates within the same bound.
+                options = {"params": params, "timeout": bound, "headers": {"Accept-Encoding": "gzip"}}
+                stream = await client.get(
+                    path, cast_to=object, options=options, stream=True, stream_cls=self.stream_cls
+                )
+                try:
+                    encoding = stream.response.headers.get("content-encoding", "")
+                    raw = await _read_bounded(stream.response)
+                finally:
+                    with anyio.CancelScope(shield=True), anyio.move_on_after(limits.connect):
+                        await stream.response.aclose()
             except Exception as exc:
                 failure = exc
         await anyio.lowlevel.checkpoint_if_cancelled()
         if waiting.cancelled_caught:
             raise ModelError(f"the model endpoint {self.endpoint()} did not list its models within {bound:g} s")
+        if isinstance(failure, ListingError):
+            problem = str(failure)
+            failure = None  # its traceback holds this frame: kept, the two would be a cycle (see stream_reply)
+            raise ModelError(f"the model endpoint {self.endpoint()} answered {path}, but {problem}") from None
         if failure is not None:
             log.debug("listing the models failed", exc_info=failure)
             message = self.describe(failure, streaming=False)
-            failure = None  # its traceback holds this frame: kept, the two would be a cycle (see stream_reply)
+            failure = None  # as above
             raise ModelError(message) from None
         try:
-            return model_ids(body)
+            return await anyio.to_thread.run_sync(decode_listing, raw, encoding, abandon_on_cancel=True)
         except ListingError as exc:
             raise ModelError(f"the model endpoint {self.endpoint()} answered {path}, but {exc}") from None
 
@@ -353,6 +370,20 @@ def _retry_delay(exc: BaseException | None, attempt: int) -> float:
                 return seconds
     backoff: float = min(_INITIAL_BACKOFF * 2.0 ** (attempt - 1), _MAX_BACKOFF)
     return backoff * (1 - 0.25 * random.random())
+
+
+async def _read_bounded(response: Any) -> bytes:
+    """A models list's body as it comes over the wire (still compressed, if it is), refused (`ListingTooLargeError`) as
+    soon as it is larger than MAX_LIST_BYTES: a said length is believed when it is too large, and checked anyway."""
+    said = response.headers.get("content-length", "")
+    if said.isdigit() and int(said) > MAX_LIST_BYTES:
+        raise too_large()
+    body = bytearray()
+    async for piece in response.aiter_raw():
+        body += piece
+        if len(body) > MAX_LIST_BYTES:
+            raise too_large()
+    return bytes(body)
 
 
 def parse_arguments(raw: str) -> dict[str, Any]:

@@ -25,7 +25,9 @@ SPEC = "openai:gpt-4o"
 def providers() -> ProviderCache:
     def open_model(spec: str) -> Provider:
         # A port nothing listens on: building the client connects nowhere.
-        return open_provider(spec, base_url="http://127.0.0.1:9/v1", env={"OPENAI_API_KEY": "sk-test-not-real"})
+        return open_provider(
+            spec, default_model=SPEC, base_url="http://127.0.0.1:9/v1", env={"OPENAI_API_KEY": "sk-test-not-real"}
+        )
 
     return ProviderCache(open_model)
 

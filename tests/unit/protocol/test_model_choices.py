@@ -203,3 +203,54 @@ async def test_the_cache_and_the_providers_are_read_in_a_worker_thread_and_ready
         await choices.ready()  # once read, at once
     assert len(readers) == 2 and threading.main_thread() not in readers
     assert lister.asked == 0 and changes == [("openai:configured", "openai:cached-model")]
+
+
+async def test_the_refresh_every_time_to_live_sends_each_key_to_its_own_providers_endpoint_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Issue 20 item 1, the 10-minute refresh: built as the server builds its providers (server.build_server's
+    # open_model), `--base-url` reaches the default model's provider only, at start and at every refresh after.
+    from acp_server.runtime.providers import open_provider
+    from tests.support.fake_anthropic import FakeAnthropic
+    from tests.support.fake_openai import FakeOpenAI
+
+    openai_key, anthropic_key = "sk-refresh-OPENAI-0123456789", "sk-ant-refresh-0123456789"
+    with FakeOpenAI() as flagged, FakeAnthropic() as anthropic:
+        flagged.serve_models("qwen", "qwen-big")
+        anthropic.serve_models("claude-fake", "claude-opus")
+        config_file = tmp_path / "config.toml"
+        config_file.write_text(
+            f'[providers.anthropic]\napi_key = "{anthropic_key}"\nbase_url = "{anthropic.base_url}"\n'
+        )
+        env = {"ACP_SERVER_CONFIG": str(config_file), "OPENAI_API_KEY": openai_key}
+        config = Config(
+            model="openai:qwen", models=("anthropic:claude-fake",), base_url=flagged.base_url, state_dir=str(tmp_path)
+        )
+        opened: list[Any] = []
+
+        def open_model(spec: str) -> Any:
+            provider = open_provider(spec, default_model=config.model, base_url=config.base_url, env=env)
+            opened.append(provider)
+            return provider
+
+        later = time.time()
+        monkeypatch.setattr(time, "time", lambda: later)
+        listed = anyio.Event()
+        try:
+            async with anyio.create_task_group() as group:
+                choices = ModelChoices(config, ProviderCache(open_model), spawner(group))
+                choices.start(listed.set)
+                with anyio.fail_after(30):
+                    await listed.wait()  # the first refresh has ended: both lists are in
+                listed_too = ("openai:qwen-big", "anthropic:claude-opus")
+                assert choices.current == ("openai:qwen", "anthropic:claude-fake", *listed_too)
+                later += LIST_TTL + 1  # ten minutes on: the lists are stale and asked for again
+                choices.start(listed.set)
+        finally:
+            for provider in opened:
+                await provider.aclose()
+        for server, key, count in ((flagged, openai_key, 2), (anthropic, anthropic_key, 2)):
+            assert len(server.model_list_requests) == count
+            for request in server.model_list_requests:
+                sent = " ".join(request.headers.values())
+                assert key in sent and (openai_key if key == anthropic_key else anthropic_key) not in sent

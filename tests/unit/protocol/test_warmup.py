@@ -22,7 +22,7 @@ from acp_server.runtime.tools.files import FILE_TOOLS
 opened = []
 def open_model(spec):
     opened.append(spec)
-    return open_provider(spec, base_url="http://127.0.0.1:9/v1")
+    return open_provider(spec, default_model="openai:gpt-4o", base_url="http://127.0.0.1:9/v1")
 
 providers = ProviderCache(open_model)
 tools = ToolBox(FILE_TOOLS)

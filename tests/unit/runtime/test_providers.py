@@ -8,15 +8,18 @@ fake endpoint.
 
 from __future__ import annotations
 
+import gzip
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import anyio
+import orjson
 import pytest
 
 from acp_server.runtime.model import (
@@ -745,3 +748,41 @@ async def test_acp_server_answers_a_model_failure_with_one_line_and_no_key(
     code, _ = await client.close()
     assert code == 0
     assert "SECRET" not in client.stderr_text  # nor in the server's log
+
+
+@pytest.mark.parametrize("family", ["openai", "anthropic"])
+async def test_a_models_list_is_read_within_its_bound_and_parsed_in_a_worker_thread(
+    fake_openai: FakeOpenAI,
+    fake_anthropic: anth.FakeAnthropic,
+    family: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Issue 20 item 7: the list was read whole and parsed on the event loop.
+    from acp_server.runtime.providers import http_common
+    from acp_server.runtime.providers.catalog import decode_listing
+
+    server: FakeOpenAI | anth.FakeAnthropic = fake_openai if family == "openai" else fake_anthropic
+    provider: OpenAIProvider | AnthropicProvider = (
+        OpenAIProvider("m", api_key=SECRET, base_url=server.base_url)
+        if family == "openai"
+        else AnthropicProvider("m", api_key=SECRET, base_url=server.base_url)
+    )
+    decoded_in: list[threading.Thread] = []
+
+    def decode(raw: bytes, encoding: str) -> tuple[str, ...]:
+        decoded_in.append(threading.current_thread())
+        return decode_listing(raw, encoding)
+
+    monkeypatch.setattr(http_common, "decode_listing", decode, raising=False)  # (absent before: never called)
+    try:
+        body = orjson.dumps(server.models_body(["model-a", "model-b"]))
+        server.serve_models_bytes(gzip.compress(body), "gzip")
+        assert await provider.list_models() == ("model-a", "model-b")
+        assert decoded_in and threading.main_thread() not in decoded_in
+        assert server.model_list_requests[0].headers["accept-encoding"] == "gzip"
+        server.serve_models_bytes(b"{" * (8 * 1024 * 1024 + 1))
+        with pytest.raises(ModelError, match="larger than 8 MiB, so it was not read"):
+            await provider.list_models()
+        assert len(decoded_in) == 1  # refused while it was read: never parsed
+    finally:
+        await _close_client(provider)

@@ -320,12 +320,12 @@ def test_provider_endpoint_and_key_follow_the_same_precedence(tmp_path: Path) ->
     )
 
     def creds(env: dict[str, str], flag: str | None = None) -> tuple[str | None, str | None, str | None]:
-        c = provider_credentials("openai", document, env, flag)
+        c = provider_credentials("openai", document, env, flag, "openai:gpt-4o")
         return c.base_url, c.api_key, c.key_source
 
     assert creds({}) == ("http://section.example/v1", "sk-file-0123456789", "the config file (api_key)")
     only_top = {k: v for k, v in document.items() if k != "providers"}
-    assert provider_credentials("openai", only_top, {}, None).base_url == "http://top.example/v1"
+    assert provider_credentials("openai", only_top, {}, None, "openai:m").base_url == "http://top.example/v1"
     env = {"MY_KEY": "sk-named-0123456789", "OPENAI_BASE_URL": "http://env.example/v1"}
     assert creds(env)[:2] == ("http://env.example/v1", "sk-named-0123456789")
     assert "MY_KEY" in (creds(env)[2] or "")
@@ -591,3 +591,25 @@ def test_a_bad_retention_value_in_the_file_is_reported_and_the_default_keeps(tmp
     assert (loaded.config.keep_sessions, loaded.config.keep_sessions_days) == (500, 90.0)
     (problem,) = loaded.file.problems
     assert problem.key == line.split(maxsplit=1)[0] and "zero or more" in problem.message
+
+
+@pytest.mark.parametrize("default_model", ["openai:qwen", "anthropic:claude-x"])
+def test_the_base_url_flag_and_the_top_level_base_url_set_the_default_models_provider_only(
+    tmp_path: Path, default_model: str
+) -> None:
+    # Issue 20 item 1: with `--model openai:qwen --base-url URL`, Anthropic's listing went to URL with its key.
+    document = read_config_file(
+        write(tmp_path, 'base_url = "http://top.example/v1"\n[providers.anthropic]\napi_key = "sk-ant-0123456789"\n')
+    )
+    flag = "http://flag.example/v1"
+    ours, other = ("openai", "anthropic") if default_model.startswith("openai") else ("anthropic", "openai")
+    assert provider_credentials(ours, document, {}, flag, default_model).base_url == flag
+    assert provider_credentials(ours, document, {}, None, default_model).base_url == "http://top.example/v1"
+    # The other provider keeps its own endpoint (None: its SDK's default), whatever the flag and the file's top say.
+    assert provider_credentials(other, document, {}, flag, default_model).base_url is None
+    own = {"OPENAI_BASE_URL": "http://own-openai/v1", "ANTHROPIC_BASE_URL": "http://own-anthropic"}
+    expected = "http://own-openai/v1" if other == "openai" else "http://own-anthropic"
+    assert provider_credentials(other, document, own, flag, default_model).base_url == expected
+    # An offline default model takes no endpoint: the flag sets none.
+    for family in ("openai", "anthropic"):
+        assert provider_credentials(family, document, {}, flag, "echo").base_url is None

@@ -44,6 +44,13 @@ KEY = "sk-proj-Zt8kQ2vX9mLp4RwN7yHc"
         ("token ghp_abcdefghijklmnopqrstuvwxyz0123456789 used", "used"),
         ("slack xoxb-1234567890-abcdefghij here", "here"),
         ("google AIzaSyA1234567890abcdefghijklmnopqrstuv key", "google"),
+        # Issue 20 item 8: the SDKs log each request's URL, credentials and all.
+        (
+            "Sending HTTP Request: GET http://me:hunter2x@127.0.0.1:8080/v1/models",
+            "http://me:[REDACTED]@127.0.0.1:8080",
+        ),
+        ("URL('https://:hunter2x@host.example/v1')", "https://:[REDACTED]@host.example/v1"),
+        ("HTTP Request: POST https://tok3nAsUser@git.example/x", "https://[REDACTED]@git.example/x"),
     ],
 )
 def test_secrets_are_removed_and_what_they_were_is_kept(text: str, kept: str) -> None:
@@ -62,6 +69,7 @@ def test_secrets_are_removed_and_what_they_were_is_kept(text: str, kept: str) ->
         "disk-usage of task-runner is fine",
         "the api_key is missing: set OPENAI_API_KEY",
         "session 3f2a-bb: 12 turns, tokens used 4096",
+        "GET http://127.0.0.1:8080/v1/models@latest and mailto:someone@example.com",
     ],
 )
 def test_ordinary_text_is_left_alone(text: str) -> None:

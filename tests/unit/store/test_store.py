@@ -991,6 +991,22 @@ def test_a_store_path_that_is_a_directory_is_refused(db: Path) -> None:
     assert db.is_dir()
 
 
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="POSIX: links and FIFOs")
+def test_a_store_path_that_is_a_link_or_a_fifo_is_refused_without_following_or_blocking(db: Path) -> None:
+    # Issue 20 item 10: state files are opened without following a link (O_NOFOLLOW), without blocking on a FIFO
+    # (O_NONBLOCK), and refused unless fstat on the open descriptor says regular file.
+    elsewhere = db.parent / "elsewhere" / "real.db"
+    elsewhere.parent.mkdir(parents=True)
+    SessionStore.open(elsewhere).close()
+    before = elsewhere.read_bytes()
+    db.symlink_to(elsewhere)
+    assert "not a regular file (a symbolic link, not followed)" in open_refused(db)
+    assert db.is_symlink() and elsewhere.read_bytes() == before
+    db.unlink()
+    os.mkfifo(db)
+    assert "not a regular file (a FIFO)" in open_refused(db)  # pytest's timeout ends a blocked open
+
+
 # --- listing ---
 
 
