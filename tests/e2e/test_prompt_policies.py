@@ -62,7 +62,9 @@ async def test_interrupting_a_stubborn_turn_answers_at_the_deadline_and_its_late
 ) -> None:
     server = await policy_server(start_server, "interrupt")
     a = await server.new_session()
-    p1 = await server.prompt(a, [{"tool": "test_stubborn", "args": {"s": 2}}, {"say": "late"}])
+    # Not a cancellable call (test_stubborn has a fence of its own): after the response only the turn's fence
+    # stands between its late result and the client (mutation 12).
+    p1 = await server.prompt(a, [{"tool": "test_stubborn_inline", "args": {"s": 2}}, {"say": "late"}])
     started = await server.probe("tool_started", sessionId=a)
     call_id = started["params"]["toolCallId"]
     t0 = await server.send(second := server.prompt_message(a, [{"say": "p2"}]))

@@ -494,7 +494,9 @@ async def test_v2_interrupting_a_stubborn_work_ends_it_at_the_deadline_and_its_l
         "interrupt",
     )
     a = await server.new_session_v2()
-    await inserted(server, a, [{"tool": "test_stubborn", "args": {"s": 2}}, {"say": "late"}])
+    # Not a cancellable call (test_stubborn has a fence of its own): after the idle only the turn's fence stands
+    # between its late result and the client (mutation 12).
+    await inserted(server, a, [{"tool": "test_stubborn_inline", "args": {"s": 2}}, {"say": "late"}])
     started = await server.probe("tool_started", sessionId=a)
     call_id = started["params"]["toolCallId"]
     t0 = await server.send(second := server.prompt_message(a, [{"say": "p2"}]))
