@@ -251,7 +251,7 @@ def probe() -> None:
     try:
         isolate_mounts([path for path in ("/tmp",) if os.path.isdir(path)])
     except OSError as exc:
-        _say(str(exc))
+        _say(exc.strerror or str(exc))  # "unshare(...): Operation not permitted", without "[Errno 1]"
         sys.exit(1)
     sys.exit(0)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import os
+import platform
 import pwd
 import shutil
 import subprocess
@@ -24,12 +25,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from acp_server.runtime.sandbox import landlock_support, mount_isolation
 from acp_server.runtime.sandbox_exec import KEPT_CAPABILITIES
 from tests.conftest import StartServer
-from tests.support.harness import DEFAULT_ARGS, RawClient, server_command
+from tests.support.harness import DEFAULT_ARGS, RawClient, isolated_env, scaled, server_command
 
 ABI = landlock_support().abi
 needs_landlock = pytest.mark.skipif(ABI < 1, reason=f"no Landlock on this machine: {landlock_support().reason}")
@@ -339,3 +341,98 @@ async def test_a_command_cannot_change_the_metadata_of_a_file_outside_the_direct
     ((code, text),) = await run_all(read_only, session_id, ["chmod 644 readme.txt"])
     assert code not in (0, None) and "Read-only file system" in text, text
     assert (arena.root / "readme.txt").stat().st_mode & 0o777 == 0o600
+
+
+@needs_landlock
+@pytest.mark.timeout(60)
+async def test_what_the_sandbox_leaves_open_stays_open_as_docs_sandbox_md_says(
+    start_server: StartServer, arena: Arena
+) -> None:
+    """The other side of docs/sandbox.md: a command still reads any file its user can (a key in a config file), may
+    set the set-user-ID bit on a file it made in the workspace, and as a non-root server's sees files of other users
+    as owned by the overflow uid (65534) in its user namespace."""
+    secret = arena.elsewhere / "config.toml"
+    key = f"sk-file-{uuid.uuid4().hex}"
+    secret.write_text(f'api_key = "{key}"\n')
+    os.chown(secret, arena.user.uid, arena.user.gid)
+    os.chmod(secret, 0o600)
+    client = await start(start_server, arena)
+    session_id = await session_in(client, arena.root, arena.extra)
+    read, setuid, owner = await run_all(
+        client,
+        session_id,
+        [f"rev {secret}", "cp /bin/true ./t && chmod 4755 ./t && stat -c %a t", "stat -c %u /"],
+    )
+    assert read[0] == 0 and key[::-1] in read[1], read
+    assert setuid[0] == 0 and setuid[1].startswith("4755"), setuid
+    assert (arena.root / "t").stat().st_mode & 0o4000
+    assert owner[0] == 0 and owner[1].startswith("0" if arena.user.uid == 0 else "65534"), owner
+
+
+# Starts its arguments with unshare(2) refused (EPERM), as a container's seccomp profile may (Docker's default does
+# for a process without CAP_SYS_ADMIN): a seccomp filter, inherited by everything the program starts. x86_64 only.
+REFUSE_UNSHARE = """
+import ctypes, os, struct, sys
+LD, JEQ, RET = 0x20, 0x15, 0x06
+program = [(LD, 0, 0, 4), (JEQ, 0, 3, 0xC000003E), (LD, 0, 0, 0), (JEQ, 0, 1, 272), (RET, 0, 0, 0x00050000 | 1),
+           (RET, 0, 0, 0x7FFF0000)]
+code = ctypes.create_string_buffer(b"".join(struct.pack("HBBI", *op) for op in program))
+fprog = struct.pack("HxxxxxxP", len(program), ctypes.addressof(code))
+fprog_buf = ctypes.create_string_buffer(fprog)
+libc = ctypes.CDLL(None, use_errno=True)
+if libc.prctl(22, 2, fprog_buf, 0, 0) != 0:
+    sys.exit("seccomp: " + os.strerror(ctypes.get_errno()))
+os.execv(sys.argv[1], sys.argv[1:])
+"""
+
+
+@needs_landlock
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="the seccomp filter below is written for x86_64")
+@pytest.mark.timeout(90)
+async def test_where_the_kernel_refuses_a_mount_namespace_commands_run_as_before_and_the_log_and_doctor_say_so(
+    start_server: StartServer, tmp_path: Path
+) -> None:
+    """The fallback of issue 20 item 5: with unshare(2) refused (a root server in a container whose seccomp profile
+    refuses it), commands still run, Landlock still refuses writes outside the workspace (EACCES) and the capabilities
+    are still dropped, but chmod outside it works: the server's log says so once, and `doctor` warns, with why."""
+    user_for("root")
+    base = Path(tempfile.mkdtemp(prefix="acp-sandbox-privileges-", dir=OUTSIDE_TMP))
+    try:
+        root, extra, elsewhere = base / "root", base / "extra", base / "elsewhere"
+        for path in (root, extra, elsewhere):
+            path.mkdir()
+        victim = elsewhere / "victim"
+        victim.write_text("mine\n")
+        os.chmod(victim, 0o644)
+        refused = [sys.executable, "-c", REFUSE_UNSHARE]
+        env = {"TMPDIR": str(tmp_path)}
+        client = await start_server(env=env, cwd=str(root), command=[*refused, *server_command(*DEFAULT_ARGS)])
+        await client.initialize()
+        session_id = await session_in(client, root, extra)
+        write, chmod, status = await run_all(
+            client,
+            session_id,
+            [f"echo x > {elsewhere}/f", f"chmod 600 {victim}", "grep -E '^CapEff:' /proc/self/status"],
+        )
+        assert write[0] not in (0, None) and "Permission denied" in write[1], write
+        assert not (elsewhere / "f").exists()
+        assert chmod[0] == 0 and victim.stat().st_mode & 0o777 == 0o600, chmod  # what stays open without it
+        kept = sum(1 << cap for cap in KEPT_CAPABILITIES) & _own_bounding_set()
+        assert _status(status[1]) == {"CapEff": kept}, status
+        code, _ = await client.close()
+        assert code == 0
+        said = "sandbox: no read-only mount namespace for commands (unshare(CLONE_NEWUSER|CLONE_NEWNS): Operation not"
+        assert client.stderr_text.count(said) == 1, client.stderr_text
+
+        with anyio.fail_after(scaled(60)):
+            report = await anyio.run_process(
+                [*refused, *server_command("doctor", "--timeout", "1", *DEFAULT_ARGS)],
+                env={**os.environ, **isolated_env(), **env},
+                check=False,
+            )
+        lines = report.stderr.decode(errors="replace").splitlines()
+        (line,) = [line for line in lines if line.startswith(("OK   sandbox:", "WARN sandbox:", "FAIL sandbox:"))]
+        assert line.startswith("WARN sandbox:") and "metadata NOT protected outside the writable directories" in line
+        assert "Operation not permitted" in line, line
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
