@@ -2,7 +2,7 @@
 
 Why it exists: `run_command` runs what a model wrote, with the user's rights. On Linux, Landlock (through the
 `landlockpy` package; see pyproject.toml for why it and not bubblewrap) lets a process give up rights for itself and
-everything it starts, with no privileges and no namespaces. The `sandbox` setting (settings/choices.py) says how much:
+everything it starts, with no privileges. The `sandbox` setting (settings/choices.py) says how much:
 
 - `workspace-write`, the default: the whole file system may be read and executed; only the session's roots (its
   `cwd` and additional directories), the temp directory (`$TMPDIR`, `/tmp`) and `/dev/shm` may be written, plus
@@ -22,8 +22,15 @@ kill it. Before ABI 3 truncate(2) is not controlled, and `doctor` warns. Set-use
 inside (no_new_privs). On ABI 1 (Linux 5.13 to 5.18) moving or linking a file into another directory is refused even
 inside the roots (EXDEV); ABI 2 allows it.
 
-The cost: the launcher is a second Python start per command, about 70 ms of CPU (most of it importing landlockpy,
-whose libc lookup runs `ldconfig -p`), small beside a model's turn.
+Landlock does not govern chmod, chown or utime, and a root server's command would keep every capability: the
+launcher also puts each command in a mount namespace where all but its writable directories is read-only (when
+`mount_isolation` says the kernel allows one here: `CAP_SYS_ADMIN` as root, a user namespace otherwise; else the log
+and `doctor` say what stays open), and drops every capability but the few a root needs for files it may write. The
+server is not dumpable (runtime/processes.py), so no command reads its environment through /proc. docs/sandbox.md
+states exactly what is confined and what is not, each with its test.
+
+The cost: the launcher is a second Python start per command, about 60 ms of CPU (most of it importing landlockpy,
+whose libc lookup runs `ldconfig -p`; the namespace and the capabilities add about 5 ms), small beside a model's turn.
 
 Where no sandbox is possible (not Linux, a kernel before 5.13 or without Landlock enabled, the package missing),
 it depends on who chose the mode. Set by name (flag, variable, file: `Config.sandbox_explicit`), it fails closed:

@@ -276,7 +276,12 @@ async def test_a_command_cannot_read_the_environment_of_the_server_or_of_any_anc
         "p=$PPID; while [ \"$p\" -gt 1 ]; do echo \"ancestor $p\"; tr '\\0' '\\n' < /proc/$p/environ | rev; "
         "p=$(sed 's/.*) //' /proc/$p/stat | cut -d' ' -f2); done; echo walked"
     )
-    ((code, text),) = await run_all(client, session_id, [walk])
+    (code, text), status = await run_all(
+        client, session_id, [walk, "grep -E '^(CapEff|CapBnd|NoNewPrivs):' /proc/self/status"]
+    )
+    # No CAP_SYS_PTRACE, nor any other the launcher does not keep; a non-root server's command holds none at all.
+    kept = sum(1 << cap for cap in KEPT_CAPABILITIES) & _own_bounding_set()
+    assert _status(status[1]) == {"CapEff": kept if arena.user.uid == 0 else 0, "CapBnd": kept, "NoNewPrivs": 1}
     assert "walked" in text, text
     # Reversed: the server redacts a secret it knows from what a command prints, but a command can encode it.
     assert key not in text and key[::-1] not in text, text
@@ -285,6 +290,9 @@ async def test_a_command_cannot_read_the_environment_of_the_server_or_of_any_anc
     assert len(ancestors) >= 2 and ancestors[1] == wrapper, (ancestors, wrapper, text)  # the server, then its shell
     for pid in ancestors:
         assert f"/proc/{pid}/environ: Permission denied" in text, (pid, text)
+    # The server made itself non-dumpable before its first command: its /proc files then belong to root, whoever
+    # it runs as (ptrace(2)), and a process of its uid without CAP_SYS_PTRACE may not read them.
+    assert os.stat(f"/proc/{ancestors[0]}/environ").st_uid == 0
     assert code == 0, text
 
 
@@ -314,6 +322,10 @@ async def test_a_command_cannot_change_the_metadata_of_a_file_outside_the_direct
             f"chmod 4666 {victim}",
             f"chown {owner} {victim}",
             f"touch -d 2001-02-03 {victim}",
+            f"echo evil >> {victim}",
+            f"echo evil > {arena.home}/.bashrc",
+            # Undoing the read-only mounts first does not help: no capability, and a Landlocked process may not mount.
+            f"mount -o remount,rw / ; mount -o remount,bind,rw {arena.elsewhere} ; chmod 4666 {victim}",
             "chmod 600 readme.txt && touch -d 2001-02-03 readme.txt && stat -c %a readme.txt",
             f"echo x > /dev/null && echo made > {arena.temp}/f && mkdir {arena.extra}/d && echo fine",
         ],
@@ -322,6 +334,7 @@ async def test_a_command_cannot_change_the_metadata_of_a_file_outside_the_direct
     for code, text in outside:
         assert code not in (0, None) and "Read-only file system" in text, text
         assert "it ran in the workspace-write sandbox" in text, text  # the model is told why
+    assert victim.read_text() == "mine\n" and not (arena.home / ".bashrc").exists()
     after = victim.stat()
     assert (after.st_mode, after.st_uid, after.st_gid, after.st_mtime) == (
         before.st_mode,
