@@ -200,49 +200,36 @@ def confine(writable: Sequence[str], network: bool) -> None:
 
 
 def drop_capabilities() -> None:
-    """Step 3: keep only `KEPT_CAPABILITIES`, in every set, and set no_new_privs. Nothing to do for a process that
-    has no capability (a non-root server's, outside a user namespace): it has nothing to lose, and exec gives a
-    non-root uid none. Raises OSError when a capability that should go cannot be dropped."""
+    """Step 3: keep only `KEPT_CAPABILITIES`, in every set, and set no_new_privs. Raises OSError when it cannot.
+
+    With no_new_privs, no exec gives more than the permitted set held before it (capabilities(7), and
+    `cap_bprm_creds_from_file`): reducing the permitted set (capset, always allowed) is what holds. The bounding set
+    is emptied too where CAP_SETPCAP allows (a root server's, one in a user namespace), so even a later exec of a
+    uid-0 program without no_new_privs could not bring a capability back, and /proc/PID/status says so."""
     libc = _libc()
-    _check(
-        libc.prctl(_PR_SET_NO_NEW_PRIVS, ctypes.c_ulong(1), ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0)),
-        "no_new_privs",
-    )
-    # The ambient set survives exec even for a non-root uid: emptied first (EINVAL before Linux 4.3: none then).
-    libc.prctl(
-        _PR_CAP_AMBIENT,
-        ctypes.c_ulong(_PR_CAP_AMBIENT_CLEAR_ALL),
-        ctypes.c_ulong(0),
-        ctypes.c_ulong(0),
-        ctypes.c_ulong(0),
-    )
+    _check(_prctl(libc, _PR_SET_NO_NEW_PRIVS, 1), "no_new_privs")
+    # The ambient set survives exec even for a non-root uid: emptied (EINVAL before Linux 4.3: there is none then).
+    _prctl(libc, _PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL)
     header = _CapHeader(_LINUX_CAPABILITY_VERSION_3, 0)
     data = (_CapData * 2)()
     _check(libc.capget(ctypes.byref(header), data), "capget")
     permitted = data[0].permitted | data[1].permitted << 32
-    # The bounding set caps what exec gives uid 0 (all it holds): drop from it all we do not keep, while we still
-    # hold CAP_SETPCAP, which that needs. A process without CAP_SETPCAP cannot, and without capabilities need not.
-    if permitted >> _CAP_SETPCAP & 1:
+    if permitted >> _CAP_SETPCAP & 1:  # first, while we hold CAP_SETPCAP, which dropping from it needs
         cap = 0
-        while (
-            libc.prctl(_PR_CAPBSET_READ, ctypes.c_ulong(cap), ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0))
-            >= 0
-        ):
+        while _prctl(libc, _PR_CAPBSET_READ, cap) >= 0:  # EINVAL past the kernel's last capability
             if cap not in KEPT_CAPABILITIES:
-                _check(
-                    libc.prctl(
-                        _PR_CAPBSET_DROP, ctypes.c_ulong(cap), ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0)
-                    ),
-                    f"dropping capability {cap}",
-                )
+                _check(_prctl(libc, _PR_CAPBSET_DROP, cap), f"dropping capability {cap} from the bounding set")
             cap += 1
-    elif os.geteuid() == 0:
-        raise OSError("a root command without CAP_SETPCAP cannot give up its capabilities for good")
     kept = permitted & sum(1 << cap for cap in KEPT_CAPABILITIES)
     for index, word in enumerate((kept & 0xFFFFFFFF, kept >> 32)):
         data[index].effective = data[index].permitted = word
         data[index].inheritable = 0
     _check(libc.capset(ctypes.byref(header), data), "capset")
+
+
+def _prctl(libc: ctypes.CDLL, option: int, argument: int = 0) -> int:
+    zero = ctypes.c_ulong(0)
+    return int(libc.prctl(option, ctypes.c_ulong(argument), zero, zero, zero))
 
 
 def probe() -> None:
