@@ -228,11 +228,12 @@ async def test_a_root_servers_command_cannot_make_a_device_node_and_keeps_only_t
     user_for("root")
     base = Path(tempfile.mkdtemp(prefix="acp-sandbox-privileges-", dir=OUTSIDE_TMP))
     try:
-        root = base / "root"
+        root, extra = base / "root", base / "extra"
         root.mkdir()
+        extra.mkdir()
         client = await start_server(*DEFAULT_ARGS, env={"TMPDIR": str(tmp_path)}, cwd=str(root))
         await client.initialize()
-        session_id = await session_in(client, root, base)
+        session_id = await session_in(client, root, extra)
         device, status, fifo = await run_all(
             client,
             session_id,
@@ -363,7 +364,8 @@ async def test_what_the_sandbox_leaves_open_stays_open_as_docs_sandbox_md_says(
 ) -> None:
     """The other side of docs/sandbox.md: a command still reads any file its user can (a key in a config file), may
     set the set-user-ID bit on a file it made in the workspace, and as a non-root server's sees files of other users
-    as owned by the overflow uid (65534) in its user namespace."""
+    as owned by the overflow uid (65534) in its user namespace. And a cost: link(2) and rename(2) from one writable
+    directory to another fail (EXDEV), as between two file systems; `mv` copies instead."""
     secret = arena.elsewhere / "config.toml"
     key = f"sk-file-{uuid.uuid4().hex}"
     secret.write_text(f'api_key = "{key}"\n')
@@ -371,11 +373,23 @@ async def test_what_the_sandbox_leaves_open_stays_open_as_docs_sandbox_md_says(
     os.chmod(secret, 0o600)
     client = await start(start_server, arena)
     session_id = await session_in(client, arena.root, arena.extra)
-    read, setuid, owner = await run_all(
+    read, setuid, owner, moved, linked, proc = await run_all(
         client,
         session_id,
-        [f"rev {secret}", "cp /bin/true ./t && chmod 4755 ./t && stat -c %a t", "stat -c %u /"],
+        [
+            f"rev {secret}",
+            "cp /bin/true ./t && chmod 4755 ./t && stat -c %a t",
+            "stat -c %u /",
+            f"echo moved > {arena.temp}/m && mv {arena.temp}/m m && cat m",
+            f"echo linked > {arena.temp}/l && ln {arena.temp}/l l",
+            "unshare -Ur true",
+        ],
     )
+    # /proc is not writable (Landlock refused it before; now a read-only mount too): no nested user namespace.
+    assert proc[0] not in (0, None) and "uid_map: Read-only file system" in proc[1], proc
+    # Each writable directory is a mount of its own: mv copies across them, a hard link (or a bare rename) cannot.
+    assert moved[0] == 0 and "moved" in moved[1], moved
+    assert linked[0] not in (0, None) and "Invalid cross-device link" in linked[1], linked
     assert read[0] == 0 and key[::-1] in read[1], read
     assert setuid[0] == 0 and setuid[1].startswith("4755"), setuid
     assert (arena.root / "t").stat().st_mode & 0o4000
