@@ -140,7 +140,10 @@ def isolate_mounts(writable: Sequence[str]) -> None:
                 file.write(line)
     # First of all, nothing done here may reach the mounts we were copied from (a shared / would propagate it).
     _check(libc.mount(b"none", b"/", None, ctypes.c_ulong(_MS_REC | _MS_PRIVATE), None), "making / private")
-    here = os.getcwd()
+    try:
+        here: str | None = os.getcwd()
+    except OSError:
+        here = None  # removed under us: the command starts there all the same, as without the namespace
     # Each writable directory as it is now (with the mounts beneath it), detached, before everything turns read-only.
     # Its real path: a bind follows links, and where it lands is where the writes must stay possible.
     clones: list[tuple[str, int]] = []
@@ -151,7 +154,12 @@ def isolate_mounts(writable: Sequence[str]) -> None:
             clones.append((path, _check(found, f"open_tree({path})")))
         attr = _MountAttr(attr_set=_MOUNT_ATTR_RDONLY)
         read_only = libc.syscall(
-            _SYS_MOUNT_SETATTR, _AT_FDCWD, b"/", ctypes.c_uint(_AT_RECURSIVE), ctypes.byref(attr), ctypes.sizeof(attr)
+            _SYS_MOUNT_SETATTR,
+            _AT_FDCWD,
+            b"/",
+            ctypes.c_uint(_AT_RECURSIVE),
+            ctypes.byref(attr),
+            ctypes.c_size_t(ctypes.sizeof(attr)),  # a size_t in full: syscall(2) is variadic
         )
         _check(read_only, "mount_setattr(/, read-only)")
         for path, fd in clones:
@@ -163,8 +171,9 @@ def isolate_mounts(writable: Sequence[str]) -> None:
         for _, fd in clones:
             os.close(fd)
     # The working directory still names the directory under the writable mount laid over it: name it again.
-    with contextlib.suppress(OSError):
-        os.chdir(here)
+    if here is not None:
+        with contextlib.suppress(OSError):
+            os.chdir(here)
 
 
 def confine(writable: Sequence[str], network: bool) -> None:
