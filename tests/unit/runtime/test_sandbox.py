@@ -126,6 +126,10 @@ def test_the_launcher_gets_the_roots_and_temp_dirs_in_workspace_write_and_nothin
     read_only = Sandbox(SandboxMode.READ_ONLY, False, 7, "/pkgs").command(["/bin/sh", "-c", "x"], [tmp_path])
     assert not [arg for arg in read_only if arg.startswith("--write")]
     assert "--no-network" in read_only
+    # The mount namespace only when the runner was told the kernel allows one here (mount_isolation), in both modes.
+    assert "--mounts" not in workspace and "--mounts" not in read_only
+    isolated = Sandbox(SandboxMode.READ_ONLY, True, 7, "/pkgs").command(["/bin/sh", "-c", "x"], [tmp_path], mounts=True)
+    assert "--mounts" in isolated and isolated[-4:] == ["--", "/bin/sh", "-c", "x"]
 
 
 def test_the_launcher_fails_closed_the_command_is_not_run(tmp_path: Path) -> None:
