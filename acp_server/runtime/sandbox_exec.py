@@ -126,6 +126,43 @@ def _check(result: int, what: str) -> int:
     return result
 
 
+def beyond_reach(writable: Sequence[str]) -> list[str]:
+    """`writable` without each directory whose path passes through another writable one (by name, or as the links on
+    the way resolve now): a command could have replaced it, or a directory on its way, with a link to anywhere (`rm -r
+    sub; ln -s /etc sub`), and both Landlock's rule and the mount would follow that link. A real directory inside
+    another writable one loses nothing (the outer one's rights hold beneath it); one that now leads elsewhere is not
+    writable, and the command's output says why (the model reads it)."""
+    resolved = {path: os.path.realpath(path) for path in writable}
+    kept: list[str] = []
+    for path in writable:
+        others = [real for real in resolved.values() if real != resolved[path]]
+        through = _passes_through(path, others)
+        if through is None:
+            kept.append(path)
+        elif not any(_inside(resolved[path], other) for other in others):
+            _say(
+                f"acp-server sandbox: {path} is NOT writable: it lies inside {through}, where a command may have "
+                f"replaced it with a link (it now leads to {resolved[path]})"
+            )
+    return kept
+
+
+def _passes_through(path: str, roots: Sequence[str]) -> str | None:
+    """The first of `roots` that one of `path`'s ancestors, resolved, lies in, or None."""
+    ancestor = os.path.abspath(path)
+    while ancestor != os.path.dirname(ancestor):
+        ancestor = os.path.dirname(ancestor)
+        real = os.path.realpath(ancestor)
+        for root in roots:
+            if _inside(real, root):
+                return root
+    return None
+
+
+def _inside(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
 def isolate_mounts(writable: Sequence[str]) -> None:
     """Step 1: a mount namespace of this process's own where everything is read-only but `writable`. Raises OSError
     when the kernel refuses (no user namespaces for this user, a container's seccomp profile, a kernel before 5.12)."""
@@ -256,7 +293,8 @@ def main(args: Sequence[str]) -> None:
     if list(args) == ["--probe-mounts"]:
         probe()
     try:
-        writable, network, mounts, argv = _parse(args)
+        asked, network, mounts, argv = _parse(args)
+        writable = beyond_reach(asked)
         if mounts:
             isolate_mounts(writable)  # first: a Landlocked process may not mount, a process without caps cannot
         confine(writable, network)

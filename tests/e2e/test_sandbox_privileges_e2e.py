@@ -464,3 +464,38 @@ async def test_where_the_kernel_refuses_a_mount_namespace_commands_run_as_before
         assert "Operation not permitted" in line, line
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+@needs_landlock
+@pytest.mark.timeout(60)
+async def test_a_writable_directory_a_command_replaced_by_a_link_gives_no_rights_where_the_link_leads(
+    start_server: StartServer, arena: Arena
+) -> None:
+    """An additional directory inside the session's cwd (`a/b`) lies in a writable directory, so a command can swap a
+    directory on its way for a link to anywhere (`mv a old; ln -s /etc a`; the directory itself, a mount point in the
+    command's namespace, cannot be removed); Landlock's rule and the bind mount for the next command would follow
+    the link and grant writes where it leads. The launcher drops a writable directory reached through another one:
+    its real contents stay writable through the outer one, the link's target gets nothing, and the output says why."""
+    nested = arena.root / "a" / "b"
+    target = arena.elsewhere / "b"
+    for path in (nested.parent, nested, target):
+        path.mkdir()
+        os.chown(path, arena.user.uid, arena.user.gid)
+        os.chmod(path, 0o755)
+    client = await start(start_server, arena)
+    session_id = await session_in(client, arena.root, nested)
+    real, plant, escape = await run_all(
+        client,
+        session_id,
+        [
+            f"echo ok > {nested}/f && cat {nested}/f",
+            f"mv {arena.root}/a {arena.root}/old && ln -s {arena.elsewhere} {arena.root}/a && echo planted",
+            f"echo evil > {nested}/g; chmod 777 {nested}",
+        ],
+    )
+    assert real[0] == 0 and "ok" in real[1], real
+    assert plant[0] == 0 and "planted" in plant[1], plant
+    assert escape[0] not in (0, None), escape
+    assert f"{nested} is NOT writable: it lies inside {arena.root}" in escape[1], escape
+    assert list(target.iterdir()) == []
+    assert target.stat().st_mode & 0o777 == 0o755
