@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
 import pytest
 
@@ -36,8 +36,10 @@ async def start_server() -> AsyncIterator[StartServer]:
     """Start `acp-server` processes; at teardown each is closed (stdin EOF) and its whole wire log is checked."""
     clients: list[RawClient] = []
 
-    async def start(*args: str, env: dict[str, str] | None = None, cwd: str | None = None) -> RawClient:
-        client = await RawClient.start(*args, env=env, cwd=cwd)
+    async def start(
+        *args: str, env: dict[str, str] | None = None, cwd: str | None = None, command: Sequence[str] | None = None
+    ) -> RawClient:
+        client = await RawClient.start(*args, env=env, cwd=cwd, command=command)
         clients.append(client)
         return client
 

@@ -21,7 +21,7 @@ from anyio.abc import Process
 
 from acp_server.runtime.ports import CommandResult, ToolError
 from acp_server.runtime.processes import ProcessTable
-from acp_server.runtime.sandbox import Sandbox, Unconfined
+from acp_server.runtime.sandbox import Sandbox, Unconfined, mount_isolation
 
 __all__ = ["OUTPUT_LIMIT", "LocalCommandRunner", "OutputTail"]
 
@@ -90,7 +90,10 @@ class LocalCommandRunner:
                 raise ToolError(self._sandbox.reason)
             unconfined = self._sandbox.reason
         elif self._sandbox is not None:
-            argv = self._sandbox.command(argv, self._roots)
+            # Asked once per process, off the event loop (it starts the launcher's probe): see runtime/sandbox.py. A
+            # cancel does not wait for the probe (bounded by its timeout), which finishes and is kept for the next.
+            mounts = await anyio.to_thread.run_sync(mount_isolation, self._sandbox.package_dir, abandon_on_cancel=True)
+            argv = self._sandbox.command(argv, self._roots, mounts=mounts.ok)
         process = await self._processes.open(argv, cwd=str(cwd))
         if self._on_started is not None:
             self._on_started(process)

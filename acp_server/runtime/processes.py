@@ -38,6 +38,8 @@ log = logging.getLogger(__name__)
 TERM_GRACE = 0.2
 # <linux/prctl.h>: orphaned descendants are re-parented to the nearest subreaper ancestor instead of to init.
 PR_SET_CHILD_SUBREAPER = 36
+# <linux/prctl.h>: whether a process of the same uid may read our memory, environment and files through /proc.
+PR_SET_DUMPABLE = 4
 # At exit, how many times the descendants are killed and looked for again (one may fork while we kill its parent).
 KILL_ROUNDS = 5
 
@@ -103,10 +105,12 @@ class ProcessTable:
             _reap_orphans()
 
     def adopt_orphans(self) -> None:
-        """Call before starting a child: from then on its orphans are re-parented to us (Linux). Not at start-up:
-        ctypes costs milliseconds there, and there are no orphans before there are children."""
+        """Call before starting a child: from then on its orphans are re-parented to us, and it cannot read our
+        memory or environment (Linux). Not at start-up: ctypes costs milliseconds there, and there are no orphans
+        (nor children to read anything) before there are children."""
         if self._adopt_orphans:
             become_subreaper()
+            become_undumpable()
 
     async def terminate(self, process: Process) -> None:
         """Stop a group politely, then by force; the caller shields this and bounds it with its deadline."""
@@ -197,6 +201,27 @@ def become_subreaper() -> bool:
             raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
     except (OSError, AttributeError) as exc:
         log.info("cannot become a child subreaper (orphans of commands go to init): %s", exc)
+        return False
+    return True
+
+
+@functools.cache
+def become_undumpable() -> bool:
+    """Linux: PR_SET_DUMPABLE 0, so a process of our uid without CAP_SYS_PTRACE cannot read our environment (the
+    model's API key), memory or open files through /proc/PID, nor trace us (ptrace_may_access(2) requires a
+    dumpable target or that capability): a command of a non-root server, and a root server's, whose CAP_SYS_PTRACE
+    the sandbox's launcher drops. It also means no core dump holds the key. Our own /proc/self stays readable to us;
+    children are dumpable again from their exec on. Once per process; False where the kernel refuses."""
+    if sys.platform != "linux":
+        return False
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(PR_SET_DUMPABLE, ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0)):
+            raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
+    except (OSError, AttributeError) as exc:
+        log.warning("cannot hide this process's environment from its commands (PR_SET_DUMPABLE): %s", exc)
         return False
     return True
 

@@ -2,7 +2,7 @@
 
 Why it exists: `run_command` runs what a model wrote, with the user's rights. On Linux, Landlock (through the
 `landlockpy` package; see pyproject.toml for why it and not bubblewrap) lets a process give up rights for itself and
-everything it starts, with no privileges and no namespaces. The `sandbox` setting (settings/choices.py) says how much:
+everything it starts, with no privileges. The `sandbox` setting (settings/choices.py) says how much:
 
 - `workspace-write`, the default: the whole file system may be read and executed; only the session's roots (its
   `cwd` and additional directories), the temp directory (`$TMPDIR`, `/tmp`) and `/dev/shm` may be written, plus
@@ -22,8 +22,15 @@ kill it. Before ABI 3 truncate(2) is not controlled, and `doctor` warns. Set-use
 inside (no_new_privs). On ABI 1 (Linux 5.13 to 5.18) moving or linking a file into another directory is refused even
 inside the roots (EXDEV); ABI 2 allows it.
 
-The cost: the launcher is a second Python start per command, about 70 ms of CPU (most of it importing landlockpy,
-whose libc lookup runs `ldconfig -p`), small beside a model's turn.
+Landlock does not govern chmod, chown or utime, and a root server's command would keep every capability: the
+launcher also puts each command in a mount namespace where all but its writable directories is read-only (when
+`mount_isolation` says the kernel allows one here: `CAP_SYS_ADMIN` as root, a user namespace otherwise; else the log
+and `doctor` say what stays open), and drops every capability but the few a root needs for files it may write. The
+server is not dumpable (runtime/processes.py), so no command reads its environment through /proc. docs/sandbox.md
+states exactly what is confined and what is not, each with its test.
+
+The cost: the launcher is a second Python start per command, about 60 ms of CPU (most of it importing landlockpy,
+whose libc lookup runs `ldconfig -p`; the namespace and the capabilities add about 5 ms), small beside a model's turn.
 
 Where no sandbox is possible (not Linux, a kernel before 5.13 or without Landlock enabled, the package missing),
 it depends on who chose the mode. Set by name (flag, variable, file: `Config.sandbox_explicit`), it fails closed:
@@ -48,15 +55,27 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from acp_server.settings.config import Config, SandboxMode
 
-__all__ = ["NETWORK_ABI", "Sandbox", "Support", "Unconfined", "describe", "landlock_support", "sandbox_for"]
+__all__ = [
+    "NETWORK_ABI",
+    "MountIsolation",
+    "Sandbox",
+    "Support",
+    "Unconfined",
+    "describe",
+    "landlock_support",
+    "mount_isolation",
+    "sandbox_for",
+]
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +89,8 @@ _UNIX_SOCKET_ABI = 9
 _SYS_LANDLOCK_CREATE_RULESET = 444
 # Writable in workspace-write besides the roots and the temp directory: POSIX shared memory and semaphores.
 _SHARED_MEMORY = "/dev/shm"
+# How long the launcher's probe of mount namespaces may take (a Python start, on a loaded machine).
+_PROBE_TIMEOUT = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +140,57 @@ def _landlock_abi() -> int:
 
 
 @dataclass(frozen=True, slots=True)
+class MountIsolation:
+    """Whether the launcher can put a command in a mount namespace where all but its writable directories is
+    read-only (`ok`), and if not, why, in words."""
+
+    ok: bool
+    reason: str = ""
+
+
+_probing = threading.Lock()
+
+
+@functools.cache
+def _probe_mounts(package_dir: str) -> MountIsolation:
+    """Asked once per process, by running the launcher's probe (a Python start, about 20 ms: never at start-up, but
+    on a worker thread before the first command, and by `doctor`). Says on stderr when the answer is no."""
+    try:
+        done = subprocess.run(
+            [sys.executable, "-I", "-S", "-c", _boot(package_dir), "--probe-mounts"],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            timeout=_PROBE_TIMEOUT,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        found = MountIsolation(False, f"the probe could not run: {exc}")
+    else:
+        said = done.stderr.decode(errors="replace").strip().splitlines()
+        found = (
+            MountIsolation(True)
+            if done.returncode == 0
+            else MountIsolation(False, said[-1] if said else f"exit status {done.returncode}")
+        )
+    if not found.ok:
+        log.warning(
+            "sandbox: no read-only mount namespace for commands (%s): they can chmod, chown and touch files outside "
+            "the directories they may write",
+            found.reason,
+        )
+    return found
+
+
+def mount_isolation(package_dir: str) -> MountIsolation:
+    """Whether commands get a mount namespace where all else is read-only; the probe runs once per process."""
+    if sys.platform != "linux":
+        return MountIsolation(False, "mount namespaces are a Linux feature")
+    with _probing:  # the first commands of two sessions at once: one probe, one warning
+        return _probe_mounts(package_dir)
+
+
+@dataclass(frozen=True, slots=True)
 class Unconfined:
     """A sandbox was asked for and the machine offers none (`reason`). `refuse`: it was asked for by name (flag,
     variable or file), so commands are refused rather than run with the user's rights; else (the default mode)
@@ -140,15 +212,18 @@ class Sandbox:
     # More directories writable in workspace-write (the `sandbox_writable` setting).
     extra: tuple[str, ...] = ()
 
-    def command(self, argv: Sequence[str], roots: Sequence[Path]) -> list[str]:
+    def command(self, argv: Sequence[str], roots: Sequence[Path], *, mounts: bool = False) -> list[str]:
         """`argv` run by the launcher, confined to write only in `roots` and the temp directory (workspace-write)
-        or nowhere (read-only). A directory holding the launcher's own code or interpreter is never writable."""
+        or nowhere (read-only). A directory holding the launcher's own code or interpreter is never writable.
+        `mounts`: in a mount namespace where all else is read-only (`mount_isolation()` says whether it can be had)."""
         writable: tuple[str, ...] = ()
         if self.mode is SandboxMode.WORKSPACE_WRITE:
             writable = _safe_writable(self._asked(roots), self.package_dir)
         args = [f"--write={path}" for path in writable]
         if not self.network:
             args.append("--no-network")
+        if mounts:
+            args.append("--mounts")
         return [sys.executable, "-I", "-S", "-c", _boot(self.package_dir), *args, "--", *argv]
 
     def _asked(self, roots: Sequence[Path]) -> tuple[str, ...]:
@@ -169,8 +244,9 @@ class Sandbox:
                 found.append(f"{root} is NOT writable: {_dropped_because(exposed)}")
         return tuple(found)
 
-    def words(self) -> str:
-        """What it does, for `doctor`, the start-up log and the model."""
+    def words(self, mounts: MountIsolation | None = None) -> str:
+        """What it does, for `doctor`, the start-up log and the model; with `mounts` (doctor's probe), also what the
+        mount namespace and, for root, the capabilities add."""
         if self.mode is SandboxMode.WORKSPACE_WRITE:
             what = "local commands may write only in the session's directories and the temp directory"
             kept = [path for path in self.extra if not _exposed(path, self.package_dir)]
@@ -187,14 +263,27 @@ class Sandbox:
                 f"network NOT restricted: this kernel's Landlock (ABI {self.abi}) cannot refuse TCP "
                 f"(ABI {NETWORK_ABI}, Linux 6.7, can)"
             )
-        gaps = self.gaps()
+        more = []
+        if mounts is not None and mounts.ok:
+            more.append("no chmod, chown or touch elsewhere either (a mount namespace where all else is read-only)")
+        if os.geteuid() == 0:
+            more.append(
+                "as this server runs as root, its commands keep only CAP_CHOWN, CAP_DAC_OVERRIDE, CAP_FOWNER, "
+                "CAP_FSETID and CAP_NET_BIND_SERVICE"
+            )
         return f"{self.mode.value} through Landlock ABI {self.abi}: {what}; {network}" + "".join(
-            f"; {gap}" for gap in gaps
+            f"; {part}" for part in [*more, *self.gaps(mounts)]
         )
 
-    def gaps(self) -> list[str]:
-        """What this kernel's Landlock leaves open that the setting would close, in words (empty: nothing)."""
+    def gaps(self, mounts: MountIsolation | None = None) -> list[str]:
+        """What this kernel's Landlock leaves open that the setting would close, in words (empty: nothing); with
+        `mounts`, also whether metadata outside the writable directories is protected."""
         found = []
+        if mounts is not None and not mounts.ok:
+            found.append(
+                "metadata NOT protected outside the writable directories: chmod, chown and touch -d work on any file "
+                f"the user owns (Landlock does not govern them, and no read-only mount namespace here: {mounts.reason})"
+            )
         if self.abi < _TRUNCATE_ABI:
             found.append(
                 f"NOT controlled by this kernel's Landlock (ABI {self.abi}): truncating files (`truncate -s 0 "
@@ -273,8 +362,9 @@ def describe(config: Config, support: Support | None = None) -> tuple[str, str]:
         return "warn", f"not possible here: {found.reason}; local commands run with your full rights"
     sandbox = _sandbox(config, found)
     problems = sandbox.problems()
-    complete = (config.sandbox_network or found.abi >= NETWORK_ABI) and not sandbox.gaps() and not problems
-    words = "; ".join([sandbox.words(), *problems])
+    mounts = mount_isolation(found.package_dir)
+    complete = (config.sandbox_network or found.abi >= NETWORK_ABI) and not sandbox.gaps(mounts) and not problems
+    words = "; ".join([sandbox.words(mounts), *problems])
     return (
         "ok" if complete else "warn",
         f"{words} (commands an editor runs in its own terminals are not confined by acp-server)",

@@ -1,25 +1,40 @@
-"""The launcher that confines one command, then becomes it: `[--write=DIR]... [--no-network] -- ARGV...`.
+"""The launcher that confines one command, then becomes it: `[--write=DIR]... [--no-network] [--mounts] -- ARGV...`.
 
 Started by the server (runtime/sandbox.py builds its command line) as `python -I -S -c BOOT ARGS`, so it imports only
-the standard library, landlockpy and this module. It asks Landlock for a domain in which the whole file system may
-be read and executed, only the `--write` directories (and the harmless devices) written, no signal sent to a process
-outside the domain (ABI 6), and, with `--no-network`, no TCP connection made or socket bound; enforces it on itself
-(no_new_privs included), then execs ARGV. The domain holds for ARGV and everything it starts, and cannot be undone.
+the standard library, landlockpy and this module. In this order, each step needing what the next gives up:
 
-Why a launcher rather than the server: Landlock confines the calling thread, and the server serves sessions with
-other roots; a `preexec_fn` would run Python in a forked child of a threaded process, which can deadlock.
+1. `--mounts`: a mount namespace of its own in which every mount is read-only but the `--write` directories, bound
+   over themselves as they were (a root server makes it with its CAP_SYS_ADMIN; any other in a user namespace of its
+   own, mapping only its own uid and gid). Landlock does not govern chmod, chown or utime (nor setxattr); a read-only
+   mount refuses them (EROFS), so a command cannot change the metadata of a file outside the directories it may
+   write. Needs the new mount API (`open_tree`, `move_mount`, `mount_setattr`: Linux 5.12); the server asks once
+   whether it works here (`--probe-mounts`) and passes `--mounts` only then.
+2. Landlock: a domain in which the whole file system may be read and executed, only the `--write` directories (and
+   the harmless devices) written, device nodes never made, no signal sent to a process outside the domain (ABI 6),
+   and, with `--no-network`, no TCP connection made or socket bound. A Landlocked process may not mount, so the
+   command cannot undo step 1.
+3. Capabilities: what a root server's command could do beyond its files (make devices, trace the server and read its
+   memory and environment, load modules, raw sockets, ...) is dropped from every capability set, the bounding set
+   included, so no exec can bring it back; `KEPT_CAPABILITIES` stay (the command is still root for the files it may
+   write). no_new_privs: set-user-ID programs gain nothing.
+4. exec ARGV. All of it holds for ARGV and everything it starts, and cannot be undone.
 
-It fails closed: if the domain cannot be made, the command is not run, a line on stderr says why, and the exit
-status is 126 (as a shell's for a command that cannot run).
+Why a launcher rather than the server: Landlock and namespaces apply to the calling thread, and the server serves
+sessions with other roots; a `preexec_fn` would run Python in a forked child of a threaded process, which can deadlock.
+
+It fails closed: if a step cannot be done, the command is not run, a line on stderr says why, and the exit status is
+126 (as a shell's for a command that cannot run).
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import os
 import sys
 from collections.abc import Sequence
 
-__all__ = ["CANNOT_CONFINE", "main"]
+__all__ = ["CANNOT_CONFINE", "KEPT_CAPABILITIES", "main"]
 
 # The exit status when the command could not be confined (and so was not run), or could not be executed.
 CANNOT_CONFINE = 126
@@ -27,33 +42,190 @@ NOT_FOUND = 127
 # Devices every command may write, even in read-only: writing there changes nothing on disk.
 WRITABLE_DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/tty", "/dev/ptmx", "/dev/pts")
 
+# The capabilities a root server's command keeps (<linux/capability.h> numbers): what root needs to work on files it
+# may write that belong to another user, as a project mounted into a container does (CAP_CHOWN, CAP_DAC_OVERRIDE,
+# CAP_FOWNER, CAP_FSETID: `tar`, `cp -a`, `chmod`, a checkout), and a port below 1024 for a dev server
+# (CAP_NET_BIND_SERVICE). Everything else goes, among them CAP_MKNOD (device nodes), CAP_SYS_PTRACE (the server's
+# memory and /proc/PID/environ), CAP_DAC_READ_SEARCH (open_by_handle_at), CAP_SETUID/CAP_SETGID (becoming another
+# user, whose processes it could then trace), CAP_KILL, CAP_SYS_ADMIN, CAP_SYS_MODULE, CAP_SYS_RAWIO, CAP_SYS_BOOT,
+# CAP_SYS_TIME, CAP_NET_RAW, CAP_NET_ADMIN, CAP_LINUX_IMMUTABLE, CAP_SYS_CHROOT, CAP_SETPCAP, CAP_SETFCAP, CAP_BPF,
+# CAP_PERFMON. CAP_DAC_OVERRIDE lets it read files of other users, which the sandbox lets every command read anyway.
+KEPT_CAPABILITIES = frozenset({0, 1, 3, 4, 10})
+_CAP_SETPCAP = 8
 
-def _parse(args: Sequence[str]) -> tuple[list[str], bool, list[str]]:
+# <linux/prctl.h>, <linux/capability.h>, <linux/sched.h>, <linux/mount.h>, <fcntl.h>.
+_PR_CAPBSET_READ = 23
+_PR_CAPBSET_DROP = 24
+_PR_SET_NO_NEW_PRIVS = 38
+_PR_CAP_AMBIENT = 47
+_PR_CAP_AMBIENT_CLEAR_ALL = 4
+_LINUX_CAPABILITY_VERSION_3 = 0x20080522
+_CLONE_NEWNS = 0x00020000
+_CLONE_NEWUSER = 0x10000000
+_MS_REC = 0x4000
+_MS_PRIVATE = 1 << 18
+_AT_FDCWD = -100
+_AT_RECURSIVE = 0x8000
+_OPEN_TREE_CLONE = 1
+_OPEN_TREE_CLOEXEC = os.O_CLOEXEC
+_MOVE_MOUNT_F_EMPTY_PATH = 0x4
+_MOUNT_ATTR_RDONLY = 0x1
+# System call numbers of the new mount API: the same on every architecture but alpha (which Python hardly runs on).
+_SYS_OPEN_TREE = 428
+_SYS_MOVE_MOUNT = 429
+_SYS_MOUNT_SETATTR = 442
+
+
+class _MountAttr(ctypes.Structure):
+    _fields_ = (
+        ("attr_set", ctypes.c_uint64),
+        ("attr_clr", ctypes.c_uint64),
+        ("propagation", ctypes.c_uint64),
+        ("userns_fd", ctypes.c_uint64),
+    )
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = (("version", ctypes.c_uint32), ("pid", ctypes.c_int))
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = (("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32))
+
+
+def _parse(args: Sequence[str]) -> tuple[list[str], bool, bool, list[str]]:
     writable: list[str] = []
     network = True
+    mounts = False
     for index, arg in enumerate(args):
         if arg == "--":
             if index + 1 == len(args):
                 raise ValueError("no command after --")
-            return writable, network, list(args[index + 1 :])
+            return writable, network, mounts, list(args[index + 1 :])
         if arg.startswith("--write="):
             writable.append(arg.removeprefix("--write="))
         elif arg == "--no-network":
             network = False
+        elif arg == "--mounts":
+            mounts = True
         else:
             raise ValueError(f"unknown argument {arg!r}")
     raise ValueError("no -- before the command")
 
 
+def _libc() -> ctypes.CDLL:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    return libc
+
+
+def _check(result: int, what: str) -> int:
+    if result < 0:
+        number = ctypes.get_errno()
+        raise OSError(number, f"{what}: {os.strerror(number)}")
+    return result
+
+
+def beyond_reach(writable: Sequence[str]) -> list[str]:
+    """`writable` without each directory whose path passes through another writable one (by name, or as the links on
+    the way resolve now): a command could have replaced it, or a directory on its way, with a link to anywhere (`rm -r
+    sub; ln -s /etc sub`), and both Landlock's rule and the mount would follow that link. A real directory inside
+    another writable one loses nothing (the outer one's rights hold beneath it); one that now leads elsewhere is not
+    writable, and the command's output says why (the model reads it)."""
+    resolved = {path: os.path.realpath(path) for path in writable}
+    kept: list[str] = []
+    for path in writable:
+        others = [real for real in resolved.values() if real != resolved[path]]
+        through = _passes_through(path, others)
+        if through is None:
+            kept.append(path)
+        elif not any(_inside(resolved[path], other) for other in others):
+            _say(
+                f"acp-server sandbox: {path} is NOT writable: it lies inside {through}, where a command may have "
+                f"replaced it with a link (it now leads to {resolved[path]})"
+            )
+    return kept
+
+
+def _passes_through(path: str, roots: Sequence[str]) -> str | None:
+    """The first of `roots` that one of `path`'s ancestors, resolved, lies in, or None."""
+    ancestor = os.path.abspath(path)
+    while ancestor != os.path.dirname(ancestor):
+        ancestor = os.path.dirname(ancestor)
+        real = os.path.realpath(ancestor)
+        for root in roots:
+            if _inside(real, root):
+                return root
+    return None
+
+
+def _inside(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def isolate_mounts(writable: Sequence[str]) -> None:
+    """Step 1: a mount namespace of this process's own where everything is read-only but `writable`. Raises OSError
+    when the kernel refuses (no user namespaces for this user, a container's seccomp profile, a kernel before 5.12)."""
+    libc = _libc()
+    uid, gid = os.geteuid(), os.getegid()
+    if uid != 0 or libc.unshare(_CLONE_NEWNS) != 0:
+        # Not root, or a root without CAP_SYS_ADMIN: a user namespace gives the right to mount in a mount namespace
+        # it owns. Only our own uid and gid are mapped, so files and processes keep their owners.
+        _check(libc.unshare(_CLONE_NEWUSER | _CLONE_NEWNS), "unshare(CLONE_NEWUSER|CLONE_NEWNS)")
+        for name, line in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
+            with open(f"/proc/self/{name}", "w") as file:
+                file.write(line)
+    # First of all, nothing done here may reach the mounts we were copied from (a shared / would propagate it).
+    _check(libc.mount(b"none", b"/", None, ctypes.c_ulong(_MS_REC | _MS_PRIVATE), None), "making / private")
+    try:
+        here: str | None = os.getcwd()
+    except OSError:
+        here = None  # removed under us: the command starts there all the same, as without the namespace
+    # Each writable directory as it is now (with the mounts beneath it), detached, before everything turns read-only.
+    # Its real path: a bind follows links, and where it lands is where the writes must stay possible.
+    clones: list[tuple[str, int]] = []
+    try:
+        for path in sorted({os.path.realpath(path) for path in writable if os.path.isdir(path)}, key=len):
+            flags = _OPEN_TREE_CLONE | _OPEN_TREE_CLOEXEC | _AT_RECURSIVE
+            found = libc.syscall(_SYS_OPEN_TREE, _AT_FDCWD, os.fsencode(path), ctypes.c_uint(flags))
+            clones.append((path, _check(found, f"open_tree({path})")))
+        attr = _MountAttr(attr_set=_MOUNT_ATTR_RDONLY)
+        read_only = libc.syscall(
+            _SYS_MOUNT_SETATTR,
+            _AT_FDCWD,
+            b"/",
+            ctypes.c_uint(_AT_RECURSIVE),
+            ctypes.byref(attr),
+            ctypes.c_size_t(ctypes.sizeof(attr)),  # a size_t in full: syscall(2) is variadic
+        )
+        _check(read_only, "mount_setattr(/, read-only)")
+        for path, fd in clones:
+            moved = libc.syscall(
+                _SYS_MOVE_MOUNT, fd, b"", _AT_FDCWD, os.fsencode(path), ctypes.c_uint(_MOVE_MOUNT_F_EMPTY_PATH)
+            )
+            _check(moved, f"move_mount(onto {path})")
+    finally:
+        for _, fd in clones:
+            os.close(fd)
+    # The working directory still names the directory under the writable mount laid over it: name it again.
+    if here is not None:
+        with contextlib.suppress(OSError):
+            os.chdir(here)
+
+
 def confine(writable: Sequence[str], network: bool) -> None:
-    """Enforce the domain on this process (and what it execs). Raises OSError (landlockpy's errors are OSErrors)
-    when it cannot."""
+    """Step 2: enforce the Landlock domain on this process (and what it execs). Raises OSError (landlockpy's errors are
+    OSErrors) when it cannot."""
     from landlockpy import AccessFS, AccessNet, Ruleset, Scope, abi_version, fs_for_abi, net_for_abi
 
     abi = abi_version()
     if abi < 1:
         raise OSError("this kernel has no Landlock")
     every_fs = fs_for_abi(abi)
+    # Beneath the writable directories, every right but making device nodes: a character or block node reaches
+    # kernel objects (memory, the kernel log, a disk), not files. FIFOs and Unix sockets stay (`mkfifo`, a dev
+    # server's socket): they reach only what listens on them.
+    write = every_fs & ~(AccessFS.MAKE_CHAR | AccessFS.MAKE_BLOCK)
     read = AccessFS.READ_FILE | AccessFS.READ_DIR | AccessFS.EXECUTE | AccessFS.IOCTL_DEV
     if network:
         read |= AccessFS.RESOLVE_UNIX  # a Unix socket by path is a network peer: allowed with the network
@@ -69,14 +241,64 @@ def confine(writable: Sequence[str], network: bool) -> None:
                 ruleset.allow_path(path, device)
         for path in writable:
             if os.path.isdir(path):
-                ruleset.allow_path(path, every_fs)
+                ruleset.allow_path(path, write)
         ruleset.restrict()
 
 
-def main(args: Sequence[str]) -> None:
+def drop_capabilities() -> None:
+    """Step 3: keep only `KEPT_CAPABILITIES`, in every set, and set no_new_privs. Raises OSError when it cannot.
+
+    With no_new_privs, no exec gives more than the permitted set held before it (capabilities(7), and
+    `cap_bprm_creds_from_file`): reducing the permitted set (capset, always allowed) is what holds. The bounding set
+    is emptied too where CAP_SETPCAP allows (a root server's, one in a user namespace), so even a later exec of a
+    uid-0 program without no_new_privs could not bring a capability back, and /proc/PID/status says so."""
+    libc = _libc()
+    _check(_prctl(libc, _PR_SET_NO_NEW_PRIVS, 1), "no_new_privs")
+    # The ambient set survives exec even for a non-root uid: emptied (EINVAL before Linux 4.3: there is none then).
+    _prctl(libc, _PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL)
+    header = _CapHeader(_LINUX_CAPABILITY_VERSION_3, 0)
+    data = (_CapData * 2)()
+    _check(libc.capget(ctypes.byref(header), data), "capget")
+    permitted = data[0].permitted | data[1].permitted << 32
+    if permitted >> _CAP_SETPCAP & 1:  # first, while we hold CAP_SETPCAP, which dropping from it needs
+        cap = 0
+        while _prctl(libc, _PR_CAPBSET_READ, cap) >= 0:  # EINVAL past the kernel's last capability
+            if cap not in KEPT_CAPABILITIES:
+                _check(_prctl(libc, _PR_CAPBSET_DROP, cap), f"dropping capability {cap} from the bounding set")
+            cap += 1
+    kept = permitted & sum(1 << cap for cap in KEPT_CAPABILITIES)
+    for index, word in enumerate((kept & 0xFFFFFFFF, kept >> 32)):
+        data[index].effective = data[index].permitted = word
+        data[index].inheritable = 0
+    _check(libc.capset(ctypes.byref(header), data), "capset")
+
+
+def _prctl(libc: ctypes.CDLL, option: int, argument: int = 0) -> int:
+    zero = ctypes.c_ulong(0)
+    return int(libc.prctl(option, ctypes.c_ulong(argument), zero, zero, zero))
+
+
+def probe() -> None:
+    """`--probe-mounts`: whether step 1 works here (exit status 0), else why not on stderr (1). Run once by the
+    server, which then passes `--mounts` or says why it does not."""
     try:
-        writable, network, argv = _parse(args)
+        isolate_mounts([path for path in ("/tmp",) if os.path.isdir(path)])
+    except OSError as exc:
+        _say(exc.strerror or str(exc))  # "unshare(...): Operation not permitted", without "[Errno 1]"
+        sys.exit(1)
+    sys.exit(0)
+
+
+def main(args: Sequence[str]) -> None:
+    if list(args) == ["--probe-mounts"]:
+        probe()
+    try:
+        asked, network, mounts, argv = _parse(args)
+        writable = beyond_reach(asked)
+        if mounts:
+            isolate_mounts(writable)  # first: a Landlocked process may not mount, a process without caps cannot
         confine(writable, network)
+        drop_capabilities()
         if not network:
             # Without the network, no session bus either, as far as an environment can say so (a client may still
             # find $XDG_RUNTIME_DIR/bus: Landlock refuses Unix sockets by path only from ABI 9).

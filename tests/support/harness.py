@@ -141,9 +141,17 @@ class RawClient:
     _response_arrivals: dict[int, float] = field(default_factory=dict)
 
     @classmethod
-    async def start(cls, *args: str, env: dict[str, str] | None = None, cwd: str | None = None) -> RawClient:
+    async def start(
+        cls,
+        *args: str,
+        env: dict[str, str] | None = None,
+        cwd: str | None = None,
+        command: Sequence[str] | None = None,
+    ) -> RawClient:
+        """`command`: the server's command line instead of `server_command(*args)` (another user's interpreter,
+        behind `setpriv` or a wrapper shell)."""
         process = await asyncio.create_subprocess_exec(
-            *server_command(*(args or DEFAULT_ARGS)),
+            *(command if command is not None else server_command(*(args or DEFAULT_ARGS))),
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,

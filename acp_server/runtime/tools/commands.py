@@ -35,6 +35,8 @@ _HEAD_CHARS = 8_000
 # (`git status && rm -rf ~` is not `git status`). Operators are found by the tokenizer; these by plain search.
 _COMPOUND_MARKERS = ("`", "$(", "\n", "\r")
 _OPERATOR_CHARS = frozenset("();<>|&")
+# How what the sandbox refused reads in a command's output: EACCES (Landlock), EROFS (its read-only mounts).
+_REFUSALS = ("permission denied", "read-only file system")
 
 
 def command_prefix(command: str) -> str:
@@ -148,8 +150,10 @@ def _report(result: CommandResult, timeout: float, where: str) -> str:
         ending = "ended without an exit status"
     if where != ".":
         notes.append(f"ran in {where}")
-    if result.sandbox is not None and result.exit_code != 0 and "permission denied" in output.lower():
-        # What the sandbox refuses reads as a plain EACCES: say why, so the model does not try sudo or chmod.
+    lowered = output.lower()
+    if result.sandbox is not None and result.exit_code != 0 and any(sign in lowered for sign in _REFUSALS):
+        # What the sandbox refuses reads as a plain EACCES (Landlock), or EROFS outside the writable directories
+        # (its mount namespace): say why, so the model does not try sudo, chmod or a remount.
         where_writable = (
             "nothing may be written"
             if result.sandbox == "read-only"

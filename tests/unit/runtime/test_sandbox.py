@@ -19,7 +19,15 @@ from acp_server.runtime import sandbox as sandbox_module
 from acp_server.runtime.local_commands import LocalCommandRunner
 from acp_server.runtime.ports import CommandResult
 from acp_server.runtime.processes import ProcessTable
-from acp_server.runtime.sandbox import Sandbox, Support, Unconfined, describe, landlock_support, sandbox_for
+from acp_server.runtime.sandbox import (
+    Sandbox,
+    Support,
+    Unconfined,
+    describe,
+    landlock_support,
+    mount_isolation,
+    sandbox_for,
+)
 from acp_server.runtime.sandbox_exec import CANNOT_CONFINE
 from acp_server.runtime.tools.commands import _report
 from acp_server.settings.config import Config, SandboxMode
@@ -118,6 +126,10 @@ def test_the_launcher_gets_the_roots_and_temp_dirs_in_workspace_write_and_nothin
     read_only = Sandbox(SandboxMode.READ_ONLY, False, 7, "/pkgs").command(["/bin/sh", "-c", "x"], [tmp_path])
     assert not [arg for arg in read_only if arg.startswith("--write")]
     assert "--no-network" in read_only
+    # The mount namespace only when the runner was told the kernel allows one here (mount_isolation), in both modes.
+    assert "--mounts" not in workspace and "--mounts" not in read_only
+    isolated = Sandbox(SandboxMode.READ_ONLY, True, 7, "/pkgs").command(["/bin/sh", "-c", "x"], [tmp_path], mounts=True)
+    assert "--mounts" in isolated and isolated[-4:] == ["--", "/bin/sh", "-c", "x"]
 
 
 def test_the_launcher_fails_closed_the_command_is_not_run(tmp_path: Path) -> None:
@@ -317,5 +329,6 @@ async def test_a_command_refused_the_temp_directory_that_holds_the_servers_code_
         result = await runner.run(f"touch {temp}/x", work, None, anchor)
     assert result.exit_code != 0 and not (temp / "x").exists()
     report = _report(result, 10, ".")
-    assert "Permission denied" in report
+    # Refused by the read-only mount namespace where there is one (EROFS), else by Landlock (EACCES).
+    assert ("Read-only file system" if mount_isolation(SUPPORTED.package_dir).ok else "Permission denied") in report
     assert f"{temp} is NOT writable: it holds or lies inside the server's code ({code})" in report
