@@ -21,7 +21,7 @@ from anyio.abc import Process
 
 from acp_server.runtime.ports import CommandResult, ToolError
 from acp_server.runtime.processes import ProcessTable
-from acp_server.runtime.sandbox import Sandbox, Unconfined, mount_isolation
+from acp_server.runtime.sandbox import Sandbox, Unconfined, mount_isolation, network_isolation
 
 __all__ = ["OUTPUT_LIMIT", "LocalCommandRunner", "OutputTail"]
 
@@ -93,7 +93,13 @@ class LocalCommandRunner:
             # Asked once per process, off the event loop (it starts the launcher's probe): see runtime/sandbox.py. A
             # cancel does not wait for the probe (bounded by its timeout), which finishes and is kept for the next.
             mounts = await anyio.to_thread.run_sync(mount_isolation, self._sandbox.package_dir, abandon_on_cancel=True)
-            argv = self._sandbox.command(argv, self._roots, mounts=mounts.ok)
+            netns = False
+            if not self._sandbox.network:  # the network namespace's probe only where it is used
+                net = await anyio.to_thread.run_sync(
+                    network_isolation, self._sandbox.package_dir, abandon_on_cancel=True
+                )
+                netns = net.ok
+            argv = self._sandbox.command(argv, self._roots, mounts=mounts.ok, netns=netns)
         process = await self._processes.open(argv, cwd=str(cwd))
         if self._on_started is not None:
             self._on_started(process)

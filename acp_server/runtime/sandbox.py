@@ -13,14 +13,17 @@ everything it starts, with no privileges. The `sandbox` setting (settings/choice
 - `off`: as before, the user's full rights.
 
 `sandbox_network = false` also refuses TCP connections and listening sockets (Landlock ABI 4, Linux 6.7; UDP from
-ABI 10) and, from ABI 6, connecting to abstract Unix sockets outside the sandbox. Landlock does not confine
-connecting to a Unix socket by path before ABI 9 (the D-Bus session bus, a tmux, docker or ssh-agent socket):
-a service outside the sandbox reached that way acts with its own rights (`systemd-run --user` starts a process
-outside it), which `doctor` names. Whatever the network, from ABI 6 a command may signal only processes of its own
-domain (Scope.SIGNAL): not the editor, the server or the user's other processes; the server, outside, can still
-kill it. Before ABI 3 truncate(2) is not controlled, and `doctor` warns. Set-user-ID programs (`sudo`) gain nothing
-inside (no_new_privs). On ABI 1 (Linux 5.13 to 5.18) moving or linking a file into another directory is refused even
-inside the roots (EXDEV); ABI 2 allows it.
+ABI 10) and, from ABI 6, connecting to abstract Unix sockets outside the sandbox. Where the kernel allows one
+(`network_isolation`: `CAP_SYS_ADMIN` as root, a user namespace otherwise), each command also gets a network
+namespace of its own with only its loopback: no UDP (DNS included), TCP or abstract Unix socket of the host is
+reached, whatever the ABI; else the log and `doctor` say UDP stays open. Nothing confines connecting to a Unix
+socket by path before ABI 9 (the D-Bus session bus, a tmux, docker or ssh-agent socket; a path is not a network
+name, so the namespace does not either): a service outside the sandbox reached that way acts with its own rights
+(`systemd-run --user` starts a process outside it), which `doctor` names. Whatever the network, from ABI 6 a
+command may signal only processes of its own domain (Scope.SIGNAL): not the editor, the server or the user's other
+processes; the server, outside, can still kill it. Before ABI 3 truncate(2) is not controlled, and `doctor` warns.
+Set-user-ID programs (`sudo`) gain nothing inside (no_new_privs). On ABI 1 (Linux 5.13 to 5.18) moving or linking a
+file into another directory is refused even inside the roots (EXDEV); ABI 2 allows it.
 
 Landlock does not govern chmod, chown or utime, and a root server's command would keep every capability: the
 launcher also puts each command in a mount namespace where all but its writable directories is read-only (when
@@ -67,6 +70,7 @@ from acp_server.settings.config import Config, SandboxMode
 
 __all__ = [
     "NETWORK_ABI",
+    "Isolation",
     "MountIsolation",
     "Sandbox",
     "Support",
@@ -74,6 +78,7 @@ __all__ = [
     "describe",
     "landlock_support",
     "mount_isolation",
+    "network_isolation",
     "sandbox_for",
 ]
 
@@ -83,8 +88,12 @@ log = logging.getLogger(__name__)
 NETWORK_ABI = 4
 # The Landlock ABI that controls truncate(2) (before it, a command may truncate any file it can read).
 _TRUNCATE_ABI = 3
+# The Landlock ABI that scopes abstract Unix sockets to the domain.
+_ABSTRACT_UNIX_ABI = 6
 # The Landlock ABI that controls connecting to a Unix socket by path (the D-Bus session bus, systemd's).
 _UNIX_SOCKET_ABI = 9
+# The Landlock ABI that can refuse UDP (landlockpy's table of each right's first ABI).
+_UDP_ABI = 10
 # The system call's number, the same on every architecture that has it.
 _SYS_LANDLOCK_CREATE_RULESET = 444
 # Writable in workspace-write besides the roots and the temp directory: POSIX shared memory and semaphores.
@@ -140,24 +149,25 @@ def _landlock_abi() -> int:
 
 
 @dataclass(frozen=True, slots=True)
-class MountIsolation:
-    """Whether the launcher can put a command in a mount namespace where all but its writable directories is
-    read-only (`ok`), and if not, why, in words."""
+class Isolation:
+    """Whether the launcher can put a command in a namespace of its own (`ok`): a mount namespace where all but its
+    writable directories is read-only, or a network namespace with only its loopback; and if not, why, in words."""
 
     ok: bool
     reason: str = ""
 
 
+MountIsolation = Isolation  # its first name, before the network namespace
+
 _probing = threading.Lock()
 
 
-@functools.cache
-def _probe_mounts(package_dir: str) -> MountIsolation:
-    """Asked once per process, by running the launcher's probe (a Python start, about 20 ms: never at start-up, but
-    on a worker thread before the first command, and by `doctor`). Says on stderr when the answer is no."""
+def _probe(package_dir: str, flag: str) -> Isolation:
+    """Runs the launcher's probe (a Python start, about 20 ms: never at start-up, but on a worker thread before the
+    first command, and by `doctor`)."""
     try:
         done = subprocess.run(
-            [sys.executable, "-I", "-S", "-c", _boot(package_dir), "--probe-mounts"],
+            [sys.executable, "-I", "-S", "-c", _boot(package_dir), flag],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
@@ -165,14 +175,17 @@ def _probe_mounts(package_dir: str) -> MountIsolation:
             check=False,
         )
     except (OSError, subprocess.SubprocessError) as exc:
-        found = MountIsolation(False, f"the probe could not run: {exc}")
-    else:
-        said = done.stderr.decode(errors="replace").strip().splitlines()
-        found = (
-            MountIsolation(True)
-            if done.returncode == 0
-            else MountIsolation(False, said[-1] if said else f"exit status {done.returncode}")
-        )
+        return Isolation(False, f"the probe could not run: {exc}")
+    said = done.stderr.decode(errors="replace").strip().splitlines()
+    if done.returncode == 0:
+        return Isolation(True)
+    return Isolation(False, said[-1] if said else f"exit status {done.returncode}")
+
+
+@functools.cache
+def _probe_mounts(package_dir: str) -> Isolation:
+    """Asked once per process. Says on stderr when the answer is no."""
+    found = _probe(package_dir, "--probe-mounts")
     if not found.ok:
         log.warning(
             "sandbox: no read-only mount namespace for commands (%s): they can chmod, chown and touch files outside "
@@ -182,12 +195,34 @@ def _probe_mounts(package_dir: str) -> MountIsolation:
     return found
 
 
-def mount_isolation(package_dir: str) -> MountIsolation:
+def mount_isolation(package_dir: str) -> Isolation:
     """Whether commands get a mount namespace where all else is read-only; the probe runs once per process."""
     if sys.platform != "linux":
-        return MountIsolation(False, "mount namespaces are a Linux feature")
+        return Isolation(False, "mount namespaces are a Linux feature")
     with _probing:  # the first commands of two sessions at once: one probe, one warning
         return _probe_mounts(package_dir)
+
+
+@functools.cache
+def _probe_network(package_dir: str) -> Isolation:
+    """Asked once per process, only when the network is to be off. Says on stderr when the answer is no."""
+    found = _probe(package_dir, "--probe-network")
+    if not found.ok:
+        log.warning(
+            "sandbox: no network namespace for commands (%s): with the network off they still send UDP (DNS "
+            "included) anywhere; only TCP is refused (Landlock)",
+            found.reason,
+        )
+    return found
+
+
+def network_isolation(package_dir: str) -> Isolation:
+    """Whether commands without the network get a network namespace of their own (only their loopback); the probe
+    runs once per process."""
+    if sys.platform != "linux":
+        return Isolation(False, "network namespaces are a Linux feature")
+    with _probing:
+        return _probe_network(package_dir)
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,16 +247,21 @@ class Sandbox:
     # More directories writable in workspace-write (the `sandbox_writable` setting).
     extra: tuple[str, ...] = ()
 
-    def command(self, argv: Sequence[str], roots: Sequence[Path], *, mounts: bool = False) -> list[str]:
+    def command(
+        self, argv: Sequence[str], roots: Sequence[Path], *, mounts: bool = False, netns: bool = False
+    ) -> list[str]:
         """`argv` run by the launcher, confined to write only in `roots` and the temp directory (workspace-write)
         or nowhere (read-only). A directory holding the launcher's own code or interpreter is never writable.
-        `mounts`: in a mount namespace where all else is read-only (`mount_isolation()` says whether it can be had)."""
+        `mounts`: in a mount namespace where all else is read-only (`mount_isolation()` says whether it can be had);
+        `netns`: without the network, in a network namespace of its own too (`network_isolation()`)."""
         writable: tuple[str, ...] = ()
         if self.mode is SandboxMode.WORKSPACE_WRITE:
             writable = _safe_writable(self._asked(roots), self.package_dir)
         args = [f"--write={path}" for path in writable]
         if not self.network:
             args.append("--no-network")
+            if netns:
+                args.append("--netns")
         if mounts:
             args.append("--mounts")
         return [sys.executable, "-I", "-S", "-c", _boot(self.package_dir), *args, "--", *argv]
@@ -244,9 +284,9 @@ class Sandbox:
                 found.append(f"{root} is NOT writable: {_dropped_because(exposed)}")
         return tuple(found)
 
-    def words(self, mounts: MountIsolation | None = None) -> str:
-        """What it does, for `doctor`, the start-up log and the model; with `mounts` (doctor's probe), also what the
-        mount namespace and, for root, the capabilities add."""
+    def words(self, mounts: Isolation | None = None, net: Isolation | None = None) -> str:
+        """What it does, for `doctor`, the start-up log and the model; with `mounts` and `net` (doctor's probes),
+        also what the mount and network namespaces and, for root, the capabilities add."""
         if self.mode is SandboxMode.WORKSPACE_WRITE:
             what = "local commands may write only in the session's directories and the temp directory"
             kept = [path for path in self.extra if not _exposed(path, self.package_dir)]
@@ -256,6 +296,13 @@ class Sandbox:
             what = "local commands may write nothing"
         if self.network:
             network = "network allowed"
+        elif net is not None and net.ok:
+            network = (
+                "network off: UDP (DNS included), TCP and abstract Unix sockets reach nothing outside (a network "
+                "namespace with only its own loopback"
+                + (", and Landlock refuses TCP connections and listening" if self.abi >= NETWORK_ABI else "")
+                + "); Unix sockets by path are still reached"
+            )
         elif self.abi >= NETWORK_ABI:
             network = "network off (TCP connections and listening refused)"
         else:
@@ -272,12 +319,12 @@ class Sandbox:
                 "CAP_FSETID and CAP_NET_BIND_SERVICE"
             )
         return f"{self.mode.value} through Landlock ABI {self.abi}: {what}; {network}" + "".join(
-            f"; {part}" for part in [*more, *self.gaps(mounts)]
+            f"; {part}" for part in [*more, *self.gaps(mounts, net)]
         )
 
-    def gaps(self, mounts: MountIsolation | None = None) -> list[str]:
+    def gaps(self, mounts: Isolation | None = None, net: Isolation | None = None) -> list[str]:
         """What this kernel's Landlock leaves open that the setting would close, in words (empty: nothing); with
-        `mounts`, also whether metadata outside the writable directories is protected."""
+        `mounts`, also whether metadata outside the writable directories is protected; with `net`, whether UDP is."""
         found = []
         if mounts is not None and not mounts.ok:
             found.append(
@@ -288,6 +335,16 @@ class Sandbox:
             found.append(
                 f"NOT controlled by this kernel's Landlock (ABI {self.abi}): truncating files (`truncate -s 0 "
                 f"~/.bashrc` works anywhere; ABI {_TRUNCATE_ABI}, Linux 6.2, refuses it)"
+            )
+        if not self.network and net is not None and not net.ok and self.abi < _UDP_ABI:
+            found.append(
+                f"UDP NOT restricted (DNS included): a command sends datagrams anywhere (no network namespace here: "
+                f"{net.reason}; Landlock ABI {_UDP_ABI} can)"
+            )
+        if not self.network and net is not None and not net.ok and self.abi < _ABSTRACT_UNIX_ABI:
+            found.append(
+                f"abstract Unix sockets NOT restricted (ABI {_ABSTRACT_UNIX_ABI}, or a network namespace, can): "
+                "a command reaches any the host listens on"
             )
         if not self.network and self.abi < _UNIX_SOCKET_ABI:
             found.append(
@@ -363,8 +420,13 @@ def describe(config: Config, support: Support | None = None) -> tuple[str, str]:
     sandbox = _sandbox(config, found)
     problems = sandbox.problems()
     mounts = mount_isolation(found.package_dir)
-    complete = (config.sandbox_network or found.abi >= NETWORK_ABI) and not sandbox.gaps(mounts) and not problems
-    words = "; ".join([sandbox.words(mounts), *problems])
+    net = None if config.sandbox_network else network_isolation(found.package_dir)
+    complete = (
+        (config.sandbox_network or found.abi >= NETWORK_ABI or (net is not None and net.ok))
+        and not sandbox.gaps(mounts, net)
+        and not problems
+    )
+    words = "; ".join([sandbox.words(mounts, net), *problems])
     return (
         "ok" if complete else "warn",
         f"{words} (commands an editor runs in its own terminals are not confined by acp-server)",

@@ -1,4 +1,5 @@
-"""The launcher that confines one command, then becomes it: `[--write=DIR]... [--no-network] [--mounts] -- ARGV...`.
+"""The launcher that confines one command, then becomes it:
+`[--write=DIR]... [--no-network] [--mounts] [--netns] -- ARGV...`.
 
 Started by the server (runtime/sandbox.py builds its command line) as `python -I -S -c BOOT ARGS`, so it imports only
 the standard library, landlockpy and this module. In this order, each step needing what the next gives up:
@@ -9,6 +10,11 @@ the standard library, landlockpy and this module. In this order, each step needi
    mount refuses them (EROFS), so a command cannot change the metadata of a file outside the directories it may
    write. Needs the new mount API (`open_tree`, `move_mount`, `mount_setattr`: Linux 5.12); the server asks once
    whether it works here (`--probe-mounts`) and passes `--mounts` only then.
+   `--netns` (only with `--no-network`): a network namespace of its own too, in the same unshare (as root with
+   CAP_SYS_ADMIN, else in the same user namespace), whose only interface is its own loopback, brought up: no UDP
+   (DNS included), TCP or abstract Unix socket of the host is reached from it; Unix sockets by path still are (a
+   path is a file, not a network name). Landlock refuses UDP only from ABI 10; this closes it on older kernels. The
+   server asks once whether it works here (`--probe-network`) and passes `--netns` only then.
 2. Landlock: a domain in which the whole file system may be read and executed, only the `--write` directories (and
    the harmless devices) written, device nodes never made, no signal sent to a process outside the domain (ABI 6),
    and, with `--no-network`, no TCP connection made or socket bound. A Landlocked process may not mount, so the
@@ -62,6 +68,16 @@ _PR_CAP_AMBIENT_CLEAR_ALL = 4
 _LINUX_CAPABILITY_VERSION_3 = 0x20080522
 _CLONE_NEWNS = 0x00020000
 _CLONE_NEWUSER = 0x10000000
+_CLONE_NEWNET = 0x40000000
+_FLAG_NAMES = ((_CLONE_NEWUSER, "CLONE_NEWUSER"), (_CLONE_NEWNS, "CLONE_NEWNS"), (_CLONE_NEWNET, "CLONE_NEWNET"))
+# <linux/sockios.h>, <net/if.h>, <sys/socket.h>: bringing an interface up. struct ifreq is 40 bytes on 64-bit
+# (16 for the name, a union of 24), 32 on 32-bit: the larger, zeroed, serves both.
+_SIOCGIFFLAGS = 0x8913
+_SIOCSIFFLAGS = 0x8914
+_IFF_UP = 0x1
+_AF_INET = 2
+_SOCK_DGRAM = 2
+_SOCK_CLOEXEC = os.O_CLOEXEC
 _MS_REC = 0x4000
 _MS_PRIVATE = 1 << 18
 _AT_FDCWD = -100
@@ -93,21 +109,30 @@ class _CapData(ctypes.Structure):
     _fields_ = (("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32))
 
 
-def _parse(args: Sequence[str]) -> tuple[list[str], bool, bool, list[str]]:
+class _IfReq(ctypes.Structure):
+    _fields_ = (("name", ctypes.c_char * 16), ("flags", ctypes.c_short), ("pad", ctypes.c_char * 22))
+
+
+def _parse(args: Sequence[str]) -> tuple[list[str], bool, bool, bool, list[str]]:
     writable: list[str] = []
     network = True
     mounts = False
+    netns = False
     for index, arg in enumerate(args):
         if arg == "--":
             if index + 1 == len(args):
                 raise ValueError("no command after --")
-            return writable, network, mounts, list(args[index + 1 :])
+            if netns and network:
+                raise ValueError("--netns without --no-network")
+            return writable, network, mounts, netns, list(args[index + 1 :])
         if arg.startswith("--write="):
             writable.append(arg.removeprefix("--write="))
         elif arg == "--no-network":
             network = False
         elif arg == "--mounts":
             mounts = True
+        elif arg == "--netns":
+            netns = True
         else:
             raise ValueError(f"unknown argument {arg!r}")
     raise ValueError("no -- before the command")
@@ -163,18 +188,51 @@ def _inside(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
 
 
-def isolate_mounts(writable: Sequence[str]) -> None:
-    """Step 1: a mount namespace of this process's own where everything is read-only but `writable`. Raises OSError
-    when the kernel refuses (no user namespaces for this user, a container's seccomp profile, a kernel before 5.12)."""
+def isolate(writable: Sequence[str], *, mounts: bool, network: bool) -> None:
+    """Step 1: namespaces of this process's own, made in one unshare: with `mounts` a mount namespace where
+    everything is read-only but `writable`, with `network` a network namespace with only its own loopback. Raises
+    OSError when the kernel refuses (no user namespaces for this user, a container's seccomp profile, a kernel before
+    5.12 for the mounts)."""
+    flags = (_CLONE_NEWNS if mounts else 0) | (_CLONE_NEWNET if network else 0)
+    if not flags:
+        return
     libc = _libc()
     uid, gid = os.geteuid(), os.getegid()
-    if uid != 0 or libc.unshare(_CLONE_NEWNS) != 0:
-        # Not root, or a root without CAP_SYS_ADMIN: a user namespace gives the right to mount in a mount namespace
-        # it owns. Only our own uid and gid are mapped, so files and processes keep their owners.
-        _check(libc.unshare(_CLONE_NEWUSER | _CLONE_NEWNS), "unshare(CLONE_NEWUSER|CLONE_NEWNS)")
+    if uid != 0 or libc.unshare(flags) != 0:
+        # Not root, or a root without CAP_SYS_ADMIN: a user namespace gives the right to mount in a mount namespace,
+        # and to configure a network namespace, it owns. Only our own uid and gid are mapped, so files and processes
+        # keep their owners.
+        _check(libc.unshare(_CLONE_NEWUSER | flags), f"unshare({_flag_names(_CLONE_NEWUSER | flags)})")
         for name, line in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
             with open(f"/proc/self/{name}", "w") as file:
                 file.write(line)
+    if network:
+        _loopback_up(libc)
+    if mounts:
+        _read_only_but(libc, writable)
+
+
+def _flag_names(flags: int) -> str:
+    return "|".join(name for flag, name in _FLAG_NAMES if flags & flag)
+
+
+def _loopback_up(libc: ctypes.CDLL) -> None:
+    """A new network namespace has one interface, `lo`, down: up, so what the command starts talks to itself on
+    127.0.0.1 as on any machine (UDP; TCP stays Landlock's to refuse) and nothing else is reachable. Needs
+    CAP_NET_ADMIN in the namespace: root has it before step 3, a process in its new user namespace too. A socket and
+    two ioctls: no `ip` to exec, no dependency."""
+    fd = _check(libc.socket(_AF_INET, _SOCK_DGRAM | _SOCK_CLOEXEC, 0), "socket(AF_INET)")
+    try:
+        request = _IfReq(name=b"lo")
+        _check(libc.ioctl(fd, ctypes.c_ulong(_SIOCGIFFLAGS), ctypes.byref(request)), "SIOCGIFFLAGS(lo)")
+        request.flags |= _IFF_UP
+        _check(libc.ioctl(fd, ctypes.c_ulong(_SIOCSIFFLAGS), ctypes.byref(request)), "bringing lo up")
+    finally:
+        os.close(fd)
+
+
+def _read_only_but(libc: ctypes.CDLL, writable: Sequence[str]) -> None:
+    """Everything read-only in this (new) mount namespace but `writable`, bound over themselves as they were."""
     # First of all, nothing done here may reach the mounts we were copied from (a shared / would propagate it).
     _check(libc.mount(b"none", b"/", None, ctypes.c_ulong(_MS_REC | _MS_PRIVATE), None), "making / private")
     try:
@@ -278,11 +336,14 @@ def _prctl(libc: ctypes.CDLL, option: int, argument: int = 0) -> int:
     return int(libc.prctl(option, ctypes.c_ulong(argument), zero, zero, zero))
 
 
-def probe() -> None:
-    """`--probe-mounts`: whether step 1 works here (exit status 0), else why not on stderr (1). Run once by the
-    server, which then passes `--mounts` or says why it does not."""
+def probe(what: str) -> None:
+    """`--probe-mounts`, `--probe-network`: whether that part of step 1 works here (exit status 0), else why not on
+    stderr (1). Run once by the server, which then passes `--mounts` or `--netns`, or says why it does not."""
     try:
-        isolate_mounts([path for path in ("/tmp",) if os.path.isdir(path)])
+        if what == "--probe-network":
+            isolate([], mounts=False, network=True)
+        else:
+            isolate([path for path in ("/tmp",) if os.path.isdir(path)], mounts=True, network=False)
     except OSError as exc:
         _say(exc.strerror or str(exc))  # "unshare(...): Operation not permitted", without "[Errno 1]"
         sys.exit(1)
@@ -290,13 +351,13 @@ def probe() -> None:
 
 
 def main(args: Sequence[str]) -> None:
-    if list(args) == ["--probe-mounts"]:
-        probe()
+    if list(args) in (["--probe-mounts"], ["--probe-network"]):
+        probe(args[0])
     try:
-        asked, network, mounts, argv = _parse(args)
+        asked, network, mounts, netns, argv = _parse(args)
         writable = beyond_reach(asked)
-        if mounts:
-            isolate_mounts(writable)  # first: a Landlocked process may not mount, a process without caps cannot
+        # First: a Landlocked process may not mount, a process without capabilities can neither mount nor bring lo up.
+        isolate(writable, mounts=mounts, network=netns)
         confine(writable, network)
         drop_capabilities()
         if not network:

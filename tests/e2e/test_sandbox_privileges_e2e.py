@@ -15,6 +15,7 @@ import os
 import platform
 import pwd
 import shutil
+import socket
 import subprocess
 import sys
 import sysconfig
@@ -28,7 +29,7 @@ from typing import Any
 import anyio
 import pytest
 
-from acp_server.runtime.sandbox import landlock_support, mount_isolation
+from acp_server.runtime.sandbox import landlock_support, mount_isolation, network_isolation
 from acp_server.runtime.sandbox_exec import KEPT_CAPABILITIES
 from tests.conftest import StartServer
 from tests.support.harness import DEFAULT_ARGS, RawClient, isolated_env, scaled, server_command
@@ -499,3 +500,182 @@ async def test_a_writable_directory_a_command_replaced_by_a_link_gives_no_rights
     assert f"{nested} is NOT writable: it lies inside {arena.root}" in escape[1], escape
     assert list(target.iterdir()) == []
     assert target.stat().st_mode & 0o777 == 0o755
+
+
+@dataclass
+class Listeners:
+    """What a command without the network must not reach, all the test's own: a UDP server and a TCP listener on
+    127.0.0.1, a Unix socket under an abstract name (per network namespace) and one by path (a file: still reached)."""
+
+    udp: socket.socket
+    tcp: socket.socket
+    abstract: socket.socket
+    abstract_name: str
+    by_path: socket.socket
+    path: Path
+
+    def received_udp(self) -> list[bytes]:
+        """The datagrams that arrived (a datagram over loopback is queued before the sender's sendto returns)."""
+        found = []
+        while True:
+            try:
+                found.append(self.udp.recv(4096))
+            except BlockingIOError:
+                return found
+
+    def accepted(self, listener: socket.socket) -> bool:
+        try:
+            listener.accept()[0].close()
+        except BlockingIOError:
+            return False
+        return True
+
+
+@pytest.fixture
+def listeners(arena: Arena) -> Iterator[Listeners]:
+    udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    udp.bind(("127.0.0.1", 0))
+    tcp = socket.socket()
+    tcp.bind(("127.0.0.1", 0))
+    tcp.listen(4)
+    name = f"acp-test-{uuid.uuid4().hex}"
+    abstract = socket.socket(socket.AF_UNIX)
+    abstract.bind(f"\0{name}")
+    abstract.listen(4)
+    path = arena.elsewhere / "s.sock"
+    by_path = socket.socket(socket.AF_UNIX)
+    by_path.bind(str(path))
+    by_path.listen(4)
+    os.chmod(path, 0o777)  # connecting needs write permission on the socket file, for `nobody` too
+    made = Listeners(udp, tcp, abstract, name, by_path, path)
+    for sock in (udp, tcp, abstract, by_path):
+        sock.setblocking(False)
+    try:
+        yield made
+    finally:
+        for sock in (udp, tcp, abstract, by_path):
+            sock.close()
+
+
+def _python(user: User) -> str:
+    """An interpreter the arena's user may run (the server's own)."""
+    return user.prefix[-1] if user.prefix else sys.executable
+
+
+def _unix_connect(python: str, address: str) -> str:
+    return f"{python} -c \"import socket; socket.socket(socket.AF_UNIX).connect({address!r}); print('connected')\""
+
+
+# Inside the command: a UDP server on its own 127.0.0.1 and a datagram to it (the loopback the launcher brings up).
+OWN_LOOPBACK = (
+    "import socket; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(('127.0.0.1', 0)); "
+    "s.settimeout(5); s.sendto(b'own', s.getsockname()); print('loopback', s.recv(9).decode())"
+)
+
+
+@needs_landlock
+@pytest.mark.timeout(90)
+async def test_without_the_network_a_command_reaches_no_udp_tcp_or_abstract_unix_socket_and_with_it_udp_arrives(
+    start_server: StartServer, arena: Arena, listeners: Listeners
+) -> None:
+    """`--no-sandbox-network`: the command runs in a network namespace of its own (Landlock ABI 7 cannot refuse UDP):
+    a datagram to the test's UDP server on 127.0.0.1 (bash's /dev/udp, as DNS would go) never arrives, a TCP
+    connection and one to the test's abstract Unix socket are refused, a Unix socket by path is still reached (a
+    path is a file, not a network name: as docs/sandbox.md says), and the command's own loopback works. With the
+    network, the same datagram arrives. `doctor` names each of these."""
+    if not network_isolation(landlock_support().package_dir).ok:
+        pytest.fail(f"no network namespace here: {network_isolation(landlock_support().package_dir).reason}")
+    python = _python(arena.user)
+    port = listeners.udp.getsockname()[1]
+    send_udp = f"bash -c 'echo leak > /dev/udp/127.0.0.1/{port}'; echo ran"
+    closed = await start(start_server, arena, "--no-sandbox-network")
+    session_id = await session_in(closed, arena.root, arena.extra)
+    udp, tcp, abstract, by_path, own = await run_all(
+        closed,
+        session_id,
+        [
+            send_udp,
+            f"bash -c 'echo leak > /dev/tcp/127.0.0.1/{listeners.tcp.getsockname()[1]}'",
+            _unix_connect(python, f"\0{listeners.abstract_name}"),
+            _unix_connect(python, str(listeners.path)),
+            f'{python} -c "{OWN_LOOPBACK}"',
+        ],
+    )
+    assert "ran" in udp[1], udp
+    assert listeners.received_udp() == [], udp
+    assert tcp[0] not in (0, None) and not listeners.accepted(listeners.tcp), tcp
+    assert abstract[0] not in (0, None) and not listeners.accepted(listeners.abstract), abstract
+    assert by_path[0] == 0 and "connected" in by_path[1] and listeners.accepted(listeners.by_path), by_path
+    assert own[0] == 0 and "loopback own" in own[1], own
+    code, _ = await closed.close()
+    assert code == 0
+    assert "no network namespace" not in closed.stderr_text, closed.stderr_text
+
+    with anyio.fail_after(scaled(60)):
+        report = await anyio.run_process(
+            arena.user.command("doctor", "--timeout", "1", "--no-sandbox-network", *DEFAULT_ARGS),
+            env={**os.environ, **isolated_env(), **arena.env()},
+            cwd=str(arena.root),
+            check=False,
+        )
+    lines = report.stderr.decode(errors="replace").splitlines()
+    (line,) = [line for line in lines if line.startswith(("OK   sandbox:", "WARN sandbox:", "FAIL sandbox:"))]
+    assert "network off: UDP (DNS included), TCP and abstract Unix sockets reach nothing outside" in line, line
+    assert "Unix sockets by path are still reached" in line and "UDP NOT restricted" not in line, line
+
+    opened = await start(start_server, arena)
+    (sent,) = await run_all(opened, await session_in(opened, arena.root, arena.extra), [send_udp])
+    assert "ran" in sent[1] and listeners.received_udp() == [b"leak\n"], sent
+
+
+@needs_landlock
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="the seccomp filter below is written for x86_64")
+@pytest.mark.timeout(90)
+async def test_where_the_kernel_refuses_a_network_namespace_tcp_is_still_refused_and_the_log_and_doctor_say_udp_is_not(
+    start_server: StartServer, tmp_path: Path
+) -> None:
+    """The fallback: with unshare(2) refused (a root server in a container whose seccomp profile refuses it), a
+    command without the network still runs and Landlock still refuses TCP, but its datagram arrives: the server's log
+    says so once, and `doctor` warns, with why."""
+    user_for("root")
+    udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    tcp = socket.socket()
+    try:
+        udp.bind(("127.0.0.1", 0))
+        tcp.bind(("127.0.0.1", 0))
+        tcp.listen(4)
+        udp.settimeout(scaled(5))
+        refused = [sys.executable, "-c", REFUSE_UNSHARE]
+        env = {"TMPDIR": str(tmp_path)}
+        args = (*DEFAULT_ARGS, "--no-sandbox-network")
+        client = await start_server(env=env, cwd=str(tmp_path), command=[*refused, *server_command(*args)])
+        await client.initialize()
+        session_id = await session_in(client, tmp_path, tmp_path)
+        sent, connect = await run_all(
+            client,
+            session_id,
+            [
+                f"bash -c 'echo gap > /dev/udp/127.0.0.1/{udp.getsockname()[1]}'",
+                f"bash -c 'echo leak > /dev/tcp/127.0.0.1/{tcp.getsockname()[1]}'",
+            ],
+        )
+        assert sent[0] == 0 and udp.recv(4096) == b"gap\n", sent  # what stays open without the namespace
+        assert connect[0] not in (0, None) and "Permission denied" in connect[1], connect
+        code, _ = await client.close()
+        assert code == 0
+        said = "sandbox: no network namespace for commands (unshare(CLONE_NEWUSER|CLONE_NEWNET): Operation not"
+        assert client.stderr_text.count(said) == 1, client.stderr_text
+
+        with anyio.fail_after(scaled(60)):
+            report = await anyio.run_process(
+                [*refused, *server_command("doctor", "--timeout", "1", *args)],
+                env={**os.environ, **isolated_env(), **env},
+                check=False,
+            )
+        lines = report.stderr.decode(errors="replace").splitlines()
+        (line,) = [line for line in lines if line.startswith(("OK   sandbox:", "WARN sandbox:", "FAIL sandbox:"))]
+        assert line.startswith("WARN sandbox:") and "network off (TCP connections and listening refused)" in line
+        assert "UDP NOT restricted (DNS included)" in line and "Operation not permitted" in line, line
+    finally:
+        udp.close()
+        tcp.close()
