@@ -581,7 +581,8 @@ async def test_without_the_network_a_command_reaches_no_udp_tcp_or_abstract_unix
     """`--no-sandbox-network`: the command runs in a network namespace of its own (Landlock ABI 7 cannot refuse UDP):
     a datagram to the test's UDP server on 127.0.0.1 (bash's /dev/udp, as DNS would go) never arrives, a TCP
     connection and one to the test's abstract Unix socket are refused, a Unix socket by path is still reached (a
-    path is a file, not a network name: as docs/sandbox.md says), and the command's own loopback works. With the
+    path is a file, not a network name: as docs/sandbox.md says), and the command's own loopback carries UDP (TCP
+    stays refused by Landlock, even there). With the
     network, the same datagram arrives. `doctor` names each of these."""
     if not network_isolation(landlock_support().package_dir).ok:
         pytest.fail(f"no network namespace here: {network_isolation(landlock_support().package_dir).reason}")
@@ -590,7 +591,7 @@ async def test_without_the_network_a_command_reaches_no_udp_tcp_or_abstract_unix
     send_udp = f"bash -c 'echo leak > /dev/udp/127.0.0.1/{port}'; echo ran"
     closed = await start(start_server, arena, "--no-sandbox-network")
     session_id = await session_in(closed, arena.root, arena.extra)
-    udp, tcp, abstract, by_path, own = await run_all(
+    udp, tcp, abstract, by_path, own, own_tcp = await run_all(
         closed,
         session_id,
         [
@@ -599,6 +600,7 @@ async def test_without_the_network_a_command_reaches_no_udp_tcp_or_abstract_unix
             _unix_connect(python, f"\0{listeners.abstract_name}"),
             _unix_connect(python, str(listeners.path)),
             f'{python} -c "{OWN_LOOPBACK}"',
+            f"{python} -c \"import socket; socket.socket().bind(('127.0.0.1', 0)); print('bound')\"",
         ],
     )
     assert "ran" in udp[1], udp
@@ -607,6 +609,8 @@ async def test_without_the_network_a_command_reaches_no_udp_tcp_or_abstract_unix
     assert abstract[0] not in (0, None) and not listeners.accepted(listeners.abstract), abstract
     assert by_path[0] == 0 and "connected" in by_path[1] and listeners.accepted(listeners.by_path), by_path
     assert own[0] == 0 and "loopback own" in own[1], own
+    # TCP stays Landlock's to refuse, even on the command's own loopback (a test suite's local server cannot listen).
+    assert own_tcp[0] not in (0, None) and "PermissionError" in own_tcp[1], own_tcp
     code, _ = await closed.close()
     assert code == 0
     assert "no network namespace" not in closed.stderr_text, closed.stderr_text
