@@ -112,7 +112,7 @@ def check_model(config: Config) -> list[Check]:
     takes = ", ".join(kind for kind in ("text", "image", "audio") if kind in config.accepts(config.model))
     if family == "scripted" and not rest:
         return [_ok("model", f"scripted: the built-in demo script, scripted:PATH plays your own (takes {takes})")]
-    return [_ok("model", f"{config.model} (takes {takes}; see README, Images)")]
+    return [_ok("model", f"{config.model} (takes {takes}; see docs/configuration.md, Images)")]
 
 
 def check_package(family: str) -> Check:

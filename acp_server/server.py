@@ -91,7 +91,8 @@ def build_server(
     """The connection and the ACP side it serves, with its pieces and plug-ins. `owns_process`: the server is the
     whole process (the CLI), so at exit it may kill every descendant."""
     connection = Connection(config.cleanup_deadline)
-    # The scripted model's gates are a product feature (README); the rest of the test machinery is for tests only.
+    # The scripted model's gates are a product feature (docs/guide.md); the rest of the test machinery is for tests
+    # only.
     plugins: list[Plugin] = [GATES]
     if config.test_mode:
         from acp_server.testmode.mode import test_mode  # never imported by a server not in test mode

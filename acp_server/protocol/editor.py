@@ -97,8 +97,8 @@ class EditorFileSystem:
 
     The editor opens the path itself, so we cannot hand it a descriptor: each path is walked beneath the roots at
     the moment of sending (`beneath.checked_path`), links resolved, and the editor is sent the checked path, which
-    holds no symbolic link. A link swapped in between our check and the editor's open is out of our hands (the
-    README says so). A name that is not UTF-8 cannot be named to the editor in JSON, and the editor can hold no
+    holds no symbolic link. A link swapped in between our check and the editor's open is out of our hands (docs/guide.md
+    says so). A name that is not UTF-8 cannot be named to the editor in JSON, and the editor can hold no
     buffer for it, so that file is read and written on the local disk, with the same confinement.
     """
 

@@ -60,7 +60,8 @@ def check_media(request: PromptRequest, model: str, accepts: frozenset[str]) -> 
             raise RpcError(
                 ErrorCode.INVALID_PARAMS,
                 f"{where}: {kind} content is not supported by the model {model}; if it takes {kind}s, list it in "
-                f'config.toml as models = [{{ model = "{model}", input = ["text", "{kind}"] }}] (README, Images)',
+                f'config.toml as models = [{{ model = "{model}", input = ["text", "{kind}"] }}] '
+                "(docs/configuration.md, Images)",
             )
         if not block.mime_type.startswith(f"{kind}/"):
             raise RpcError(ErrorCode.INVALID_PARAMS, f"{where}: mimeType {block.mime_type!r} is not an {kind} type")

@@ -2,7 +2,7 @@
 
 Every problem is reported with the file's path, the key and what was expected, and the server still starts, because
 an editor shows nothing useful of an agent that exits at once (it hides stderr). What it does instead is the safe
-thing (README, "When the config file is wrong"):
+thing (docs/configuration.md, "When the config file is wrong"):
 - a key it does not know: ignored (a warning; often a typo, so the nearest known key is suggested);
 - a value of the wrong type or out of range: that one setting is ignored, and the environment or the default
   applies; the defaults are the careful choices (ask before edits and commands, interrupt, a 2 s deadline);

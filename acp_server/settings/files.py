@@ -234,7 +234,8 @@ def held_secrets(file_settings: Mapping[str, Any], env: Mapping[str, str]) -> li
     """The secrets the server itself holds, longest first: the providers' keys (from the environment, the variables
     the file names, and the file) and the values of the file's MCP `env` and `headers` entries whose names look
     secret. Unlike `secret_values`, not the other secret-looking variables of the environment (GITHUB_TOKEN,
-    AWS_SECRET_ACCESS_KEY): those belong to the user's own tools, which get them (README, "What a command sees")."""
+    AWS_SECRET_ACCESS_KEY): those belong to the user's own tools, which get them (docs/guide.md, "What a command
+    sees")."""
     keys: list[Any] = [env.get(name, "") for name in secret_variables(file_settings)]
     providers = file_settings.get("providers")
     for section in providers.values() if isinstance(providers, dict) else ():

@@ -1,7 +1,7 @@
 """The test machinery, a plug-in (protocol/plugins.py) that the core never imports; `server.py` registers it.
 
     gates.py   the scripted model's gates opened from the client (`_scripted/release`); registered always, as the
-               scripted model is a product feature that editor integrations are tested with (README)
+               scripted model is a product feature that editor integrations are tested with (docs/guide.md)
     mode.py    `--test-mode` only: `_scripted/probe` notifications of each step a turn takes, the test tools and
                `_scripted/raise`
     tools.py   the test tools: work that cooperates with cancellation, ignores it, or hangs in cleanup

@@ -9,7 +9,7 @@ __all__ = ["ScriptedReleaseNotification"]
 
 
 class ScriptedReleaseNotification(WireModel):
-    """`_scripted/release`: opens a gate of the scripted model (a product extension, see README)."""
+    """`_scripted/release`: opens a gate of the scripted model (a product extension, see docs/guide.md)."""
 
     session_id: str
     gate: str

@@ -1,7 +1,8 @@
 """`_scripted/release`: the client opens a gate of the scripted model (runtime/providers/scripted.py), by session id.
 
-A product extension (README): the scripted model is how editor integrations are tested, so this part of the plug-in
-is registered whatever the mode. The gate board is the session's own, kept among its session services.
+A product extension (docs/guide.md, "The scripted model"): the scripted model is how editor integrations are tested,
+so this part of the plug-in is registered whatever the mode. The gate board is the session's own, kept among its
+session services.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Test mode (`--test-mode`, never for production): what black-box tests need to drive and watch a turn.
 
-`_scripted/probe` notifications report each step a turn takes (`{"sessionId", "prompt", "event", ...}`, README);
+`_scripted/probe` notifications report each step a turn takes (`{"sessionId", "prompt", "event", ...}`, docs/guide.md);
 the test tools (tools.py) cooperate with cancellation, ignore it or hang in cleanup; `_scripted/raise` fails
 unexpectedly, to prove the error boundary keeps internals private.
 """

@@ -3,7 +3,7 @@
 The server sits on an editor's stdio for the whole editing session, so one broken line, odd id, unknown method, huge
 message or internal failure must cost that one message and nothing more. Every test here sends the bad input and
 then a valid request on the same connection and checks that it still gets a real answer. The table (input ->
-answer) comes from the issue and the README's errors section.
+answer) comes from the issue and the errors paragraph of docs/acp.md.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ Message = dict[str, Any]
 
 NEW_SESSION: dict[str, Any] = {"cwd": "/tmp", "mcpServers": []}
 QUIET = W_QUIET  # how long "never a reply" waits
-MAX_LINE_BYTES = 64 * 1024 * 1024  # the README's line limit
+MAX_LINE_BYTES = 64 * 1024 * 1024  # the line limit of docs/acp.md
 INT64_MAX = 2**63 - 1
 INT64_MIN = -(2**63)
 

@@ -354,8 +354,8 @@ async def test_a_store_written_before_the_turn_records_is_upgraded_and_replays_a
 async def test_the_scripted_turn_counter_goes_on_after_a_restart_and_load_and_in_a_fork(
     start_server: StartServer, tmp_path: Path
 ) -> None:
-    # The README: "the n-th prompt of a session plays turn n". Counted from the session's stored turns, so a loaded
-    # session and a fork of it go on from where the conversation is, not from turn 1 again.
+    # docs/guide.md, "The scripted model": "the n-th prompt of a session plays turn n". Counted from the session's
+    # stored turns, so a loaded session and a fork of it go on from where the conversation is, not from turn 1 again.
     script = tmp_path / "turns.json"
     script.write_text(orjson.dumps({"turns": [[{"say": f"turn {n}"}] for n in range(1, 7)]}).decode())
     state = tmp_path / "state"

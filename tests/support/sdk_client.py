@@ -104,7 +104,7 @@ _T = TypeVar("_T")
 
 # stdin EOF -> process exit, as the brief for these tests sets it (the harness's T_EXIT is 2.5 s with GRACE 0.5).
 EXIT_TIMEOUT = scaled(3.0)
-# Lines up to 64 MiB are protocol (README); the readers get room for more so an oversized line is seen, not fatal.
+# Lines up to 64 MiB are protocol (docs/acp.md); the readers get room for more so an oversized line is seen, not fatal.
 LINE_LIMIT = 256 * 1024 * 1024
 RED_FLAGS = tuple(
     dict.fromkeys(

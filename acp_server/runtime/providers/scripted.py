@@ -2,9 +2,9 @@
 
 Plugin authors point their editor integration at `acp-server --model scripted:PATH` (or put a script in a
 prompt's `_meta.scripted`) and get text, thoughts, tool calls, delays, gates that hold a turn open until released,
-failures and chosen stop reasons, the same way every time. The README documents the format. Bare `--model scripted`
-plays `DEMO_TURNS`, a short built-in demo (streamed text, a thought, a plan, a tool call), so the spec that `doctor`
-accepts also answers every prompt.
+failures and chosen stop reasons, the same way every time. docs/guide.md ("The scripted model") documents the
+format. Bare `--model scripted` plays `DEMO_TURNS`, a short built-in demo (streamed text, a thought, a plan, a tool
+call), so the spec that `doctor` accepts also answers every prompt.
 
 A gate blocks like a network read: cancellably. `gate_raise` models an HTTP client that throws its own error
 when the stream is aborted, which the server must still report as `cancelled`; `abort_gate` one whose teardown is
