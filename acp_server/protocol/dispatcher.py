@@ -15,6 +15,7 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from acp_server.errors import PromptRejectedError
 from acp_server.jsonrpc.connection import STORE_WAIT_TIMEOUT
 from acp_server.jsonrpc.rpc import ErrorCode, IncomingRequest, RpcError, dispatch, error_message, method_table
 from acp_server.protocol.context import Handler, NotificationHandler, Parts, RequestContext
@@ -22,7 +23,7 @@ from acp_server.protocol.initialize import Capabilities
 from acp_server.protocol.params import INITIALIZE, INITIALIZE_V2, wire
 from acp_server.protocol.v2.negotiation import negotiate
 from acp_server.protocol.v2.withdrawals import withdraw_held
-from acp_server.sessions.runs import PromptRejectedError, RunState
+from acp_server.sessions.runs import RunState
 
 __all__ = ["AcpDispatcher"]
 

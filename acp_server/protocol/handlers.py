@@ -174,7 +174,8 @@ async def session_prompt(context: RequestContext, params: PromptRequest) -> dict
         raise context.admission_error
     assert context.run is not None, "a valid prompt is always admitted or refused in prepare()"
     context.parts.auth.require_for(context.run.session.model)  # a model that takes no key is never refused
-    from acp_server.sessions.turn import TurnFailedError, execute_prompt  # on the session side: a session exists
+    from acp_server.errors import TurnFailedError  # on the session side: a session exists
+    from acp_server.sessions.turn import execute_prompt
 
     try:
         stop_reason = await execute_prompt(context.parts.turns, context.run)

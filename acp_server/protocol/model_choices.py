@@ -250,6 +250,6 @@ class ModelChoices:
 
 
 def _expected(exc: Exception) -> bool:
-    from acp_server.runtime.model import ModelError
+    from acp_server.errors import ModelError
 
     return isinstance(exc, ModelError)

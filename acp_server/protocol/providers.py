@@ -14,9 +14,10 @@ from collections.abc import Callable, Sequence
 
 import anyio
 
+from acp_server.errors import MissingCredentialsError, ModelSpecError
 from acp_server.jsonrpc.rpc import ErrorCode, RpcError
-from acp_server.runtime.model import ModelSpecError, Provider
-from acp_server.runtime.providers import MissingCredentialsError, needs_credentials
+from acp_server.runtime.model import Provider
+from acp_server.runtime.providers import needs_credentials
 from acp_server.sessions.runs import RunContext
 
 __all__ = ["LOGGED_OUT", "AuthState", "ProviderCache", "close_providers"]

@@ -194,7 +194,7 @@ async def restore_session(context: RequestContext, params: LoadSessionRequest, r
     current = parts.sessions.get(params.session_id)
     if current is not None and not current.closed and parts.runs.running(params.session_id) is not None:
         raise RpcError(ErrorCode.INVALID_REQUEST, "the session has a prompt running; cancel it first")
-    from acp_server.store import StoreUnavailable
+    from acp_server.errors import StoreUnavailable
 
     store = await parts.store.require()
     try:
@@ -243,7 +243,7 @@ def _turns_started(loaded: LoadedSession) -> int:
 async def session_fork(context: RequestContext, params: LoadSessionRequest) -> dict[str, Any]:
     """Unstable in ACP v1: a new session that starts with a copy of another's conversation (a running turn in the
     source is copied as interrupted). Answered like session/new; the source is untouched."""
-    from acp_server.store import StoreUnavailable
+    from acp_server.errors import StoreUnavailable
 
     parts = context.parts
     parts.handshake.require_initialized()
@@ -276,7 +276,7 @@ async def session_resume(context: RequestContext, params: LoadSessionRequest) ->
 
 
 async def session_list(context: RequestContext, params: ListSessionsRequest) -> dict[str, Any]:
-    from acp_server.store import StoreUnavailable
+    from acp_server.errors import StoreUnavailable
 
     parts = context.parts
     parts.handshake.require_initialized()

@@ -56,8 +56,9 @@ class StoreAccess:
         async with self._lock:
             if not self._tried:
                 self._tried = True
+                from acp_server.errors import StoreUnavailable
                 from acp_server.protocol.replay import entry_of
-                from acp_server.store import STORE_FILENAME, SessionStore, StoreUnavailable, default_state_dir
+                from acp_server.store import STORE_FILENAME, SessionStore, default_state_dir
 
                 directory = Path(self._config.state_dir) if self._config.state_dir else default_state_dir()
                 path = directory / STORE_FILENAME
@@ -78,7 +79,8 @@ class StoreAccess:
     async def _prune(self) -> None:
         """Once per process, in the background: remove what the retention settings say goes; a failure costs
         nothing but a log line (the sessions stay)."""
-        from acp_server.store import Retention, StoreUnavailable
+        from acp_server.errors import StoreUnavailable
+        from acp_server.store import Retention
 
         store = self.current
         if store is None:
@@ -107,7 +109,7 @@ class StoreAccess:
         store = self.current
         if store is None:
             return
-        from acp_server.store import StoreUnavailable
+        from acp_server.errors import StoreUnavailable
 
         try:
             await store.commit_change(lambda: write(store))

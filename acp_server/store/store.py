@@ -48,6 +48,7 @@ import anyio
 import anyio.to_thread
 import orjson
 
+from acp_server.errors import StoreUnavailable
 from acp_server.runtime.model import Message
 from acp_server.store.leases import Identity, own_identity
 from acp_server.store.migration import ReadLegacy
@@ -57,7 +58,6 @@ from acp_server.store.records import (
     Retention,
     SessionOverview,
     SessionPage,
-    StoreUnavailable,
     TurnStatus,
     decode_cursor,
     encode_messages,

@@ -144,8 +144,8 @@ async def _resume_running_with_replay(
     and everything after it has streamed or streams live. From the cut to the response nothing awaits."""
     _require_cwd(session, params)
     parts = context.parts
+    from acp_server.errors import StoreUnavailable
     from acp_server.protocol.v2.replay import replay_updates_v2
-    from acp_server.store import StoreUnavailable
 
     work = parts.runs.running(session.session_id)
     log = None if work is None else work.turn_log

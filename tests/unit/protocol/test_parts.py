@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from acp_server.errors import MissingCredentialsError, ScriptError, UnknownModelError
 from acp_server.jsonrpc.rpc import ErrorCode, RpcError
 from acp_server.protocol.initialize import NO_CAPABILITIES
 from acp_server.protocol.plugins import Plugin, observer_of
@@ -15,9 +16,7 @@ from acp_server.protocol.providers import AuthState, ProviderCache
 from acp_server.protocol.schema import PromptRequest
 from acp_server.protocol.session_table import Handshake, SessionTable
 from acp_server.runtime.model import Provider
-from acp_server.runtime.providers import MissingCredentialsError, UnknownModelError
 from acp_server.runtime.providers.echo import EchoProvider
-from acp_server.runtime.providers.scripted import ScriptError
 from acp_server.sessions.runs import RunContext, RunRegistry, Session
 
 
