@@ -25,8 +25,10 @@ AcpServerError                      the root; never a cancellation (anyio's is a
 
 StreamAbortedError (RuntimeError)   outside the root on purpose: the scripted model's stand-in for a library's error
 
-A number is the JSON-RPC error a request answers when the error reaches the protocol edge. An error without a number
-that reaches the edge is a defect: logged with its traceback and answered -32603 with a short message (jsonrpc/rpc.py).
+A number is the JSON-RPC error a request answers when the error reaches the protocol edge, given by one function
+(protocol/wire_errors.py `rpc_error`, which the error boundary in jsonrpc/rpc.py asks): nothing else translates. An
+error without a number that reaches the edge is a defect: logged with its traceback and answered -32603 with a short
+message, never its text.
 
 The wire's own errors stay with the wire (jsonrpc/): `RpcError`, what a request is answered, and `ClientRequestError`,
 what the client answered one of ours. The private errors that never leave the module raising them (`_UnsureError`,

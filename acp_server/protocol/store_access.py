@@ -104,17 +104,13 @@ class StoreAccess:
 
     async def save(self, write: Callable[[SessionStore], None]) -> None:
         """A change a request acknowledges, committed before its response (`SessionStore.commit_change`): `write`
-        buffers it in the open store. When that commit fails (a full disk, say) the request is answered -32603
-        naming the failure, never success, and the change is not saved later either. Nothing to do without a store."""
+        buffers it in the open store. When that commit fails (a full disk, say) it raises `ChangeNotSavedError`, so the
+        request is answered -32603 naming the failure, never success, and the change is not saved later either.
+        Nothing to do without a store."""
         store = self.current
         if store is None:
             return
-        from acp_server.errors import StoreUnavailable
-
-        try:
-            await store.commit_change(lambda: write(store))
-        except StoreUnavailable as exc:
-            raise RpcError(ErrorCode.INTERNAL_ERROR, f"Internal error: the change was not saved: {exc}") from None
+        await store.commit_change(lambda: write(store))
 
     async def require(self) -> SessionStore:
         store = await self.open()
