@@ -56,7 +56,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     # Imported here so `--help` and `--version` stay instant.
     import anyio
 
-    from acp_server.runtime.model import ModelSpecError
+    from acp_server.errors import ModelSpecError
     from acp_server.server import serve_stdio
 
     try:

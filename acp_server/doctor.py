@@ -25,10 +25,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+from acp_server.errors import SettingsError
 from acp_server.settings.checks import model_spec_problem
 from acp_server.settings.command_line import Loaded, load
 from acp_server.settings.config import Config
-from acp_server.settings.files import KEY_VARIABLES, Credentials, SettingsError, provider_credentials
+from acp_server.settings.files import KEY_VARIABLES, Credentials, provider_credentials
 from acp_server.settings.logfile import log_file_path
 
 __all__ = ["Check", "main"]
@@ -103,7 +104,8 @@ def check_model(config: Config) -> list[Check]:
         return [_fail("model", problem)]
     family, _, rest = config.model.partition(":")
     if family == "scripted" and rest:
-        from acp_server.runtime.providers.scripted import ScriptedProvider, ScriptError
+        from acp_server.errors import ScriptError
+        from acp_server.runtime.providers.scripted import ScriptedProvider
 
         try:
             ScriptedProvider.from_file(Path(rest))
@@ -251,11 +253,11 @@ def check_discovery(
         return _ok(subject, "off (model_discovery): only the configured models are offered")
     import time
 
+    from acp_server.errors import ListingError
     from acp_server.runtime.providers.catalog import (
         CACHE_FILENAME,
         Listing,
         ListingCache,
-        ListingError,
         endpoint_key,
         merge_choices,
         model_ids,
@@ -358,8 +360,8 @@ def check_mcp_servers(config: Config, timeout: float) -> list[Check]:
 
     import anyio
 
+    from acp_server.errors import McpServerError
     from acp_server.mcp_bridge.probe import probe_mcp_server
-    from acp_server.mcp_bridge.specs import McpServerError
 
     checks = []
     for spec in config.mcp_servers:

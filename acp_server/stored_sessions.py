@@ -77,7 +77,8 @@ def main(argv: Sequence[str]) -> int:
         return 0 if action in ("list", "prune") else 1
     import anyio
 
-    from acp_server.store import SessionStore, StoreUnavailable
+    from acp_server.errors import StoreUnavailable
+    from acp_server.store import SessionStore
 
     try:
         store = SessionStore.open(path)

@@ -8,9 +8,10 @@ start-up.
 
 Error boundary, in one place: a method's params are read by its `Params` (which raises the -32602 `RpcError` for
 invalid ones), and a pydantic `ValidationError` a handler lets out becomes -32602 too, with a one-line message
-naming the field; an `RpcError` passes through as it is; any other exception is logged with its traceback to stderr
-and answered -32603 with a short message, never the exception's text. Cancellation is a BaseException and is never
-caught here.
+naming the field; an `RpcError` passes through as it is; any other exception is what the table's `errors` says it
+is on the wire (the ACP edge hands in its one mapping, protocol/wire_errors.py), else a defect: logged with its
+traceback to stderr and answered -32603 with a short message, never the exception's text. Cancellation is a
+BaseException and is never caught here.
 
 pydantic is not imported here: the first `initialize` is answered before anything loads it (issue 14: start-up).
 """
@@ -228,6 +229,8 @@ class Params(Protocol):
 
 Handler = Callable[[ContextT, Any], Awaitable[Any]]
 JsonRpcMethod = Callable[..., Awaitable[Any]]
+# What an error a handler lets out is on the wire: its `RpcError`, or None for a defect.
+Errors = Callable[[Exception], RpcError | None]
 
 
 def validation_message(exc: ValidationError) -> str:
@@ -248,15 +251,26 @@ def _invalid_params(exc: Exception) -> str | None:
     return None
 
 
-def _adapt(params: Params, handler: Handler[Any]) -> JsonRpcMethod:
+def _no_errors(exc: Exception) -> RpcError | None:
+    return None
+
+
+def _error(exc: RpcError) -> Any:
+    return Error(exc.code, exc.message, exc.data) if exc.data is not None else Error(exc.code, exc.message)
+
+
+def _adapt(params: Params, handler: Handler[Any], errors: Errors) -> JsonRpcMethod:
     async def method(context: Any, *args: Any, **kwargs: Any) -> Any:
         try:
             validated = getattr(context, "validated_params", None)
             read = validated if validated is not None and params.holds(validated) else params.validate(kwargs)
             return Success(await handler(context, read))
         except RpcError as exc:
-            return Error(exc.code, exc.message, exc.data) if exc.data is not None else Error(exc.code, exc.message)
-        except Exception as exc:
+            return _error(exc)
+        except Exception as exc:  # cancellation is a BaseException: it passes
+            answer = errors(exc)
+            if answer is not None:
+                return _error(answer)
             message = _invalid_params(exc)
             if message is not None:
                 return Error(ErrorCode.INVALID_PARAMS, message)
@@ -266,9 +280,12 @@ def _adapt(params: Params, handler: Handler[Any]) -> JsonRpcMethod:
     return method
 
 
-def method_table(table: Mapping[str, tuple[Params, Handler[Any]]]) -> dict[str, JsonRpcMethod]:
-    """Turn `{"wire/method": (params, handler)}` into jsonrpcserver's `methods=` dict."""
-    return {name: _adapt(params, handler) for name, (params, handler) in table.items()}
+def method_table(
+    table: Mapping[str, tuple[Params, Handler[Any]]], errors: Errors = _no_errors
+) -> dict[str, JsonRpcMethod]:
+    """Turn `{"wire/method": (params, handler)}` into jsonrpcserver's `methods=` dict; `errors` says what an error
+    its handlers let out is on the wire (see the error boundary above)."""
+    return {name: _adapt(params, handler, errors) for name, (params, handler) in table.items()}
 
 
 def error_message(request_id: Any, code: int, message: str, data: Any = None) -> dict[str, Any]:

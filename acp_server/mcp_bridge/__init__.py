@@ -19,8 +19,8 @@ May import `runtime`, `settings` and the package's version (its client name); ne
 from __future__ import annotations
 
 from acp_server.mcp_bridge.registry import McpRegistry
-from acp_server.mcp_bridge.specs import MCP_TOOL_PREFIX, McpServerError, merge_servers
+from acp_server.mcp_bridge.specs import MCP_TOOL_PREFIX, merge_servers
 
 # Only what the server needs at start-up is imported here; `hub` (a session's servers) and `probe` (for doctor) are
 # imported from their modules when they are needed.
-__all__ = ["MCP_TOOL_PREFIX", "McpRegistry", "McpServerError", "merge_servers"]
+__all__ = ["MCP_TOOL_PREFIX", "McpRegistry", "merge_servers"]

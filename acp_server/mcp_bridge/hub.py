@@ -21,8 +21,9 @@ from typing import Any
 
 import anyio
 
+from acp_server.errors import McpServerError
 from acp_server.mcp_bridge.link import ServerLink
-from acp_server.mcp_bridge.specs import McpServerError, ServerSpec, parse_server, safe_name
+from acp_server.mcp_bridge.specs import ServerSpec, parse_server, safe_name
 from acp_server.mcp_bridge.tools import link_tools
 from acp_server.runtime.child_env import KEEP_ALL, ChildEnvPolicy
 from acp_server.runtime.model import Emit, Notice

@@ -22,10 +22,10 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 
-from acp_server.mcp_bridge.specs import McpServerError, ServerSpec
+from acp_server.errors import McpServerError, ToolError
+from acp_server.mcp_bridge.specs import ServerSpec
 from acp_server.mcp_bridge.transports import connect, new_pidfile, read_pid
 from acp_server.runtime.child_env import KEEP_ALL, ChildEnvPolicy
-from acp_server.runtime.ports import ToolError
 
 if TYPE_CHECKING:
     from mcp import Client

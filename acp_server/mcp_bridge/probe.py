@@ -8,8 +8,9 @@ from typing import Any
 
 import anyio
 
+from acp_server.errors import McpServerError
 from acp_server.mcp_bridge.link import describe_failure, list_remote_tools
-from acp_server.mcp_bridge.specs import McpServerError, parse_server
+from acp_server.mcp_bridge.specs import parse_server
 from acp_server.mcp_bridge.transports import connect, load_sdk
 
 __all__ = ["probe_mcp_server"]

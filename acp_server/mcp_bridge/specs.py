@@ -15,9 +15,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from acp_server.errors import McpServerError
+
 __all__ = [
     "MCP_TOOL_PREFIX",
-    "McpServerError",
     "ServerSpec",
     "merge_servers",
     "parse_server",
@@ -29,10 +30,6 @@ MCP_TOOL_PREFIX = "mcp__"
 # OpenAI's limit on a function name, the strictest of the providers; Anthropic allows 64 as well.
 MAX_TOOL_NAME = 64
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
-
-
-class McpServerError(Exception):
-    """An MCP server cannot be used; the message says why in plain words, naming the server."""
 
 
 @dataclass(frozen=True, slots=True)

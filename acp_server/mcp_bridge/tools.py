@@ -14,11 +14,12 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from pydantic import BaseModel, ConfigDict
 
+from acp_server.errors import ToolError
 from acp_server.mcp_bridge.link import RemoteTool, ServerLink
 from acp_server.mcp_bridge.specs import tool_name
 from acp_server.runtime.media import validate_media
 from acp_server.runtime.model import Media, TextOutput, ToolContent
-from acp_server.runtime.ports import PermissionRequest, ToolError
+from acp_server.runtime.ports import PermissionRequest
 from acp_server.runtime.tools import Tool, ToolContext, ToolResult
 
 if TYPE_CHECKING:

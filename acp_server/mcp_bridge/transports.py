@@ -27,7 +27,8 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from acp_server import __version__
-from acp_server.mcp_bridge.specs import McpServerError, ServerSpec
+from acp_server.errors import McpServerError
+from acp_server.mcp_bridge.specs import ServerSpec
 from acp_server.runtime.child_env import ChildEnvPolicy, child_environment
 
 if TYPE_CHECKING:

@@ -78,7 +78,8 @@ class RequestContext:
     # The params, when the dispatcher read them already as the line was read (`initialize`, `session/prompt`).
     validated_params: Any = None
     run: RunContext | None = None
-    admission_error: RpcError | None = None
+    # Why admission refused the prompt, raised by its handler (answered as protocol/wire_errors.py says).
+    admission_error: Exception | None = None
     # Refused before any handler (a v2 request with id null): the answer is this error, nothing of the request runs.
     refused: RpcError | None = None
     # Run once the response is queued (e.g. session-scoped updates that must follow the response).

@@ -15,6 +15,7 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from acp_server.errors import MissingCredentialsError, ModelSpecError, PromptRejectedError
 from acp_server.jsonrpc.connection import STORE_WAIT_TIMEOUT
 from acp_server.jsonrpc.rpc import ErrorCode, IncomingRequest, RpcError, dispatch, error_message, method_table
 from acp_server.protocol.context import Handler, NotificationHandler, Parts, RequestContext
@@ -22,7 +23,8 @@ from acp_server.protocol.initialize import Capabilities
 from acp_server.protocol.params import INITIALIZE, INITIALIZE_V2, wire
 from acp_server.protocol.v2.negotiation import negotiate
 from acp_server.protocol.v2.withdrawals import withdraw_held
-from acp_server.sessions.runs import PromptRejectedError, RunState
+from acp_server.protocol.wire_errors import rpc_error
+from acp_server.sessions.runs import RunState
 
 __all__ = ["AcpDispatcher"]
 
@@ -50,10 +52,11 @@ class AcpDispatcher:
         on_exit: Callable[[], None] = lambda: None,
     ) -> None:
         self.parts = parts
-        self._methods = method_table(methods)
+        # Their errors are answered as the one mapping says (protocol/wire_errors.py): handlers translate nothing.
+        self._methods = method_table(methods, rpc_error)
         self._notifications = notifications
         # What a connection whose `initialize` chose v2 serves (protocol/v2/handlers.py).
-        self._methods_v2 = method_table(methods_v2 or methods)
+        self._methods_v2 = method_table(methods_v2 or methods, rpc_error)
         self._notifications_v2 = notifications_v2 or notifications
         self._on_exit = on_exit
         # What admission, release and titles use.
@@ -166,12 +169,10 @@ class AcpDispatcher:
             if self.parts.handshake.v2:
                 # The `interrupt` policy cancels what was admitted before this prompt: held prompts answer first.
                 withdraw_held(self.parts, context.run.session)
-        except RpcError as exc:
+        # Refused (the prompt's handler raises it, answered as protocol/wire_errors.py says): by the session's policy,
+        # or by its model (a script it refuses, a missing key, a bad spec).
+        except (RpcError, PromptRejectedError, MissingCredentialsError, ModelSpecError) as exc:
             context.admission_error = exc
-            return
-        except PromptRejectedError as exc:
-            code = ErrorCode.INVALID_PARAMS if exc.invalid_params else ErrorCode.INVALID_REQUEST
-            context.admission_error = RpcError(code, exc.message)
             return
         self.prompts[context.request_id] = context.run
 

@@ -22,21 +22,14 @@ from typing import Any
 import anyio
 import anyio.to_thread
 
+from acp_server.errors import ToolError
 from acp_server.jsonrpc.connection import ClientRequestError
 from acp_server.mcp_bridge import MCP_TOOL_PREFIX
 from acp_server.protocol.schema import PermissionOptionKind, PermissionOutcome
 from acp_server.runtime import beneath
 from acp_server.runtime.model import DiffOutput, TextOutput, ToolContent
 from acp_server.runtime.paths import wire
-from acp_server.runtime.ports import (
-    Answer,
-    CommandResult,
-    Decision,
-    FileSystem,
-    PermissionRequest,
-    Question,
-    ToolError,
-)
+from acp_server.runtime.ports import Answer, CommandResult, Decision, FileSystem, PermissionRequest, Question
 from acp_server.sessions.runs import Session
 from acp_server.settings.choices import PermissionMode
 

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from acp_server import __version__
+from acp_server.errors import MissingCredentialsError
 from acp_server.jsonrpc.rpc import ErrorCode, RpcError
 from acp_server.protocol.context import Handler, NotificationHandler, Parts, RequestContext
 from acp_server.protocol.deferred import after_load, deferred
@@ -145,7 +146,7 @@ def log_in(context: RequestContext) -> dict[str, Any]:
     parts = context.parts
     was_missing = parts.auth.problem is not None
     if not parts.auth.authenticate():
-        raise RpcError(ErrorCode.AUTH_REQUIRED, f"Authentication required: {parts.auth.problem}")
+        raise MissingCredentialsError(parts.auth.problem)
     if was_missing:
         parts.models.credentials_changed()  # the endpoints that could not be asked without a key can be now
         context.after.append(lambda: discover_models(parts))
@@ -174,12 +175,10 @@ async def session_prompt(context: RequestContext, params: PromptRequest) -> dict
         raise context.admission_error
     assert context.run is not None, "a valid prompt is always admitted or refused in prepare()"
     context.parts.auth.require_for(context.run.session.model)  # a model that takes no key is never refused
-    from acp_server.sessions.turn import TurnFailedError, execute_prompt  # on the session side: a session exists
+    from acp_server.sessions.turn import execute_prompt  # on the session side: a session exists
 
-    try:
-        stop_reason = await execute_prompt(context.parts.turns, context.run)
-    except TurnFailedError as exc:
-        raise RpcError(ErrorCode.INTERNAL_ERROR, exc.message) from None
+    # A turn that fails raises `TurnFailedError`, answered as protocol/wire_errors.py says.
+    stop_reason = await execute_prompt(context.parts.turns, context.run)
     if not context.run.saved:  # its commit failed: the outcome holds, but nothing claims it survives a restart
         return {"stopReason": stop_reason, "_meta": not_saved()}
     return {"stopReason": stop_reason}

@@ -21,7 +21,9 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from acp_server.errors import MissingCredentialsError, ModelSpecError
 from acp_server.protocol.providers import ProviderCache
+from acp_server.protocol.wire_errors import rpc_error
 from acp_server.settings.config import Config
 
 if TYPE_CHECKING:
@@ -186,12 +188,10 @@ class ModelChoices:
 
     def _lister(self, spec: str) -> Any:
         """The spec's HTTP provider (which knows its endpoint, key and headers), or None without credentials."""
-        from acp_server.jsonrpc.rpc import RpcError
-
         try:
             provider = self._providers.get(spec)
-        except RpcError as exc:
-            self.outcomes[spec.partition(":")[0]] = exc.message
+        except (MissingCredentialsError, ModelSpecError) as exc:
+            self.outcomes[spec.partition(":")[0]] = rpc_error(exc).message  # what a prompt on it is answered
             return None
         inner = getattr(provider, "inner", provider)
         return inner if hasattr(inner, "list_models") else None
@@ -250,6 +250,6 @@ class ModelChoices:
 
 
 def _expected(exc: Exception) -> bool:
-    from acp_server.runtime.model import ModelError
+    from acp_server.errors import ModelError
 
     return isinstance(exc, ModelError)

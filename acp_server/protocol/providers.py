@@ -14,9 +14,9 @@ from collections.abc import Callable, Sequence
 
 import anyio
 
-from acp_server.jsonrpc.rpc import ErrorCode, RpcError
-from acp_server.runtime.model import ModelSpecError, Provider
-from acp_server.runtime.providers import MissingCredentialsError, needs_credentials
+from acp_server.errors import MissingCredentialsError
+from acp_server.runtime.model import Provider
+from acp_server.runtime.providers import needs_credentials
 from acp_server.sessions.runs import RunContext
 
 __all__ = ["LOGGED_OUT", "AuthState", "ProviderCache", "close_providers"]
@@ -40,7 +40,8 @@ class ProviderCache:
         self._building = threading.Lock()
 
     def get(self, spec: str) -> Provider:
-        """The spec's provider; a missing key or a bad spec is the client's error to fix."""
+        """The spec's provider; a missing key (`MissingCredentialsError`) or a bad spec (`ModelSpecError`) is the
+        client's error to fix."""
         provider = self._providers.get(spec)
         if provider is not None:
             return provider
@@ -49,13 +50,8 @@ class ProviderCache:
             if provider is not None:
                 return provider
             if self.logged_out and needs_credentials(spec):
-                raise RpcError(ErrorCode.AUTH_REQUIRED, f"Authentication required: {LOGGED_OUT}")
-            try:
-                provider = self._open_model(spec)
-            except MissingCredentialsError as exc:
-                raise RpcError(ErrorCode.AUTH_REQUIRED, f"Authentication required: {exc}") from None
-            except ModelSpecError as exc:
-                raise RpcError(ErrorCode.INVALID_PARAMS, f"Invalid params: {exc}") from None
+                raise MissingCredentialsError(LOGGED_OUT)
+            provider = self._open_model(spec)
             self._providers[spec] = provider
             return provider
 
@@ -119,7 +115,7 @@ class AuthState:
     def require(self) -> None:
         """For what uses the default model (session/new, load, fork): refused while its key is missing."""
         if self.problem is not None:
-            raise RpcError(ErrorCode.AUTH_REQUIRED, f"Authentication required: {self.problem}")
+            raise MissingCredentialsError(self.problem)
 
     def require_for(self, spec: str) -> None:
         """For a prompt on a session's model: a model that takes no key is never refused; one that does is while
@@ -127,7 +123,7 @@ class AuthState:
         if not needs_credentials(spec):
             return
         if self._providers.logged_out:
-            raise RpcError(ErrorCode.AUTH_REQUIRED, f"Authentication required: {LOGGED_OUT}")
+            raise MissingCredentialsError(LOGGED_OUT)
         self.require()
 
 

@@ -194,13 +194,8 @@ async def restore_session(context: RequestContext, params: LoadSessionRequest, r
     current = parts.sessions.get(params.session_id)
     if current is not None and not current.closed and parts.runs.running(params.session_id) is not None:
         raise RpcError(ErrorCode.INVALID_REQUEST, "the session has a prompt running; cancel it first")
-    from acp_server.store import StoreUnavailable
-
     store = await parts.store.require()
-    try:
-        loaded = await store.load(params.session_id, hold=True)  # held before the read: pruning leaves it
-    except StoreUnavailable as exc:
-        raise RpcError(ErrorCode.INTERNAL_ERROR, f"cannot read the session store: {exc}") from None
+    loaded = await store.load(params.session_id, hold=True)  # held before the read: pruning leaves it
     if loaded is None:
         data = {"sessionId": params.session_id} if parts.handshake.v2 else None
         raise RpcError(ErrorCode.RESOURCE_NOT_FOUND, f"unknown session: {params.session_id}", data)
@@ -243,24 +238,19 @@ def _turns_started(loaded: LoadedSession) -> int:
 async def session_fork(context: RequestContext, params: LoadSessionRequest) -> dict[str, Any]:
     """Unstable in ACP v1: a new session that starts with a copy of another's conversation (a running turn in the
     source is copied as interrupted). Answered like session/new; the source is untouched."""
-    from acp_server.store import StoreUnavailable
-
     parts = context.parts
     parts.handshake.require_initialized()
     parts.auth.require()
     _check_directories(params.cwd, params.additional_directories)  # before the copy: no half-made fork
     store = await parts.store.require()
     new_id = f"sess_{uuid.uuid4().hex}"
-    try:
-        copied = await store.fork(
-            params.session_id,
-            new_id,
-            cwd=params.cwd,
-            additional_directories=params.additional_directories,
-            mcp_servers=params.mcp_servers,
-        )
-    except StoreUnavailable as exc:
-        raise RpcError(ErrorCode.INTERNAL_ERROR, f"cannot read the session store: {exc}") from None
+    copied = await store.fork(
+        params.session_id,
+        new_id,
+        cwd=params.cwd,
+        additional_directories=params.additional_directories,
+        mcp_servers=params.mcp_servers,
+    )
     if not copied:
         raise RpcError(ErrorCode.RESOURCE_NOT_FOUND, f"unknown session: {params.session_id}")
     restored = await _restore(context, params.model_copy(update={"session_id": new_id}), replay=False)
@@ -276,8 +266,6 @@ async def session_resume(context: RequestContext, params: LoadSessionRequest) ->
 
 
 async def session_list(context: RequestContext, params: ListSessionsRequest) -> dict[str, Any]:
-    from acp_server.store import StoreUnavailable
-
     parts = context.parts
     parts.handshake.require_initialized()
     store = await parts.store.require()
@@ -285,8 +273,6 @@ async def session_list(context: RequestContext, params: ListSessionsRequest) -> 
         page = await store.list_sessions(cwd=params.cwd, cursor=params.cursor)
     except ValueError:
         raise RpcError(ErrorCode.INVALID_PARAMS, "Invalid params: cursor: not a cursor this server gave") from None
-    except StoreUnavailable as exc:
-        raise RpcError(ErrorCode.INTERNAL_ERROR, f"cannot read the session store: {exc}") from None
     sessions = []
     for summary in page.sessions:
         entry: dict[str, Any] = {

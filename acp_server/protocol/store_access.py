@@ -56,8 +56,9 @@ class StoreAccess:
         async with self._lock:
             if not self._tried:
                 self._tried = True
+                from acp_server.errors import StoreUnavailable
                 from acp_server.protocol.replay import entry_of
-                from acp_server.store import STORE_FILENAME, SessionStore, StoreUnavailable, default_state_dir
+                from acp_server.store import STORE_FILENAME, SessionStore, default_state_dir
 
                 directory = Path(self._config.state_dir) if self._config.state_dir else default_state_dir()
                 path = directory / STORE_FILENAME
@@ -78,7 +79,8 @@ class StoreAccess:
     async def _prune(self) -> None:
         """Once per process, in the background: remove what the retention settings say goes; a failure costs
         nothing but a log line (the sessions stay)."""
-        from acp_server.store import Retention, StoreUnavailable
+        from acp_server.errors import StoreUnavailable
+        from acp_server.store import Retention
 
         store = self.current
         if store is None:
@@ -102,17 +104,13 @@ class StoreAccess:
 
     async def save(self, write: Callable[[SessionStore], None]) -> None:
         """A change a request acknowledges, committed before its response (`SessionStore.commit_change`): `write`
-        buffers it in the open store. When that commit fails (a full disk, say) the request is answered -32603
-        naming the failure, never success, and the change is not saved later either. Nothing to do without a store."""
+        buffers it in the open store. When that commit fails (a full disk, say) it raises `ChangeNotSavedError`, so the
+        request is answered -32603 naming the failure, never success, and the change is not saved later either.
+        Nothing to do without a store."""
         store = self.current
         if store is None:
             return
-        from acp_server.store import StoreUnavailable
-
-        try:
-            await store.commit_change(lambda: write(store))
-        except StoreUnavailable as exc:
-            raise RpcError(ErrorCode.INTERNAL_ERROR, f"Internal error: the change was not saved: {exc}") from None
+        await store.commit_change(lambda: write(store))
 
     async def require(self) -> SessionStore:
         store = await self.open()

@@ -16,7 +16,7 @@ import time
 
 import anyio
 
-from acp_server.jsonrpc.rpc import RpcError
+from acp_server.errors import MissingCredentialsError, ModelSpecError
 from acp_server.protocol.providers import ProviderCache
 from acp_server.protocol.schema import PromptRequest
 from acp_server.runtime.tools import ToolBox
@@ -47,7 +47,7 @@ async def _warm(providers: ProviderCache, tools: ToolBox, spec: str) -> None:
     started = time.perf_counter()
     try:
         provider = providers.get(spec)
-    except RpcError:
+    except (MissingCredentialsError, ModelSpecError):
         providers.warm_up_failed(spec)  # warmed once the key is there (after `authenticate`)
         return  # a missing key or a bad spec: the prompt answers with it
     try:

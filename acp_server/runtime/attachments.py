@@ -11,10 +11,10 @@ from pathlib import Path
 
 import anyio
 
+from acp_server.errors import ToolError
 from acp_server.runtime import beneath
 from acp_server.runtime.media import MAX_MEDIA_BYTES, image_type
 from acp_server.runtime.model import Media
-from acp_server.runtime.ports import ToolError
 
 __all__ = ["MAX_IMAGE_BYTES", "image_type", "read_image"]
 

@@ -27,11 +27,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from acp_server.errors import OutsideError, ToolError
 from acp_server.runtime.names import wire
-from acp_server.runtime.ports import ToolError
 
 __all__ = [
-    "OutsideError",
     "Spot",
     "checked_path",
     "exists",
@@ -48,10 +47,6 @@ _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 # A directory we only walk through needs no read access (O_PATH, Linux); elsewhere it is opened for reading.
 _WALK_FLAGS = getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY | os.O_NOFOLLOW | _CLOEXEC
 _LINK_ERRNOS = (errno.ELOOP, errno.ENOTDIR, getattr(errno, "EMLINK", errno.ELOOP))
-
-
-class OutsideError(ToolError):
-    """The path, or a symbolic link on its way, leads outside the session's directories."""
 
 
 @dataclass(slots=True)

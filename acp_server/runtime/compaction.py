@@ -12,16 +12,8 @@ import logging
 import uuid
 from collections.abc import Callable, Sequence
 
-from acp_server.runtime.model import (
-    Compaction,
-    Emit,
-    Message,
-    ModelError,
-    ModelTurn,
-    Notice,
-    TurnEvent,
-    UsageReported,
-)
+from acp_server.errors import ModelError
+from acp_server.runtime.model import Compaction, Emit, Message, ModelTurn, Notice, TurnEvent, UsageReported
 
 __all__ = ["SUMMARY_REQUEST", "ContextCompactor", "compact_history", "is_context_overflow"]
 

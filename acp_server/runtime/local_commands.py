@@ -19,7 +19,8 @@ from pathlib import Path
 import anyio
 from anyio.abc import Process
 
-from acp_server.runtime.ports import CommandResult, ToolError
+from acp_server.errors import ToolError
+from acp_server.runtime.ports import CommandResult
 from acp_server.runtime.processes import ProcessTable
 from acp_server.runtime.sandbox import Sandbox, Unconfined, mount_isolation, network_isolation
 

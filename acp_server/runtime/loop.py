@@ -16,6 +16,7 @@ import anyio
 from anyio.abc import Process
 from pydantic import ValidationError
 
+from acp_server.errors import ModelError, ToolError
 from acp_server.runtime.call_stops import Abandonment, CallStop, run_abandonable
 from acp_server.runtime.compaction import ContextCompactor
 from acp_server.runtime.model import (
@@ -23,7 +24,6 @@ from acp_server.runtime.model import (
     DiffOutput,
     Emit,
     Message,
-    ModelError,
     ModelTurn,
     Probe,
     ReplyStarted,
@@ -47,7 +47,6 @@ from acp_server.runtime.ports import (
     Question,
     Questions,
     Subagents,
-    ToolError,
 )
 from acp_server.runtime.processes import Processes
 from acp_server.runtime.text_guard import NO_SECRETS, Redactor, guard_tool_content, sanitize_text

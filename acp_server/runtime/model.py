@@ -20,8 +20,6 @@ __all__ = [
     "Emit",
     "Media",
     "Message",
-    "ModelError",
-    "ModelSpecError",
     "ModelTurn",
     "Notice",
     "PlanEntry",
@@ -51,15 +49,6 @@ __all__ = [
 # The key of the one-entry `ToolCall.arguments` a provider sends when the model's arguments were not a JSON object;
 # the loop answers the model with an error instead of running the tool.
 INVALID_ARGUMENTS = "__invalid_arguments__"
-
-
-class ModelError(RuntimeError):
-    """A provider failure whose message is meant for the user (endpoint unreachable, model failed mid-stream)."""
-
-
-class ModelSpecError(ValueError):
-    """A model spec (or the script it names) that cannot be used; the message says why. Each provider family raises
-    its own kind, so the server and the CLI refuse them all without knowing any family."""
 
 
 class StopReason(enum.StrEnum):

@@ -15,9 +15,9 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
+from acp_server.errors import OutsideError, ToolError
 from acp_server.runtime import beneath
 from acp_server.runtime.names import unwire, wire
-from acp_server.runtime.ports import ToolError
 
 __all__ = ["display", "resolve_path", "unwire", "wire"]
 
@@ -36,7 +36,7 @@ def resolve_path(raw: str, cwd: Path, roots: Sequence[Path]) -> Path:
     # while it looks, where this walk resolves what it finds.
     try:
         beneath.checked_path(candidate, roots)
-    except beneath.OutsideError:
+    except OutsideError:
         allowed = ", ".join(wire(str(root)) for root in roots)
         raise ToolError(f"{wire(raw)}: outside the session's directories ({allowed}); access refused") from None
     return candidate

@@ -29,13 +29,7 @@ __all__ = [
     "Question",
     "Questions",
     "Subagents",
-    "ToolError",
 ]
-
-
-class ToolError(Exception):
-    """A failure the model should read (bad path, missing file, refused permission): the tool call ends `failed`
-    with this message, and the turn goes on."""
 
 
 class FileSystem(Protocol):

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 
+from acp_server.errors import PromptRejectedError, TransitionError
 from acp_server.runtime.call_stops import CallStop
 from acp_server.runtime.model import Message, StopReason
 from acp_server.sessions.commands import ClientTools, Prompt, RequestId
@@ -45,28 +46,16 @@ if TYPE_CHECKING:  # the store (and sqlite3) load only when a session needs them
 
 __all__ = [
     "AdmissionQueue",
-    "PromptRejectedError",
     "RunContext",
     "RunRegistry",
     "RunState",
     "Session",
     "SessionService",
-    "TransitionError",
 ]
 
 log = logging.getLogger(__name__)
 
 _run_ids = itertools.count(1)
-
-
-class PromptRejectedError(Exception):
-    """A prompt refused at admission: by the `reject` policy (`invalid_params` False: the edge answers an invalid
-    request), or because its model cannot run it (True: invalid params). `message` is meant for the user."""
-
-    def __init__(self, message: str, *, invalid_params: bool = False) -> None:
-        super().__init__(message)
-        self.message = message
-        self.invalid_params = invalid_params
 
 
 class RunState(enum.Enum):
@@ -91,10 +80,6 @@ _CLAIMABLE = frozenset({RunState.QUEUED, RunState.ADMITTED, RunState.RUNNING})
 _FENCED = frozenset({RunState.SEALED, RunState.ENDED})
 _SEALABLE = frozenset({RunState.RUNNING, RunState.STOPPING, RunState.SETTLING})
 _ENDABLE = frozenset(RunState) - {RunState.ENDED}
-
-
-class TransitionError(RuntimeError):
-    """A lifecycle transition asked of a run in a state it does not leave that way: a bug, never a race."""
 
 
 class SessionService(Protocol):

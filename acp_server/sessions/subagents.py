@@ -17,6 +17,7 @@ from datetime import date
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from acp_server.errors import ToolError
 from acp_server.runtime.loop import fence_context, run_turn
 from acp_server.runtime.model import (
     Message,
@@ -31,7 +32,6 @@ from acp_server.runtime.model import (
     TurnEvent,
     TurnInput,
 )
-from acp_server.runtime.ports import ToolError
 from acp_server.runtime.system_prompt import build_system_prompt
 from acp_server.runtime.text_guard import redactor_for
 from acp_server.runtime.tools import ToolBox, ToolContext

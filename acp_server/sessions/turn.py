@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 import anyio
 
+from acp_server.errors import ModelError, PromptRejectedError, ToolError, TurnFailedError
 from acp_server.runtime.attachments import read_image
 from acp_server.runtime.call_stops import Abandonment
 from acp_server.runtime.compaction import ContextCompactor
@@ -30,20 +31,18 @@ from acp_server.runtime.model import (
     Compaction,
     Media,
     Message,
-    ModelError,
     ModelTurn,
     StopReason,
     ToolCallFinished,
     TurnInput,
     UsageReported,
 )
-from acp_server.runtime.ports import ToolError
 from acp_server.runtime.system_prompt import build_system_prompt, read_instructions
 from acp_server.runtime.text_guard import redactor_for
 from acp_server.sessions.commands import Prompt, RequestId
 from acp_server.sessions.edge import TurnOutput
 from acp_server.sessions.options import parse_command
-from acp_server.sessions.runs import PromptRejectedError, RunContext, RunState, Session
+from acp_server.sessions.runs import RunContext, RunState, Session
 from acp_server.sessions.services import TurnServices
 from acp_server.sessions.slash_commands import prompt_title, run_slash_command
 from acp_server.sessions.subagents import ChildSessions
@@ -52,18 +51,9 @@ from acp_server.sessions.turn_tools import bound_probe, tool_context, tool_ports
 if TYPE_CHECKING:
     from acp_server.store import TurnStatus
 
-__all__ = ["TurnFailedError", "admit_prompt", "execute_prompt", "execute_unjoined_steer", "release_prompt"]
+__all__ = ["admit_prompt", "execute_prompt", "execute_unjoined_steer", "release_prompt"]
 
 log = logging.getLogger(__name__)
-
-
-class TurnFailedError(Exception):
-    """The turn failed without a cancel: its prompt is answered with an error (the protocol edge says which), never
-    with a stop reason. `message` is meant for the user."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = message
 
 
 def admit_prompt(

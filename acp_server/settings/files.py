@@ -33,14 +33,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from acp_server.errors import SettingsError, StateFileError
+
 __all__ = [
     "DEFAULT_TIMEOUTS",
     "KEY_VARIABLES",
     "TIMEOUT_KEYS",
     "Credentials",
     "EndpointTimeouts",
-    "SettingsError",
-    "StateFileError",
     "base_url_family",
     "config_file",
     "endpoint_timeouts",
@@ -68,10 +68,6 @@ MIN_NAMED_SECRET_CHARS = 8
 def looks_secret(name: str) -> bool:
     """Whether a variable, header or setting with this name holds a secret (`OPENAI_API_KEY`, `Authorization`)."""
     return bool(_SECRET_NAME.search(name))
-
-
-class SettingsError(ValueError):
-    """The config file exists but cannot be used; the message says where and why."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -271,10 +267,6 @@ def secret_values(file_settings: Mapping[str, Any], env: Mapping[str, str]) -> l
 
 # O_NOFOLLOW and O_NONBLOCK are POSIX; where they are missing (Windows) there are neither links nor FIFOs to fear.
 _STATE_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
-
-
-class StateFileError(OSError):
-    """A state file that is not one: a link, a FIFO, a device, a directory, or larger than its bound."""
 
 
 def open_state_file(path: Path) -> int:

@@ -4,7 +4,7 @@ A package of small modules, one job each, from the plain values up to the store 
 
 - `turn_records`: what a turn showed the client, as the project's own records (text, thoughts, tool calls, plans),
   and the row format they are stored in;
-- `records`: the frozen records handed out, `TurnStatus`, `StoreUnavailable`, the model history as JSON;
+- `records`: the frozen records handed out, `TurnStatus`, the model history as JSON;
 - `replay`: the records replayed on `session/load` (the protocol edge renders them) and the rebuilt model history
   (docs/interrupts.md decision 6);
 - `leases`: which process owns a running turn, and whether it is still there;
@@ -31,7 +31,6 @@ from acp_server.store.records import (
     SessionPage,
     SessionRecord,
     SessionSummary,
-    StoreUnavailable,
     TurnRecord,
     TurnStatus,
     message_from_json,
@@ -73,7 +72,6 @@ __all__ = [
     "SessionRecord",
     "SessionStore",
     "SessionSummary",
-    "StoreUnavailable",
     "TerminalEnded",
     "ToolCallChanged",
     "ToolCallOpened",

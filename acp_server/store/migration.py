@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from acp_server.store.records import StoreUnavailable
+from acp_server.errors import StoreUnavailable
 from acp_server.store.turn_log import decode_row, encode_row
 from acp_server.store.turn_records import TurnEntry, encode_entry
 

@@ -1,8 +1,9 @@
 """The plain values the session store hands out and takes in (layer 2: plain rows, no schema objects).
 
 Kept apart from the SQL so a reader of `session/load` or `session/list` sees what a stored session is without the
-machinery that stores it: the frozen records, how a turn can end, the error a store that cannot be used raises, the
-model history as JSON (`runtime.model.Message` encoded by `message_to_json`), and the opaque `session/list` cursor.
+machinery that stores it: the frozen records, how a turn can end, the model history as JSON (`runtime.model.Message`
+encoded by `message_to_json`), and the opaque `session/list` cursor. The store's error, `StoreUnavailable`, is in
+the package's one exception tree (acp_server/errors).
 What a turn showed the client is a list of turn records (turn_records.py).
 """
 
@@ -29,7 +30,6 @@ __all__ = [
     "SessionPage",
     "SessionRecord",
     "SessionSummary",
-    "StoreUnavailable",
     "TurnRecord",
     "TurnStatus",
     "decode_cursor",
@@ -44,10 +44,6 @@ __all__ = [
 TurnStatus = Literal["running", "completed", "cancelled", "interrupted", "failed"]
 
 _ROLES: Mapping[str, Literal["user", "assistant", "tool"]] = {"user": "user", "assistant": "assistant", "tool": "tool"}
-
-
-class StoreUnavailable(Exception):  # noqa: N818 - the name the server's design uses
-    """The store cannot be used (unreadable, corrupt, not ours, newer schema). Its file is left exactly as it was."""
 
 
 # --- records handed to the caller ---

@@ -19,8 +19,8 @@ import sqlite3
 import time
 from pathlib import Path
 
-from acp_server.settings.files import StateFileError, open_state_file
-from acp_server.store.records import StoreUnavailable
+from acp_server.errors import StateFileError, StoreUnavailable
+from acp_server.settings.files import open_state_file
 
 __all__ = [
     "HOLD",

@@ -48,6 +48,7 @@ import anyio
 import anyio.to_thread
 import orjson
 
+from acp_server.errors import ChangeNotSavedError, StoreUnavailable
 from acp_server.runtime.model import Message
 from acp_server.store.leases import Identity, own_identity
 from acp_server.store.migration import ReadLegacy
@@ -57,7 +58,6 @@ from acp_server.store.records import (
     Retention,
     SessionOverview,
     SessionPage,
-    StoreUnavailable,
     TurnStatus,
     decode_cursor,
     encode_messages,
@@ -363,7 +363,7 @@ class SessionStore:
 
     async def commit_change(self, write: Callable[[], None]) -> None:
         """A change a request acknowledges: buffer it (`write` calls the buffered writes, `set_mode` and the like)
-        and commit it, with everything buffered before it, before returning. Raises StoreUnavailable when that
+        and commit it, with everything buffered before it, before returning. Raises ChangeNotSavedError when that
         commit failed (a full disk, an I/O error, the store closed): the client is then answered an error, so the
         change is taken back out of what the store keeps for the next flush and is never committed later, while the
         rest of the failed batch (streamed updates, turns) is kept and retried as usual. (One exception, at exit: a
@@ -373,9 +373,9 @@ class SessionStore:
         self._changes.update(id(op) for op in self._ops[start:])
         if self._closed:
             self._ops[start:] = []  # never committed now: `aclose` took the last batch
-            raise StoreUnavailable(f"session store {self.path}: closed")
+            raise ChangeNotSavedError(f"session store {self.path}: closed")
         if not await self.flush():
-            raise StoreUnavailable(f"session store {self.path}: its commit failed ({self._last_error})")
+            raise ChangeNotSavedError(f"session store {self.path}: its commit failed ({self._last_error})")
 
     async def flush(self) -> bool:
         """Commit everything buffered before this call, in one transaction on a worker thread. Shielded: once

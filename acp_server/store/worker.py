@@ -21,6 +21,7 @@ from typing import Any, Literal, cast
 
 import orjson
 
+from acp_server.errors import StoreUnavailable
 from acp_server.store.leases import Identity, owner_alive
 from acp_server.store.migration import ReadLegacy, upgrade
 from acp_server.store.records import (
@@ -31,7 +32,6 @@ from acp_server.store.records import (
     SessionPage,
     SessionRecord,
     SessionSummary,
-    StoreUnavailable,
     TurnRecord,
     TurnStatus,
     encode_cursor,

@@ -14,8 +14,9 @@ import anyio.to_thread
 import orjson
 from pydantic import BaseModel, ConfigDict, Field
 
+from acp_server.errors import ToolError
 from acp_server.runtime.model import TextOutput, ToolCallUpdated
-from acp_server.runtime.ports import PermissionRequest, Question, ToolError
+from acp_server.runtime.ports import PermissionRequest, Question
 from acp_server.runtime.tools import Tool, ToolContext, ToolResult
 
 __all__ = ["TEST_TOOLS"]

@@ -19,7 +19,8 @@ from typing import IO, Any
 import anyio
 from anyio.abc import Process
 
-from acp_server.transcripts.engine import Outcome, PeerGoneError, play
+from acp_server.errors import PeerGoneError
+from acp_server.transcripts.engine import Outcome, play
 from acp_server.transcripts.format import Line, Transcript, line_from_bytes
 
 __all__ = ["AgentProcess", "replay_command", "spawn_agent"]

@@ -26,17 +26,14 @@ from typing import Any, Protocol
 import anyio
 import orjson
 
+from acp_server.errors import PeerGoneError
 from acp_server.transcripts.format import Line, Transcript
 from acp_server.transcripts.ids import IdMap, Namer, key, map_ids, render
 from acp_server.transcripts.normalise import Canonical, Comparison, canonicalise, path_replacer
 
-__all__ = ["Driver", "Outcome", "Peer", "PeerGoneError", "play", "resolver"]
+__all__ = ["Driver", "Outcome", "Peer", "play", "resolver"]
 
 POLL_SECONDS = 0.005
-
-
-class PeerGoneError(Exception):
-    """The agent stopped reading its stdin."""
 
 
 class Peer(Protocol):

@@ -21,11 +21,12 @@ from typing import Any
 
 import orjson
 
+from acp_server.errors import TranscriptError
+
 __all__ = [
     "DEFAULT_TIMEOUT",
     "Line",
     "Transcript",
-    "TranscriptError",
     "dump_transcript",
     "line_from_bytes",
     "load_transcript",
@@ -33,10 +34,6 @@ __all__ = [
 ]
 
 DEFAULT_TIMEOUT = 5.0  # how long replay waits for the output expected before an "in" line
-
-
-class TranscriptError(ValueError):
-    """A transcript file that does not follow the format, with the line at fault."""
 
 
 @dataclass(frozen=True)

@@ -73,8 +73,9 @@ def main(argv: Sequence[str]) -> int:
     # Imported once the arguments are known good, so a usage error answers at once.
     import anyio
 
+    from acp_server.errors import TranscriptError
     from acp_server.transcripts.agent_process import replay_command
-    from acp_server.transcripts.format import TranscriptError, load_transcript
+    from acp_server.transcripts.format import load_transcript
 
     try:
         transcript = load_transcript(options.file)

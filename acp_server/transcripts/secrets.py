@@ -26,10 +26,10 @@ from typing import Any
 
 import orjson
 
+from acp_server.errors import SettingsError
 from acp_server.settings.files import (
     MIN_NAMED_SECRET_CHARS,
     MIN_SECRET_CHARS,
-    SettingsError,
     config_file,
     looks_secret,
     read_config_file,

@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from acp_server.runtime.model import Message, ModelError, TurnEvent, TurnInput
+from acp_server.errors import ModelError
+from acp_server.runtime.model import Message, TurnEvent, TurnInput
 from acp_server.runtime.providers.anthropic import AnthropicProvider
 from acp_server.settings.checks import load_settings
 from acp_server.settings.files import DEFAULT_TIMEOUTS, EndpointTimeouts, endpoint_timeouts, read_config_file

@@ -22,8 +22,9 @@ from typing import Any
 import orjson
 import pytest
 
+from acp_server.errors import TranscriptError
 from acp_server.jsonrpc.transport import Oversized
-from acp_server.transcripts.format import Line, TranscriptError, load_transcript
+from acp_server.transcripts.format import Line, load_transcript
 from acp_server.transcripts.record import FLUSH_SECONDS, Recorder
 from acp_server.transcripts.secrets import REDACTED, Redactor, provider_secrets
 from tests.conftest import StartServer

@@ -15,14 +15,8 @@ from typing import Any
 import orjson
 import pytest
 
-from acp_server.transcripts.format import (
-    Line,
-    Transcript,
-    TranscriptError,
-    dump_transcript,
-    load_transcript,
-    parse_transcript,
-)
+from acp_server.errors import TranscriptError
+from acp_server.transcripts.format import Line, Transcript, dump_transcript, load_transcript, parse_transcript
 from acp_server.transcripts.normalise import canonicalise, compare
 from tests.support.harness import DEFAULT_ARGS, Entry, scaled
 from tests.support.transcripts import (

@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from acp_server.transcripts.engine import Driver, Outcome, PeerGoneError, play, resolver
+from acp_server.errors import PeerGoneError
+from acp_server.transcripts.engine import Driver, Outcome, play, resolver
 from acp_server.transcripts.format import Line, Transcript, dump_transcript, line_from_bytes, load_transcript
 from acp_server.transcripts.ids import Namer, key, map_ids
 from acp_server.transcripts.normalise import canonicalise

@@ -17,18 +17,19 @@ PACKAGE = Path(__file__).resolve().parents[2] / "acp_server"
 # `__init__` (its version). The folders' `__init__` docstrings say the same in words; docs/architecture.md draws it.
 ALLOWED: dict[str, frozenset[str]] = {
     "": frozenset(),
+    "errors": frozenset(),  # the one exception tree, below every layer: imported where its errors are raised or caught
     "valid_unicode": frozenset(),  # a leaf both the runtime and the connection use
-    "settings": frozenset({""}),
+    "settings": frozenset({"", "errors"}),
     "jsonrpc": frozenset({"settings", "valid_unicode"}),
-    "runtime": frozenset({"settings", "valid_unicode"}),
-    "store": frozenset({"runtime", "settings"}),
-    "mcp_bridge": frozenset({"", "runtime", "settings"}),
-    "transcripts": frozenset({"jsonrpc", "settings"}),
-    "sessions": frozenset({"runtime", "store", "mcp_bridge", "settings"}),
-    "protocol": frozenset({"", "sessions", "runtime", "store", "mcp_bridge", "jsonrpc", "settings"}),
+    "runtime": frozenset({"errors", "settings", "valid_unicode"}),
+    "store": frozenset({"errors", "runtime", "settings"}),
+    "mcp_bridge": frozenset({"", "errors", "runtime", "settings"}),
+    "transcripts": frozenset({"errors", "jsonrpc", "settings"}),
+    "sessions": frozenset({"errors", "runtime", "store", "mcp_bridge", "settings"}),
+    "protocol": frozenset({"", "errors", "sessions", "runtime", "store", "mcp_bridge", "jsonrpc", "settings"}),
     "chat": frozenset({""}),  # another program: it reaches the agent over the protocol only
     # The test machinery, a plug-in: only the composition root imports it (see the test below).
-    "testmode": frozenset({"protocol", "sessions", "runtime", "jsonrpc", "settings"}),
+    "testmode": frozenset({"errors", "protocol", "sessions", "runtime", "jsonrpc", "settings"}),
     "server": frozenset(
         {
             "protocol",
@@ -44,10 +45,12 @@ ALLOWED: dict[str, frozenset[str]] = {
     ),
     # The composition root's second half (what a session needs), loaded after `initialize` (protocol/deferred.py).
     "session_side": frozenset({"protocol", "sessions", "runtime", "store", "jsonrpc", "settings"}),
-    "doctor": frozenset({"settings", "runtime", "store", "mcp_bridge"}),
+    "doctor": frozenset({"errors", "settings", "runtime", "store", "mcp_bridge"}),
     # `acp-server sessions`: the store for people, beside doctor.
-    "stored_sessions": frozenset({"settings", "store"}),
-    "cli": frozenset({"", "settings", "runtime", "server", "doctor", "stored_sessions", "chat", "transcripts"}),
+    "stored_sessions": frozenset({"errors", "settings", "store"}),
+    "cli": frozenset(
+        {"", "errors", "settings", "runtime", "server", "doctor", "stored_sessions", "chat", "transcripts"}
+    ),
     "__main__": frozenset({"cli"}),
 }
 # No crossing of these rules is tolerated: `sessions` reaches neither `protocol` nor `jsonrpc`; it defines the `Edge`
@@ -117,6 +120,38 @@ def test_every_module_is_in_a_layer_with_rules() -> None:
 def test_every_layer_imports_only_what_its_rules_allow() -> None:
     violations = sorted(crossings())
     assert not violations, "\n".join(f"{name} imports {target}" for name, target in violations)
+
+
+# Exceptions defined outside the one tree (acp_server/errors): the wire's own (what a request is answered, what the
+# client answered one of ours), and the chat client's (another program).
+OWN_EXCEPTIONS = {
+    ("acp_server.jsonrpc.rpc", "RpcError"),
+    ("acp_server.jsonrpc.connection", "ClientRequestError"),
+}
+
+
+def test_every_error_the_server_names_is_in_the_one_tree() -> None:
+    """A new public exception class goes in acp_server/errors, drawn in its docstring's tree; one private to its
+    module (a leading underscore: it never leaves it) may stay there."""
+    strays = sorted(
+        f"{name}.{node.name}"
+        for name, tree in modules()
+        if folder(name) not in ("errors", "chat")
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ClassDef)
+        and not node.name.startswith("_")
+        and (name, node.name) not in OWN_EXCEPTIONS
+        and any(isinstance(base, ast.Name) and base.id.endswith(("Error", "Exception")) for base in node.bases)
+    )
+    assert not strays, "define these in acp_server/errors: " + ", ".join(strays)
+
+
+def test_the_tree_drawn_in_the_errors_docstring_names_every_class_it_defines() -> None:
+    tree = dict(modules())["acp_server.errors"]
+    drawn = set((ast.get_docstring(tree) or "").split())
+    defined = [node.name for node in tree.body if isinstance(node, ast.ClassDef)]
+    assert defined
+    assert not [name for name in defined if name not in drawn]
 
 
 def update_builders() -> set[str]:
@@ -229,8 +264,14 @@ def test_the_runtime_knows_nothing_of_json_rpc_or_acp_wire_layers() -> None:
                 for t in imported(tree)
                 if t.startswith("acp_server.")
                 and not t.startswith("acp_server.runtime")
-                # configuration, and the Unicode repair the connection shares: not the wire
-                and t not in ("acp_server.settings.config", "acp_server.settings.files", "acp_server.valid_unicode")
+                # configuration, the Unicode repair the connection shares, and the one exception tree: not the wire
+                and t
+                not in (
+                    "acp_server.settings.config",
+                    "acp_server.settings.files",
+                    "acp_server.valid_unicode",
+                    "acp_server.errors",
+                )
             }
             assert not foreign, f"{name} imports {foreign}"
 

@@ -16,6 +16,7 @@ import logging
 import uuid
 from typing import Any
 
+from acp_server.errors import TurnFailedError
 from acp_server.jsonrpc.rpc import ErrorCode, RpcError
 from acp_server.protocol.context import Parts, RequestContext
 from acp_server.protocol.schema import PromptRequest
@@ -23,9 +24,10 @@ from acp_server.protocol.store_access import not_saved
 from acp_server.protocol.titles import title_session
 from acp_server.protocol.v2.updates import idle, running, user_message
 from acp_server.protocol.v2.withdrawals import WITHDRAWN
+from acp_server.protocol.wire_errors import rpc_error
 from acp_server.runtime.model import StopReason
 from acp_server.sessions.runs import RunContext, RunState
-from acp_server.sessions.turn import TurnFailedError, execute_prompt, execute_unjoined_steer, release_prompt
+from acp_server.sessions.turn import execute_prompt, execute_unjoined_steer, release_prompt
 
 __all__ = ["session_prompt_v2"]
 
@@ -110,8 +112,9 @@ async def _work(parts: Parts, run: RunContext) -> None:
         error: dict[str, Any] | None = None
         try:
             stop: str = await execute_prompt(parts.turns, run)
-        except TurnFailedError as exc:
-            stop, error = "error", {"code": int(ErrorCode.INTERNAL_ERROR), "message": exc.message}
+        except TurnFailedError as exc:  # no response to answer: its error goes in the `idle`, as the mapping says
+            failed = rpc_error(exc)
+            stop, error = "error", {"code": failed.code, "message": failed.message}
         except Exception:  # a defect past the turn's own handling: the work still ends, as an error (not a crash)
             log.exception("session %s: the v2 turn failed", run.session_id)
             message = "Internal error: the turn failed; see the server log"

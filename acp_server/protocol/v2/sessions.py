@@ -145,16 +145,12 @@ async def _resume_running_with_replay(
     _require_cwd(session, params)
     parts = context.parts
     from acp_server.protocol.v2.replay import replay_updates_v2
-    from acp_server.store import StoreUnavailable
 
     work = parts.runs.running(session.session_id)
     log = None if work is None else work.turn_log
     shown = None if log is None else (log.turn_id, log.appended)
     store = await parts.store.require()
-    try:
-        loaded = await store.load(session.session_id)
-    except StoreUnavailable as exc:
-        raise RpcError(ErrorCode.INTERNAL_ERROR, f"cannot read the session store: {exc}") from None
+    loaded = await store.load(session.session_id)
     if session.closed:
         return await session_resume_v2(context, params)  # closed meanwhile: resumed as any closed session is
     if loaded is not None:

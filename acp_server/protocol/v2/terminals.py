@@ -26,12 +26,13 @@ from typing import Any
 
 from anyio.abc import Process
 
+from acp_server.errors import ToolError
 from acp_server.jsonrpc.connection import Connection
 from acp_server.protocol.context import RequestContext
 from acp_server.protocol.v2.cancels import cancel_target
 from acp_server.protocol.v2.schema import CancelTerminalRequest
 from acp_server.runtime.local_commands import OUTPUT_LIMIT, LocalCommandRunner, OutputTail
-from acp_server.runtime.ports import CommandResult, ToolError
+from acp_server.runtime.ports import CommandResult
 from acp_server.runtime.processes import ProcessTable
 from acp_server.runtime.sandbox import Sandbox, Unconfined
 from acp_server.sessions.runs import RunContext

@@ -11,27 +11,19 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from acp_server.runtime.model import ModelSpecError, Provider
+from acp_server.errors import MissingCredentialsError, SettingsError, UnknownModelError
+from acp_server.runtime.model import Provider
 from acp_server.settings.files import (
     KEY_VARIABLES,
-    SettingsError,
     config_file,
     endpoint_timeouts,
     provider_credentials,
     read_config_file,
 )
 
-__all__ = ["MissingCredentialsError", "UnknownModelError", "needs_credentials", "open_provider"]
+__all__ = ["needs_credentials", "open_provider"]
 
 FAMILIES = ("echo", "scripted[:PATH]", "openai:MODEL", "anthropic:MODEL")
-
-
-class UnknownModelError(ModelSpecError):
-    """The `--model` spec names no provider we have."""
-
-
-class MissingCredentialsError(Exception):
-    """The provider needs an API key that is nowhere to be found; the message tells the user where to put one."""
 
 
 def needs_credentials(spec: str) -> bool:

@@ -24,13 +24,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from acp_server.errors import ModelError
 from acp_server.runtime.model import (
     INVALID_ARGUMENTS,
     TEXT_ONLY,
     Emit,
     Media,
     Message,
-    ModelError,
     ModelTurn,
     Reply,
     StopReason,

@@ -31,6 +31,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import orjson
 
+from acp_server.errors import ListingError, ListingTooLargeError
 from acp_server.settings.files import read_state_file
 
 __all__ = [
@@ -38,8 +39,6 @@ __all__ = [
     "LIST_TTL",
     "Listing",
     "ListingCache",
-    "ListingError",
-    "ListingTooLargeError",
     "chat_model_ids",
     "decode_listing",
     "endpoint_key",
@@ -81,14 +80,6 @@ def endpoint_key(url: str) -> str:
     host = parts.hostname or ""
     netloc = f"{host}:{parts.port}" if parts.port else host
     return urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", ""))
-
-
-class ListingError(ValueError):
-    """The endpoint answered, but not with a models list."""
-
-
-class ListingTooLargeError(ListingError):
-    """The answer is larger than MAX_LIST_BYTES, as sent or once decompressed: it is not read further."""
 
 
 def too_large(decompressed: bool = False) -> ListingTooLargeError:

@@ -25,8 +25,9 @@ from urllib.parse import urlsplit, urlunsplit
 import anyio
 import orjson
 
-from acp_server.runtime.model import INVALID_ARGUMENTS, Emit, ModelError
-from acp_server.runtime.providers.catalog import MAX_LIST_BYTES, ListingError, decode_listing, endpoint_key, too_large
+from acp_server.errors import ListingError, ModelError
+from acp_server.runtime.model import INVALID_ARGUMENTS, Emit
+from acp_server.runtime.providers.catalog import MAX_LIST_BYTES, decode_listing, endpoint_key, too_large
 from acp_server.settings.files import DEFAULT_TIMEOUTS, EndpointTimeouts
 
 __all__ = ["HttpProvider", "describe_failure", "import_sdk", "one_line", "parse_arguments"]

@@ -47,6 +47,7 @@ from typing import Any
 
 import orjson
 
+from acp_server.errors import ModelError
 from acp_server.runtime.media import AUDIO_FORMATS
 from acp_server.runtime.model import (
     INVALID_ARGUMENTS,
@@ -54,7 +55,6 @@ from acp_server.runtime.model import (
     Emit,
     Media,
     Message,
-    ModelError,
     ModelTurn,
     Reply,
     StopReason,

@@ -23,11 +23,10 @@ from typing import Any
 import anyio
 import orjson
 
+from acp_server.errors import ProviderError, ScriptError, StreamAbortedError
 from acp_server.runtime.model import (
     Emit,
     Message,
-    ModelError,
-    ModelSpecError,
     ModelTurn,
     Probe,
     Reply,
@@ -39,7 +38,7 @@ from acp_server.runtime.model import (
     TurnInput,
 )
 
-__all__ = ["DEMO_TURNS", "GATES", "GateBoard", "ScriptError", "ScriptedProvider", "Step", "gate_board", "parse_script"]
+__all__ = ["DEMO_TURNS", "GATES", "GateBoard", "ScriptedProvider", "Step", "gate_board", "parse_script"]
 
 ACTIONS = (
     "say",
@@ -106,18 +105,6 @@ DEMO_TURNS: tuple[list[dict[str, Any]], ...] = (
         {"say": "Start acp-server with a real model (--model openai:MODEL or anthropic:MODEL) to talk to one."},
     ],
 )
-
-
-class ScriptError(ModelSpecError):
-    """A script that cannot be run, with the step at fault."""
-
-
-class ProviderError(ModelError):
-    """The scripted stand-in for a provider failing mid-turn (`fail` step)."""
-
-
-class StreamAbortedError(RuntimeError):
-    """What `gate_raise` throws when aborted: a library error, not a cancellation."""
 
 
 @dataclass(frozen=True, slots=True)

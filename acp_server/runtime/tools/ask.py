@@ -22,8 +22,9 @@ from urllib.parse import urlsplit
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from acp_server.errors import ToolError
 from acp_server.runtime.model import TextDelta
-from acp_server.runtime.ports import Question, ToolError
+from acp_server.runtime.ports import Question
 from acp_server.runtime.tools import Tool, ToolContext, ToolResult
 
 __all__ = ["ASK_TOOLS", "requested_schema"]

@@ -18,9 +18,10 @@ from typing import Any
 import anyio
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from acp_server.errors import ToolError
 from acp_server.runtime.model import TerminalOutput, TextOutput, ToolCallUpdated, ToolContent
 from acp_server.runtime.paths import display, resolve_path
-from acp_server.runtime.ports import CommandResult, PermissionRequest, ToolError
+from acp_server.runtime.ports import CommandResult, PermissionRequest
 from acp_server.runtime.tools import Tool, ToolContext, ToolResult
 
 __all__ = ["COMMAND_TOOLS", "DEFAULT_TIMEOUT_S", "MAX_OUTPUT_CHARS", "MAX_TIMEOUT_S", "command_prefix"]

@@ -26,10 +26,11 @@ import anyio.lowlevel
 import anyio.to_thread
 from pydantic import BaseModel, ConfigDict, Field
 
+from acp_server.errors import ToolError
 from acp_server.runtime import beneath
 from acp_server.runtime.model import DiffOutput, ToolCallUpdated
 from acp_server.runtime.paths import display, resolve_path, wire
-from acp_server.runtime.ports import PermissionRequest, ToolError
+from acp_server.runtime.ports import PermissionRequest
 from acp_server.runtime.tools import Tool, ToolContext, ToolResult
 from acp_server.runtime.tools.gitignore import glob_matcher, walk_files
 

@@ -12,7 +12,8 @@ import anyio
 import pytest
 from mcp.types import CallToolResult, EmbeddedResource, ImageContent, TextContent, TextResourceContents
 
-from acp_server.mcp_bridge import McpServerError, merge_servers
+from acp_server.errors import McpServerError
+from acp_server.mcp_bridge import merge_servers
 from acp_server.mcp_bridge.hub import McpHub
 from acp_server.mcp_bridge.probe import probe_mcp_server
 from acp_server.mcp_bridge.specs import ServerSpec, parse_server, tool_name

@@ -9,10 +9,12 @@ from pathlib import Path
 import anyio
 import pytest
 
-from acp_server.jsonrpc.rpc import ErrorCode, RpcError
+from acp_server.errors import MissingCredentialsError
+from acp_server.jsonrpc.rpc import ErrorCode
 from acp_server.protocol.prompts import prompt_command
 from acp_server.protocol.providers import AuthState, ProviderCache, close_providers
 from acp_server.protocol.schema import PromptRequest
+from acp_server.protocol.wire_errors import rpc_error
 from acp_server.runtime.model import Provider
 from acp_server.runtime.providers import open_provider
 from acp_server.sessions.runs import RunRegistry, Session
@@ -39,9 +41,9 @@ async def test_logout_drops_the_keyed_providers_keeps_the_offline_ones_and_warms
     assert not cache.first_warm_up(SPEC)
     assert cache.forget_credentials() == [openai]
     assert cache.get("echo") is echo
-    with pytest.raises(RpcError) as refused:
+    with pytest.raises(MissingCredentialsError) as refused:
         cache.get(SPEC)
-    assert refused.value.code == ErrorCode.AUTH_REQUIRED
+    assert rpc_error(refused.value).code == ErrorCode.AUTH_REQUIRED
     cache.logged_out = False  # what `authenticate` does
     assert cache.get(SPEC) is not openai
     assert cache.first_warm_up(SPEC)  # the rebuilt provider is warmed up too
@@ -55,10 +57,11 @@ async def test_after_logout_only_prompts_on_a_model_that_takes_a_key_are_refused
     auth.logout()
     for spec in ("echo", "scripted"):
         auth.require_for(spec)
-    with pytest.raises(RpcError) as refused:
+    with pytest.raises(MissingCredentialsError) as refused:
         auth.require_for(SPEC)
-    assert refused.value.code == ErrorCode.AUTH_REQUIRED and "authenticate" in refused.value.message
-    with pytest.raises(RpcError):
+    answer = rpc_error(refused.value)
+    assert answer.code == ErrorCode.AUTH_REQUIRED and "authenticate" in answer.message
+    with pytest.raises(MissingCredentialsError):
         auth.require()  # session/new on the default model
     assert auth.authenticate()
     auth.require_for(SPEC)

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from acp_server.errors import MissingCredentialsError, ScriptError, UnknownModelError
 from acp_server.jsonrpc.rpc import ErrorCode, RpcError
 from acp_server.protocol.initialize import NO_CAPABILITIES
 from acp_server.protocol.plugins import Plugin, observer_of
@@ -14,10 +15,9 @@ from acp_server.protocol.prompts import prompt_command
 from acp_server.protocol.providers import AuthState, ProviderCache
 from acp_server.protocol.schema import PromptRequest
 from acp_server.protocol.session_table import Handshake, SessionTable
+from acp_server.protocol.wire_errors import rpc_error
 from acp_server.runtime.model import Provider
-from acp_server.runtime.providers import MissingCredentialsError, UnknownModelError
 from acp_server.runtime.providers.echo import EchoProvider
-from acp_server.runtime.providers.scripted import ScriptError
 from acp_server.sessions.runs import RunContext, RunRegistry, Session
 
 
@@ -25,8 +25,11 @@ def make_session(name: str = "s") -> Session:
     return Session(name, Path("/tmp"), (), ())
 
 
-def code_of(excinfo: pytest.ExceptionInfo[RpcError]) -> int:
-    return int(excinfo.value.code)
+def code_of(excinfo: pytest.ExceptionInfo[Exception]) -> int:
+    """The JSON-RPC error code a request is answered with for the error (protocol/wire_errors.py)."""
+    answer = rpc_error(excinfo.value)
+    assert answer is not None, excinfo.value
+    return int(answer.code)
 
 
 async def test_the_session_table_answers_each_wrong_id_with_its_own_error() -> None:
@@ -71,12 +74,12 @@ def test_providers_are_built_once_per_spec_and_a_bad_spec_is_the_clients_error()
 
     providers = ProviderCache(open_model)
     assert providers.get("echo") is providers.get("echo") and built == ["echo"]
-    for spec, code in [
-        ("unknown", ErrorCode.INVALID_PARAMS),
-        ("bad-script", ErrorCode.INVALID_PARAMS),
-        ("keyless", ErrorCode.AUTH_REQUIRED),
+    for spec, error, code in [
+        ("unknown", UnknownModelError, ErrorCode.INVALID_PARAMS),
+        ("bad-script", ScriptError, ErrorCode.INVALID_PARAMS),
+        ("keyless", MissingCredentialsError, ErrorCode.AUTH_REQUIRED),
     ]:
-        with pytest.raises(RpcError) as refused:
+        with pytest.raises(error) as refused:
             providers.get(spec)
         assert code_of(refused) == code, spec
 
@@ -91,7 +94,7 @@ def test_authentication_is_required_until_a_retry_finds_the_key() -> None:
 
     auth = AuthState(ProviderCache(open_model), "echo")
     assert auth.problem == "set THE_KEY"
-    with pytest.raises(RpcError) as refused:
+    with pytest.raises(MissingCredentialsError) as refused:
         auth.require()
     assert code_of(refused) == ErrorCode.AUTH_REQUIRED
     assert not auth.retry()

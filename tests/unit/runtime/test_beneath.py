@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from acp_server.errors import OutsideError, ToolError
 from acp_server.runtime import beneath
 from acp_server.runtime.paths import unwire, wire
-from acp_server.runtime.ports import ToolError
 
 
 @pytest.fixture
@@ -52,11 +52,11 @@ def test_a_link_leading_out_is_refused_as_the_last_component_or_on_the_way(ws: P
     (ws / "abs").symlink_to(ws.parent / "outside" / "secret")
     (ws / "hop").symlink_to("file")  # a link to a link that leads out
     for name in ("file", "dir/secret", "abs", "hop"):
-        with pytest.raises(beneath.OutsideError, match="outside the session's directories"):
+        with pytest.raises(OutsideError, match="outside the session's directories"):
             beneath.read_bytes(ws / name, (ws,))
-        with pytest.raises(beneath.OutsideError):
+        with pytest.raises(OutsideError):
             beneath.write_bytes(ws / name, (ws,), b"pwned")
-        with pytest.raises(beneath.OutsideError):
+        with pytest.raises(OutsideError):
             beneath.checked_path(ws / name, (ws,))
     assert (ws.parent / "outside" / "secret").read_text() == "TOP SECRET\n"
     assert sorted(p.name for p in (ws.parent / "outside").iterdir()) == ["secret"]

@@ -9,8 +9,9 @@ from collections.abc import Sequence
 
 import pytest
 
+from acp_server.errors import ModelError
 from acp_server.runtime.compaction import GENERIC_FAILURE, ContextCompactor
-from acp_server.runtime.model import Compaction, Emit, Message, ModelError, Reply, ToolSpec, TurnEvent
+from acp_server.runtime.model import Compaction, Emit, Message, Reply, ToolSpec, TurnEvent
 
 
 class FailingSummariser:

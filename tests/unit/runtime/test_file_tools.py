@@ -21,11 +21,12 @@ import anyio.from_thread
 import pytest
 from pydantic import ValidationError
 
+from acp_server.errors import ToolError
 from acp_server.protocol.editor import PermissionGate
 from acp_server.runtime.local_commands import LocalCommandRunner
 from acp_server.runtime.local_fs import LocalFileSystem
 from acp_server.runtime.model import DiffOutput, PlanEntry, PlanUpdated, ToolCallUpdated, TurnEvent
-from acp_server.runtime.ports import Decision, PermissionRequest, Permissions, ToolError
+from acp_server.runtime.ports import Decision, PermissionRequest, Permissions
 from acp_server.runtime.processes import ProcessTable
 from acp_server.runtime.tools import ToolContext, ToolResult
 from acp_server.runtime.tools import gitignore as gitignore_module

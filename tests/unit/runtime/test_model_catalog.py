@@ -16,6 +16,7 @@ from typing import Any
 import orjson
 import pytest
 
+from acp_server.errors import ListingError, ListingTooLargeError
 from acp_server.runtime.providers.catalog import (
     LIST_TTL,
     MAX_CACHE_BYTES,
@@ -23,8 +24,6 @@ from acp_server.runtime.providers.catalog import (
     MAX_LIST_BYTES,
     Listing,
     ListingCache,
-    ListingError,
-    ListingTooLargeError,
     decode_listing,
     endpoint_key,
     merge_choices,

@@ -22,10 +22,10 @@ import anyio
 import orjson
 import pytest
 
+from acp_server.errors import ModelError
 from acp_server.runtime.model import (
     INVALID_ARGUMENTS,
     Message,
-    ModelError,
     Reply,
     StopReason,
     TextDelta,

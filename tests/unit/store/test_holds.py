@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from acp_server.store import STORE_FILENAME, SessionStore, StoreUnavailable
+from acp_server.errors import StoreUnavailable
+from acp_server.store import STORE_FILENAME, SessionStore
 
 pytestmark = pytest.mark.timeout(60)
 

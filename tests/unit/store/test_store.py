@@ -26,6 +26,7 @@ import anyio.to_thread
 import orjson
 import pytest
 
+from acp_server.errors import StoreUnavailable
 from acp_server.runtime.model import DiffOutput, Media, Message, PlanEntry, TerminalOutput, TextOutput, ToolCall
 from acp_server.store import (
     STORE_FILENAME,
@@ -35,7 +36,6 @@ from acp_server.store import (
     LoadedSession,
     PlanSet,
     SessionStore,
-    StoreUnavailable,
     TerminalEnded,
     ToolCallChanged,
     ToolCallOpened,
