@@ -7,6 +7,7 @@ hide or drop stderr). The flags, variables and config file are merged in `settin
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import sys
@@ -38,8 +39,6 @@ TERMINAL_NOTICE = (
 def main(argv: Sequence[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
     if args and args[0] in SUBCOMMANDS:
-        import importlib
-
         sys.exit(importlib.import_module(SUBCOMMANDS[args[0]]).main(args[1:]))
     loaded = load(args, subcommands=tuple(SUBCOMMANDS))
     config = loaded.config
@@ -47,17 +46,17 @@ def main(argv: Sequence[str] | None = None) -> None:
         # A person ran it by hand: an editor never gives the agent a terminal. stdout stays the protocol's.
         sys.stderr.write(TERMINAL_NOTICE)
         sys.stderr.flush()
-    from acp_server.settings.logfile import setup_logging
+    from acp_server.settings.logfile import setup_logging  # noqa: PLC0415 (start-up: `--help`, `--version` and subcommands skip it)
 
     setup_logging(config, secrets=secret_values(loaded.file.raw, os.environ))
     log = logging.getLogger("acp_server")
     for problem in loaded.file.problems:
         log.warning("config file: %s", problem)
     # Imported here so `--help` and `--version` stay instant.
-    import anyio
+    import anyio  # noqa: PLC0415 (start-up: `--help`, `--version` and subcommands skip it)
 
-    from acp_server.errors import ModelSpecError
-    from acp_server.server import serve_stdio
+    from acp_server.errors import ModelSpecError  # noqa: PLC0415 (start-up: `--help`, `--version` and subcommands skip it)
+    from acp_server.server import serve_stdio  # noqa: PLC0415 (start-up: `--help`, `--version` and subcommands skip it)
 
     try:
         anyio.run(serve_stdio, config, backend="asyncio")

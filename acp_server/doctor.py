@@ -14,23 +14,43 @@ person reads from acp-server (stdout is the protocol's).
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 import os
 import shlex
+import socket
 import stat
 import sys
 import tempfile
+import time
+import urllib.error
+import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from acp_server.errors import SettingsError
+import anyio
+import orjson
+
+from acp_server.errors import ListingError, McpServerError, ScriptError, SettingsError
+from acp_server.mcp_bridge.probe import probe_mcp_server
+from acp_server.runtime.providers.catalog import (
+    CACHE_FILENAME,
+    Listing,
+    ListingCache,
+    endpoint_key,
+    merge_choices,
+    model_ids,
+)
+from acp_server.runtime.providers.scripted import ScriptedProvider
+from acp_server.runtime.sandbox import describe
 from acp_server.settings.checks import model_spec_problem
 from acp_server.settings.command_line import Loaded, load
 from acp_server.settings.config import Config
 from acp_server.settings.files import KEY_VARIABLES, Credentials, provider_credentials
 from acp_server.settings.logfile import log_file_path
+from acp_server.store.sqlite_file import default_state_dir
 
 __all__ = ["Check", "main"]
 
@@ -104,9 +124,6 @@ def check_model(config: Config) -> list[Check]:
         return [_fail("model", problem)]
     family, _, rest = config.model.partition(":")
     if family == "scripted" and rest:
-        from acp_server.errors import ScriptError
-        from acp_server.runtime.providers.scripted import ScriptedProvider
-
         try:
             ScriptedProvider.from_file(Path(rest))
         except ScriptError as exc:
@@ -166,11 +183,6 @@ def _probe_endpoint(
     family: str, credentials: Credentials, model: str | None, timeout: float
 ) -> tuple[object | None, Check]:
     """The models list the endpoint answered (the parsed body) if it answered one, and the endpoint's check."""
-    import urllib.error
-    import urllib.request
-
-    import orjson
-
     url, headers = _models_url(family, credentials)
     subject = f"{family} endpoint"
     try:
@@ -208,8 +220,6 @@ def _probe_endpoint(
 
 
 def _reason(reason: object, timeout: float) -> str:
-    import socket
-
     if isinstance(reason, ConnectionRefusedError):
         return "connection refused (nothing is listening there: is the server running?)"
     if isinstance(reason, TimeoutError | socket.timeout):
@@ -251,17 +261,6 @@ def check_discovery(
     subject = f"{family} model discovery"
     if not config.model_discovery:
         return _ok(subject, "off (model_discovery): only the configured models are offered")
-    import time
-
-    from acp_server.errors import ListingError
-    from acp_server.runtime.providers.catalog import (
-        CACHE_FILENAME,
-        Listing,
-        ListingCache,
-        endpoint_key,
-        merge_choices,
-        model_ids,
-    )
 
     if listed is None:
         return _warn(subject, "the endpoint gave no models list (see above): only the configured models are offered")
@@ -281,8 +280,6 @@ def check_discovery(
 
 
 def _default_state_dir() -> Path:
-    from acp_server.store.sqlite_file import default_state_dir
-
     return default_state_dir()
 
 
@@ -313,12 +310,7 @@ def _writable(path: Path) -> str | None:
 def check_state_dir(config: Config) -> Check:
     if not config.store:
         return _ok("state directory", "not used: sessions are kept in memory only (store off)")
-    if config.state_dir:
-        path = Path(config.state_dir).expanduser()
-    else:
-        from acp_server.store.sqlite_file import default_state_dir
-
-        path = default_state_dir()
+    path = Path(config.state_dir).expanduser() if config.state_dir else default_state_dir()
     problem = _writable(path)
     if problem:
         return _fail("state directory", f"{problem}; sessions cannot be saved (choose one with --state-dir)")
@@ -344,8 +336,6 @@ def check_sandbox(config: Config) -> Check:
     """OK when local commands are confined as asked; WARN when they run with the user's rights (asked for, or no
     choice), or part of what was asked for cannot be done here (the network, a writable directory); FAIL when a
     sandbox was asked for by name and none can be had, so commands are refused."""
-    from acp_server.runtime.sandbox import describe
-
     level, words = describe(config)
     return {"ok": _ok, "warn": _warn, "fail": _fail}[level]("sandbox", words)
 
@@ -356,12 +346,6 @@ def check_sandbox(config: Config) -> Check:
 def check_mcp_servers(config: Config, timeout: float) -> list[Check]:
     if not config.mcp_servers:
         return []
-    import functools
-
-    import anyio
-
-    from acp_server.errors import McpServerError
-    from acp_server.mcp_bridge.probe import probe_mcp_server
 
     checks = []
     for spec in config.mcp_servers:

@@ -95,7 +95,7 @@ def build_server(
     # only.
     plugins: list[Plugin] = [GATES]
     if config.test_mode:
-        from acp_server.testmode.mode import test_mode  # never imported by a server not in test mode
+        from acp_server.testmode.mode import test_mode  # noqa: PLC0415 (test mode only)
 
         plugins.append(test_mode(connection))
 
@@ -125,7 +125,7 @@ def build_server(
     store = StoreAccess(config, connection.spawn)
 
     def build_turns() -> TurnServices:
-        from acp_server.session_side import build_turns  # loaded by then (protocol/deferred.py): a look-up
+        from acp_server.session_side import build_turns  # noqa: PLC0415 (start-up: the session side loads after `initialize`)
 
         return build_turns(
             config,
@@ -189,7 +189,7 @@ def _arm_exit_watchdog(before_exit: Callable[[], None] = lambda: None) -> None:
 
 
 def _open_recorder(path: str) -> Recorder:
-    from acp_server.transcripts.record import Recorder  # only when recording: serving alone never imports it
+    from acp_server.transcripts.record import Recorder  # noqa: PLC0415 (only when recording a transcript)
 
     try:
         return Recorder.open(path)

@@ -15,8 +15,23 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import anyio
+
+from acp_server.errors import StoreUnavailable
 from acp_server.settings.command_line import load
 from acp_server.settings.config import Config
+from acp_server.store import (
+    EMPTY_SESSION_GRACE_S,
+    STORE_FILENAME,
+    AgentText,
+    PlanSet,
+    Retention,
+    SessionStore,
+    ToolCallChanged,
+    ToolCallOpened,
+    UserChunk,
+    default_state_dir,
+)
 
 if TYPE_CHECKING:
     from acp_server.store import LoadedSession, SessionStore, TurnRecord
@@ -53,8 +68,6 @@ def _extend(action: str) -> Callable[[argparse.ArgumentParser], None]:
 
 
 def store_path(config: Config) -> Path:
-    from acp_server.store import STORE_FILENAME, default_state_dir
-
     return (Path(config.state_dir) if config.state_dir else default_state_dir()) / STORE_FILENAME
 
 
@@ -75,10 +88,6 @@ def main(argv: Sequence[str]) -> int:
     if not path.exists():
         _say(f"no session store at {path} yet: no session has been stored")
         return 0 if action in ("list", "prune") else 1
-    import anyio
-
-    from acp_server.errors import StoreUnavailable
-    from acp_server.store import SessionStore
 
     try:
         store = SessionStore.open(path)
@@ -142,8 +151,6 @@ async def _delete(store: SessionStore, config: Config, options: argparse.Namespa
 
 
 async def _prune(store: SessionStore, config: Config, options: argparse.Namespace) -> int:
-    from acp_server.store import EMPTY_SESSION_GRACE_S, Retention
-
     retention = Retention(max_age_days=config.keep_sessions_days, max_count=config.keep_sessions)
     pruned = await store.prune(retention)
     age = f"not updated for {retention.max_age_days:g} days" if retention.max_age_days else "(no age limit)"
@@ -190,8 +197,6 @@ def render(loaded: LoadedSession) -> list[str]:
 
 
 def _turn_lines(turn: TurnRecord) -> list[str]:
-    from acp_server.store import AgentText, PlanSet, ToolCallChanged, ToolCallOpened, UserChunk
-
     lines: list[str] = []
     reply: list[str] = []
     titles: dict[str, str] = {}

@@ -171,7 +171,7 @@ class ServerLink:
         """Learn that the server's tool list changed. A server of protocol 2026-07-28 or later says so on a
         `subscriptions/listen` stream; an older one sends `notifications/tools/list_changed`, which reaches
         `_on_tools_changed` through the client's message handler (see transports.connect)."""
-        from mcp.client.subscriptions import ListenNotSupportedError
+        from mcp.client.subscriptions import ListenNotSupportedError  # noqa: PLC0415 (MCP SDK: loaded only for a session with an MCP server)
 
         try:
             async with client.listen(tools_list_changed=True) as subscription:
@@ -224,8 +224,8 @@ class ServerLink:
         client = self._client
         if client is None or self.state != "ready":
             raise ToolError(f"{self.problem or f'the MCP server {self.name!r} is not running'}; nothing was done")
-        from mcp.shared.exceptions import MCPError
-        from mcp.types import CONNECTION_CLOSED
+        from mcp.shared.exceptions import MCPError  # noqa: PLC0415 (MCP SDK: loaded only for a session with an MCP server)
+        from mcp.types import CONNECTION_CLOSED  # noqa: PLC0415 (MCP SDK: loaded only for a session with an MCP server)
 
         try:
             return await client.call_tool(tool, arguments)

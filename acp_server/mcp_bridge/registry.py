@@ -38,7 +38,7 @@ class McpRegistry:
         servers = tuple(servers)
         if not servers:
             return None
-        from acp_server.mcp_bridge.hub import McpHub
+        from acp_server.mcp_bridge.hub import McpHub  # noqa: PLC0415 (MCP: the hub loads only for a session with an MCP server)
 
         self._hubs = [hub for hub in self._hubs if not hub.finished]
         hub = McpHub(servers, cwd, roots, self._environment, self._start_wait)

@@ -40,9 +40,9 @@ _RECORD_PID_AND_EXEC = 'echo $$ > "$0"; exec "$@"'
 
 
 def _import_sdk() -> None:
-    import mcp.client.sse
-    import mcp.client.stdio
-    import mcp.client.streamable_http  # noqa: F401
+    import mcp.client.sse  # noqa: PLC0415 (MCP SDK: load_sdk imports it in a worker thread)
+    import mcp.client.stdio  # noqa: PLC0415 (MCP SDK: load_sdk imports it in a worker thread)
+    import mcp.client.streamable_http  # noqa: PLC0415, F401 (MCP SDK: load_sdk imports it in a worker thread)
 
 
 async def load_sdk() -> None:
@@ -70,8 +70,8 @@ async def connect(
     applied to the MCP SDK's small default environment (HOME, PATH, ...) a stdio server gets under its own `env`;
     None leaves that default as the SDK makes it (`doctor`'s probe)."""
     await load_sdk()
-    from mcp import Client
-    from mcp.types import Implementation, ListRootsResult, Root, ToolListChangedNotification
+    from mcp import Client  # noqa: PLC0415 (MCP SDK: loaded only for a session with an MCP server)
+    from mcp.types import Implementation, ListRootsResult, Root, ToolListChangedNotification  # noqa: PLC0415 (MCP SDK: loaded only for a session with an MCP server)
 
     listed = ListRootsResult(roots=[Root(uri=root.as_uri(), name=root.name or str(root)) for root in roots or (cwd,)])
 
@@ -115,7 +115,7 @@ async def _transport(
     spec: ServerSpec, cwd: Path, stack: AsyncExitStack, pidfile: Path | None, environment: ChildEnvPolicy | None
 ) -> AbstractAsyncContextManager[Any]:
     if spec.transport == "stdio":
-        from mcp.client.stdio import StdioServerParameters, get_default_environment, stdio_client
+        from mcp.client.stdio import StdioServerParameters, get_default_environment, stdio_client  # noqa: PLC0415 (MCP SDK: loaded only for a session with an MCP server)
 
         # Not the server's whole environment: the SDK's small default one (HOME, PATH, SHELL, TERM, USER), as the
         # child-environment policy allows it, with the server's own `env` (the editor's or the file's) on top.
@@ -128,14 +128,14 @@ async def _transport(
             command, args = "/bin/sh", ["-c", _RECORD_PID_AND_EXEC, str(pidfile), executable, *spec.args]
         return stdio_client(StdioServerParameters(command=command, args=args, env=env, cwd=str(cwd)))
     if spec.transport == "sse":
-        from mcp.client.sse import sse_client
+        from mcp.client.sse import sse_client  # noqa: PLC0415 (MCP SDK: loaded only for a session with an MCP server)
 
         return sse_client(spec.url, headers=dict(spec.headers) or None)
-    from mcp.client.streamable_http import streamable_http_client
+    from mcp.client.streamable_http import streamable_http_client  # noqa: PLC0415 (MCP SDK: loaded only for a session with an MCP server)
 
     if not spec.headers:
         return streamable_http_client(spec.url)
-    import httpx2
+    import httpx2  # noqa: PLC0415 (httpx2: only for an HTTP MCP server with headers)
 
     # The SDK takes headers only through a client of our own; these are its default timeouts.
     http = await stack.enter_async_context(

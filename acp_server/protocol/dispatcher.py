@@ -158,8 +158,8 @@ class AcpDispatcher:
         try:
             model = self.session(prompt.session_id).model
             # The session exists, so the session side is loaded (protocol/deferred.py): these are look-ups.
-            from acp_server.protocol.prompts import check_media, prompt_command
-            from acp_server.sessions.turn import admit_prompt
+            from acp_server.protocol.prompts import check_media, prompt_command  # noqa: PLC0415 (start-up: the session side loads after `initialize`)
+            from acp_server.sessions.turn import admit_prompt  # noqa: PLC0415 (start-up: the session side loads after `initialize`)
 
             accepts = self.parts.config.accepts(model)
             # An image for a model that takes none is never silently dropped: refused, naming the block and model.
@@ -211,8 +211,8 @@ class AcpDispatcher:
         if run is not None:
             if self.prompts.get(context.request_id) is run:
                 del self.prompts[context.request_id]
-            from acp_server.protocol.titles import title_session  # a run: the session side is loaded
-            from acp_server.sessions.turn import release_prompt
+            from acp_server.protocol.titles import title_session  # noqa: PLC0415 (start-up: the session side loads after `initialize`)
+            from acp_server.sessions.turn import release_prompt  # noqa: PLC0415 (start-up: the session side loads after `initialize`)
 
             first_prompt = release_prompt(self.parts.turns, run)
             if first_prompt is not None:

@@ -117,7 +117,7 @@ async def _warm_up_after_initialize(parts: Parts) -> None:
         parts.providers.warm_ups_running -= 1
     if parts.connection.closing:
         return
-    from acp_server.protocol.warmup import warm_up  # on the session side: loaded by now
+    from acp_server.protocol.warmup import warm_up  # noqa: PLC0415 (start-up: the session side loads after `initialize`)
 
     await warm_up(parts.providers, tools, parts.config.model)
 
@@ -175,7 +175,7 @@ async def session_prompt(context: RequestContext, params: PromptRequest) -> dict
         raise context.admission_error
     assert context.run is not None, "a valid prompt is always admitted or refused in prepare()"
     context.parts.auth.require_for(context.run.session.model)  # a model that takes no key is never refused
-    from acp_server.sessions.turn import execute_prompt  # on the session side: a session exists
+    from acp_server.sessions.turn import execute_prompt  # noqa: PLC0415 (start-up: the session side loads after `initialize`)
 
     # A turn that fails raises `TurnFailedError`, answered as protocol/wire_errors.py says.
     stop_reason = await execute_prompt(context.parts.turns, context.run)
@@ -209,7 +209,7 @@ def _traced_bytes() -> dict[str, int]:
     """`tracedBytes`: what Python holds allocated right now, when it traces allocations (`PYTHONTRACEMALLOC=1`), so
     a test (or a user) can see that what a turn allocated was let go, without collecting anything first: memory only
     the cyclic collector would free counts, since the server runs it rarely (server.GC_THRESHOLD). Absent otherwise."""
-    import tracemalloc  # only here: stats are not on the start-up path
+    import tracemalloc  # noqa: PLC0415 (start-up: tracemalloc only for the stats request)
 
     return {"tracedBytes": tracemalloc.get_traced_memory()[0]} if tracemalloc.is_tracing() else {}
 

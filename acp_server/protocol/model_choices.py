@@ -21,9 +21,10 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from acp_server.errors import MissingCredentialsError, ModelSpecError
+from acp_server.errors import MissingCredentialsError, ModelError, ModelSpecError
 from acp_server.protocol.providers import ProviderCache
 from acp_server.protocol.wire_errors import rpc_error
+from acp_server.runtime.providers.catalog import CACHE_FILENAME, LIST_TTL, Listing, ListingCache, merge_choices
 from acp_server.settings.config import Config
 
 if TYPE_CHECKING:
@@ -112,8 +113,6 @@ class ModelChoices:
             await self._loading.wait()
 
     def _maybe_refresh(self, on_change: Callable[[], None]) -> None:
-        from acp_server.runtime.providers.catalog import LIST_TTL
-
         now = time.time()
         if self._refreshing or (self._attempted_at is not None and now - self._attempted_at < LIST_TTL):
             return
@@ -137,7 +136,6 @@ class ModelChoices:
     async def _load(self, on_change: Callable[[], None]) -> None:
         """The endpoints and the cached lists, read in a worker thread (the providers may read the configuration
         file for a key, the cache is a file); the choices are updated here, on the loop."""
-        from acp_server.runtime.providers.catalog import merge_choices
 
         before = self.current
         try:
@@ -166,7 +164,6 @@ class ModelChoices:
 
     def _read(self) -> tuple[dict[str, str], ListingCache | None, dict[tuple[str, str], Listing]]:
         """In a worker thread: each family's endpoint (its provider, built if need be) and the cache's lists."""
-        from acp_server.runtime.providers.catalog import CACHE_FILENAME, ListingCache
 
         endpoints: dict[str, str] = {}
         for family, spec in self._families.items():
@@ -175,7 +172,7 @@ class ModelChoices:
                 endpoints[family] = endpoint
         if not self._config.store:  # --no-store: nothing is written, the lists are kept in memory only
             return endpoints, None, {}
-        from acp_server.store.sqlite_file import default_state_dir
+        from acp_server.store.sqlite_file import default_state_dir  # noqa: PLC0415 (the store and sqlite3 load only when persistence is on)
 
         directory = Path(self._config.state_dir) if self._config.state_dir else default_state_dir()
         cache = ListingCache(directory / CACHE_FILENAME)
@@ -201,7 +198,6 @@ class ModelChoices:
 
     async def _refresh(self, on_change: Callable[[], None]) -> None:
         """Ask every endpoint at once (one slow endpoint delays no other's list), then keep and announce."""
-        from acp_server.runtime.providers.catalog import merge_choices
 
         dropped: list[tuple[str, str]] = []
         try:
@@ -224,8 +220,6 @@ class ModelChoices:
             self.start(on_change)
 
     async def _list(self, family: str, spec: str, dropped: list[tuple[str, str]]) -> None:
-        from acp_server.runtime.providers.catalog import Listing
-
         lister = self._lister(spec)
         if lister is None:
             log.info("model discovery: %s: %s", family, self.outcomes.get(family, "no endpoint"))
@@ -250,6 +244,4 @@ class ModelChoices:
 
 
 def _expected(exc: Exception) -> bool:
-    from acp_server.errors import ModelError
-
     return isinstance(exc, ModelError)

@@ -64,7 +64,7 @@ class WireParams:
         return self._model
 
     def validate(self, params: Any) -> Any:
-        from pydantic import ValidationError  # loaded with the model: a look-up
+        from pydantic import ValidationError  # noqa: PLC0415 (start-up: pydantic loads after `initialize`)
 
         model = self.model
         try:

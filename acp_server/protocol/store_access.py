@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from acp_server.errors import StoreUnavailable
 from acp_server.jsonrpc.rpc import ErrorCode, RpcError
 from acp_server.settings.config import Config
 
@@ -56,9 +57,8 @@ class StoreAccess:
         async with self._lock:
             if not self._tried:
                 self._tried = True
-                from acp_server.errors import StoreUnavailable
-                from acp_server.protocol.replay import entry_of
-                from acp_server.store import STORE_FILENAME, SessionStore, default_state_dir
+                from acp_server.protocol.replay import entry_of  # noqa: PLC0415 (the store and sqlite3 load only when persistence is on)
+                from acp_server.store import STORE_FILENAME, SessionStore, default_state_dir  # noqa: PLC0415 (the store and sqlite3 load only when persistence is on)
 
                 directory = Path(self._config.state_dir) if self._config.state_dir else default_state_dir()
                 path = directory / STORE_FILENAME
@@ -79,8 +79,7 @@ class StoreAccess:
     async def _prune(self) -> None:
         """Once per process, in the background: remove what the retention settings say goes; a failure costs
         nothing but a log line (the sessions stay)."""
-        from acp_server.errors import StoreUnavailable
-        from acp_server.store import Retention
+        from acp_server.store import Retention  # noqa: PLC0415 (the store and sqlite3 load only when persistence is on)
 
         store = self.current
         if store is None:

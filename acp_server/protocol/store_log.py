@@ -35,7 +35,7 @@ def log_update(turn_log: TurnLog | None, update: Mapping[str, Any]) -> None:
         if type(content) is dict and len(content) == 2 and content.get("type") == "text":
             turn_log.append_text(update["messageId"], content["text"], kind == "agent_thought_chunk")
             return
-    from acp_server.protocol.replay import entry_of  # with the store, which is open: a turn log exists
+    from acp_server.protocol.replay import entry_of  # noqa: PLC0415 (the store and sqlite3 load only when persistence is on)
 
     entry = entry_of(update)
     if entry is not None:

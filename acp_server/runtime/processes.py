@@ -191,7 +191,7 @@ def become_subreaper() -> bool:
     still ours to kill at exit. Once per process; False where the kernel does not offer it."""
     if sys.platform != "linux":
         return False
-    import ctypes
+    import ctypes  # noqa: PLC0415 (start-up: ctypes costs ms; loads with the first child)
 
     try:
         libc = ctypes.CDLL(None, use_errno=True)
@@ -214,7 +214,7 @@ def become_undumpable() -> bool:
     children are dumpable again from their exec on. Once per process; False where the kernel refuses."""
     if sys.platform != "linux":
         return False
-    import ctypes
+    import ctypes  # noqa: PLC0415 (start-up: ctypes costs ms; loads with the first child)
 
     try:
         libc = ctypes.CDLL(None, use_errno=True)

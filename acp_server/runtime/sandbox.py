@@ -120,7 +120,7 @@ def landlock_support() -> Support:
     if not sys.executable:
         return Support(0, "this Python (embedded) names no interpreter to start the sandbox's launcher with")
     try:
-        import landlockpy
+        import landlockpy  # noqa: PLC0415 (landlockpy, Linux only: when the sandbox is first asked)
     except ImportError as exc:
         return Support(0, f"the landlockpy package cannot be imported ({exc}): pip install landlockpy")
     abi = _landlock_abi()
@@ -137,7 +137,7 @@ def _landlock_abi() -> int:
     """landlock_create_ruleset(NULL, 0, LANDLOCK_CREATE_RULESET_VERSION): the kernel's Landlock ABI, or 0 (ENOSYS: too
     old; EOPNOTSUPP: disabled at boot). Asked directly rather than through landlockpy, whose libc lookup
     (ctypes.util.find_library) runs `ldconfig -p`: a child process the server's start-up need not pay for."""
-    import ctypes
+    import ctypes  # noqa: PLC0415 (start-up: ctypes costs ms; only for the Landlock ABI probe)
 
     try:
         libc = ctypes.CDLL(None, use_errno=True)

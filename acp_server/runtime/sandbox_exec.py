@@ -274,7 +274,7 @@ def _read_only_but(libc: ctypes.CDLL, writable: Sequence[str]) -> None:
 def confine(writable: Sequence[str], network: bool) -> None:
     """Step 2: enforce the Landlock domain on this process (and what it execs). Raises OSError (landlockpy's errors are
     OSErrors) when it cannot."""
-    from landlockpy import AccessFS, AccessNet, Ruleset, Scope, abi_version, fs_for_abi, net_for_abi
+    from landlockpy import AccessFS, AccessNet, Ruleset, Scope, abi_version, fs_for_abi, net_for_abi  # noqa: PLC0415 (landlockpy, Linux only: in the confined child)
 
     abi = abi_version()
     if abi < 1:

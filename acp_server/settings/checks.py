@@ -282,7 +282,7 @@ class _Checker:
         self.problems.append(Problem(self.path, key, message, severity))
 
     def unknown(self, key: str, known: tuple[str, ...] | list[str], what: str = "setting") -> None:
-        import difflib  # only when there is a typo to explain
+        import difflib  # noqa: PLC0415 (only when there is a typo to explain)
 
         leaf = key.rpartition(".")[2]
         close = difflib.get_close_matches(leaf, known, n=1)
@@ -453,7 +453,7 @@ def load_settings(path: Path) -> FileSettings:
     except OSError as exc:
         reason = exc.strerror or str(exc)
         return _unreadable(path, f"cannot read the file ({reason})")
-    import tomllib  # only when there is a file: most start-ups find none and never pay for the parser
+    import tomllib  # noqa: PLC0415 (start-up: tomllib only with a config file)
 
     try:
         document = tomllib.loads(data.decode())

@@ -330,7 +330,7 @@ def load(
     path = config_file(env)
     file = settings_without_file(path)
     if file is None:
-        from acp_server.settings.checks import load_settings  # only with a file: the TOML parser and the checks
+        from acp_server.settings.checks import load_settings  # noqa: PLC0415 (start-up: the checks and tomllib only with a config file)
 
         file = load_settings(path)
     pick = _Merge(parser, env, file)
@@ -434,7 +434,7 @@ def _family_input(document: Mapping[str, Any]) -> tuple[tuple[str, tuple[str, ..
     providers = document.get("providers")
     if not isinstance(providers, dict):
         return ()
-    from acp_server.settings.checks import input_kinds  # a file was read, so the checks are loaded: a look-up
+    from acp_server.settings.checks import input_kinds  # noqa: PLC0415 (start-up: the checks load only with a config file)
 
     found = []
     for family, section in providers.items():

@@ -144,7 +144,7 @@ def config_file(env: Mapping[str, str] = os.environ) -> Path:
     explicit = env.get("ACP_SERVER_CONFIG")
     if explicit:
         return Path(explicit).expanduser()
-    import platformdirs  # only when no path is given: tests and embedders that set one never pay for it
+    import platformdirs  # noqa: PLC0415 (start-up: only when no config path is given)
 
     return Path(platformdirs.user_config_dir("acp-server", appauthor=False)) / "config.toml"
 
@@ -157,7 +157,7 @@ def read_config_file(path: Path) -> dict[str, Any]:
         return {}
     except OSError as exc:
         raise SettingsError(f"cannot read {path}: {exc}") from None
-    import tomllib  # only when there is a file (see checks.load_settings)
+    import tomllib  # noqa: PLC0415 (start-up: tomllib only with a config file)
 
     try:
         return tomllib.loads(data.decode())

@@ -111,7 +111,7 @@ class LazyRotatingFileHandler(logging.Handler):
         self._failed = False
 
     def _open(self) -> RotatingFileHandler | None:
-        from logging.handlers import RotatingFileHandler
+        from logging.handlers import RotatingFileHandler  # noqa: PLC0415 (start-up: logging.handlers loads at the first record)
 
         path: Path | None = None
         try:
@@ -152,7 +152,7 @@ class LazyRotatingFileHandler(logging.Handler):
 
 
 def default_log_file() -> Path:
-    import platformdirs  # resolved at the first record, never at start-up
+    import platformdirs  # noqa: PLC0415 (start-up: resolved at the first record)
 
     return Path(platformdirs.user_log_dir("acp-server", appauthor=False)) / LOG_FILE_NAME
 

@@ -109,7 +109,7 @@ SESSION_COLUMNS = (
 
 def default_state_dir() -> Path:
     """Where the store lives unless `--state-dir` / `ACP_SERVER_STATE_DIR` say otherwise."""
-    import platformdirs  # only when persistence is actually set up
+    import platformdirs  # noqa: PLC0415 (only when persistence is set up)
 
     return Path(platformdirs.user_state_dir("acp-server", appauthor=False))
 

@@ -15,6 +15,12 @@ import tempfile
 from collections.abc import Sequence
 from typing import IO
 
+import anyio
+
+from acp_server.errors import TranscriptError
+from acp_server.transcripts.agent_process import replay_command
+from acp_server.transcripts.format import load_transcript
+
 __all__ = ["main"]
 
 AGENT_STDERR_LINES = 20  # how much of the agent's stderr a failed replay shows
@@ -71,11 +77,6 @@ def main(argv: Sequence[str]) -> int:
             return 2
         paths[old.rstrip("/") or "/"] = new.rstrip("/") or "/"
     # Imported once the arguments are known good, so a usage error answers at once.
-    import anyio
-
-    from acp_server.errors import TranscriptError
-    from acp_server.transcripts.agent_process import replay_command
-    from acp_server.transcripts.format import load_transcript
 
     try:
         transcript = load_transcript(options.file)

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from acp_server.jsonrpc.rpc import ErrorCode, RpcError
 from acp_server.protocol.context import RequestContext
+from acp_server.protocol.options import config_options
 from acp_server.protocol.schema import (
     CloseSessionRequest,
     ListSessionsRequest,
@@ -112,7 +113,7 @@ async def session_resume_v2(context: RequestContext, params: ResumeSessionReques
         return await _resume_running_with_replay(context, params, live)
     if not parts.config.store or working:
         return _resume_live(context, params, live)
-    from acp_server.protocol.v2.replay import replay_updates_v2  # with the store
+    from acp_server.protocol.v2.replay import replay_updates_v2  # noqa: PLC0415 (the store and sqlite3 load only when persistence is on)
 
     last_stop = ["end_turn"]
 
@@ -144,7 +145,7 @@ async def _resume_running_with_replay(
     and everything after it has streamed or streams live. From the cut to the response nothing awaits."""
     _require_cwd(session, params)
     parts = context.parts
-    from acp_server.protocol.v2.replay import replay_updates_v2
+    from acp_server.protocol.v2.replay import replay_updates_v2  # noqa: PLC0415 (the store and sqlite3 load only when persistence is on)
 
     work = parts.runs.running(session.session_id)
     log = None if work is None else work.turn_log
@@ -195,8 +196,6 @@ def _resume_live(context: RequestContext, params: ResumeSessionRequestV2, sessio
         parts.connection.notify("session/update", {"sessionId": session.session_id, "update": update})
     else:
         _snapshot(context, session.session_id, "end_turn")
-    from acp_server.protocol.options import config_options
-
     offered = parts.models.offered(session.model)
     result = {"configOptions": config_options(session.model, session.mode, session.prompt_policy, offered)}
     return _v2_result(result)

@@ -19,6 +19,7 @@ sent (command, cwd, that tail, exit status), is kept in the turn's log, so a v2 
 from __future__ import annotations
 
 import base64
+import signal
 import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -186,7 +187,7 @@ def _record(
     ignores it. A subagent's terminal is shown in its parent's session, which this log is not: kept as text only."""
     if run.turn_log is None or run.parent_session_id is not None:
         return
-    from acp_server.store.turn_records import TerminalEnded  # the store is open: a turn log exists
+    from acp_server.store.turn_records import TerminalEnded  # noqa: PLC0415 (the store and sqlite3 load only when persistence is on)
 
     command, cwd = shown
     ended = TerminalEnded(
@@ -199,8 +200,6 @@ def _exited(terminal_id: str, started: list[Process], killed: bool) -> dict[str,
     status: dict[str, Any] = {"signal": "SIGKILL"} if killed else {}
     code = started[0].returncode if started else None
     if code is not None and code < 0:
-        import signal
-
         try:
             status["signal"] = signal.Signals(-code).name
         except ValueError:

@@ -15,6 +15,7 @@ from typing import Any
 
 from acp_server.jsonrpc.connection import Connection
 from acp_server.protocol.editor import tool_content
+from acp_server.protocol.options import config_options
 from acp_server.protocol.store_log import log_update
 from acp_server.protocol.updates import TurnUpdates
 from acp_server.runtime.model import (
@@ -147,7 +148,7 @@ def _log_terminals(run: RunContext, call_id: str, content: Sequence[ToolContent]
     # A subagent's terminal is shown in its parent's session, not the one this log belongs to (terminals.py).
     if run.turn_log is None or run.parent_session_id is not None:
         return
-    from acp_server.store.turn_records import ToolCallTerminal  # the store is open: a turn log exists
+    from acp_server.store.turn_records import ToolCallTerminal  # noqa: PLC0415 (the store and sqlite3 load only when persistence is on)
 
     for item in content:
         if isinstance(item, TerminalOutput):
@@ -207,7 +208,7 @@ def _content_v2(item: dict[str, Any]) -> dict[str, Any]:
 
 def _diff(path: str, old_text: str | None, new_text: str) -> dict[str, Any]:
     """v2's `Diff`: the change is authoritative, the git patch renders it (absolute paths, no a/ b/ prefixes)."""
-    import difflib  # only when a file is edited
+    import difflib  # noqa: PLC0415 (only when a file is edited)
 
     old_lines = [] if old_text is None else old_text.splitlines(keepends=True)
     new_lines = new_text.splitlines(keepends=True)
@@ -244,8 +245,6 @@ def available_commands_v2(commands: Sequence[SlashCommand]) -> list[dict[str, An
 
 def session_update_v2(event: SessionEvent) -> dict[str, Any] | None:
     """A session's own update; None for what v2 no longer has (modes live in the `mode` config option only)."""
-    from acp_server.protocol.options import config_options
-
     if isinstance(event, TitleChanged):
         return {"sessionUpdate": "session_info_update", "title": event.title}
     if isinstance(event, ModeChanged):

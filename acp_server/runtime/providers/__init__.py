@@ -38,11 +38,11 @@ def open_provider(
     `--base-url`: the endpoint of `default_model`'s provider only (settings.base_url_family), never another's."""
     family, _, rest = spec.partition(":")
     if family == "echo":
-        from acp_server.runtime.providers.echo import EchoProvider
+        from acp_server.runtime.providers.echo import EchoProvider  # noqa: PLC0415 (only the configured model's provider loads)
 
         return EchoProvider()
     if family == "scripted":
-        from acp_server.runtime.providers.scripted import ScriptedProvider
+        from acp_server.runtime.providers.scripted import ScriptedProvider  # noqa: PLC0415 (only the configured model's provider loads)
 
         return ScriptedProvider.from_file(Path(rest)) if rest else ScriptedProvider.demo()
     if family not in ("openai", "anthropic"):
@@ -65,7 +65,7 @@ def open_provider(
             f'acp-server with, or add api_key = "..." under [providers.{family}] in {path}; then authenticate again'
         )
     if family == "openai":
-        from acp_server.runtime.providers.openai import OpenAIProvider
+        from acp_server.runtime.providers.openai import OpenAIProvider  # noqa: PLC0415 (only the configured model's provider loads)
 
         return OpenAIProvider(
             rest,
@@ -74,7 +74,7 @@ def open_provider(
             context_window=credentials.context_window,
             timeouts=endpoint_timeouts(family, file_settings),
         )
-    from acp_server.runtime.providers.anthropic import AnthropicProvider
+    from acp_server.runtime.providers.anthropic import AnthropicProvider  # noqa: PLC0415 (only the configured provider loads; anthropic is optional)
 
     return AnthropicProvider(
         rest,

@@ -108,7 +108,7 @@ class ChatChunks:
         reply is complete; the connection is then closed rather than reused."""
         if self._response.http_version != "HTTP/1.1":
             return  # HTTP/2 closes the stream and keeps the connection without it
-        import httpx2  # loaded with the SDK already; not at this module's import (the start-up path)
+        import httpx2  # noqa: PLC0415 (start-up: httpx2 loads with the SDK, after `initialize`)
 
         with anyio.move_on_after(DRAIN_SECONDS):
             try:
