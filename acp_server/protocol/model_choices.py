@@ -24,7 +24,6 @@ import anyio
 from acp_server.errors import MissingCredentialsError, ModelError, ModelSpecError
 from acp_server.protocol.providers import ProviderCache
 from acp_server.protocol.wire_errors import rpc_error
-from acp_server.runtime.providers.catalog import CACHE_FILENAME, LIST_TTL, Listing, ListingCache, merge_choices
 from acp_server.settings.config import Config
 
 if TYPE_CHECKING:
@@ -113,6 +112,8 @@ class ModelChoices:
             await self._loading.wait()
 
     def _maybe_refresh(self, on_change: Callable[[], None]) -> None:
+        from acp_server.runtime.providers.catalog import LIST_TTL  # noqa: PLC0415 (start-up: the catalog loads with an HTTP provider, not before)
+
         now = time.time()
         if self._refreshing or (self._attempted_at is not None and now - self._attempted_at < LIST_TTL):
             return
@@ -136,6 +137,7 @@ class ModelChoices:
     async def _load(self, on_change: Callable[[], None]) -> None:
         """The endpoints and the cached lists, read in a worker thread (the providers may read the configuration
         file for a key, the cache is a file); the choices are updated here, on the loop."""
+        from acp_server.runtime.providers.catalog import merge_choices  # noqa: PLC0415 (start-up: the catalog loads with an HTTP provider, not before)
 
         before = self.current
         try:
@@ -164,6 +166,7 @@ class ModelChoices:
 
     def _read(self) -> tuple[dict[str, str], ListingCache | None, dict[tuple[str, str], Listing]]:
         """In a worker thread: each family's endpoint (its provider, built if need be) and the cache's lists."""
+        from acp_server.runtime.providers.catalog import CACHE_FILENAME, ListingCache  # noqa: PLC0415 (start-up: the catalog loads with an HTTP provider, not before)
 
         endpoints: dict[str, str] = {}
         for family, spec in self._families.items():
@@ -198,6 +201,7 @@ class ModelChoices:
 
     async def _refresh(self, on_change: Callable[[], None]) -> None:
         """Ask every endpoint at once (one slow endpoint delays no other's list), then keep and announce."""
+        from acp_server.runtime.providers.catalog import merge_choices  # noqa: PLC0415 (start-up: the catalog loads with an HTTP provider, not before)
 
         dropped: list[tuple[str, str]] = []
         try:
@@ -220,6 +224,8 @@ class ModelChoices:
             self.start(on_change)
 
     async def _list(self, family: str, spec: str, dropped: list[tuple[str, str]]) -> None:
+        from acp_server.runtime.providers.catalog import Listing  # noqa: PLC0415 (start-up: the catalog loads with an HTTP provider, not before)
+
         lister = self._lister(spec)
         if lister is None:
             log.info("model discovery: %s: %s", family, self.outcomes.get(family, "no endpoint"))
@@ -244,4 +250,5 @@ class ModelChoices:
 
 
 def _expected(exc: Exception) -> bool:
+
     return isinstance(exc, ModelError)
