@@ -2,8 +2,9 @@
 in the turn's log in the session store, as the store's own records: protocol/store_log.py) and a session's own
 (title, mode, config options, commands).
 
-This is the one place a `session/update` is built. The per-chunk hot path: plain dicts, no models, one type check
-per event.
+This is where a v1 turn's and session's events become `session/update`s (`edge.py` sends the session's; v2's
+renderer is `v2/updates.py`; a load's replay and the v2 session, prompt, permission and terminal modules write
+their own). The per-chunk hot path: plain dicts, no models, one type check per event.
 """
 
 from __future__ import annotations
