@@ -393,7 +393,8 @@ def test_starting_the_server_imports_nothing_heavy() -> None:
     assert result.stdout.strip() == ""
 
 
-# A server answering `initialize` (openai model, no config file), with the modules loaded when it writes the answer.
+# A server answering `initialize` (no config file; `ARGS` are its flags), with the modules loaded when it writes the
+# answer.
 _ANSWER_INITIALIZE = """
 import os, sys, anyio
 from acp_server.server import serve
@@ -409,7 +410,7 @@ class Sink:
         print(",".join(m for m in HEAVY if m in sys.modules), flush=True)
         os._exit(0)
 
-config = load(["--model", "openai:gpt-4o", "--no-store"]).config
+config = load(ARGS).config
 anyio.run(serve, lines(), Sink(), config, backend="asyncio")
 """
 
@@ -426,11 +427,27 @@ INITIALIZE_V2 = (
 )
 
 
+# With an offline model nothing of the HTTP providers' model lists is needed either (it once slipped in through an
+# import moved to a module's top: the openai case cannot see it, since that provider needs the catalog anyway).
+OFFLINE_HEAVY = ("acp_server.runtime.providers.catalog", "acp_server.runtime.providers.http_common")
+MODELS = {
+    "openai": (["--model", "openai:gpt-4o", "--no-store"], HEAVY_AT_START_UP),
+    "scripted": (["--model", "scripted"], HEAVY_AT_START_UP + OFFLINE_HEAVY),
+}
+
+
 @pytest.mark.timeout(60)
+@pytest.mark.parametrize("model", sorted(MODELS))
 @pytest.mark.parametrize(("line", "version"), [(INITIALIZE_V1, 1), (INITIALIZE_V2, 2)], ids=["v1", "v2"])
-def test_answering_initialize_imports_nothing_heavy(line: bytes, version: int) -> None:
-    code = f"HEAVY = {HEAVY_AT_START_UP!r}\nINITIALIZE = {line!r}\n{_ANSWER_INITIALIZE}"
-    env = {**os.environ, "ACP_SERVER_CONFIG": "/nonexistent/acp-server-test/config.toml", "OPENAI_API_KEY": "test"}
+def test_answering_initialize_imports_nothing_heavy(line: bytes, version: int, model: str, tmp_path: Path) -> None:
+    args, heavy_modules = MODELS[model]
+    code = f"HEAVY = {heavy_modules!r}\nARGS = {args!r}\nINITIALIZE = {line!r}\n{_ANSWER_INITIALIZE}"
+    env = {
+        **os.environ,
+        "ACP_SERVER_CONFIG": "/nonexistent/acp-server-test/config.toml",
+        "ACP_SERVER_STATE_DIR": str(tmp_path),
+        "OPENAI_API_KEY": "test",
+    }
     command = [sys.executable, "-c", code]
     result = subprocess.run(command, check=False, capture_output=True, text=True, timeout=50, env=env)
     answer, _, heavy = result.stdout.strip().partition("\n")
