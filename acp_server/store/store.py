@@ -146,6 +146,10 @@ class SessionStore:
         self._last_heartbeat = now
         self._last_sweep = now
         self._closed = False
+        # Whether the final write (`close`, `aclose`) is known committed: False until it is, and for good when it
+        # failed or its wait ended at the bound. Every flush still waiting when the store closes, or called after,
+        # is answered with it: its batch went into that final write (or, called after, nothing more is committed).
+        self._final_ok = False
         self._wait_bound: float | None = None  # set by `bound_waits` at shutdown: no wait for a thread is longer
         self._bounded_waits: set[anyio.CancelScope] = set()  # the waits in progress, to bound them too
         self._job_done: threading.Event | None = None  # set by the thread of the last job started once it ends
@@ -197,6 +201,7 @@ class SessionStore:
         if not self._closed:
             self._closed = True
             self._worker.finish(self._take(final=True))
+            self._final_ok = True
 
     async def aclose(self) -> None:
         """`close` from the event loop. Shielded; after `bound_waits`, within its bound (the lock included: a job of
@@ -209,8 +214,13 @@ class SessionStore:
                 batch = self._take(final=True)  # here, on the event loop thread that appends
                 try:
                     await self._in_thread(self._worker.finish, batch)
-                except _AbandonedError:
+                except _AbandonedError as abandoned:
+                    self._last_error = str(abandoned)
                     return  # told once; the connection is the abandoned thread's to close
+                except Exception as exc:
+                    self._last_error = str(exc)  # for the changes it took, answered with an error
+                    raise
+                self._final_ok = True  # else (it raised, or its wait ended at the bound) the flushes it took fail
         if bound.cancelled_caught:
             self._tell_loss()
 
@@ -539,8 +549,10 @@ class SessionStore:
         each flush through the lock in turn instead cost one event-loop iteration per flush even when the commit in
         flight already covered it: with a thousand busy sessions (every prompt response flushes) that queue held
         responses for a second or more."""
-        if self._committed >= wanted or self._closed:
+        if self._committed >= wanted:
             return True
+        if self._closed:
+            return self._final_ok
         entry = _FlushWait(wanted)
         self._waits.append(entry)
         if self._driver is None:
@@ -577,8 +589,12 @@ class SessionStore:
 
     async def _commit(self, wanted: int) -> bool:
         async with self._async_lock():
-            if self._committed >= wanted or self._closed:
+            if self._committed >= wanted:
                 return True
+            if self._closed:
+                # Closed while this flush waited for the lock: `aclose` took its batch into the final write, whose
+                # outcome is this flush's (a failed or abandoned one is no success for the change it acknowledges).
+                return self._final_ok
             batch = self._take()
             if batch.empty:
                 # Nothing buffered, none retained: everything taken before is committed (or was dropped).

@@ -652,6 +652,76 @@ async def test_at_shutdown_the_final_write_held_up_by_another_writer_ends_at_the
     assert count_rows(db, "SELECT count(*) FROM owners") == 0
 
 
+async def test_a_change_queued_behind_a_commit_when_the_final_write_fails_is_answered_an_error(
+    store: SessionStore, db: Path
+) -> None:
+    """A change (`commit_change`) and a turn's end (`flush`) queued behind a commit in flight while the server exits:
+    `aclose` takes their batch into the final write, and when that write fails they are answered with its failure
+    (an error, `run.saved` False), never success for what was not committed."""
+    store.create_session("s", "/w")
+    commit = store._worker.commit
+    committing = threading.Event()
+    release = threading.Event()
+
+    def held(batch: Any) -> None:
+        committing.set()
+        release.wait(scaled(10))
+        commit(batch)
+
+    def failing_finish(batch: Any) -> None:
+        raise sqlite3.OperationalError("disk I/O error")
+
+    store._worker.commit = held  # type: ignore[method-assign]
+    store._worker.finish = failing_finish  # type: ignore[method-assign]
+    outcomes: dict[str, object] = {}
+
+    async def until(condition: Any) -> None:
+        with anyio.fail_after(scaled(10)):
+            while not condition():  # noqa: ASYNC110 - a worker thread's progress and the store's queue: no event
+                await anyio.sleep(0.001)
+
+    async def first_flush() -> None:
+        outcomes["first"] = await store.flush()
+
+    async def close() -> None:
+        try:
+            await store.aclose()
+        except sqlite3.Error as exc:
+            outcomes["close"] = str(exc)
+
+    async def change() -> None:
+        try:
+            await store.commit_change(lambda: store.set_mode("s", "plan"))
+        except StoreUnavailable as exc:
+            outcomes["change"] = str(exc)
+        else:
+            outcomes["change"] = "saved"
+
+    async def turn_end() -> None:
+        outcomes["turn_end"] = await store.flush()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(first_flush)
+        await until(committing.is_set)
+        tg.start_soon(close)
+        await until(lambda: store._async_lock().statistics().tasks_waiting == 1)  # the exit waits for the commit
+        tg.start_soon(change)
+        tg.start_soon(turn_end)
+        await until(lambda: len(store._waits) == 3)
+        release.set()
+    assert outcomes["first"] is True
+    assert outcomes["close"] == "disk I/O error"
+    assert "disk I/O error" in str(outcomes["change"]), outcomes
+    assert outcomes["turn_end"] is False
+    conn = raw(db)
+    try:
+        assert conn.execute("SELECT mode FROM sessions WHERE id = 's'").fetchone() == ("default",)
+    finally:
+        conn.close()
+    # Called after closing: nothing more is committed, so no flush says it was.
+    assert await store.flush() is False
+
+
 async def test_the_flusher_commits_within_its_interval(store: SessionStore, db: Path) -> None:
     store.create_session("s", "/w")
     turn = store.begin_turn("s", [], "")
