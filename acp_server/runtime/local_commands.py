@@ -91,16 +91,19 @@ class LocalCommandRunner:
                 raise ToolError(self._sandbox.reason)
             unconfined = self._sandbox.reason
         elif self._sandbox is not None:
-            # Asked once per process, off the event loop (it starts the launcher's probe): see runtime/sandbox.py. A
-            # cancel does not wait for the probe (bounded by its timeout), which finishes and is kept for the next.
+            # Asked once per process (until the answer is lasting), off the event loop (it starts the launcher's
+            # probe): see runtime/sandbox.py. A cancel does not wait for the probe (bounded by its timeout), which
+            # finishes and, lasting, is kept for the next.
             mounts = await anyio.to_thread.run_sync(mount_isolation, self._sandbox.package_dir, abandon_on_cancel=True)
-            netns = False
+            net = None
             if not self._sandbox.network:  # the network namespace's probe only where it is used
                 net = await anyio.to_thread.run_sync(
                     network_isolation, self._sandbox.package_dir, abandon_on_cancel=True
                 )
-                netns = net.ok
-            argv = self._sandbox.command(argv, self._roots, mounts=mounts.ok, netns=netns)
+            refusal = self._sandbox.refusal(mounts, net)
+            if refusal is not None:  # asked for by name: not run less confined than the machine allows
+                raise ToolError(refusal)
+            argv = self._sandbox.command(argv, self._roots, mounts=mounts.ok, netns=net is not None and net.ok)
         process = await self._processes.open(argv, cwd=str(cwd))
         if self._on_started is not None:
             self._on_started(process)

@@ -28,7 +28,9 @@ file into another directory is refused even inside the roots (EXDEV); ABI 2 allo
 Landlock does not govern chmod, chown or utime, and a root server's command would keep every capability: the
 launcher also puts each command in a mount namespace where all but its writable directories is read-only (when
 `mount_isolation` says the kernel allows one here: `CAP_SYS_ADMIN` as root, a user namespace otherwise; else the log
-and `doctor` say what stays open), and drops every capability but the few a root needs for files it may write. The
+and `doctor` say what stays open; a probe that failed only for now, a timeout or the user-namespace limit, is asked
+again before the next command, and meanwhile a sandbox set by name refuses commands rather than run them without
+it), and drops every capability but the few a root needs for files it may write. The
 server is not dumpable (runtime/processes.py), so no command reads its environment through /proc. docs/sandbox.md
 states exactly what is confined and what is not, each with its test.
 
@@ -155,11 +157,17 @@ class Isolation:
 
     ok: bool
     reason: str = ""
+    # Whether the answer holds for the rest of the process: a success, or the kernel's definitive refusal (EPERM,
+    # EACCES, ENOSYS, EINVAL: sandbox_exec.PROBE_REFUSED). Not a timeout on a loaded machine or the user-namespace
+    # limit reached (EAGAIN, ENOSPC): that probe is asked again before the next command.
+    lasting: bool = True
 
 
 MountIsolation = Isolation  # its first name, before the network namespace
 
 _probing = threading.Lock()
+# The launcher's exit status for a definitive refusal: sandbox_exec.PROBE_REFUSED (not imported: ctypes at start-up).
+_PROBE_REFUSED = 3
 
 
 def _probe(package_dir: str, flag: str) -> Isolation:
@@ -174,51 +182,75 @@ def _probe(package_dir: str, flag: str) -> Isolation:
             timeout=_PROBE_TIMEOUT,
             check=False,
         )
-    except (OSError, subprocess.SubprocessError) as exc:
-        return Isolation(False, f"the probe could not run: {exc}")
+    except (OSError, subprocess.SubprocessError) as exc:  # a timeout too: a loaded machine, asked again
+        return Isolation(False, f"the probe could not run: {exc}", lasting=False)
     said = done.stderr.decode(errors="replace").strip().splitlines()
     if done.returncode == 0:
         return Isolation(True)
-    return Isolation(False, said[-1] if said else f"exit status {done.returncode}")
+    return Isolation(
+        False, said[-1] if said else f"exit status {done.returncode}", lasting=done.returncode == _PROBE_REFUSED
+    )
 
 
-@functools.cache
+class _Probes:
+    """What the kernel answered this process (as `functools.cache` kept it before, but only lasting answers): each
+    probe's lasting answer by (flag, package directory), and the probes whose "no" was said on stderr. Machine
+    facts shared by every session, not run state; used under `_probing`."""
+
+    def __init__(self) -> None:
+        self.kept: dict[tuple[str, str], Isolation] = {}
+        self.warned: set[str] = set()
+
+    def ask(self, package_dir: str, flag: str, warning: str) -> Isolation:
+        """The probe's answer: kept once it is lasting (a success or a definitive refusal), else asked again next
+        time, so a failure for now does not lower the sandbox for good. Says on stderr, once per process, when the
+        answer is no."""
+        found = self.kept.get((flag, package_dir))
+        if found is not None:
+            return found
+        found = _probe(package_dir, flag)
+        if found.lasting:
+            self.kept[flag, package_dir] = found
+        if not found.ok and flag not in self.warned:
+            self.warned.add(flag)
+            log.warning(warning, found.reason if found.lasting else f"{found.reason}; asked again for the next command")
+        return found
+
+
+_probes = _Probes()
+
+
 def _probe_mounts(package_dir: str) -> Isolation:
-    """Asked once per process. Says on stderr when the answer is no."""
-    found = _probe(package_dir, "--probe-mounts")
-    if not found.ok:
-        log.warning(
-            "sandbox: no read-only mount namespace for commands (%s): they can chmod, chown and touch files outside "
-            "the directories they may write",
-            found.reason,
-        )
-    return found
+    return _probes.ask(
+        package_dir,
+        "--probe-mounts",
+        "sandbox: no read-only mount namespace for commands (%s): they can chmod, chown and touch files outside "
+        "the directories they may write",
+    )
 
 
 def mount_isolation(package_dir: str) -> Isolation:
-    """Whether commands get a mount namespace where all else is read-only; the probe runs once per process."""
+    """Whether commands get a mount namespace where all else is read-only; the probe runs once per process
+    (again before each command while it fails only for now)."""
     if sys.platform != "linux":
         return Isolation(False, "mount namespaces are a Linux feature")
     with _probing:  # the first commands of two sessions at once: one probe, one warning
         return _probe_mounts(package_dir)
 
 
-@functools.cache
 def _probe_network(package_dir: str) -> Isolation:
-    """Asked once per process, only when the network is to be off. Says on stderr when the answer is no."""
-    found = _probe(package_dir, "--probe-network")
-    if not found.ok:
-        log.warning(
-            "sandbox: no network namespace for commands (%s): with the network off they still send UDP (DNS "
-            "included) anywhere; only TCP is refused (Landlock)",
-            found.reason,
-        )
-    return found
+    """Asked only when the network is to be off."""
+    return _probes.ask(
+        package_dir,
+        "--probe-network",
+        "sandbox: no network namespace for commands (%s): with the network off they still send UDP (DNS "
+        "included) anywhere; only TCP is refused (Landlock)",
+    )
 
 
 def network_isolation(package_dir: str) -> Isolation:
     """Whether commands without the network get a network namespace of their own (only their loopback); the probe
-    runs once per process."""
+    runs once per process (again before each command while it fails only for now)."""
     if sys.platform != "linux":
         return Isolation(False, "network namespaces are a Linux feature")
     with _probing:
@@ -246,6 +278,23 @@ class Sandbox:
     package_dir: str
     # More directories writable in workspace-write (the `sandbox_writable` setting).
     extra: tuple[str, ...] = ()
+    # Asked for by name (`Config.sandbox_explicit`): a command is refused rather than run less confined than this
+    # machine allows when a namespace's probe failed for now (`refusal`).
+    explicit: bool = False
+
+    def refusal(self, mounts: Isolation, net: Isolation | None = None) -> str | None:
+        """Why a command must not run, or None: the sandbox was asked for by name and a namespace the kernel may
+        well allow could not be had just now (its probe timed out, the user-namespace limit was reached). A lasting
+        refusal is what this machine offers (the log and `doctor` say what stays open): commands run without it."""
+        if not self.explicit:
+            return None
+        for found, what in ((mounts, "read-only mount namespace"), (net, "network namespace")):
+            if found is not None and not found.ok and not found.lasting:
+                return (
+                    f"the {self.mode.value} sandbox was asked for, and its {what} could not be had just now "
+                    f"({found.reason}); so the command was not run: it may work if tried again"
+                )
+        return None
 
     def command(
         self, argv: Sequence[str], roots: Sequence[Path], *, mounts: bool = False, netns: bool = False
@@ -441,7 +490,14 @@ def _refusal(config: Config, found: Support) -> str:
 
 
 def _sandbox(config: Config, found: Support) -> Sandbox:
-    return Sandbox(config.sandbox, config.sandbox_network, found.abi, found.package_dir, config.sandbox_writable)
+    return Sandbox(
+        config.sandbox,
+        config.sandbox_network,
+        found.abi,
+        found.package_dir,
+        config.sandbox_writable,
+        explicit=config.sandbox_explicit,
+    )
 
 
 def _temp_dirs() -> list[str]:

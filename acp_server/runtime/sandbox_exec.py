@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import os
 import sys
 from collections.abc import Sequence
@@ -45,6 +46,13 @@ __all__ = ["CANNOT_CONFINE", "KEPT_CAPABILITIES", "main"]
 # The exit status when the command could not be confined (and so was not run), or could not be executed.
 CANNOT_CONFINE = 126
 NOT_FOUND = 127
+# The exit status of a probe the kernel refuses for good (`_REFUSED_FOR_GOOD`: EPERM or EACCES, no user namespaces
+# for this user or a security module's policy; ENOSYS or EINVAL, a kernel without them or a container's seccomp
+# profile): the server keeps that answer for the process. Any other failure (EAGAIN, ENOSPC at the user-namespace
+# limit, ENOMEM, a crash) exits 1, and the server asks again next time. runtime/sandbox.py holds the same number (it
+# does not import this module: ctypes at start-up).
+PROBE_REFUSED = 3
+_REFUSED_FOR_GOOD = (errno.EPERM, errno.EACCES, errno.ENOSYS, errno.EINVAL)
 # Devices every command may write, even in read-only: writing there changes nothing on disk.
 WRITABLE_DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/tty", "/dev/ptmx", "/dev/pts")
 
@@ -338,7 +346,8 @@ def _prctl(libc: ctypes.CDLL, option: int, argument: int = 0) -> int:
 
 def probe(what: str) -> None:
     """`--probe-mounts`, `--probe-network`: whether that part of step 1 works here (exit status 0), else why not on
-    stderr (1). Run once by the server, which then passes `--mounts` or `--netns`, or says why it does not."""
+    stderr (`PROBE_REFUSED` when the kernel refuses for good, else 1). Run by the server, which then passes `--mounts`
+    or `--netns`, or says why it does not."""
     try:
         if what == "--probe-network":
             isolate([], mounts=False, network=True)
@@ -346,7 +355,7 @@ def probe(what: str) -> None:
             isolate([path for path in ("/tmp",) if os.path.isdir(path)], mounts=True, network=False)
     except OSError as exc:
         _say(exc.strerror or str(exc))  # "unshare(...): Operation not permitted", without "[Errno 1]"
-        sys.exit(1)
+        sys.exit(PROBE_REFUSED if exc.errno in _REFUSED_FOR_GOOD else 1)
     sys.exit(0)
 
 

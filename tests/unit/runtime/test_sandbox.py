@@ -4,6 +4,7 @@ leaves in its working directory can stand in for the real landlockpy."""
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import subprocess
@@ -15,6 +16,7 @@ import anyio
 import pytest
 
 import acp_server
+from acp_server.errors import ToolError
 from acp_server.runtime import sandbox as sandbox_module
 from acp_server.runtime.local_commands import LocalCommandRunner
 from acp_server.runtime.ports import CommandResult
@@ -28,7 +30,7 @@ from acp_server.runtime.sandbox import (
     mount_isolation,
     sandbox_for,
 )
-from acp_server.runtime.sandbox_exec import CANNOT_CONFINE
+from acp_server.runtime.sandbox_exec import CANNOT_CONFINE, PROBE_REFUSED
 from acp_server.runtime.tools.commands import _report
 from acp_server.settings.config import Config, SandboxMode
 from tests.support.harness import scaled
@@ -332,3 +334,96 @@ async def test_a_command_refused_the_temp_directory_that_holds_the_servers_code_
     # Refused by the read-only mount namespace where there is one (EROFS), else by Landlock (EACCES).
     assert ("Read-only file system" if mount_isolation(SUPPORTED.package_dir).ok else "Permission denied") in report
     assert f"{temp} is NOT writable: it holds or lies inside the server's code ({code})" in report
+
+
+@pytest.fixture
+def fresh_probes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No probe's answer kept, none said yet: as in a new process."""
+    monkeypatch.setattr(sandbox_module, "_probes", sandbox_module._Probes())
+
+
+@pytest.mark.usefixtures("fresh_probes")
+def test_a_probe_that_fails_for_now_is_asked_again_and_a_definitive_answer_is_kept(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A probe that timed out (a loaded machine: here for real, with a bound nothing meets) or met the
+    user-namespace limit does not lower the sandbox for the rest of the process: the next command asks again. A
+    success or the kernel's definitive refusal is kept. The "no" is said once per process."""
+    monkeypatch.setattr(sandbox_module, "_PROBE_TIMEOUT", 1e-6)
+    with caplog.at_level(logging.WARNING, logger="acp_server.runtime.sandbox"):
+        first = mount_isolation(SUPPORTED.package_dir)
+        assert not first.ok and not first.lasting and "timed out" in first.reason
+        answers = iter(
+            [
+                sandbox_module.Isolation(False, "unshare(CLONE_NEWUSER|CLONE_NEWNS): No space left on device", False),
+                sandbox_module.Isolation(False, "unshare(CLONE_NEWUSER|CLONE_NEWNS): Operation not permitted"),
+            ]
+        )
+        asked: list[str] = []
+
+        def probe(package_dir: str, flag: str) -> sandbox_module.Isolation:
+            asked.append(flag)
+            return next(answers)
+
+        monkeypatch.setattr(sandbox_module, "_probe", probe)
+        assert not mount_isolation(SUPPORTED.package_dir).lasting  # asked again: the limit, for now
+        refused = mount_isolation(SUPPORTED.package_dir)  # asked again: refused for good
+        assert not refused.ok and refused.lasting
+        assert mount_isolation(SUPPORTED.package_dir) is refused  # kept: not asked again
+    assert asked == ["--probe-mounts", "--probe-mounts"]
+    warnings = [r.getMessage() for r in caplog.records if "mount namespace" in r.getMessage()]
+    assert len(warnings) == 1 and "asked again for the next command" in warnings[0], warnings
+
+
+def test_the_launchers_probe_says_which_refusals_are_for_good() -> None:
+    """The launcher's exit status tells a definitive refusal (kept by the server) from a failure for now."""
+    code = (
+        "import errno, sys\n"
+        "from acp_server.runtime import sandbox_exec\n"
+        "def isolate(*args, **kwargs):\n"
+        "    raise OSError(int(sys.argv[1]), 'unshare(...)')\n"
+        "sandbox_exec.isolate = isolate\n"
+        "sandbox_exec.probe('--probe-mounts')\n"
+    )
+    statuses = {
+        number: subprocess.run([sys.executable, "-c", code, str(number)], capture_output=True, check=False).returncode
+        for number in (errno.EPERM, errno.ENOSYS, errno.EAGAIN, errno.ENOSPC)
+    }
+    assert sandbox_module._PROBE_REFUSED == PROBE_REFUSED
+    assert statuses == {errno.EPERM: PROBE_REFUSED, errno.ENOSYS: PROBE_REFUSED, errno.EAGAIN: 1, errno.ENOSPC: 1}
+
+
+@pytest.mark.usefixtures("fresh_probes")
+@pytest.mark.parametrize("network", [True, False])
+async def test_a_sandbox_asked_for_by_name_refuses_a_command_whose_namespace_probe_failed_for_now(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, network: bool
+) -> None:
+    """Asked for by name, the sandbox does not run a command less confined than the machine allows because a probe
+    failed for now (here the network namespace's when the network is off, else the mount namespace's): the tool
+    says why. A definitive refusal is what the machine offers: the command runs without that namespace."""
+
+    def probe(package_dir: str, flag: str) -> sandbox_module.Isolation:
+        failing = "--probe-mounts" if network else "--probe-network"
+        if flag == failing:
+            return sandbox_module.Isolation(False, "the probe could not run: timed out after 30 seconds", False)
+        return sandbox_module.Isolation(True)
+
+    monkeypatch.setattr(sandbox_module, "_probe", probe)
+    sandbox = Sandbox(SandboxMode.WORKSPACE_WRITE, network, SUPPORTED.abi, SUPPORTED.package_dir, explicit=True)
+    runner = LocalCommandRunner(ProcessTable(), lambda: anyio.current_time() + scaled(5), sandbox, (tmp_path,))
+
+    async def anchor(terminal_id: str) -> None:
+        pass
+
+    with anyio.fail_after(scaled(30)), pytest.raises(ToolError) as refused:
+        await runner.run(f"touch {tmp_path}/x", tmp_path, None, anchor)
+    what = "read-only mount namespace" if network else "network namespace"
+    assert f"the workspace-write sandbox was asked for, and its {what} could not be had just now" in str(refused.value)
+    assert "timed out" in str(refused.value) and "not run" in str(refused.value)
+    assert not (tmp_path / "x").exists()
+    assert sandbox_module._sandbox(Config(sandbox_explicit=True), SUPPORTED).explicit
+    # The same failure, lasting, or the mode left at its default: no refusal.
+    lasting = sandbox_module.Isolation(False, "Operation not permitted")
+    assert sandbox.refusal(lasting, None if network else lasting) is None
+    failed = sandbox_module.Isolation(False, "timed out", False)
+    assert Sandbox(SandboxMode.WORKSPACE_WRITE, network, 7, "/x").refusal(failed, failed) is None
