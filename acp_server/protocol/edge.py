@@ -90,11 +90,13 @@ class AcpEdge:
         )
         commands: CommandRunner
         if self._handshake.v2:  # no client terminals in v2: local commands shown as display terminals
-            commands = TerminalRunner(connection, run, self._processes, deadline, sandbox=self._sandbox, roots=roots)
+            commands = TerminalRunner(
+                connection, run, self._processes, deadline, sandbox=self._sandbox, roots=session.sandbox_roots
+            )
         elif session.client.terminals:
             commands = EditorTerminalRunner(request, session.session_id, deadline)
         else:
-            commands = LocalCommandRunner(self._processes, deadline, self._sandbox, roots)
+            commands = LocalCommandRunner(self._processes, deadline, self._sandbox, session.sandbox_roots)
         # Forms where the client advertised `elicitation.form`, links where it advertised `.url` (v1 and v2 alike; on
         # v2 `asking_v2` adds the states).
         client = session.client

@@ -276,7 +276,8 @@ class Sandbox:
     network: bool
     abi: int
     package_dir: str
-    # More directories writable in workspace-write (the `sandbox_writable` setting).
+    # More directories writable in workspace-write (the `sandbox_writable` setting), resolved when the sandbox is
+    # made (see `_sandbox`): as the session's directories, never resolved again once a command may have run.
     extra: tuple[str, ...] = ()
     # Asked for by name (`Config.sandbox_explicit`): a command is refused rather than run less confined than this
     # machine allows when a namespace's probe failed for now (`refusal`).
@@ -490,20 +491,26 @@ def _refusal(config: Config, found: Support) -> str:
 
 
 def _sandbox(config: Config, found: Support) -> Sandbox:
+    extra = tuple(os.path.realpath(path) for path in config.sandbox_writable)
     return Sandbox(
         config.sandbox,
         config.sandbox_network,
         found.abi,
         found.package_dir,
-        config.sandbox_writable,
+        extra,
         explicit=config.sandbox_explicit,
     )
 
 
 def _temp_dirs() -> list[str]:
-    """The temp directory the command will see ($TMPDIR, else /tmp), /tmp itself, and /dev/shm, where they exist."""
-    found = [tempfile.gettempdir(), "/tmp", _SHARED_MEMORY]
-    return [path for path in found if os.path.isdir(path)]
+    """The temp directory the command will see ($TMPDIR, else /tmp), /tmp itself, and /dev/shm, where they exist,
+    resolved once, before any command ran (as the session's directories: see `Session.sandbox_roots`)."""
+    return [path for path in _resolved_temp_dirs() if os.path.isdir(path)]
+
+
+@functools.cache
+def _resolved_temp_dirs() -> tuple[str, ...]:
+    return tuple(dict.fromkeys(os.path.realpath(path) for path in (tempfile.gettempdir(), "/tmp", _SHARED_MEMORY)))
 
 
 def _here() -> str:
@@ -556,6 +563,9 @@ def _dropped_because(exposed: list[tuple[str, str]]) -> str:
     )
 
 
+# Cached, so said once per set of directories: the paths are the ones resolved before any command ran, and the
+# launcher repeats the check on every launch on what it actually grants (sandbox_exec.py `pinned`: each directory
+# reached without a link, and not holding its code), so a command that swapped a link in since gains nothing by it.
 @functools.cache
 def _safe_writable(writable: tuple[str, ...], package_dir: str) -> tuple[str, ...]:
     """`writable` without the directories that expose the launcher's code (fails closed: such a directory is not

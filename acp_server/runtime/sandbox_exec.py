@@ -90,6 +90,9 @@ _MS_REC = 0x4000
 _MS_PRIVATE = 1 << 18
 _AT_FDCWD = -100
 _AT_RECURSIVE = 0x8000
+_AT_EMPTY_PATH = 0x1000
+# A directory opened as a handle only (no read), never through a link: see `pinned`.
+_NO_LINKS = os.O_PATH | os.O_NOFOLLOW | os.O_DIRECTORY | os.O_CLOEXEC
 _OPEN_TREE_CLONE = 1
 _OPEN_TREE_CLOEXEC = os.O_CLOEXEC
 _MOVE_MOUNT_F_EMPTY_PATH = 0x4
@@ -196,14 +199,91 @@ def _inside(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
 
 
-def isolate(writable: Sequence[str], *, mounts: bool, network: bool) -> None:
+def pinned(writable: Sequence[str], *, check_code: bool = True) -> list[tuple[str, int]]:
+    """Each of `writable` as (path, handle), opened from / one component at a time without following a link in any
+    of them, and not exposing the launcher's own code: what the mounts and Landlock's rules then grant, by the
+    handle, so nothing swapped in after this (a background command of the same session) changes which directory it
+    is. The server passes the session's directories resolved when the session was made (`Session.sandbox_roots`), so
+    a link on the way now is one a command made (`mv vendor vendor.old; mkdir vendor; ln -s /etc vendor/shared`):
+    that directory is not writable (fails closed), and the command's output says why (the model reads it). One
+    that does not exist (now) is skipped, as nothing could be written there. Opened in the mount namespace the
+    command will run in (a handle from the one before cannot be cloned in it)."""
+    kept: list[tuple[str, int]] = []
+    code = _launcher_code() if check_code else []
+    try:
+        for path in dict.fromkeys(writable):
+            try:
+                fd = _open_without_links(path)
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                _say(
+                    f"acp-server sandbox: {path} is NOT writable: it cannot be reached without following a link (a "
+                    f"command may have replaced it, or a directory on its way, with one): {exc.strerror or exc}"
+                )
+                continue
+            kept.append((path, fd))
+            # What the handle is, as the kernel names it: never the launcher's code (the server checked the path it
+            # passed; this is what is actually granted, checked on every launch).
+            real = os.readlink(f"/proc/self/fd/{fd}")
+            held = [(what, where) for what, where in code if _inside(where, real) or _inside(real, where)]
+            if held:
+                kept.pop()
+                os.close(fd)
+                names = ", ".join(dict.fromkeys(f"{what} ({where})" for what, where in held))
+                _say(f"acp-server sandbox: {path} is NOT writable: it holds or lies inside {names}")
+    except BaseException:
+        for _, fd in kept:
+            os.close(fd)
+        raise
+    return kept
+
+
+def _open_without_links(path: str) -> int:
+    """A handle on directory `path` (absolute, normalised), reached without following any link: ENOTDIR where a
+    component is a link (or not a directory)."""
+    parts = path.split("/")
+    if not path.startswith("/") or any(part in (".", "..") for part in parts):
+        raise OSError(errno.EINVAL, "not an absolute, normalised path")
+    fd = os.open("/", _NO_LINKS)
+    try:
+        for part in parts:
+            if part:
+                following = os.open(part, _NO_LINKS, dir_fd=fd)
+                os.close(fd)
+                fd = following
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _launcher_code() -> list[tuple[str, str]]:
+    """(what, real path) of what this launcher runs before it confines itself, as runtime/sandbox.py's
+    `_launcher_code` names them: this package's directory, landlockpy's (both first on the path), the standard
+    library and the interpreter."""
+    import landlockpy  # noqa: PLC0415 (landlockpy, Linux only: in the confined child)
+
+    here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
+    executable = os.path.abspath(sys.executable)
+    found = [
+        ("the server's code", here),
+        ("the landlockpy package", os.path.dirname(os.path.dirname(os.path.realpath(landlockpy.__file__)))),
+        ("the standard library", os.path.realpath(os.path.dirname(os.__file__))),
+        ("the interpreter", os.path.join(os.path.realpath(os.path.dirname(executable)), os.path.basename(executable))),
+        ("the interpreter", os.path.realpath(executable)),
+    ]
+    return list(dict.fromkeys(found))
+
+
+def isolate(writable: Sequence[str], *, mounts: bool, network: bool, check_code: bool = True) -> list[tuple[str, int]]:
     """Step 1: namespaces of this process's own, made in one unshare: with `mounts` a mount namespace where
-    everything is read-only but `writable`, with `network` a network namespace with only its own loopback. Raises
-    OSError when the kernel refuses (no user namespaces for this user, a container's seccomp profile, a kernel before
-    5.12 for the mounts)."""
+    everything is read-only but `writable`, with `network` a network namespace with only its own loopback. Returns
+    the writable directories `pinned` kept, with their handles. Raises OSError when the kernel refuses (no user
+    namespaces for this user, a container's seccomp profile, a kernel before 5.12 for the mounts)."""
     flags = (_CLONE_NEWNS if mounts else 0) | (_CLONE_NEWNET if network else 0)
     if not flags:
-        return
+        return pinned(writable, check_code=check_code)
     libc = _libc()
     uid, gid = os.geteuid(), os.getegid()
     if uid != 0 or libc.unshare(flags) != 0:
@@ -216,8 +296,10 @@ def isolate(writable: Sequence[str], *, mounts: bool, network: bool) -> None:
                 file.write(line)
     if network:
         _loopback_up(libc)
+    kept = pinned(writable, check_code=check_code)
     if mounts:
-        _read_only_but(libc, writable)
+        _read_only_but(libc, kept)
+    return kept
 
 
 def _flag_names(flags: int) -> str:
@@ -239,21 +321,24 @@ def _loopback_up(libc: ctypes.CDLL) -> None:
         os.close(fd)
 
 
-def _read_only_but(libc: ctypes.CDLL, writable: Sequence[str]) -> None:
-    """Everything read-only in this (new) mount namespace but `writable`, bound over themselves as they were."""
+def _read_only_but(libc: ctypes.CDLL, writable: Sequence[tuple[str, int]]) -> None:
+    """Everything read-only in this (new) mount namespace but `writable` ((path, handle) from `pinned`), each the
+    directory its handle holds, bound over its path."""
     # First of all, nothing done here may reach the mounts we were copied from (a shared / would propagate it).
     _check(libc.mount(b"none", b"/", None, ctypes.c_ulong(_MS_REC | _MS_PRIVATE), None), "making / private")
     try:
         here: str | None = os.getcwd()
     except OSError:
         here = None  # removed under us: the command starts there all the same, as without the namespace
-    # Each writable directory as it is now (with the mounts beneath it), detached, before everything turns read-only.
-    # Its real path: a bind follows links, and where it lands is where the writes must stay possible.
+    # Each writable directory as it is now (with the mounts beneath it), detached, before everything turns read-only:
+    # cloned from its handle, so what is bound is the directory `pinned` reached without a link, whatever its path
+    # leads to by now. It is laid over its path (outer ones first, so an inner one lands on the outer one's bind): at
+    # worst, with a link swapped in meanwhile, over some other directory, which then shows (and writes) this one.
     clones: list[tuple[str, int]] = []
     try:
-        for path in sorted({os.path.realpath(path) for path in writable if os.path.isdir(path)}, key=len):
-            flags = _OPEN_TREE_CLONE | _OPEN_TREE_CLOEXEC | _AT_RECURSIVE
-            found = libc.syscall(_SYS_OPEN_TREE, _AT_FDCWD, os.fsencode(path), ctypes.c_uint(flags))
+        for path, handle in sorted(writable, key=lambda pair: len(pair[0])):
+            flags = _OPEN_TREE_CLONE | _OPEN_TREE_CLOEXEC | _AT_RECURSIVE | _AT_EMPTY_PATH
+            found = libc.syscall(_SYS_OPEN_TREE, handle, b"", ctypes.c_uint(flags))
             clones.append((path, _check(found, f"open_tree({path})")))
         attr = _MountAttr(attr_set=_MOUNT_ATTR_RDONLY)
         read_only = libc.syscall(
@@ -279,9 +364,10 @@ def _read_only_but(libc: ctypes.CDLL, writable: Sequence[str]) -> None:
             os.chdir(here)
 
 
-def confine(writable: Sequence[str], network: bool) -> None:
-    """Step 2: enforce the Landlock domain on this process (and what it execs). Raises OSError (landlockpy's errors are
-    OSErrors) when it cannot."""
+def confine(writable: Sequence[tuple[str, int]], network: bool) -> None:
+    """Step 2: enforce the Landlock domain on this process (and what it execs), the writable directories granted by
+    their handles from `pinned` (through /proc/self/fd: the directory held, not what its path leads to by now).
+    Raises OSError (landlockpy's errors are OSErrors) when it cannot."""
     from landlockpy import AccessFS, AccessNet, Ruleset, Scope, abi_version, fs_for_abi, net_for_abi  # noqa: PLC0415 (landlockpy, Linux only: in the confined child)
 
     abi = abi_version()
@@ -305,9 +391,8 @@ def confine(writable: Sequence[str], network: bool) -> None:
         for path in WRITABLE_DEVICES:
             if os.path.exists(path):
                 ruleset.allow_path(path, device)
-        for path in writable:
-            if os.path.isdir(path):
-                ruleset.allow_path(path, write)
+        for _, handle in writable:
+            ruleset.allow_path(f"/proc/self/fd/{handle}", write)
         ruleset.restrict()
 
 
@@ -350,9 +435,11 @@ def probe(what: str) -> None:
     or `--netns`, or says why it does not."""
     try:
         if what == "--probe-network":
-            isolate([], mounts=False, network=True)
+            isolate([], mounts=False, network=True, check_code=False)
         else:
-            isolate([path for path in ("/tmp",) if os.path.isdir(path)], mounts=True, network=False)
+            # Only whether the kernel allows it, /tmp writable: without `pinned`'s check of the launcher's code, which
+            # needs landlockpy (not asked about here).
+            isolate([os.path.realpath("/tmp")], mounts=True, network=False, check_code=False)
     except OSError as exc:
         _say(exc.strerror or str(exc))  # "unshare(...): Operation not permitted", without "[Errno 1]"
         sys.exit(PROBE_REFUSED if exc.errno in _REFUSED_FOR_GOOD else 1)
@@ -364,9 +451,8 @@ def main(args: Sequence[str]) -> None:
         probe(args[0])
     try:
         asked, network, mounts, netns, argv = _parse(args)
-        writable = beyond_reach(asked)
         # First: a Landlocked process may not mount, a process without capabilities can neither mount nor bring lo up.
-        isolate(writable, mounts=mounts, network=netns)
+        writable = isolate(beyond_reach(asked), mounts=mounts, network=netns)
         confine(writable, network)
         drop_capabilities()
         if not network:

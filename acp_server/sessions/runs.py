@@ -27,6 +27,7 @@ from __future__ import annotations
 import enum
 import itertools
 import logging
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -148,6 +149,14 @@ class Session:
     # waits for to the change in memory: each reads the settings the one before it committed and applied. Made on
     # first use (most sessions never change a setting).
     settings_lock: anyio.Lock | None = None
+    # The cwd and additional directories as they resolved when the session was made: what the sandbox makes
+    # writable (runtime/sandbox.py). Not resolved again for each command: a command may since have swapped a link in
+    # on their way (the launcher then refuses that directory, sandbox_exec.py `pinned`), and a link the user made
+    # beforehand (a symlinked home, macOS's /tmp) keeps working.
+    sandbox_roots: tuple[Path, ...] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.sandbox_roots = tuple(Path(os.path.realpath(root)) for root in (self.cwd, *self.additional_directories))
 
 
 @dataclass(eq=False)

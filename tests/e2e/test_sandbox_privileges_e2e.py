@@ -502,6 +502,92 @@ async def test_a_writable_directory_a_command_replaced_by_a_link_gives_no_rights
     assert target.stat().st_mode & 0o777 == 0o755
 
 
+@needs_landlock
+@pytest.mark.timeout(60)
+async def test_a_writable_directory_reached_through_a_link_is_pinned_where_it_led_when_the_session_was_made(
+    start_server: StartServer, arena: Arena
+) -> None:
+    """The reviewer's escape: the additional directory (`extra/shared`) is a link into the cwd (`root/vendor/shared`),
+    which the user made: commands write there through it. A command then swaps a directory on the way for a real one
+    holding a link to anywhere (`mv vendor vendor.old; mkdir vendor; ln -s elsewhere vendor/shared`). The server
+    resolved the session's directories when the session was made, and the launcher reaches each without following a
+    link: the next command may not write in, nor chmod, where the link now leads, and its output says why."""
+    shared = arena.root / "vendor" / "shared"
+    link = arena.extra / "shared"
+    for path in (shared.parent, shared):
+        path.mkdir()
+        os.chown(path, arena.user.uid, arena.user.gid)
+    link.symlink_to(shared)
+    os.chown(link, arena.user.uid, arena.user.gid, follow_symlinks=False)
+    os.chmod(arena.elsewhere, 0o755)
+    client = await start(start_server, arena)
+    session_id = await session_in(client, arena.root, link)
+    legit, plant, escape = await run_all(
+        client,
+        session_id,
+        [
+            f"echo ok > {link}/f && cat {link}/f",
+            f"mv vendor vendor.old && mkdir vendor && ln -s {arena.elsewhere} vendor/shared && echo planted",
+            f"echo evil > {link}/g; chmod 777 {link}/; echo evil > {arena.elsewhere}/h",
+        ],
+    )
+    assert legit[0] == 0 and "ok" in legit[1], legit
+    assert (arena.root / "vendor.old" / "shared" / "f").read_text() == "ok\n"
+    assert plant[0] == 0 and "planted" in plant[1], plant
+    assert escape[0] not in (0, None), escape
+    assert f"{shared} is NOT writable" in escape[1], escape
+    assert list(arena.elsewhere.iterdir()) == []
+    assert arena.elsewhere.stat().st_mode & 0o777 == 0o755
+
+
+@needs_landlock
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="the seccomp filter below is written for x86_64")
+@pytest.mark.timeout(90)
+async def test_without_a_mount_namespace_a_writable_directory_swapped_for_a_link_gives_no_rights_where_it_leads(
+    start_server: StartServer, tmp_path: Path
+) -> None:
+    """As above where the kernel refuses a mount namespace (a root server under a seccomp profile refusing
+    unshare(2)): nothing is a mount point, so a plain `rm -r` then `ln -s` swaps the linked-to directory itself; the
+    launcher, reaching it without following a link, grants no write where the link leads (chmod is not governed
+    there without the namespace, as doctor says)."""
+    user_for("root")
+    base = Path(tempfile.mkdtemp(prefix="acp-sandbox-privileges-", dir=OUTSIDE_TMP))
+    try:
+        root, extra, elsewhere = base / "root", base / "extra", base / "elsewhere"
+        for path in (root, extra, elsewhere):
+            path.mkdir()
+        os.chmod(elsewhere, 0o755)
+        shared = root / "vendor" / "shared"
+        shared.mkdir(parents=True)
+        link = extra / "shared"
+        link.symlink_to(shared)
+        refused = [sys.executable, "-c", REFUSE_UNSHARE]
+        client = await start_server(
+            env={"TMPDIR": str(tmp_path)}, cwd=str(root), command=[*refused, *server_command(*DEFAULT_ARGS)]
+        )
+        await client.initialize()
+        session_id = await session_in(client, root, link)
+        legit, plant, escape = await run_all(
+            client,
+            session_id,
+            [
+                f"echo ok > {link}/f && cat {link}/f",
+                f"rm -r vendor/shared && ln -s {elsewhere} vendor/shared && echo planted",
+                # No chmod: without the mount namespace, metadata is not protected anywhere (see above).
+                f"echo evil > {link}/g; echo evil > {elsewhere}/h",
+            ],
+        )
+        assert legit[0] == 0 and "ok" in legit[1], legit
+        assert plant[0] == 0 and "planted" in plant[1], plant
+        assert escape[0] not in (0, None), escape
+        assert f"{shared} is NOT writable" in escape[1], escape
+        assert list(elsewhere.iterdir()) == []
+        code, _ = await client.close()
+        assert code == 0
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
 @dataclass
 class Listeners:
     """What a command without the network must not reach, all the test's own: a UDP server and a TCP listener on

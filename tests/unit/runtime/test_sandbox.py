@@ -18,6 +18,7 @@ import pytest
 import acp_server
 from acp_server.errors import ToolError
 from acp_server.runtime import sandbox as sandbox_module
+from acp_server.runtime import sandbox_exec
 from acp_server.runtime.local_commands import LocalCommandRunner
 from acp_server.runtime.ports import CommandResult
 from acp_server.runtime.processes import ProcessTable
@@ -427,3 +428,21 @@ async def test_a_sandbox_asked_for_by_name_refuses_a_command_whose_namespace_pro
     assert sandbox.refusal(lasting, None if network else lasting) is None
     failed = sandbox_module.Isolation(False, "timed out", False)
     assert Sandbox(SandboxMode.WORKSPACE_WRITE, network, 7, "/x").refusal(failed, failed) is None
+
+
+@needs_landlock
+def test_the_launcher_itself_refuses_a_writable_directory_holding_its_code_whatever_it_was_passed(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """The server's check (`_safe_writable`) is on the paths it passes, once; the launcher repeats it on every launch
+    on what it grants (`pinned`): a directory that holds landlockpy (site-packages) is not writable even if passed."""
+    import landlockpy
+
+    site = os.path.dirname(os.path.dirname(os.path.realpath(landlockpy.__file__)))
+    work = str(tmp_path.resolve())
+    kept = sandbox_exec.pinned([site, work])
+    for _, handle in kept:
+        os.close(handle)
+    assert [path for path, _ in kept] == [work]
+    said = capfd.readouterr().err
+    assert f"{site} is NOT writable: it holds or lies inside " in said and f"the landlockpy package ({site})" in said
