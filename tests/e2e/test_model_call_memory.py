@@ -20,8 +20,10 @@ import orjson
 import pytest
 
 from tests.conftest import StartServer
-from tests.support import fake_openai
-from tests.support.fake_openai import FakeOpenAI
+from tests.e2e.test_model_discovery import gzip_bomb, peak_rss_mib
+from tests.support import fake_anthropic, fake_openai
+from tests.support.fake_anthropic import FakeAnthropic
+from tests.support.fake_openai import FakeModelServer, FakeOpenAI, ServerReply
 from tests.support.harness import RawClient, scaled
 
 T_TURN = scaled(30)
@@ -96,3 +98,45 @@ async def test_what_python_holds_stays_flat_over_model_calls_with_a_large_histor
         f"Python holds {grown} bytes more after {SHORT_PROMPTS} more calls of {request_bytes} bytes each; "
         f"traced bytes after each: {figures}"
     )
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads the server's peak memory from /proc")
+@pytest.mark.parametrize("status", [400, 500])
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+async def test_a_model_call_refused_with_a_gzip_bomb_fails_the_turn_as_usual_and_the_server_stays_small(
+    start_server: StartServer, tmp_path: Path, provider: str, status: int
+) -> None:
+    # Issue 20 item 7, the error side: for a status >= 400 the SDKs read the whole error body before raising, unbounded
+    # and on the event loop. Here it inflates to 200 MiB from some 200 KiB sent; the server reads at most 64 KiB of
+    # it, as sent and once inflated, and reports the failure as any other (a 500 is tried again, each time alike).
+    bomb = gzip_bomb(b'{"error": {"message": "fake server: this request is refused", "type": "bad"', b"}}", 200)
+    refusal = ServerReply(status=status, raw_body=bomb, headers=(("Content-Encoding", "gzip"),))
+    server: FakeModelServer = FakeAnthropic() if provider == "anthropic" else FakeOpenAI()
+    with server:
+        server.set_default(refusal)
+        config = tmp_path / "config.toml"
+        config.write_text("")
+        env = {"ACP_SERVER_CONFIG": str(config), "ACP_SERVER_STATE_DIR": str(tmp_path / "state")}
+        if provider == "anthropic":
+            env |= {"ANTHROPIC_API_KEY": "sk-ant-test", "ANTHROPIC_BASE_URL": server.base_url}
+            client = await start_server("--model", "anthropic:claude-fake", env=env)
+        else:
+            env |= {"OPENAI_API_KEY": "sk-test-key"}
+            client = await start_server("--model", "openai:fake-model", "--base-url", server.base_url, env=env)
+        await client.initialize()
+        session = await client.new_session(str(tmp_path))
+        answer = await prompt(client, session, "hello")
+        error = answer.get("error")
+        assert isinstance(error, dict) and error.get("code") == -32603, answer
+        assert f"answered {status}" in str(answer) and "this request is refused" in str(answer), answer
+        # Responsive: a second session opens, and the endpoint, answering again, serves its prompt.
+        server.set_default(
+            fake_openai.text_reply("fine") if provider == "openai" else fake_anthropic.text_reply("fine")
+        )
+        other = await client.new_session(str(tmp_path))
+        assert (await prompt(client, other, "again")).get("result") == {"stopReason": "end_turn"}
+        peak = peak_rss_mib(client.process.pid)
+        assert peak < 160, f"the server's memory peaked at {peak:.0f} MiB"
+        code, _ = await client.close()
+        assert code == 0

@@ -508,3 +508,33 @@ async def test_a_models_list_too_large_as_sent_or_once_inflated_is_refused_and_t
     peak = peak_rss_mib(client.process.pid)
     assert peak < 160, f"the server's memory peaked at {peak:.0f} MiB"
     assert len(openai_endpoint.model_list_requests) == 1
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads the server's peak memory from /proc")
+async def test_a_models_list_refused_with_a_gzip_bomb_is_reported_and_the_server_stays_small_and_responsive(
+    start_server: StartServer, openai_endpoint: FakeOpenAI, tmp_path: Path
+) -> None:
+    # Issue 20 item 7, the error side: for a status >= 400 the SDK reads the whole body before raising, unbounded and
+    # on the event loop; a 404 whose gzip body inflated to 400 MB took the server's memory up by some 430 MB. An
+    # error body is read at most 64 KiB, as sent and once inflated, and the failure is reported as any other.
+    bomb = gzip_bomb(b'{"error": {"message": "fake server: no models here", "type": "not_found"', b"}}", 200)
+    assert len(bomb) < 256 * 1024
+    openai_endpoint.serve_models_bytes(bomb, "gzip", status=404)
+    config = write_config(tmp_path, openai_endpoint.base_url, None, 'models = ["openai:configured-too"]')
+    log_file = tmp_path / "acp-server.log"
+    client = await start_server("--model", "openai:fake-model", env=env_for(config, tmp_path / "state", log_file))
+    session, created = await open_session(client, tmp_path)
+    configured = ["openai:fake-model", "openai:configured-too"]
+    assert model_values(created["result"]["configOptions"]) == configured
+    logged = await wait_for_log(log_file, "offering the configured models only", T_LISTED)
+    assert "the model endpoint answered 404" in logged and "no models here" in logged, logged[-2000:]
+    assert OPENAI_KEY not in logged
+    again = await client.call("session/new", {"cwd": str(tmp_path), "mcpServers": []})
+    assert model_values(again["result"]["configOptions"]) == configured
+    assert option_updates(client, session) == []
+    peak = peak_rss_mib(client.process.pid)
+    assert peak < 160, f"the server's memory peaked at {peak:.0f} MiB"
+    code, _ = await client.close()
+    assert code == 0
+    assert "Traceback" not in client.stderr_text
+    assert len(openai_endpoint.model_list_requests) == 1

@@ -76,6 +76,8 @@ class ServerReply:
     # For Chat Completions the stream ends with `data: [DONE]`; the Messages API has no such marker.
     done_marker: bool = True
     body: Any = None  # the JSON body of an error answer
+    # An error answer's body as these exact bytes instead (sent with `headers`, e.g. a Content-Encoding).
+    raw_body: bytes | None = None
     headers: tuple[tuple[str, str], ...] = ()
     # True: read the request, then send nothing at all (not even headers) until the client goes away.
     silent: bool = False
@@ -178,8 +180,8 @@ class _Handler(BaseHTTPRequestHandler):
         elif behaviour == "fail":
             self._send_error(error(500, "fake server: the models list failed", kind="server_error"))
         elif behaviour == "bytes":
-            payload, encoding = body
-            self.send_response(200)
+            payload, encoding, status = body
+            self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(payload)))
             if encoding:
@@ -198,14 +200,15 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_error(ServerReply(status=200, body=body))
 
     def _send_error(self, reply: ServerReply) -> None:
-        payload = orjson.dumps(reply.body)
+        payload = orjson.dumps(reply.body) if reply.raw_body is None else reply.raw_body
         self.send_response(reply.status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(payload)))
         for name, value in reply.headers:
             self.send_header(name, value)
         self.end_headers()
-        self.wfile.write(payload)
+        with contextlib.suppress(OSError):  # a client that reads only part of an error body goes away
+            self.wfile.write(payload)
 
     def _send_stream(self, reply: ServerReply) -> None:
         self.send_response(200)
@@ -350,10 +353,11 @@ class FakeModelServer:
         with self._server.state.lock:
             self._server.state.model_list = (behaviour, self.models_body(ids))
 
-    def serve_models_bytes(self, payload: bytes, encoding: str | None = None) -> None:
-        """What `GET .../models` answers from now on: exactly these bytes, with this Content-Encoding if any."""
+    def serve_models_bytes(self, payload: bytes, encoding: str | None = None, status: int = 200) -> None:
+        """What `GET .../models` answers from now on: exactly these bytes, with this Content-Encoding if any, and
+        this status."""
         with self._server.state.lock:
-            self._server.state.model_list = ("bytes", (payload, encoding))
+            self._server.state.model_list = ("bytes", (payload, encoding, status))
 
     def release_models(self) -> None:
         """Let held models-list requests (behaviour "held") answer."""

@@ -1,7 +1,8 @@
 """What the HTTP model providers (`openai`, `anthropic`) share: importing an SDK without stalling the event loop,
 making one model call within its timeouts and attempts (`EndpointTimeouts`, so a silent endpoint ends the turn
-instead of holding it), reading untrusted tool-call arguments, and turning any failure into one line a user can act
-on.
+instead of holding it), reading no more of an error answer's body than an error needs (the SDKs would read all of
+it, however large it inflates), reading untrusted tool-call arguments, and turning any failure into one line a user
+can act on.
 
 The failure wording recognises SDK errors by shape (`status_code`, `body`, the exception chain) rather than by class,
 so it serves both SDKs without importing either, and it never shows a traceback or the API key.
@@ -17,6 +18,7 @@ import re
 import socket
 import ssl
 import time
+import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from types import ModuleType
 from typing import Any, ClassVar, cast
@@ -42,6 +44,11 @@ MODEL_LISTS: dict[str, tuple[str, dict[str, object]]] = {
     "anthropic": ("/v1/models", {"limit": 1000}),
 }
 MAX_LIST_SECONDS = 10.0
+# How much of an error answer's body (status >= 400) is read, as sent and once inflated: the SDKs read the whole
+# body of an error before raising, unbounded and on the event loop, so a hostile endpoint's gzip bomb would take
+# the server's memory (issue 20 item 7). An error's message fits in far less; the rest is cut.
+MAX_ERROR_BODY_BYTES = 64 * 1024
+_CLOSE_SECONDS = 1.0  # closing a connection is local work; the bound is for a cleanup that must not hang
 # Things that look like credentials, for error texts that quote them back ("Incorrect API key provided: sk-...").
 _SECRET_PATTERN = re.compile(r"\b(?:sk|rk|pk)-[\w*.\-]{4,}|\bBearer\s+\S+", re.IGNORECASE)
 
@@ -117,11 +124,16 @@ class HttpProvider:
         # the attempts are ours, so each one gets its own first-byte bound and all of them the total bound.
         patience = max(limits.first_byte, limits.between_chunks)
         try:
+            timeout = sdk.Timeout(patience, connect=limits.connect, pool=limits.connect)
+            # The HTTP client the SDK would make itself (its defaults: pool limits, redirects, proxies from the
+            # environment, TLS), plus one response hook that bounds error bodies before the SDK reads them.
+            http_client = sdk.DefaultAsyncHttpxClient(timeout=timeout, event_hooks={"response": [_bound_error_body]})
             return getattr(sdk, self.CLIENT)(
                 api_key=self._api_key,
                 base_url=self.base_url,
                 max_retries=0,
-                timeout=sdk.Timeout(patience, connect=limits.connect, pool=limits.connect),
+                timeout=timeout,
+                http_client=http_client,
             )
         except Exception as exc:  # e.g. no API key: the SDK refuses to build a client
             raise ModelError(one_line(f"cannot set up the {self.SDK} client: {exc}", self._api_key)) from exc
@@ -385,6 +397,51 @@ async def _read_bounded(response: Any) -> bytes:
         if len(body) > MAX_LIST_BYTES:
             raise too_large()
     return bytes(body)
+
+
+async def _bound_error_body(response: Any) -> None:
+    """The HTTP client's response hook: an error answer's body is read here, at most MAX_ERROR_BODY_BYTES as sent
+    and as many once inflated (gzip or deflate; a body in another encoding is dropped), and the response is handed
+    on with that much, decoded, in place of its stream, so the SDK's own unbounded read of it finds only that. Any
+    other answer passes untouched, at the cost of one comparison a request (never a chunk)."""
+    if response.status_code < 400:
+        return
+    import httpx2  # noqa: PLC0415 (loaded with the SDK already; kept off this module's start-up imports)
+
+    raw = bytearray()
+    stream = response.stream
+    try:
+        async for piece in stream:
+            raw += piece
+            if len(raw) >= MAX_ERROR_BODY_BYTES:
+                break
+    finally:
+        # The rest of the body is never read: the connection is closed rather than drained back into the pool.
+        with anyio.CancelScope(shield=True), anyio.move_on_after(_CLOSE_SECONDS):
+            await stream.aclose()
+    encoding = response.headers.get("content-encoding", "").strip().lower()
+    body = _inflate_bounded(bytes(raw[:MAX_ERROR_BODY_BYTES]), encoding)
+    response.headers.pop("content-encoding", None)
+    response.headers["content-length"] = str(len(body))
+    response.stream = httpx2.ByteStream(body)
+
+
+def _inflate_bounded(raw: bytes, encoding: str) -> bytes:
+    """An error body decoded, at most MAX_ERROR_BODY_BYTES of it (a cut gzip stream decodes as far as it goes)."""
+    if encoding in ("", "identity"):
+        return raw
+    if encoding in ("gzip", "x-gzip"):
+        wbits = [zlib.MAX_WBITS | 16]
+    elif encoding == "deflate":
+        wbits = [zlib.MAX_WBITS, -zlib.MAX_WBITS]  # zlib-wrapped, or raw as some servers send it (as httpx tries)
+    else:
+        return b""  # brotli, zstd, a chain of encodings: not worth a decoder here; the SDK falls back to the status
+    for bits in wbits:
+        try:
+            return zlib.decompressobj(bits).decompress(raw, MAX_ERROR_BODY_BYTES)
+        except zlib.error:
+            continue
+    return b""
 
 
 def parse_arguments(raw: str) -> dict[str, Any]:
