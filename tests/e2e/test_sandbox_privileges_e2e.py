@@ -24,7 +24,6 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import anyio
 import pytest
@@ -32,6 +31,7 @@ import pytest
 from acp_server.runtime.sandbox import landlock_support, mount_isolation, network_isolation
 from acp_server.runtime.sandbox_exec import KEPT_CAPABILITIES
 from tests.conftest import StartServer
+from tests.e2e.test_sandbox_e2e import run_all
 from tests.support.harness import DEFAULT_ARGS, RawClient, isolated_env, scaled, server_command
 
 ABI = landlock_support().abi
@@ -177,28 +177,6 @@ async def session_in(client: RawClient, root: Path, extra: Path) -> str:
     response = await client.call("session/set_mode", {"sessionId": session_id, "modeId": "bypass"})
     assert response.get("result") == {}, response
     return session_id
-
-
-async def run_all(client: RawClient, session_id: str, commands: list[str]) -> list[tuple[int | None, str]]:
-    """Each command a `run_command` of one turn, in order; (exit code, the text the model read) of each."""
-    script: list[dict[str, Any]] = [{"tool": "run_command", "args": {"command": command}} for command in commands]
-    response = await client.call(
-        "session/prompt", client.prompt_message(session_id, [*script, {"say": "done"}])["params"]
-    )
-    assert response["result"] == {"stopReason": "end_turn"}, response
-    finals = [
-        update
-        for update in client.updates(session_id, "tool_call_update")
-        if update.get("status") in ("completed", "failed")
-    ]
-    assert len(finals) == len(commands), finals
-    return [
-        (
-            final["rawOutput"]["exitCode"],
-            "".join(c["content"]["text"] for c in final.get("content", []) if c["type"] == "content"),
-        )
-        for final in finals
-    ]
 
 
 def _status(text: str) -> dict[str, int]:
