@@ -21,7 +21,7 @@ import sys
 import sysconfig
 import tempfile
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -177,6 +177,19 @@ async def session_in(client: RawClient, root: Path, extra: Path) -> str:
     response = await client.call("session/set_mode", {"sessionId": session_id, "modeId": "bypass"})
     assert response.get("result") == {}, response
     return session_id
+
+
+async def doctor_sandbox_line(prefix: Sequence[str], args: Sequence[str], env: dict[str, str]) -> str:
+    """The one `sandbox:` line of `acp-server doctor ARGS`, run behind `prefix` (a wrapper such as the seccomp one)."""
+    with anyio.fail_after(scaled(60)):
+        report = await anyio.run_process(
+            [*prefix, *server_command("doctor", "--timeout", "1", *args)],
+            env={**os.environ, **isolated_env(), **env},
+            check=False,
+        )
+    lines = report.stderr.decode(errors="replace").splitlines()
+    (line,) = [line for line in lines if line.startswith(("OK   sandbox:", "WARN sandbox:", "FAIL sandbox:"))]
+    return line
 
 
 def _status(text: str) -> dict[str, int]:
@@ -431,14 +444,7 @@ async def test_where_the_kernel_refuses_a_mount_namespace_commands_run_as_before
         said = "sandbox: no read-only mount namespace for commands (unshare(CLONE_NEWUSER|CLONE_NEWNS): Operation not"
         assert client.stderr_text.count(said) == 1, client.stderr_text
 
-        with anyio.fail_after(scaled(60)):
-            report = await anyio.run_process(
-                [*refused, *server_command("doctor", "--timeout", "1", *DEFAULT_ARGS)],
-                env={**os.environ, **isolated_env(), **env},
-                check=False,
-            )
-        lines = report.stderr.decode(errors="replace").splitlines()
-        (line,) = [line for line in lines if line.startswith(("OK   sandbox:", "WARN sandbox:", "FAIL sandbox:"))]
+        line = await doctor_sandbox_line(refused, DEFAULT_ARGS, env)
         assert line.startswith("WARN sandbox:") and "metadata NOT protected outside the writable directories" in line
         assert "Operation not permitted" in line, line
     finally:
@@ -734,14 +740,7 @@ async def test_where_the_kernel_refuses_a_network_namespace_tcp_is_still_refused
         said = "sandbox: no network namespace for commands (unshare(CLONE_NEWUSER|CLONE_NEWNET): Operation not"
         assert client.stderr_text.count(said) == 1, client.stderr_text
 
-        with anyio.fail_after(scaled(60)):
-            report = await anyio.run_process(
-                [*refused, *server_command("doctor", "--timeout", "1", *args)],
-                env={**os.environ, **isolated_env(), **env},
-                check=False,
-            )
-        lines = report.stderr.decode(errors="replace").splitlines()
-        (line,) = [line for line in lines if line.startswith(("OK   sandbox:", "WARN sandbox:", "FAIL sandbox:"))]
+        line = await doctor_sandbox_line(refused, args, env)
         assert line.startswith("WARN sandbox:") and "network off (TCP connections and listening refused)" in line
         assert "UDP NOT restricted (DNS included)" in line and "Operation not permitted" in line, line
     finally:
