@@ -7,11 +7,12 @@ cheap envelope check in place of its JSON-schema validator; a method answers wit
 
 jsonrpcserver is not imported at start-up: its package `__init__` imports jsonschema and builds a JSON-schema
 validator, and imports http.server for a toy HTTP server, which would be most of the path to the first answer.
-So the first `initialize` of a process is answered before it is loaded, as it is answered before pydantic is
-(issue 14: start-up): `dispatch` calls that method's error boundary itself (`_answer_directly`), the same boundary
-the method jsonrpcserver calls runs, with the same response. jsonrpcserver is then imported once that answer is out,
-first thing in the background load of the session side (server.py `SESSION_SIDE`); a request that comes before the
-load reached it imports it where it is dispatched, after the answer queued before it is written.
+So a process's first `initialize` is answered before it is loaded, as it is answered before pydantic is (issue 14:
+start-up): while jsonrpcserver is not loaded, `dispatch` answers an `initialize` by calling that method's error
+boundary itself (`_answer_directly`), the boundary the method jsonrpcserver calls runs, with the same response
+(tests/unit/jsonrpc/test_rpc.py). jsonrpcserver is then imported once that answer is out, first thing in the
+background load of the session side (server.py `SESSION_SIDE`); any other request that comes before the load
+reached it imports it where it is dispatched, once the answer queued before it has been handed to the writer.
 
 Error boundary, in one place (`_boundary`): a method's params are read by its `Params` (which raises the -32602
 `RpcError` for invalid ones), and a pydantic `ValidationError` a handler lets out becomes -32602 too, with a
