@@ -3,6 +3,8 @@ jsonrpcserver is loaded, is what jsonrpcserver answers, for every outcome of the
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from typing import Any
 
 import jsonrpcserver  # noqa: F401 - loaded, as it is once a server has answered its first `initialize`
@@ -107,3 +109,27 @@ async def test_an_unknown_method_is_method_not_found_naming_it() -> None:
     request = IncomingRequest("a", "no/such", {}, {"jsonrpc": "2.0", "id": "a", "method": "no/such", "params": {}})
     error = {"code": -32601, "message": "Method not found: no/such"}
     assert await dispatch(request, TABLE, _Context()) == {"jsonrpc": "2.0", "id": "a", "error": error}
+
+
+_LOAD = """
+import sys, anyio
+from acp_server.server import build_server
+from acp_server.settings.config import Config
+
+async def main():
+    _, dispatcher = build_server(Config(model="scripted"))
+    built_without = "jsonrpcserver" not in sys.modules
+    await dispatcher.parts.session_side.load()  # what the `initialize` answer starts in the background
+    return built_without, "jsonrpcserver" in sys.modules
+
+print(anyio.run(main))
+"""
+
+
+def test_the_background_load_after_initialize_imports_jsonrpcserver_for_the_requests_that_follow() -> None:
+    """A server is built without jsonrpcserver; the load its first `initialize` answer starts imports it, so the
+    requests after that answer do not import it on their own path."""
+    command = [sys.executable, "-W", "ignore::DeprecationWarning", "-c", _LOAD]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=25, check=False)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "(True, True)"
