@@ -60,9 +60,14 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
 # every turn (a model call's request body did: issue 20, item 4, tests/e2e/test_model_call_memory.py).
 GC_THRESHOLD = 50_000
 # The session side (protocol/deferred.py), loaded once `initialize` is answered: `session_side` imports all of it; the
-# modules before it, in the order they are needed, only cut the load into steps of a few milliseconds each. pydantic
-# comes first (the wire models, protocol/params.py), in three steps: it is the largest part.
+# modules before it, in the order they are needed, only cut the load into steps of a few milliseconds each.
+# jsonrpcserver comes first: every request but a process's first `initialize` is dispatched through it, and its
+# package imports http.server and jsonschema (jsonrpc/rpc.py), which are most of it and are steps of their own. pydantic
+# comes next (the wire models, protocol/params.py), in three steps: it is the largest part.
 SESSION_SIDE = (
+    "http.server",
+    "jsonschema",
+    "jsonrpcserver",
     "pydantic_core",
     "pydantic.main",
     "acp_server.protocol.schema",

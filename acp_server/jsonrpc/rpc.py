@@ -1,34 +1,40 @@
 """The JSON-RPC 2.0 envelope: classify each incoming line, dispatch requests, and own the error boundary.
 
-This is the only module that imports jsonrpcserver. It is given already-parsed messages (no second parse) and a
-cheap structural check instead of its import-time JSON-schema validator, and is always called with an explicit
-`methods=` table and a per-request `context=`. Since that validator is never used, its import is not paid either:
-the dispatcher core is loaded without the package's `__init__` (see `_without_package_init`), which was most of
-start-up.
+This is the only module that imports jsonrpcserver, and it uses only its public API: requests are dispatched by
+`async_dispatch_to_serializable` with its documented keyword arguments, an explicit `methods=` table, a per-request
+`context=`, `deserializer=` handing over the message `classify` already parsed (no second parse) and `validator=` a
+cheap envelope check in place of its JSON-schema validator; a method answers with its `Success` / `Error` results.
 
-Error boundary, in one place: a method's params are read by its `Params` (which raises the -32602 `RpcError` for
-invalid ones), and a pydantic `ValidationError` a handler lets out becomes -32602 too, with a one-line message
-naming the field; an `RpcError` passes through as it is; any other exception is what the table's `errors` says it
-is on the wire (the ACP edge hands in its one mapping, protocol/wire_errors.py), else a defect: logged with its
-traceback to stderr and answered -32603 with a short message, never the exception's text. Cancellation is a
-BaseException and is never caught here.
+jsonrpcserver is not imported at start-up: its package `__init__` imports jsonschema and builds a JSON-schema
+validator, and imports http.server for a toy HTTP server, which would be most of the path to the first answer.
+So a process's first `initialize` is answered before it is loaded, as it is answered before pydantic is (issue 14:
+start-up): while jsonrpcserver is not loaded, `dispatch` answers an `initialize` by calling that method's error
+boundary itself (`_answer_directly`), the boundary the method jsonrpcserver calls runs, with the same response
+(tests/unit/jsonrpc/test_rpc.py). jsonrpcserver is then imported once that answer is out, first thing in the
+background load of the session side (server.py `SESSION_SIDE`); any other request that comes before the load
+reached it imports it where it is dispatched, once the answer queued before it has been handed to the writer.
+
+Error boundary, in one place (`_boundary`): a method's params are read by its `Params` (which raises the -32602
+`RpcError` for invalid ones), and a pydantic `ValidationError` a handler lets out becomes -32602 too, with a
+one-line message naming the field; an `RpcError` passes through as it is; any other exception is what the table's
+`errors` says it is on the wire (the ACP edge hands in its one mapping, protocol/wire_errors.py), else a defect:
+logged with its traceback to stderr and answered -32603 with a short message, never the exception's text.
+Cancellation is a BaseException and is never caught here.
 
 pydantic is not imported here: the first `initialize` is answered before anything loads it (issue 14: start-up).
 """
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import logging
 import re
 import sys
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from enum import IntEnum
-from types import ModuleType
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+import anyio.lowlevel
 import orjson
 
 from acp_server.jsonrpc.transport import Oversized
@@ -43,6 +49,7 @@ __all__ = [
     "IncomingRequest",
     "IncomingResponse",
     "InvalidLine",
+    "Methods",
     "Params",
     "RpcError",
     "classify",
@@ -53,45 +60,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-
-def _without_package_init(package: str, *submodules: str) -> tuple[ModuleType, ...]:
-    """Submodules of `package` loaded without running the package's `__init__`.
-
-    jsonrpcserver's `__init__` imports `main`, which imports jsonschema and builds a JSON-schema validator at import
-    time, and `server`, which imports http.server for a toy HTTP server: together more than half of the server's
-    start-up, for two things it never uses (it passes its own `validator=`). Its dispatcher core (`async_dispatcher`,
-    `result`) needs neither. Likewise oslash's `__init__` imports a dozen monads where the core uses one (`either`).
-    The submodules are loaded under a stand-in package object (the real package's spec, not executed) that is
-    dropped again at once, so a later `import jsonrpcserver` (or `oslash`) runs the real `__init__`, which reuses the
-    submodules loaded here. Runs once, at this module's import, before any other thread exists.
-    """
-    names = tuple(f"{package}.{name}" for name in submodules)
-    if package in sys.modules:  # the real package is loaded already: nothing left to save
-        return tuple(importlib.import_module(name) for name in names)
-    spec = importlib.util.find_spec(package)
-    if spec is None or spec.submodule_search_locations is None:
-        raise ImportError(f"{package} is not installed as a package")
-    stand_in = importlib.util.module_from_spec(spec)
-    sys.modules[package] = stand_in
-    try:
-        return tuple(importlib.import_module(name) for name in names)
-    finally:
-        if sys.modules.get(package) is stand_in:
-            del sys.modules[package]
-
-
-if TYPE_CHECKING:
-    from jsonrpcserver.async_dispatcher import dispatch_to_response_pure
-    from jsonrpcserver.result import Error, Success
-    from oslash.either import Left
-else:
-    # oslash first: jsonrpcserver's core imports `from oslash.either import ...`, which finds the module loaded here.
-    (_either,) = _without_package_init("oslash", "either")
-    _dispatcher, _result = _without_package_init("jsonrpcserver", "async_dispatcher", "result")
-    Left = _either.Left
-    dispatch_to_response_pure = _dispatcher.dispatch_to_response_pure
-    Error, Success = _result.Error, _result.Success
 
 ContextT = TypeVar("ContextT")
 
@@ -228,6 +196,8 @@ class Params(Protocol):
 
 
 Handler = Callable[[ContextT, Any], Awaitable[Any]]
+# A method behind its error boundary: (context, named params) -> the result, or raises the `RpcError` answered.
+Call = Callable[[Any, dict[str, Any]], Awaitable[Any]]
 JsonRpcMethod = Callable[..., Awaitable[Any]]
 # What an error a handler lets out is on the wire: its `RpcError`, or None for a defect.
 Errors = Callable[[Exception], RpcError | None]
@@ -255,37 +225,67 @@ def _no_errors(exc: Exception) -> RpcError | None:
     return None
 
 
-def _error(exc: RpcError) -> Any:
-    return Error(exc.code, exc.message, exc.data) if exc.data is not None else Error(exc.code, exc.message)
+def _boundary(params: Params, handler: Handler[Any], errors: Errors) -> Call:
+    """The handler behind the error boundary (see the module's docstring): what it returns, or the `RpcError` the
+    client gets for whatever went wrong."""
 
-
-def _adapt(params: Params, handler: Handler[Any], errors: Errors) -> JsonRpcMethod:
-    async def method(context: Any, *args: Any, **kwargs: Any) -> Any:
+    async def call(context: Any, named: dict[str, Any]) -> Any:
         try:
             validated = getattr(context, "validated_params", None)
-            read = validated if validated is not None and params.holds(validated) else params.validate(kwargs)
-            return Success(await handler(context, read))
-        except RpcError as exc:
-            return _error(exc)
+            read = validated if validated is not None and params.holds(validated) else params.validate(named)
+            return await handler(context, read)
+        except RpcError:
+            raise
         except Exception as exc:  # cancellation is a BaseException: it passes
             answer = errors(exc)
             if answer is not None:
-                return _error(answer)
+                raise answer from None
             message = _invalid_params(exc)
             if message is not None:
-                return Error(ErrorCode.INVALID_PARAMS, message)
+                raise RpcError(ErrorCode.INVALID_PARAMS, message) from None
             log.exception("internal error in %s", getattr(handler, "__name__", "handler"))
-            return Error(ErrorCode.INTERNAL_ERROR, "Internal error: the server failed to handle this request")
+            raise RpcError(
+                ErrorCode.INTERNAL_ERROR, "Internal error: the server failed to handle this request"
+            ) from None
+
+    return call
+
+
+def _jsonrpcserver_method(call: Call) -> JsonRpcMethod:
+    """`call` as a jsonrpcserver method: its outcome as a `Success` or an `Error` result. `context` is positional
+    only, so a client's param of that name is one more named param, never a clash with it."""
+
+    async def method(context: Any, /, **named: Any) -> Any:
+        # Only jsonrpcserver calls this, so it is loaded: a look-up.
+        from jsonrpcserver import Error, Success  # noqa: PLC0415 (start-up: loaded after the first `initialize` answer)
+
+        try:
+            return Success(await call(context, named))
+        except RpcError as exc:
+            return Error(exc.code, exc.message, exc.data) if exc.data is not None else Error(exc.code, exc.message)
 
     return method
 
 
-def method_table(
-    table: Mapping[str, tuple[Params, Handler[Any]]], errors: Errors = _no_errors
-) -> dict[str, JsonRpcMethod]:
-    """Turn `{"wire/method": (params, handler)}` into jsonrpcserver's `methods=` dict; `errors` says what an error
-    its handlers let out is on the wire (see the error boundary above)."""
-    return {name: _adapt(params, handler, errors) for name, (params, handler) in table.items()}
+class Methods:
+    """A method table in the two forms `dispatch` uses: jsonrpcserver's `methods=` dict, and each method's error
+    boundary for what is answered before jsonrpcserver is loaded (the first `initialize`). A plain class, not a
+    dataclass: it is made on the start-up path."""
+
+    __slots__ = ("calls", "for_jsonrpcserver")
+
+    def __init__(self, calls: dict[str, Call]) -> None:
+        self.calls = calls
+        self.for_jsonrpcserver = {name: _jsonrpcserver_method(call) for name, call in calls.items()}
+
+    def __contains__(self, method: str) -> bool:
+        return method in self.calls
+
+
+def method_table(table: Mapping[str, tuple[Params, Handler[Any]]], errors: Errors = _no_errors) -> Methods:
+    """Turn `{"wire/method": (params, handler)}` into the `Methods` `dispatch` takes; `errors` says what an error its
+    handlers let out is on the wire (see the error boundary above)."""
+    return Methods({name: _boundary(params, handler, errors) for name, (params, handler) in table.items()})
 
 
 def error_message(request_id: Any, code: int, message: str, data: Any = None) -> dict[str, Any]:
@@ -299,37 +299,61 @@ def error_message(request_id: Any, code: int, message: str, data: Any = None) ->
     return {"jsonrpc": "2.0", "id": request_id, "error": error}
 
 
-def _identity(response: Any) -> Any:
-    return response
+def _json_data(data: Any) -> Any:
+    """An error's `data` if it is a JSON value, else None (no `data` on the wire)."""
+    return data if isinstance(data, (dict, list, str, int, float, bool)) else None
 
 
-def _structural_check(message: Any) -> Any:
-    # `classify` already checked the envelope; jsonrpcserver's own jsonschema validator would redo it slowly.
+def _check_envelope(message: Any) -> Any:
+    """jsonrpcserver's `validator=`: raising refuses the request (-32600). `classify` has checked the envelope
+    already, answering each fault with its own message, so this only restates what it let through, at a fraction of
+    the cost of jsonrpcserver's default JSON-schema validator."""
+    if not isinstance(message, dict) or message.get("jsonrpc") != "2.0" or not isinstance(message.get("method"), str):
+        raise ValueError("not a JSON-RPC 2.0 request")
     return message
 
 
-async def dispatch(request: IncomingRequest, methods: dict[str, JsonRpcMethod], context: Any) -> dict[str, Any]:
+async def _answer_directly(request: IncomingRequest, call: Call, context: Any) -> dict[str, Any]:
+    """What jsonrpcserver answers a request to a method it has, without it: the method's error boundary called with
+    the named params (jsonrpcserver passes an object's members, and none for absent or null params)."""
+    try:
+        result = await call(context, request.params if isinstance(request.params, dict) else {})
+    except RpcError as exc:
+        return error_message(request.id, exc.code, exc.message, _json_data(exc.data))
+    return {"jsonrpc": "2.0", "id": request.id, "result": result}
+
+
+async def dispatch(request: IncomingRequest, methods: Methods, context: Any) -> dict[str, Any]:
     """Run one request through jsonrpcserver and return the response message."""
     if isinstance(request.params, list) and request.method in methods:
         # Every ACP method takes named params; jsonrpcserver would pass an array (even an empty one) positionally.
         return error_message(request.id, ErrorCode.INVALID_PARAMS, "Invalid params: expected an object, got an array")
-    # What jsonrpcserver's `async_dispatch_to_response` does, minus its default arguments' imports (see above).
-    response = await dispatch_to_response_pure(
-        deserializer=lambda _: request.message,
-        validator=_structural_check,
-        methods=methods,
+    if "jsonrpcserver" not in sys.modules:
+        call = methods.calls.get(request.method) if request.method == "initialize" else None
+        if call is not None:
+            return await _answer_directly(request, call, context)  # start-up: see the module's docstring
+        # Imported here, on the loop, for a request that came before the background load reached it: first let the
+        # writer take what is queued (the `initialize` answer), so the import does not hold it back.
+        await anyio.lowlevel.checkpoint()
+    try:
+        import jsonrpcserver  # noqa: PLC0415 (start-up: loaded after the first `initialize` answer)
+    except Exception as exc:  # a broken install: this request is told, and the connection goes on
+        log.error("cannot load jsonrpcserver: %s", exc, exc_info=exc)
+        message = f"Internal error: the server could not load jsonrpcserver: {exc}; reinstall acp-server"
+        return error_message(request.id, ErrorCode.INTERNAL_ERROR, message)
+    response = await jsonrpcserver.async_dispatch_to_serializable(
+        "",  # the request's text: unused, `deserializer` hands over the message `classify` parsed
+        methods=methods.for_jsonrpcserver,
         context=context,
-        post_process=_identity,
-        request="",
+        deserializer=lambda _: request.message,
+        validator=_check_envelope,
     )
-    if isinstance(response, Left):
-        error = response._error
-        if error.code == ErrorCode.METHOD_NOT_FOUND:
-            return error_message(request.id, error.code, f"Method not found: {request.method}")
-        data = getattr(error, "data", None)
-        # jsonrpcserver marks "no data" with a sentinel object of its own: only JSON values are data.
-        json_data = data if isinstance(data, (dict, list, str, int, float, bool)) else None
-        return error_message(request.id, error.code, error.message, json_data)
-    # One request in, so one response out (jsonrpcserver returns lists only for batches, which classify refuses).
-    success: Any = response
-    return {"jsonrpc": "2.0", "id": request.id, "result": success._value.result}
+    # One request in, so one response out (a list only answers a batch, which `classify` refuses).
+    assert isinstance(response, dict)
+    error = response.get("error")
+    if error is None:
+        return {"jsonrpc": "2.0", "id": request.id, "result": response["result"]}
+    if error["code"] == ErrorCode.METHOD_NOT_FOUND:
+        return error_message(request.id, error["code"], f"Method not found: {request.method}")
+    # jsonrpcserver leaves `data` out when a result has none.
+    return error_message(request.id, error["code"], error["message"], _json_data(error.get("data")))

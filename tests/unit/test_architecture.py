@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import jsonrpcserver
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[2] / "acp_server"
@@ -339,12 +340,12 @@ def test_no_module_globals_hold_mutable_run_state() -> None:
 
 
 # Modules the path to the first `initialize` answer must not import: the provider SDKs and their HTTP stack (warmed
-# in the background once `initialize` is answered), MCP, the test client, jsonrpcserver's JSON-schema validator and
-# its toy HTTP server (rpc.py loads only its dispatcher core), the TOML parser and the config file's checks (only when
-# a config file exists), the session store (opened on first need), and the session side: the session handlers, the
-# turn, the tools, the edge to the editor and the sandbox (protocol/deferred.py: loaded once `initialize` is answered),
-# and pydantic with the wire models and what its plug-in loader imports (`initialize` is read without it,
-# protocol/initialize.py; the method tables name their models, protocol/params.py).
+# in the background once `initialize` is answered), MCP, the test client, jsonrpcserver with its JSON-schema validator
+# and toy HTTP server (the first `initialize` is answered before it is loaded, jsonrpc/rpc.py), the TOML parser and
+# the config file's checks (only when a config file exists), the session store (opened on first need), and the
+# session side: the session handlers, the turn, the tools, the edge to the editor and the sandbox (protocol/deferred.py:
+# loaded once `initialize` is answered), and pydantic with the wire models and what its plug-in loader imports
+# (`initialize` is read without it, protocol/initialize.py; the method tables name their models, protocol/params.py).
 HEAVY_AT_START_UP = (
     "openai",
     "anthropic",
@@ -352,6 +353,8 @@ HEAVY_AT_START_UP = (
     "httpx2",
     "mcp",
     "acp",
+    "jsonrpcserver",
+    "oslash",
     "jsonschema",
     "jsonschema_path",
     "referencing",
@@ -456,16 +459,31 @@ def test_answering_initialize_imports_nothing_heavy(line: bytes, version: int, m
     assert heavy == ""
 
 
-@pytest.mark.timeout(60)
-def test_jsonrpcserver_and_oslash_still_import_whole_after_rpc_took_only_their_cores() -> None:
-    # rpc.py loads their cores without their package __init__; anyone importing the packages later gets them whole,
-    # sharing the very classes the server uses.
-    code = (
-        "import sys, acp_server.jsonrpc.rpc as rpc;"
-        "core = 'jsonrpcserver' in sys.modules or 'oslash' in sys.modules or 'oslash.maybe' in sys.modules;"
-        "import jsonrpcserver, oslash;"
-        "print(core, callable(jsonrpcserver.async_dispatch_to_response), oslash.Left is rpc.Left,"
-        " jsonrpcserver.Success is rpc.Success, oslash.Just(1).map(lambda x: x + 1) == oslash.Just(2))"
-    )
-    result = subprocess.run([sys.executable, "-W", "ignore", "-c", code], capture_output=True, text=True, check=True)
-    assert result.stdout.split() == ["False", "True", "True", "True", "True"]
+def test_jsonrpcserver_is_used_through_its_public_api_only() -> None:
+    """Its package is imported whole and only the names it exports are used (no private module, no package swapped
+    in `sys.modules`), and no private attribute of its results is read (`_value`, `_error`)."""
+    exported = set(jsonrpcserver.__all__)
+    for name, tree in modules():
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.ImportFrom)
+                and node.module
+                and node.module.split(".")[0] in ("jsonrpcserver", "oslash")
+            ):
+                assert node.module == "jsonrpcserver", f"{name} imports {node.module}"
+                assert {alias.name for alias in node.names} <= exported, f"{name} imports a private name"
+            if isinstance(node, ast.Import):
+                dotted = [alias.name for alias in node.names if alias.name.startswith(("jsonrpcserver.", "oslash"))]
+                assert not dotted, f"{name} imports {dotted}"
+            targets = (
+                node.targets
+                if isinstance(node, (ast.Assign, ast.Delete))
+                else [node.target]
+                if isinstance(node, (ast.AugAssign, ast.AnnAssign))
+                else []
+            )
+            for target in targets:
+                swapped = isinstance(target, ast.Subscript) and ast.unparse(target.value) == "sys.modules"
+                assert not swapped, f"{name} assigns to sys.modules"
+            if name == "acp_server.jsonrpc.rpc" and isinstance(node, ast.Attribute):
+                assert node.attr not in ("_value", "_error"), f"rpc.py reads {node.attr} of a jsonrpcserver result"

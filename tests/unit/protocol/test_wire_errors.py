@@ -98,6 +98,6 @@ async def test_a_cancellation_passes_through_the_boundary() -> None:
         raise cancelled
 
     # The table's method itself, as jsonrpcserver calls it: nothing around it would deliver the cancel again.
-    method = method_table({"x/y": (_Params(), handler)}, rpc_error)["x/y"]
+    method = method_table({"x/y": (_Params(), handler)}, rpc_error).for_jsonrpcserver["x/y"]
     with pytest.raises(cancelled):
         await method(object())
