@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 # Types only: importing this module must not import the pieces (most are on the session side, protocol/deferred.py).
 if TYPE_CHECKING:
+    from acp_server.agent.sessions.runs import RunContext, RunRegistry
+    from acp_server.agent.sessions.services import TurnServices
     from acp_server.jsonrpc.connection import Connection
     from acp_server.jsonrpc.rpc import Params, RpcError
     from acp_server.mcp_bridge import McpRegistry
@@ -23,8 +25,6 @@ if TYPE_CHECKING:
     from acp_server.protocol.store_access import StoreAccess
     from acp_server.runtime.call_bodies import CallBodies
     from acp_server.runtime.processes import ProcessTable
-    from acp_server.sessions.runs import RunContext, RunRegistry
-    from acp_server.sessions.services import TurnServices
     from acp_server.settings.config import Config
 
 __all__ = ["Handler", "NotificationHandler", "Parts", "RequestContext"]

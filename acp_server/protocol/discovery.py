@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from acp_server.agent.sessions.runs import Session
     from acp_server.protocol.context import Parts
-    from acp_server.sessions.runs import Session
 
 __all__ = ["announce_models_to", "discover_models"]
 
@@ -33,7 +33,7 @@ def announce_models_to(parts: Parts, session: Session) -> None:
     if offered != session.offered_models:
         session.offered_models = offered
         # A session exists, so the session side is loaded (protocol/deferred.py): a look-up.
-        from acp_server.sessions.edge import ConfigChanged  # noqa: PLC0415 (start-up: the session side loads after `initialize`)
+        from acp_server.agent.sessions.edge import ConfigChanged  # noqa: PLC0415 (start-up: the session side loads after `initialize`)
 
         event = ConfigChanged(session.model, session.mode, session.prompt_policy, offered)
         parts.turns.edge.session_event(session.session_id, event)

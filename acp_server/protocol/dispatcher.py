@@ -15,6 +15,7 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from acp_server.agent.sessions.runs import RunState
 from acp_server.errors import MissingCredentialsError, ModelSpecError, PromptRejectedError
 from acp_server.jsonrpc.connection import STORE_WAIT_TIMEOUT
 from acp_server.jsonrpc.rpc import ErrorCode, IncomingRequest, RpcError, dispatch, error_message, method_table
@@ -24,7 +25,6 @@ from acp_server.protocol.params import INITIALIZE, INITIALIZE_V2, wire
 from acp_server.protocol.v2.negotiation import negotiate
 from acp_server.protocol.v2.withdrawals import withdraw_held
 from acp_server.protocol.wire_errors import rpc_error
-from acp_server.sessions.runs import RunState
 
 __all__ = ["AcpDispatcher"]
 
@@ -158,8 +158,8 @@ class AcpDispatcher:
         try:
             model = self.session(prompt.session_id).model
             # The session exists, so the session side is loaded (protocol/deferred.py): these are look-ups.
+            from acp_server.agent.sessions.turn import admit_prompt  # noqa: PLC0415 (start-up: the session side loads after `initialize`)
             from acp_server.protocol.prompts import check_media, prompt_command  # noqa: PLC0415 (start-up: the session side loads after `initialize`)
-            from acp_server.sessions.turn import admit_prompt  # noqa: PLC0415 (start-up: the session side loads after `initialize`)
 
             accepts = self.parts.config.accepts(model)
             # An image for a model that takes none is never silently dropped: refused, naming the block and model.
@@ -211,8 +211,8 @@ class AcpDispatcher:
         if run is not None:
             if self.prompts.get(context.request_id) is run:
                 del self.prompts[context.request_id]
+            from acp_server.agent.sessions.turn import release_prompt  # noqa: PLC0415 (start-up: the session side loads after `initialize`)
             from acp_server.protocol.titles import title_session  # noqa: PLC0415 (start-up: the session side loads after `initialize`)
-            from acp_server.sessions.turn import release_prompt  # noqa: PLC0415 (start-up: the session side loads after `initialize`)
 
             first_prompt = release_prompt(self.parts.turns, run)
             if first_prompt is not None:

@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+from acp_server.agent.sessions.edge import Ports, SessionEvent, TurnSink
+from acp_server.agent.sessions.runs import RunContext
 from acp_server.jsonrpc.connection import Connection
 from acp_server.protocol.editor import (
     EditorFileSystem,
@@ -26,8 +28,6 @@ from acp_server.runtime.local_fs import LocalFileSystem
 from acp_server.runtime.ports import CommandRunner, NoQuestions, Questions
 from acp_server.runtime.processes import ProcessTable
 from acp_server.runtime.sandbox import Sandbox, Unconfined
-from acp_server.sessions.edge import Ports, SessionEvent, TurnSink
-from acp_server.sessions.runs import RunContext
 from acp_server.settings.config import Config
 
 __all__ = ["AcpEdge"]

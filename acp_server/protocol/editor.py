@@ -22,6 +22,7 @@ from typing import Any
 import anyio
 import anyio.to_thread
 
+from acp_server.agent.sessions.runs import Session
 from acp_server.errors import ToolError
 from acp_server.jsonrpc.connection import ClientRequestError
 from acp_server.mcp_bridge import MCP_TOOL_PREFIX
@@ -30,7 +31,6 @@ from acp_server.runtime import beneath
 from acp_server.runtime.model import DiffOutput, TextOutput, ToolContent
 from acp_server.runtime.paths import wire
 from acp_server.runtime.ports import Answer, CommandResult, Decision, FileSystem, PermissionRequest, Question
-from acp_server.sessions.runs import Session
 from acp_server.settings.choices import PermissionMode
 
 __all__ = [

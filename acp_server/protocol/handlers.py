@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from acp_server import __version__
+from acp_server.agent.sessions.options import PROMPT_POLICIES
 from acp_server.errors import MissingCredentialsError
 from acp_server.jsonrpc.rpc import ErrorCode, RpcError
 from acp_server.protocol.context import Handler, NotificationHandler, Parts, RequestContext
@@ -24,7 +25,6 @@ from acp_server.protocol.params import INITIALIZE, wire
 from acp_server.protocol.providers import close_providers
 from acp_server.protocol.store_access import not_saved
 from acp_server.protocol.v2.initialize import initialize_result
-from acp_server.sessions.options import PROMPT_POLICIES
 
 if TYPE_CHECKING:  # the models are imported on first use (protocol/params.py)
     from acp_server.protocol.schema import (
@@ -175,7 +175,7 @@ async def session_prompt(context: RequestContext, params: PromptRequest) -> dict
         raise context.admission_error
     assert context.run is not None, "a valid prompt is always admitted or refused in prepare()"
     context.parts.auth.require_for(context.run.session.model)  # a model that takes no key is never refused
-    from acp_server.sessions.turn import execute_prompt  # noqa: PLC0415 (start-up: the session side loads after `initialize`)
+    from acp_server.agent.sessions.turn import execute_prompt  # noqa: PLC0415 (start-up: the session side loads after `initialize`)
 
     # A turn that fails raises `TurnFailedError`, answered as protocol/wire_errors.py says.
     stop_reason = await execute_prompt(context.parts.turns, context.run)

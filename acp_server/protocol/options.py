@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from acp_server.sessions.options import (
+from acp_server.agent.sessions.options import (
     MODE_OPTION,
     MODEL_OPTION,
     PERMISSION_MODES,

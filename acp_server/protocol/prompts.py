@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import unquote, urlparse
 
+from acp_server.agent.sessions.commands import Attachment, ClientTools, LinkedImage, Prompt
 from acp_server.jsonrpc.rpc import ErrorCode, RpcError
 from acp_server.protocol.initialize import Capabilities
 from acp_server.protocol.schema import (
@@ -20,7 +21,6 @@ from acp_server.protocol.schema import (
 )
 from acp_server.runtime.media import validate_media
 from acp_server.runtime.model import TEXT_ONLY, Media
-from acp_server.sessions.commands import Attachment, ClientTools, LinkedImage, Prompt
 
 __all__ = ["check_media", "client_tools", "prompt_attachments", "prompt_command", "prompt_text"]
 

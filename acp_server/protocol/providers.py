@@ -14,10 +14,10 @@ from collections.abc import Callable, Sequence
 
 import anyio
 
+from acp_server.agent.sessions.runs import RunContext
 from acp_server.errors import MissingCredentialsError
 from acp_server.runtime.model import Provider
 from acp_server.runtime.providers import needs_credentials
-from acp_server.sessions.runs import RunContext
 
 __all__ = ["LOGGED_OUT", "AuthState", "ProviderCache", "close_providers"]
 

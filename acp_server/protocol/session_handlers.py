@@ -15,6 +15,15 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 
+from acp_server.agent.sessions.edge import CommandsAvailable, ConfigChanged, ModeChanged, TitleChanged
+from acp_server.agent.sessions.options import (
+    MODE_OPTION,
+    MODEL_OPTION,
+    PROMPT_POLICY_OPTION,
+    SLASH_COMMANDS,
+    parse_command,
+)
+from acp_server.agent.sessions.runs import Session
 from acp_server.jsonrpc.rpc import ErrorCode, RpcError
 from acp_server.mcp_bridge import merge_servers
 from acp_server.protocol.context import Parts, RequestContext
@@ -32,15 +41,6 @@ from acp_server.protocol.schema import (
     SetSessionModeRequest,
 )
 from acp_server.protocol.warmup import warm_up
-from acp_server.sessions.edge import CommandsAvailable, ConfigChanged, ModeChanged, TitleChanged
-from acp_server.sessions.options import (
-    MODE_OPTION,
-    MODEL_OPTION,
-    PROMPT_POLICY_OPTION,
-    SLASH_COMMANDS,
-    parse_command,
-)
-from acp_server.sessions.runs import Session
 from acp_server.settings.choices import PermissionMode, PromptPolicy
 
 if TYPE_CHECKING:

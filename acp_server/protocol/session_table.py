@@ -6,9 +6,9 @@ from collections.abc import Iterator
 
 import anyio
 
+from acp_server.agent.sessions.runs import RunRegistry, Session
 from acp_server.jsonrpc.rpc import ErrorCode, RpcError
 from acp_server.protocol.initialize import Capabilities
-from acp_server.sessions.runs import RunRegistry, Session
 
 __all__ = ["Handshake", "SessionTable"]
 

@@ -7,9 +7,9 @@ import logging
 
 import anyio
 
+from acp_server.agent.sessions.runs import Session
+from acp_server.agent.sessions.slash_commands import first_title, prompt_title
 from acp_server.protocol.context import Parts
-from acp_server.sessions.runs import Session
-from acp_server.sessions.slash_commands import first_title, prompt_title
 
 __all__ = ["title_session"]
 

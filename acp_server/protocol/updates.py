@@ -12,6 +12,8 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+from acp_server.agent.sessions.edge import CommandsAvailable, ConfigChanged, ModeChanged, SessionEvent, TitleChanged
+from acp_server.agent.sessions.runs import RunContext
 from acp_server.jsonrpc.connection import Connection
 from acp_server.protocol.editor import tool_call_update, tool_content
 from acp_server.protocol.options import available_commands, config_options
@@ -33,8 +35,6 @@ from acp_server.runtime.model import (
     TurnEvent,
     UsageReported,
 )
-from acp_server.sessions.edge import CommandsAvailable, ConfigChanged, ModeChanged, SessionEvent, TitleChanged
-from acp_server.sessions.runs import RunContext
 
 __all__ = ["TurnUpdates", "compaction_update", "log_update", "session_update"]
 

@@ -111,7 +111,7 @@ async def test_links_and_embedded_context_reach_the_model(start_server: StartSer
 
 
 def test_permission_mode_ids_agree_between_the_cli_and_the_editor() -> None:
-    from acp_server.sessions.options import PERMISSION_MODES
+    from acp_server.agent.sessions.options import PERMISSION_MODES
     from acp_server.settings.command_line import PERMISSION_MODE_IDS
 
     assert tuple(m.value for m in PERMISSION_MODES) == PERMISSION_MODE_IDS

@@ -19,7 +19,7 @@ import anyio
 import orjson
 import pytest
 
-from acp_server.sessions.slash_commands import TITLE_INSTRUCTIONS
+from acp_server.agent.sessions.slash_commands import TITLE_INSTRUCTIONS
 from tests.conftest import StartServer
 from tests.support.fake_openai import FakeOpenAI, text_reply
 from tests.support.harness import RawClient, scaled

@@ -26,36 +26,35 @@ ALLOWED: dict[str, frozenset[str]] = {
     "store": frozenset({"errors", "runtime", "settings"}),
     "mcp_bridge": frozenset({"", "errors", "runtime", "settings"}),
     "transcripts": frozenset({"errors", "jsonrpc", "settings"}),
-    "sessions": frozenset({"errors", "runtime", "store", "mcp_bridge", "settings"}),
-    "protocol": frozenset({"", "errors", "sessions", "runtime", "store", "mcp_bridge", "jsonrpc", "settings"}),
+    # What every editor shares: the sessions and the services they draw on. It knows no wire shapes.
+    "agent": frozenset({"errors", "runtime", "store", "mcp_bridge", "settings"}),
+    "protocol": frozenset({"", "errors", "agent", "runtime", "store", "mcp_bridge", "jsonrpc", "settings"}),
     "chat": frozenset({""}),  # another program: it reaches the agent over the protocol only
-    # The test machinery, a plug-in: only the composition root imports it (see the test below).
-    "testmode": frozenset({"errors", "protocol", "sessions", "runtime", "jsonrpc", "settings"}),
-    "server": frozenset(
-        {
-            "protocol",
-            "sessions",
-            "runtime",
-            "mcp_bridge",
-            "jsonrpc",
-            "settings",
-            "transcripts",
-            "testmode",
-            "session_side",
-        }
-    ),
-    # The composition root's second half (what a session needs), loaded after `initialize` (protocol/deferred.py).
-    "session_side": frozenset({"protocol", "sessions", "runtime", "store", "jsonrpc", "settings"}),
-    "doctor": frozenset({"errors", "settings", "runtime", "store", "mcp_bridge"}),
-    # `acp-server sessions`: the store for people, beside doctor.
-    "stored_sessions": frozenset({"errors", "settings", "store"}),
+    # The process's entry points: the command line, the composition roots, doctor, `acp-server sessions`.
     "cli": frozenset(
-        {"", "errors", "settings", "runtime", "server", "doctor", "stored_sessions", "chat", "transcripts"}
+        {
+            "",
+            "errors",
+            "settings",
+            "jsonrpc",
+            "runtime",
+            "transcripts",
+            "store",
+            "mcp_bridge",
+            "agent",
+            "protocol",
+            "chat",
+        }
     ),
     "__main__": frozenset({"cli"}),
 }
-# No crossing of these rules is tolerated: `sessions` reaches neither `protocol` nor `jsonrpc`; it defines the `Edge`
-# it needs in sessions/edge.py and protocol/ implements it (issue 11 item 3).
+# The modules that may sit flat in the package, outside every layer folder (the structure issue: at most six).
+FLAT_MODULES = {"__init__", "__main__", "valid_unicode"}
+# How many layers deep the folder import graph may be: the longest chain of folders (and flat modules) that import
+# one another, counting both ends (`__main__` -> cli -> protocol -> agent -> store -> runtime -> settings -> errors).
+MAX_LAYER_DEPTH = 8
+# No crossing of these rules is tolerated: `agent` reaches neither `protocol` nor `jsonrpc`; it defines the `Edge`
+# it needs in agent/sessions/edge.py and protocol/ implements it (issue 11 item 3).
 
 
 def module_name(path: Path) -> str:
@@ -123,6 +122,47 @@ def test_every_layer_imports_only_what_its_rules_allow() -> None:
     assert not violations, "\n".join(f"{name} imports {target}" for name, target in violations)
 
 
+def test_only_the_allowed_modules_sit_flat_in_the_package() -> None:
+    flat = {path.stem for path in PACKAGE.glob("*.py")}
+    assert flat <= FLAT_MODULES, f"move into a layer folder: {sorted(flat - FLAT_MODULES)}"
+    assert len(FLAT_MODULES) <= 6
+
+
+def layer_depth(graph: dict[str, set[str]]) -> dict[str, int]:
+    """Each layer's depth in an acyclic layer graph: 1 for a layer that imports no other, else one more than the
+    deepest layer it imports."""
+    depth: dict[str, int] = {}
+
+    def visit(layer: str) -> int:
+        if layer not in depth:
+            depth[layer] = 1 + max((visit(target) for target in graph[layer]), default=0)
+        return depth[layer]
+
+    for layer in graph:
+        visit(layer)
+    return depth
+
+
+def test_the_layer_depth_finder_counts_both_ends_of_the_longest_chain() -> None:
+    assert layer_depth({"a": {"b", "c"}, "b": {"c"}, "c": set(), "d": set()}) == {"a": 3, "b": 2, "c": 1, "d": 1}
+
+
+def test_the_folder_import_graph_is_at_most_eight_layers_deep() -> None:
+    """What the layers import, not what they may: the package's own `__init__` (its version) is left out, as a
+    package's face; a cycle between layers would recurse without end and is caught by the cycle test first."""
+    graph: dict[str, set[str]] = {}
+    for name, targets in dependencies().items():
+        if folder(name):
+            graph.setdefault(folder(name), set()).update(
+                folder(t) for t in targets if folder(t) not in ("", folder(name))
+            )
+    for targets in list(graph.values()):
+        for target in targets:
+            graph.setdefault(target, set())
+    depth = layer_depth(graph)
+    assert max(depth.values()) <= MAX_LAYER_DEPTH, sorted(depth.items(), key=lambda item: -item[1])
+
+
 # Exceptions defined outside the one tree (acp_server/errors): the wire's own (what a request is answered, what the
 # client answered one of ours), and the chat client's (another program).
 OWN_EXCEPTIONS = {
@@ -175,12 +215,21 @@ def test_only_the_protocol_edge_builds_session_updates() -> None:
     assert not sorted(update_builders())
 
 
+TEST_MACHINERY = "acp_server.protocol.testmode"
+COMPOSITION_ROOT = "acp_server.cli.server"
+
+
+def in_test_machinery(module: str) -> bool:
+    return module == TEST_MACHINERY or module.startswith(TEST_MACHINERY + ".")
+
+
 def test_only_the_composition_root_imports_the_test_machinery() -> None:
-    """The test-mode plug-in (acp_server/testmode/) is registered by `server.py`; the core never imports it."""
+    """The test-mode plug-in (acp_server/protocol/testmode/) is registered by cli/server.py; the core never imports
+    it."""
     importers = sorted(
         name
         for name, targets in dependencies().items()
-        if folder(name) not in ("testmode", "server") and any(folder(target) == "testmode" for target in targets)
+        if not in_test_machinery(name) and name != COMPOSITION_ROOT and any(map(in_test_machinery, targets))
     )
     assert not importers, "import the test machinery: " + ", ".join(importers)
 
@@ -189,8 +238,8 @@ def test_production_code_paths_carry_no_test_hooks() -> None:
     """Only the composition root asks whether test mode is on (to register the plug-in), and no `_scripted/`
     method is named outside the plug-in: the core behaves the same in either mode."""
     for name, tree in modules():
-        if folder(name) in ("testmode", "server", "settings"):  # settings: where `test_mode` is read and checked
-            continue
+        if in_test_machinery(name) or name == COMPOSITION_ROOT or folder(name) == "settings":
+            continue  # settings: where `test_mode` is read and checked
         docstrings: set[int] = set()
         for node in ast.walk(tree):
             if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
@@ -322,7 +371,7 @@ def test_every_module_says_why_it_exists() -> None:
 
 def test_no_module_globals_hold_mutable_run_state() -> None:
     """Module globals are constants; per-turn state lives on the RunContext (the seed RFC's bug)."""
-    allowed_mutable = {("acp_server.sessions.runs", "_run_ids")}  # an id counter, not run state
+    allowed_mutable = {("acp_server.agent.sessions.runs", "_run_ids")}  # an id counter, not run state
     for name, tree in modules():
         for node in tree.body:
             if isinstance(node, (ast.Assign, ast.AnnAssign)):
@@ -363,32 +412,32 @@ HEAVY_AT_START_UP = (
     "sqlite3",
     "acp_server.store",
     "acp_server.settings.checks",
-    "acp_server.session_side",
+    "acp_server.cli.session_side",
     "acp_server.protocol.session_handlers",
     "acp_server.protocol.v2.sessions",
     "acp_server.protocol.v2.prompt",
     "acp_server.protocol.edge",
-    "acp_server.sessions.turn",
-    "acp_server.sessions.services",
+    "acp_server.agent.sessions.turn",
+    "acp_server.agent.sessions.services",
     "acp_server.runtime.loop",
     "acp_server.runtime.tools",
     "acp_server.runtime.sandbox",
     "landlockpy",
-    "acp_server.testmode.mode",
+    "acp_server.protocol.testmode.mode",
     "pydantic",
     "pydantic_core",
     "annotated_types",
     "importlib.metadata",
     "acp_server.protocol.schema",
     "acp_server.protocol.v2.schema",
-    "acp_server.testmode.gate_params",
+    "acp_server.protocol.testmode.gate_params",
 )
 
 
 @pytest.mark.timeout(60)
 def test_starting_the_server_imports_nothing_heavy() -> None:
     code = (
-        "import sys, acp_server.server, acp_server.cli;"
+        "import sys, acp_server.cli.server, acp_server.cli;"
         f"heavy = [m for m in {HEAVY_AT_START_UP!r} if m in sys.modules];"
         "print(','.join(heavy))"
     )
@@ -400,7 +449,7 @@ def test_starting_the_server_imports_nothing_heavy() -> None:
 # answer.
 _ANSWER_INITIALIZE = """
 import os, sys, anyio
-from acp_server.server import serve
+from acp_server.cli.server import serve
 from acp_server.settings.command_line import load
 
 async def lines():

@@ -12,6 +12,9 @@ import anyio
 import anyio.lowlevel
 import pytest
 
+from acp_server.agent.sessions.commands import Prompt
+from acp_server.agent.sessions.runs import RunContext, RunRegistry, RunState, Session
+from acp_server.agent.sessions.turn import _sealed_history
 from acp_server.errors import ScriptError, TransitionError
 from acp_server.jsonrpc.rpc import (
     ErrorCode,
@@ -27,9 +30,6 @@ from acp_server.protocol.schema import PromptRequest
 from acp_server.runtime.model import Message, StopReason, ToolCall
 from acp_server.runtime.providers.echo import _chunks
 from acp_server.runtime.providers.scripted import parse_script
-from acp_server.sessions.commands import Prompt
-from acp_server.sessions.runs import RunContext, RunRegistry, RunState, Session
-from acp_server.sessions.turn import _sealed_history
 from acp_server.settings.choices import PromptPolicy
 
 

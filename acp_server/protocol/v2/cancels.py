@@ -13,10 +13,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from acp_server.agent.sessions.runs import RunContext
 from acp_server.jsonrpc.rpc import ErrorCode, RpcError
 from acp_server.protocol.context import RequestContext
 from acp_server.protocol.v2.schema import CancelToolCallRequest
-from acp_server.sessions.runs import RunContext
 
 __all__ = ["cancel_target", "tool_call_cancel"]
 

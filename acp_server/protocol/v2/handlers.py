@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from acp_server.agent.sessions.runs import RunState
 from acp_server.protocol.context import Handler, NotificationHandler, Parts
 from acp_server.protocol.deferred import after_load, deferred
 from acp_server.protocol.handlers import METHODS, NOTIFICATIONS
 from acp_server.protocol.params import wire, wire_v2
 from acp_server.protocol.v2.auth import auth_login, auth_logout
 from acp_server.protocol.v2.withdrawals import session_cancel_v2, withdraw
-from acp_server.sessions.runs import RunState
 
 if TYPE_CHECKING:  # imported on first use (protocol/params.py)
     from acp_server.protocol.schema import CancelRequestNotification

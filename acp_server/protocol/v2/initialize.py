@@ -11,8 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from acp_server import __version__
+from acp_server.agent.sessions.options import PROMPT_POLICIES
 from acp_server.protocol.context import Parts
-from acp_server.sessions.options import PROMPT_POLICIES
 
 __all__ = ["auth_method_id", "initialize_result"]
 

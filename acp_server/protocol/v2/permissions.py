@@ -12,9 +12,9 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from acp_server.agent.sessions.runs import RunContext
 from acp_server.jsonrpc.connection import Connection
 from acp_server.protocol.v2.updates import requires_action, running, to_v2
-from acp_server.sessions.runs import RunContext
 
 __all__ = ["asking_v2", "permission_params_v2"]
 

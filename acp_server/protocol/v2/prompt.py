@@ -16,6 +16,8 @@ import logging
 import uuid
 from typing import Any
 
+from acp_server.agent.sessions.runs import RunContext, RunState
+from acp_server.agent.sessions.turn import execute_prompt, execute_unjoined_steer, release_prompt
 from acp_server.errors import TurnFailedError
 from acp_server.jsonrpc.rpc import ErrorCode, RpcError
 from acp_server.protocol.context import Parts, RequestContext
@@ -26,8 +28,6 @@ from acp_server.protocol.v2.updates import idle, running, user_message
 from acp_server.protocol.v2.withdrawals import WITHDRAWN
 from acp_server.protocol.wire_errors import rpc_error
 from acp_server.runtime.model import StopReason
-from acp_server.sessions.runs import RunContext, RunState
-from acp_server.sessions.turn import execute_prompt, execute_unjoined_steer, release_prompt
 
 __all__ = ["session_prompt_v2"]
 

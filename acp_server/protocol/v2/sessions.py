@@ -21,6 +21,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from acp_server.agent.sessions.options import SLASH_COMMANDS
+from acp_server.agent.sessions.runs import Session
 from acp_server.jsonrpc.rpc import ErrorCode, RpcError
 from acp_server.protocol.context import RequestContext
 from acp_server.protocol.options import config_options
@@ -42,8 +44,6 @@ from acp_server.protocol.session_handlers import (
 from acp_server.protocol.v2.schema import NewSessionRequestV2, ResumeSessionRequestV2
 from acp_server.protocol.v2.updates import available_commands_v2, config_options_v2, idle, requires_action, running
 from acp_server.protocol.v2.withdrawals import withdraw_held
-from acp_server.sessions.options import SLASH_COMMANDS
-from acp_server.sessions.runs import Session
 
 if TYPE_CHECKING:
     from acp_server.store import LoadedSession

@@ -27,6 +27,7 @@ from typing import Any
 
 from anyio.abc import Process
 
+from acp_server.agent.sessions.runs import RunContext
 from acp_server.errors import ToolError
 from acp_server.jsonrpc.connection import Connection
 from acp_server.protocol.context import RequestContext
@@ -36,7 +37,6 @@ from acp_server.runtime.local_commands import OUTPUT_LIMIT, LocalCommandRunner, 
 from acp_server.runtime.ports import CommandResult
 from acp_server.runtime.processes import ProcessTable
 from acp_server.runtime.sandbox import Sandbox, Unconfined
-from acp_server.sessions.runs import RunContext
 
 __all__ = ["TERMINAL_SIZE", "TerminalRunner", "terminal_cancel"]
 

@@ -13,6 +13,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from acp_server.agent.sessions.edge import CommandsAvailable, ConfigChanged, ModeChanged, SessionEvent, TitleChanged
+from acp_server.agent.sessions.options import SlashCommand
+from acp_server.agent.sessions.runs import RunContext
 from acp_server.jsonrpc.connection import Connection
 from acp_server.protocol.editor import tool_content
 from acp_server.protocol.options import config_options
@@ -30,9 +33,6 @@ from acp_server.runtime.model import (
     ToolContentAppended,
     TurnEvent,
 )
-from acp_server.sessions.edge import CommandsAvailable, ConfigChanged, ModeChanged, SessionEvent, TitleChanged
-from acp_server.sessions.options import SlashCommand
-from acp_server.sessions.runs import RunContext
 
 __all__ = [
     "V2TurnUpdates",

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from acp_server.agent.sessions.runs import RunContext, Session
 from acp_server.jsonrpc.rpc import ErrorCode, error_message
 from acp_server.protocol.context import Parts
-from acp_server.sessions.runs import RunContext, Session
 
 if TYPE_CHECKING:  # imported on first use (protocol/params.py)
     from acp_server.protocol.schema import CancelNotification

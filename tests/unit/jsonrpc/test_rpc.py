@@ -113,7 +113,7 @@ async def test_an_unknown_method_is_method_not_found_naming_it() -> None:
 
 _LOAD = """
 import sys, anyio
-from acp_server.server import build_server
+from acp_server.cli.server import build_server
 from acp_server.settings.config import Config
 
 async def main():

@@ -185,7 +185,7 @@ import sys
 from acp_server.protocol.deferred import DeferredHandler
 from acp_server.protocol.handlers import METHODS
 from acp_server.protocol.v2.handlers import METHODS_V2
-from acp_server.server import SESSION_SIDE
+from acp_server.cli.server import SESSION_SIDE
 
 deferred = {h.module for _, h in (*METHODS.values(), *METHODS_V2.values()) if isinstance(h, DeferredHandler)}
 before = sorted(m for m in deferred if m in sys.modules)
@@ -208,7 +208,7 @@ def test_loading_the_session_side_imports_every_module_a_method_table_defers_to(
 
 _FREEZE = """
 import gc, sys, anyio
-from acp_server.server import build_server
+from acp_server.cli.server import build_server
 from acp_server.settings.config import Config
 
 async def main(owns_process):
@@ -216,7 +216,7 @@ async def main(owns_process):
     gc.freeze()  # what the CLI's start-up does (server._tune_gc)
     frozen = gc.get_freeze_count()
     await dispatcher.parts.session_side.load()
-    return "acp_server.session_side" in sys.modules, gc.get_freeze_count() > frozen
+    return "acp_server.cli.session_side" in sys.modules, gc.get_freeze_count() > frozen
 
 print(anyio.run(main, sys.argv[1] == "owns"))
 """

@@ -9,6 +9,7 @@ from pathlib import Path
 import anyio
 import pytest
 
+from acp_server.agent.sessions.runs import RunRegistry, Session
 from acp_server.errors import MissingCredentialsError
 from acp_server.jsonrpc.rpc import ErrorCode
 from acp_server.protocol.prompts import prompt_command
@@ -17,7 +18,6 @@ from acp_server.protocol.schema import PromptRequest
 from acp_server.protocol.wire_errors import rpc_error
 from acp_server.runtime.model import Provider
 from acp_server.runtime.providers import open_provider
-from acp_server.sessions.runs import RunRegistry, Session
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -12,8 +12,8 @@ from pydantic import BaseModel
 from acp_server.jsonrpc.rpc import ErrorCode, RpcError
 from acp_server.protocol.handlers import METHODS, NOTIFICATIONS
 from acp_server.protocol.params import FastParams, WireParams, wire
+from acp_server.protocol.testmode.gates import GATES
 from acp_server.protocol.v2.handlers import METHODS_V2, NOTIFICATIONS_V2
-from acp_server.testmode.gates import GATES
 
 
 @pytest.mark.timeout(30)

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from acp_server.agent.sessions.runs import RunContext, RunRegistry, Session
 from acp_server.errors import MissingCredentialsError, ScriptError, UnknownModelError
 from acp_server.jsonrpc.rpc import ErrorCode, RpcError
 from acp_server.protocol.initialize import NO_CAPABILITIES
@@ -18,7 +19,6 @@ from acp_server.protocol.session_table import Handshake, SessionTable
 from acp_server.protocol.wire_errors import rpc_error
 from acp_server.runtime.model import Provider
 from acp_server.runtime.providers.echo import EchoProvider
-from acp_server.sessions.runs import RunContext, RunRegistry, Session
 
 
 def make_session(name: str = "s") -> Session:

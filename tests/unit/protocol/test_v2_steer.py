@@ -13,10 +13,10 @@ import anyio
 import pytest
 from anyio.abc import TaskGroup
 
+from acp_server.agent.sessions.runs import RunContext, RunRegistry, RunState, Session
 from acp_server.protocol.prompts import prompt_command
 from acp_server.protocol.schema import PromptRequest
 from acp_server.protocol.v2.prompt import _joined_work
-from acp_server.sessions.runs import RunContext, RunRegistry, RunState, Session
 from acp_server.settings.choices import PromptPolicy
 
 pytestmark = pytest.mark.timeout(10)

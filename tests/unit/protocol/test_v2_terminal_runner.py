@@ -15,10 +15,10 @@ import anyio
 import pytest
 from anyio.abc import Process, TaskGroup
 
+from acp_server.agent.sessions.runs import RunContext
 from acp_server.protocol.v2.terminals import TerminalRunner
 from acp_server.runtime.ports import CommandResult
 from acp_server.runtime.processes import ProcessTable
-from acp_server.sessions.runs import RunContext
 from tests.support.harness import scaled
 from tests.unit.test_units import make_session, prompt
 

@@ -21,6 +21,7 @@ import anyio.from_thread
 import pytest
 from pydantic import ValidationError
 
+from acp_server.agent.sessions.runs import Session
 from acp_server.errors import ToolError
 from acp_server.protocol.editor import PermissionGate
 from acp_server.runtime.local_commands import LocalCommandRunner
@@ -33,7 +34,6 @@ from acp_server.runtime.tools import gitignore as gitignore_module
 from acp_server.runtime.tools.files import DEFAULT_READ_LINES, FILE_TOOLS, MAX_GREP_MATCHES, MAX_LISTED_FILES
 from acp_server.runtime.tools.gitignore import glob_matcher
 from acp_server.runtime.tools.plan import PLAN_TOOLS
-from acp_server.sessions.runs import Session
 from acp_server.settings.choices import PermissionMode
 
 TOOLS = {tool.name: tool for tool in (*FILE_TOOLS, *PLAN_TOOLS)}

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from acp_server.agent.sessions.runs import Session
 from acp_server.jsonrpc.connection import Connection
 from acp_server.protocol.initialize import NO_CAPABILITIES, read_initialize
 from acp_server.protocol.prompts import client_tools
-from acp_server.sessions.runs import Session
 from acp_server.settings.choices import PermissionMode, PromptPolicy
 from acp_server.store import STORE_FILENAME, SessionStore
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from acp_server.sessions.slash_commands import MAX_TITLE_CHARS, prompt_title
+from acp_server.agent.sessions.slash_commands import MAX_TITLE_CHARS, prompt_title
 
 
 @pytest.mark.parametrize(

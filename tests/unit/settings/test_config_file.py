@@ -341,7 +341,7 @@ def test_provider_endpoint_and_key_follow_the_same_precedence(tmp_path: Path) ->
 
 
 def test_prompt_policy_choices_agree_with_the_session_option() -> None:
-    from acp_server.sessions.options import PROMPT_POLICIES
+    from acp_server.agent.sessions.options import PROMPT_POLICIES
 
     assert tuple(p.value for p in PROMPT_POLICIES) == PROMPT_POLICY_IDS
 

@@ -1,1 +1,1 @@
-"""Unit tests of `acp_server.testmode`, the test-machinery plug-in."""
+"""Unit tests of `acp_server.protocol.testmode`, the test-machinery plug-in."""

@@ -6,12 +6,12 @@ from pathlib import Path
 
 import anyio
 
+from acp_server.agent.sessions.runs import RunContext, RunRegistry, Session
 from acp_server.protocol.prompts import prompt_command
 from acp_server.protocol.schema import PromptRequest
+from acp_server.protocol.testmode.gate_params import ScriptedReleaseNotification
+from acp_server.protocol.testmode.gates import GATES as GATES_PLUGIN
 from acp_server.runtime.providers.scripted import GATES, gate_board
-from acp_server.sessions.runs import RunContext, RunRegistry, Session
-from acp_server.testmode.gate_params import ScriptedReleaseNotification
-from acp_server.testmode.gates import GATES as GATES_PLUGIN
 
 
 class _Parts:

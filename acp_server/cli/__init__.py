@@ -20,10 +20,10 @@ __all__ = ["SUBCOMMANDS", "TERMINAL_NOTICE", "main"]
 
 # Subcommand -> the module whose `main(argv) -> int` runs it.
 SUBCOMMANDS: dict[str, str] = {
-    "doctor": "acp_server.doctor",
+    "doctor": "acp_server.cli.doctor",
     "chat": "acp_server.chat.app",
     "replay": "acp_server.transcripts.replay",
-    "sessions": "acp_server.stored_sessions",
+    "sessions": "acp_server.cli.stored_sessions",
 }
 
 # What a bare `acp-server` says when its stdin is a terminal.
@@ -55,8 +55,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     # Imported here so `--help` and `--version` stay instant.
     import anyio  # noqa: PLC0415 (start-up: `--help`, `--version` and subcommands skip it)
 
+    from acp_server.cli.server import serve_stdio  # noqa: PLC0415 (start-up: `--help`, `--version` and subcommands skip it)
     from acp_server.errors import ModelSpecError  # noqa: PLC0415 (start-up: `--help`, `--version` and subcommands skip it)
-    from acp_server.server import serve_stdio  # noqa: PLC0415 (start-up: `--help`, `--version` and subcommands skip it)
 
     try:
         anyio.run(serve_stdio, config, backend="asyncio")

@@ -14,12 +14,12 @@ from acp_server.protocol.params import WireParams
 from acp_server.protocol.plugins import Plugin
 
 if TYPE_CHECKING:
-    from acp_server.testmode.gate_params import ScriptedReleaseNotification
+    from acp_server.protocol.testmode.gate_params import ScriptedReleaseNotification
 
 __all__ = ["GATES", "RELEASE_PARAMS"]
 
 # Imported with the first `_scripted/release` (testmode/gate_params.py).
-RELEASE_PARAMS = WireParams("acp_server.testmode.gate_params", "ScriptedReleaseNotification")
+RELEASE_PARAMS = WireParams("acp_server.protocol.testmode.gate_params", "ScriptedReleaseNotification")
 
 
 def scripted_release(parts: Parts, params: ScriptedReleaseNotification) -> None:

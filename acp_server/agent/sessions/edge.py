@@ -25,8 +25,8 @@ from acp_server.runtime.ports import CommandRunner, FileSystem, NoQuestions, Per
 from acp_server.settings.choices import PermissionMode, PromptPolicy
 
 if TYPE_CHECKING:
-    from acp_server.sessions.options import SlashCommand
-    from acp_server.sessions.runs import RunContext
+    from acp_server.agent.sessions.options import SlashCommand
+    from acp_server.agent.sessions.runs import RunContext
 
 __all__ = [
     "CommandsAvailable",

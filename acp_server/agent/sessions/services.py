@@ -10,12 +10,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from acp_server.agent.sessions.edge import Edge, TitleChanged
+from acp_server.agent.sessions.runs import RunContext, RunRegistry, Session
 from acp_server.runtime.call_bodies import CallBodies
 from acp_server.runtime.model import Provider
 from acp_server.runtime.processes import ProcessTable
 from acp_server.runtime.tools import ToolBox
-from acp_server.sessions.edge import Edge, TitleChanged
-from acp_server.sessions.runs import RunContext, RunRegistry, Session
 from acp_server.settings.config import Config
 
 if TYPE_CHECKING:

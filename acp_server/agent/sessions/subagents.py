@@ -17,6 +17,9 @@ from datetime import date
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from acp_server.agent.sessions.commands import Prompt
+from acp_server.agent.sessions.runs import RunContext, Session
+from acp_server.agent.sessions.turn_tools import tool_context, tool_ports
 from acp_server.errors import ToolError
 from acp_server.runtime.loop import fence_context, run_turn
 from acp_server.runtime.model import (
@@ -35,12 +38,9 @@ from acp_server.runtime.model import (
 from acp_server.runtime.system_prompt import build_system_prompt
 from acp_server.runtime.text_guard import redactor_for
 from acp_server.runtime.tools import ToolBox, ToolContext
-from acp_server.sessions.commands import Prompt
-from acp_server.sessions.runs import RunContext, Session
-from acp_server.sessions.turn_tools import tool_context, tool_ports
 
 if TYPE_CHECKING:
-    from acp_server.sessions.services import TurnServices
+    from acp_server.agent.sessions.services import TurnServices
 
 __all__ = ["ChildSessions"]
 

@@ -13,15 +13,8 @@ from typing import TYPE_CHECKING
 
 # The handlers the method tables name by module (protocol/deferred.py), and what the dispatcher imports once a
 # session exists: imported here, so that loading this module loads the whole session side.
-import acp_server.protocol.prompts
-import acp_server.protocol.session_handlers
-import acp_server.protocol.titles
-import acp_server.protocol.v2.cancels
-import acp_server.protocol.v2.prompt
-import acp_server.protocol.v2.sessions
-import acp_server.protocol.v2.terminals
-import acp_server.protocol.warmup
-import acp_server.sessions.turn  # noqa: F401
+from acp_server.agent.sessions.runs import RunRegistry
+from acp_server.agent.sessions.services import TurnServices
 from acp_server.jsonrpc.connection import Connection
 from acp_server.protocol.edge import AcpEdge
 from acp_server.protocol.plugins import Plugin, observer_of
@@ -36,8 +29,6 @@ from acp_server.runtime.tools.commands import COMMAND_TOOLS
 from acp_server.runtime.tools.delegate import DELEGATE_TOOLS
 from acp_server.runtime.tools.files import FILE_TOOLS
 from acp_server.runtime.tools.plan import PLAN_TOOLS
-from acp_server.sessions.runs import RunRegistry
-from acp_server.sessions.services import TurnServices
 from acp_server.settings.config import Config
 
 if TYPE_CHECKING:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from acp_server.agent.sessions.runs import RunContext
 from acp_server.runtime.compaction import compact_history
 from acp_server.runtime.model import (
     Emit,
@@ -22,7 +23,6 @@ from acp_server.runtime.model import (
     TurnEvent,
     TurnInput,
 )
-from acp_server.sessions.runs import RunContext
 
 __all__ = ["first_title", "prompt_title", "run_slash_command"]
 

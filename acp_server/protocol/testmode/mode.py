@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from acp_server.agent.sessions.runs import RunContext
+from acp_server.agent.sessions.services import Observer
 from acp_server.jsonrpc.connection import Connection
 from acp_server.protocol.context import RequestContext
 from acp_server.protocol.handlers import NO_PARAMS
 from acp_server.protocol.plugins import Plugin
-from acp_server.sessions.runs import RunContext
-from acp_server.sessions.services import Observer
-from acp_server.testmode.tools import TEST_TOOLS
+from acp_server.protocol.testmode.tools import TEST_TOOLS
 
 __all__ = ["test_mode"]
 

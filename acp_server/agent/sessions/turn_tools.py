@@ -8,14 +8,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from acp_server.agent.sessions.edge import Ports
+from acp_server.agent.sessions.runs import RunContext
 from acp_server.runtime.model import Emit, Probe, ToolCall
 from acp_server.runtime.ports import Subagents
 from acp_server.runtime.tools import ToolContext
-from acp_server.sessions.edge import Ports
-from acp_server.sessions.runs import RunContext
 
 if TYPE_CHECKING:
-    from acp_server.sessions.services import TurnServices
+    from acp_server.agent.sessions.services import TurnServices
 
 __all__ = ["Ports", "bound_probe", "tool_context", "tool_ports"]
 

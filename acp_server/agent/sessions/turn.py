@@ -22,6 +22,14 @@ from typing import TYPE_CHECKING
 
 import anyio
 
+from acp_server.agent.sessions.commands import Prompt, RequestId
+from acp_server.agent.sessions.edge import TurnOutput
+from acp_server.agent.sessions.options import parse_command
+from acp_server.agent.sessions.runs import RunContext, RunState, Session
+from acp_server.agent.sessions.services import TurnServices
+from acp_server.agent.sessions.slash_commands import prompt_title, run_slash_command
+from acp_server.agent.sessions.subagents import ChildSessions
+from acp_server.agent.sessions.turn_tools import bound_probe, tool_context, tool_ports
 from acp_server.errors import ModelError, PromptRejectedError, ToolError, TurnFailedError
 from acp_server.runtime.attachments import read_image
 from acp_server.runtime.call_stops import Abandonment
@@ -39,14 +47,6 @@ from acp_server.runtime.model import (
 )
 from acp_server.runtime.system_prompt import build_system_prompt, read_instructions
 from acp_server.runtime.text_guard import redactor_for
-from acp_server.sessions.commands import Prompt, RequestId
-from acp_server.sessions.edge import TurnOutput
-from acp_server.sessions.options import parse_command
-from acp_server.sessions.runs import RunContext, RunState, Session
-from acp_server.sessions.services import TurnServices
-from acp_server.sessions.slash_commands import prompt_title, run_slash_command
-from acp_server.sessions.subagents import ChildSessions
-from acp_server.sessions.turn_tools import bound_probe, tool_context, tool_ports
 
 if TYPE_CHECKING:
     from acp_server.store import TurnStatus

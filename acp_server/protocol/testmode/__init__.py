@@ -1,4 +1,4 @@
-"""The test machinery, a plug-in (protocol/plugins.py) that the core never imports; `server.py` registers it.
+"""The test machinery, a plug-in (protocol/plugins.py) that the core never imports; cli/server.py registers it.
 
     gates.py   the scripted model's gates opened from the client (`_scripted/release`); registered always, as the
                scripted model is a product feature that editor integrations are tested with (docs/guide.md)
@@ -6,5 +6,5 @@
                `_scripted/raise`
     tools.py   the test tools: work that cooperates with cancellation, ignores it, or hangs in cleanup
 
-May import `protocol`, `sessions`, `runtime`, `jsonrpc` and `settings`; only `server.py` imports it.
+It lives beside the wire layer it extends (its methods are `_scripted/...` extensions); only cli/server.py imports it.
 """

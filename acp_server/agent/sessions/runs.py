@@ -35,10 +35,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 
+from acp_server.agent.sessions.commands import ClientTools, Prompt, RequestId
 from acp_server.errors import PromptRejectedError, TransitionError
 from acp_server.runtime.call_stops import CallStop
 from acp_server.runtime.model import Message, StopReason
-from acp_server.sessions.commands import ClientTools, Prompt, RequestId
 from acp_server.settings.choices import PermissionMode, PromptPolicy
 
 if TYPE_CHECKING:  # the store (and sqlite3) load only when a session needs them, never at start-up

@@ -14,6 +14,7 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from acp_server.agent.sessions.runs import RunRegistry
 from acp_server.jsonrpc.connection import Connection
 from acp_server.jsonrpc.transport import LineSink, LineSource, open_stdio, start_detached
 from acp_server.mcp_bridge import McpRegistry
@@ -26,6 +27,7 @@ from acp_server.protocol.plugins import Plugin
 from acp_server.protocol.providers import AuthState, ProviderCache
 from acp_server.protocol.session_table import Handshake, SessionTable
 from acp_server.protocol.store_access import StoreAccess
+from acp_server.protocol.testmode.gates import GATES
 from acp_server.protocol.v2.handlers import METHODS_V2, NOTIFICATIONS_V2
 from acp_server.runtime.call_bodies import CallBodies
 from acp_server.runtime.child_env import ChildEnvPolicy
@@ -33,12 +35,10 @@ from acp_server.runtime.model import Provider
 from acp_server.runtime.processes import ProcessTable
 from acp_server.runtime.providers import open_provider
 from acp_server.runtime.text_guard import GuardedProvider, redactor_for
-from acp_server.sessions.runs import RunRegistry
 from acp_server.settings.config import Config
-from acp_server.testmode.gates import GATES
 
 if TYPE_CHECKING:
-    from acp_server.sessions.services import TurnServices
+    from acp_server.agent.sessions.services import TurnServices
     from acp_server.transcripts.record import Recorder
 
 __all__ = ["build_server", "serve", "serve_stdio"]
@@ -83,10 +83,10 @@ SESSION_SIDE = (
     "acp_server.runtime.tools.ask",
     "acp_server.protocol.session_handlers",
     "acp_server.runtime.loop",
-    "acp_server.sessions.turn",
+    "acp_server.agent.sessions.turn",
     "acp_server.protocol.v2.sessions",
     "acp_server.protocol.v2.prompt",
-    "acp_server.session_side",
+    "acp_server.cli.session_side",
 )
 
 
@@ -100,7 +100,7 @@ def build_server(
     # only.
     plugins: list[Plugin] = [GATES]
     if config.test_mode:
-        from acp_server.testmode.mode import test_mode  # noqa: PLC0415 (test mode only)
+        from acp_server.protocol.testmode.mode import test_mode  # noqa: PLC0415 (test mode only)
 
         plugins.append(test_mode(connection))
 
@@ -130,7 +130,7 @@ def build_server(
     store = StoreAccess(config, connection.spawn)
 
     def build_turns() -> TurnServices:
-        from acp_server.session_side import build_turns  # noqa: PLC0415 (start-up: the session side loads after `initialize`)
+        from acp_server.cli.session_side import build_turns  # noqa: PLC0415 (start-up: the session side loads after `initialize`)
 
         return build_turns(
             config,
