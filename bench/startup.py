@@ -11,7 +11,9 @@ times are inflated by the measurement itself; read them as proportions. The serv
 figures across changes. Both are read a moment after the answer, when the server may have begun loading its
 session side (protocol/deferred.py), so they lean high by that moment's work. `--protocol 2` opens every connection
 as an ACP v2 client (its figures are named `v2 startup: ...`; the settings and import figures do not depend on the
-version and are left to the v1 run). Run alone: `python -m bench.startup [--spawns N] [--breakdown N] [--protocol 2]`.
+version and are left to the v1 run). Each spawn then sends `session/new` as soon as the answer is read, as editors
+do, and times its answer from the spawn too (`first session/new`), with the CPU time then: the session side loads in
+between. Run alone: `python -m bench.startup [--spawns N] [--breakdown N] [--protocol 2]`.
 """
 
 from __future__ import annotations
@@ -52,6 +54,10 @@ class StartupResult:
     # (package, self-time ms) of one `-X importtime` start-up, largest first
     imports: list[tuple[str, float]] = field(default_factory=list)
     protocol: int = 1
+    # per spawn: spawn -> the answer to a `session/new` sent as soon as the `initialize` answer was read (what an
+    # editor does), and the server's CPU time then: the session side (protocol/deferred.py) loads in between
+    first_new_ms: list[float] = field(default_factory=list)
+    first_new_cpu_ms: list[float] = field(default_factory=list)
 
     @property
     def median_ms(self) -> float:
@@ -85,6 +91,20 @@ class StartupResult:
             *(
                 [Figure(name("startup: CPU to initialize, median"), statistics.median(self.cpu_ms), "ms")]
                 if self.cpu_ms
+                else []
+            ),
+            *(
+                [
+                    Figure(
+                        name("startup: spawn -> first session/new, median"), statistics.median(self.first_new_ms), "ms"
+                    ),
+                    Figure(
+                        name("startup: CPU to first session/new, median"),
+                        statistics.median(self.first_new_cpu_ms),
+                        "ms",
+                    ),
+                ]
+                if self.first_new_ms
                 else []
             ),
             *(
@@ -159,19 +179,31 @@ def run(
     codes: list[int] = []
     rss: list[float] = []
     cpu: list[float] = []
+    first_new: list[float] = []
+    first_new_cpu: list[float] = []
     for _ in range(spawns):
         server = Server.spawn(*args)
         try:
             _, t_read = server.initialize(protocol)  # a WireError unless the server agreed on `protocol`
             rss.append(server.rss_kb() / 1024)
             cpu.append(process_cpu_ns(server.pid) / 1e6)
+            params = {"cwd": "/tmp", "mcpServers": []} if protocol == 1 else {"cwd": "/tmp"}
+            response, t_new = server.response(server.request("session/new", params)[0])
+            if "sessionId" not in response.get("result", {}):
+                raise WireError(f"session/new failed: {response}")
+            first_new.append((t_new - server.t_spawn_ns) / 1e6)
+            first_new_cpu.append(process_cpu_ns(server.pid) / 1e6)
         finally:
             codes.append(server.close())
         samples.append((t_read - server.t_spawn_ns) / 1e6)
     if protocol != 1:
-        return StartupResult(samples, codes, None, rss, cpu, protocol=protocol)
+        return StartupResult(
+            samples, codes, None, rss, cpu, protocol=protocol, first_new_ms=first_new, first_new_cpu_ms=first_new_cpu
+        )
     imports = import_breakdown(args) if breakdown else []
-    return StartupResult(samples, codes, time_no_config_file(), rss, cpu, imports)
+    return StartupResult(
+        samples, codes, time_no_config_file(), rss, cpu, imports, first_new_ms=first_new, first_new_cpu_ms=first_new_cpu
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> StartupResult:
