@@ -14,6 +14,7 @@ from acp_server.agent.sessions.edge import Ports, SessionEvent, TurnSink
 from acp_server.agent.sessions.runs import RunContext
 from acp_server.jsonrpc.connection import Connection
 from acp_server.protocol.editor import (
+    ClientRequest,
     EditorFileSystem,
     EditorQuestions,
     EditorTerminalRunner,
@@ -34,7 +35,7 @@ from acp_server.runtime.processes import ProcessTable
 from acp_server.runtime.sandbox import Sandbox, Unconfined
 from acp_server.settings.config import Config
 
-__all__ = ["V1", "V2", "AcpEdge", "Version"]
+__all__ = ["V1", "V2", "AcpEdge", "Version", "fenced_request"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,11 +47,23 @@ class Version:
     turn_sink: Callable[[Connection, RunContext], TurnSink]
     session_update: Callable[[SessionEvent], dict[str, Any] | None]
     question: PermissionQuestion
-    v2: bool
+    # The turn's requests to the client (v2's permission questions and forms say `requires_action` around them).
+    asking: Callable[[Connection, RunContext], ClientRequest]
+    # Commands run locally and are shown as agent-owned display terminals (v2: the client has no terminals).
+    display_terminals: bool
 
 
-V1 = Version(TurnUpdates, session_update, permission_params, v2=False)
-V2 = Version(V2TurnUpdates, session_update_v2, permission_params_v2, v2=True)
+def fenced_request(connection: Connection, run: RunContext) -> ClientRequest:
+    """v1's requests to the client: as they are, fenced by the turn."""
+
+    async def request(method: str, params: dict[str, Any]) -> Any:
+        return await connection.request(method, params, fence=run)
+
+    return request
+
+
+V1 = Version(TurnUpdates, session_update, permission_params, fenced_request, display_terminals=False)
+V2 = Version(V2TurnUpdates, session_update_v2, permission_params_v2, asking_v2, display_terminals=True)
 
 
 class AcpEdge:
@@ -100,11 +113,7 @@ class AcpEdge:
         grace = self._config.cleanup_deadline
         connection = self._connection
         version = self.version
-
-        async def request_v1(method: str, params: dict[str, Any]) -> Any:
-            return await connection.request(method, params, fence=run)
-
-        request = asking_v2(connection, run) if version.v2 else request_v1
+        request = version.asking(connection, run)
 
         def deadline() -> float:
             return run.cleanup_deadline(grace)
@@ -117,7 +126,7 @@ class AcpEdge:
             editor_fs if session.client.write_files else local_fs,
         )
         commands: CommandRunner
-        if version.v2:  # no client terminals in v2: local commands shown as display terminals
+        if version.display_terminals:  # no client terminals (v2): local commands shown as display terminals
             commands = TerminalRunner(
                 connection, run, self._processes, deadline, sandbox=self._sandbox, roots=session.sandbox_roots
             )

@@ -33,6 +33,7 @@ from acp_server.runtime.ports import Answer, CommandResult, Decision, FileSystem
 from acp_server.settings.choices import PermissionMode
 
 __all__ = [
+    "ClientRequest",
     "EditorFileSystem",
     "EditorQuestions",
     "EditorTerminalRunner",

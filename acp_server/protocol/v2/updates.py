@@ -273,7 +273,8 @@ def _diff(path: str, old_text: str | None, new_text: str) -> dict[str, Any]:
 
 
 def config_options_v2(options: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """v1's config options with v2's `configId` (§14)."""
+    """v1's config options with v2's `configId` (§14): for v2/sessions.py, which answers from the v1 session
+    handlers' results until the session lifecycle moves out of the wire layer (issue 22 item 1)."""
     return [{"configId": option["id"], **{k: v for k, v in option.items() if k != "id"}} for option in options]
 
 
@@ -296,8 +297,8 @@ def session_update_v2(event: SessionEvent) -> dict[str, Any] | None:
     if isinstance(event, ModeChanged):
         return None  # `current_mode_update` is gone; the ConfigChanged that follows says it
     if isinstance(event, ConfigChanged):
-        options = config_options(event.model, event.mode, event.prompt_policy, event.models)
-        return {"sessionUpdate": "config_option_update", "configOptions": config_options_v2(options)}
+        options = config_options(event.model, event.mode, event.prompt_policy, event.models, id_key="configId")
+        return {"sessionUpdate": "config_option_update", "configOptions": options}
     if isinstance(event, CommandsAvailable):
         return {
             "sessionUpdate": "available_commands_update",
