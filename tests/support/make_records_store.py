@@ -116,7 +116,7 @@ async def _v2_sessions(state: Path) -> dict[str, str]:
         assert "result" in await server.call("session/set_config_option", mode)
         sessions[role] = session
     terminal = sessions["v2_terminal"]
-    script = [
+    script: list[dict[str, Any]] = [
         {"think": "Listing."},
         {"tool": "run_command", "args": {"command": "printf 'one\\ntwo\\n'"}},
         {"say": "ok"},

@@ -28,6 +28,7 @@ from acp_server.store import (
     ToolCallChanged,
     ToolCallOpened,
     ToolCallTerminal,
+    TurnEntry,
     TurnRecord,
     UserChunk,
 )
@@ -40,7 +41,7 @@ IMAGE = {"type": "image", "data": "AA", "mimeType": "image/png"}
 
 def session() -> LoadedSession:
     record = SessionRecord("s", "/w", (), (), "t", "t", None, "default", {}, None, None)
-    first = [
+    first: list[TurnEntry] = [
         UserChunk("u1", {"type": "text", "text": "a"}),
         UserChunk("u1", {"type": "text", "text": "b"}),
         UserChunk("u1", IMAGE),
@@ -64,13 +65,13 @@ def session() -> LoadedSession:
         ContextUsage(1, 2),
         AgentText("m3", "end"),
     ]
-    interrupted = [
+    interrupted: list[TurnEntry] = [
         UserChunk("u2", {"type": "text", "text": "go"}),
         AgentText("m4", "partial"),
         ToolCallOpened("c4", "Run", "execute", "pending", {}, None),
         ToolCallTerminal("c4", "term3"),
     ]
-    running = [UserChunk("u4", {"type": "text", "text": "y"}), ToolCallTerminal("c5", "term4")]
+    running: list[TurnEntry] = [UserChunk("u4", {"type": "text", "text": "y"}), ToolCallTerminal("c5", "term4")]
     turns = [
         TurnRecord("T1", "completed", "end_turn", None, "s", "e", "p", first, True),
         TurnRecord("T2", "interrupted", None, None, "s", None, "go", interrupted, True),
