@@ -67,7 +67,8 @@ def state(tmp_path: Path) -> Path:
 
 def test_the_fixture_is_a_store_of_todays_schema_with_sessions_from_both_versions() -> None:
     """What the test below proves rests on it: no upgrade runs on this file, and both versions stored sessions."""
-    with closing(sqlite3.connect(f"file:{STORED / 'sessions.sqlite3'}?mode=ro", uri=True)) as conn:
+    # Immutable: a WAL store opened even read-only leaves -shm and -wal files beside it; the fixture stays as made.
+    with closing(sqlite3.connect(f"file:{STORED / 'sessions.sqlite3'}?mode=ro&immutable=1", uri=True)) as conn:
         assert conn.execute("PRAGMA user_version").fetchone()[0] == 3
     roles = set(expected("v1"))
     assert {r for r in roles if r.startswith("v1_")} and {r for r in roles if r.startswith("v2_")}
