@@ -2,13 +2,13 @@
 
 The server streams up to ~1M chunks/s and stores every one, so the per-update cost decides whether persistence is
 affordable. Three views of it, on a real SQLite file in a temporary directory:
-- append: recording an update in the turn log alone, as the event loop pays it (`protocol.store_log.log_update`: the
-  update read into a record, encoded into a buffer), in bursts of 50,000;
+- append: recording a streamed text chunk in the turn log alone, as the event loop pays it (`TurnLog.append_text`,
+  what either version's sink calls per chunk: its row encoded into a buffer, no record built), in bursts of 50,000;
 - flush: the flush of each burst divided by its size (the worker thread's share: orjson encode + SQLite);
 - streaming: a loop building and appending updates while `run_flusher` commits every 50 ms, as in the server,
   minus the same loop without the store: the process CPU (all threads) and wall time persistence adds per chunk.
 Then a session of 1,000 model messages (100 turns of ~260 updates each, committed in 100 ms-sized batches) is read
-back: `load` alone, `load` + `replay_updates` (what session/load does before it answers), and the same coalesced;
+back: `load` alone, `load` + v1's `replay_updates` (what session/load does before it answers), and the same coalesced;
 plus `SessionStore.open` of that file (the integrity check reads it all) and `session/new` (create + flush).
 Figures are printed, not asserted. Run alone: `python -m bench.store [--updates N] [--loads N]`.
 """
@@ -16,7 +16,6 @@ Figures are printed, not asserted. Run alone: `python -m bench.store [--updates 
 from __future__ import annotations
 
 import argparse
-import functools
 import statistics
 import tempfile
 import time
@@ -28,10 +27,9 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 
-from acp_server.protocol.replay import replay_updates
-from acp_server.protocol.store_log import log_update
-from acp_server.runtime.model import Message, ToolCall
-from acp_server.store import STORE_FILENAME, SessionStore
+from acp_server.protocol.v1.replay import replay_updates
+from acp_server.runtime.model import Message, TextOutput, ToolCall
+from acp_server.store import STORE_FILENAME, SessionStore, ToolCallChanged, ToolCallOpened
 from bench.report import Figure, format_table
 
 __all__ = ["StoreResult", "main", "run"]
@@ -85,12 +83,12 @@ async def _append_and_flush(store: SessionStore, updates: int) -> tuple[float, f
     assert await store.flush()
     burst = 50_000
     bursts = max(1, updates // burst)
-    update = _chunk("x", "msg_0123456789abcdef0123456789abcdef")
+    message_id = "msg_0123456789abcdef0123456789abcdef"
     appending = flushing = 0.0
     for _ in range(bursts):
         started = time.perf_counter()
         for _ in range(burst):
-            log_update(turn, update)
+            turn.append_text(message_id, "x")
         appended = time.perf_counter()
         assert await store.flush()
         appending += appended - started
@@ -105,12 +103,14 @@ async def _streaming(store: SessionStore, updates: int, persist: bool) -> tuple[
     store.create_session(f"stream-{persist}", "/bench")
     turn = store.begin_turn(f"stream-{persist}", [{"type": "text", "text": "go"}], "go")
     sink: list[dict[str, Any]] = []
-    append = functools.partial(log_update, turn) if persist else sink.append
+    message_id = "msg_0123456789abcdef0123456789abcdef"
     cpu, wall = time.process_time(), time.perf_counter()
     async with anyio.create_task_group() as tg:
         tg.start_soon(store.run_flusher)
         for index in range(updates):
-            append(_chunk("x", "msg_0123456789abcdef0123456789abcdef"))
+            sink.append(_chunk("x", message_id))  # the update sent, then (persisting) its row, as the sink does
+            if persist:
+                turn.append_text(message_id, "x")
             if index % 1000 == 0:
                 sink.clear()
                 await anyio.lowlevel.checkpoint()  # the server yields between writes to stdout
@@ -131,23 +131,13 @@ async def _long_session(store: SessionStore) -> tuple[int, int]:
         for r in range(REPLIES_PER_TURN):
             message_id = f"msg_{t:04}_{r:02}"
             for c in range(CHUNKS_PER_REPLY):
-                log_update(turn, _chunk(f"word{c} ", message_id))
+                turn.append_text(message_id, f"word{c} ")
             text = "".join(f"word{c} " for c in range(CHUNKS_PER_REPLY))
             if r < REPLIES_PER_TURN - 1:
                 call = ToolCall(f"call_{t}_{r}", "read_file", {"path": f"src/module_{r}.py"})
-                log_update(
-                    turn, {"sessionUpdate": "tool_call", "toolCallId": call.id, "title": "Read file", "kind": "read"}
-                )
+                turn.append(ToolCallOpened(call.id, "Read file", "read"))
                 output = f"contents of module {r}\n" * 20
-                log_update(
-                    turn,
-                    {
-                        "sessionUpdate": "tool_call_update",
-                        "toolCallId": call.id,
-                        "status": "completed",
-                        "content": [{"type": "content", "content": {"type": "text", "text": output}}],
-                    },
-                )
+                turn.append(ToolCallChanged(call.id, "completed", (TextOutput(output),)))
                 added += [Message("assistant", text, (call,)), Message("tool", output, tool_call_id=call.id)]
             else:
                 added.append(Message("assistant", text))

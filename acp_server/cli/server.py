@@ -73,7 +73,7 @@ SESSION_SIDE = (
     "acp_server.protocol.schema",
     "acp_server.runtime.ports",
     "acp_server.protocol.editor",
-    "acp_server.protocol.updates",
+    "acp_server.protocol.v1.updates",
     "acp_server.protocol.v2.updates",
     "acp_server.runtime.sandbox",
     "acp_server.protocol.edge",

@@ -1,26 +1,31 @@
-"""The protocol side of the core's `Edge` (sessions/edge.py) for one connection: where a turn's events are rendered
-(by v1's renderer, or v2's in protocol/v2/ once `initialize` chose v2) and sent, and the editor's side of its tools.
-The composition root (`server.py`) builds it and hands it to the core inside the `TurnServices`.
+"""The protocol side of the core's `Edge` (agent/sessions/edge.py) for one connection: where a turn's events are
+rendered and sent, and the editor's side of its tools. The connection's version, chosen by its `initialize`, picks
+the sibling that renders (protocol/v1/ or protocol/v2/: `Version`), once, here; nothing below it asks again. The
+composition root (cli/session_side.py) builds it and hands it to the core inside the `TurnServices`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
 from typing import Any
 
 from acp_server.agent.sessions.edge import Ports, SessionEvent, TurnSink
 from acp_server.agent.sessions.runs import RunContext
 from acp_server.jsonrpc.connection import Connection
 from acp_server.protocol.editor import (
+    ClientRequest,
     EditorFileSystem,
     EditorQuestions,
     EditorTerminalRunner,
     PermissionGate,
+    PermissionQuestion,
     SplitFileSystem,
 )
 from acp_server.protocol.session_table import Handshake
-from acp_server.protocol.updates import TurnUpdates, session_update
-from acp_server.protocol.v2.permissions import asking_v2
+from acp_server.protocol.v1.permissions import permission_params
+from acp_server.protocol.v1.updates import TurnUpdates, session_update
+from acp_server.protocol.v2.permissions import asking_v2, permission_params_v2
 from acp_server.protocol.v2.terminals import TerminalRunner
 from acp_server.protocol.v2.updates import V2TurnUpdates, session_update_v2
 from acp_server.runtime.local_commands import LocalCommandRunner
@@ -30,7 +35,35 @@ from acp_server.runtime.processes import ProcessTable
 from acp_server.runtime.sandbox import Sandbox, Unconfined
 from acp_server.settings.config import Config
 
-__all__ = ["AcpEdge"]
+__all__ = ["V1", "V2", "AcpEdge", "Version", "fenced_request"]
+
+
+@dataclass(frozen=True, slots=True)
+class Version:
+    """What differs between the protocol versions on the way out: each sibling's renderer of a turn's events and of
+    a session's own, how it asks a permission question, and whether commands are the editor's or the agent's own
+    display terminals (v2 has no client terminals or files; its questions say `requires_action`)."""
+
+    turn_sink: Callable[[Connection, RunContext], TurnSink]
+    session_update: Callable[[SessionEvent], dict[str, Any] | None]
+    question: PermissionQuestion
+    # The turn's requests to the client (v2's permission questions and forms say `requires_action` around them).
+    asking: Callable[[Connection, RunContext], ClientRequest]
+    # Commands run locally and are shown as agent-owned display terminals (v2: the client has no terminals).
+    display_terminals: bool
+
+
+def fenced_request(connection: Connection, run: RunContext) -> ClientRequest:
+    """v1's requests to the client: as they are, fenced by the turn."""
+
+    async def request(method: str, params: dict[str, Any]) -> Any:
+        return await connection.request(method, params, fence=run)
+
+    return request
+
+
+V1 = Version(TurnUpdates, session_update, permission_params, fenced_request, display_terminals=False)
+V2 = Version(V2TurnUpdates, session_update_v2, permission_params_v2, asking_v2, display_terminals=True)
 
 
 class AcpEdge:
@@ -51,14 +84,21 @@ class AcpEdge:
         self._processes = processes
         self._handshake = handshake
         self._sandbox = sandbox
+        self._chosen: Version | None = None
+
+    @property
+    def version(self) -> Version:
+        """The connection's version, read from its handshake at the first turn or session event (a session exists,
+        so `initialize` chose it; the dispatcher refuses another version afterwards) and kept."""
+        if self._chosen is None:
+            self._chosen = V2 if self._handshake.v2 else V1
+        return self._chosen
 
     def turn_sink(self, run: RunContext) -> TurnSink:
-        if self._handshake.v2:
-            return V2TurnUpdates(self._connection, run)
-        return TurnUpdates(self._connection, run)
+        return self.version.turn_sink(self._connection, run)
 
     def session_event(self, session_id: str, event: SessionEvent) -> None:
-        update = session_update_v2(event) if self._handshake.v2 else session_update(event)
+        update = self.version.session_update(event)
         if update is not None:
             self._connection.notify("session/update", {"sessionId": session_id, "update": update})
 
@@ -72,11 +112,8 @@ class AcpEdge:
         session = run.session
         grace = self._config.cleanup_deadline
         connection = self._connection
-
-        async def request_v1(method: str, params: dict[str, Any]) -> Any:
-            return await connection.request(method, params, fence=run)
-
-        request = asking_v2(connection, run) if self._handshake.v2 else request_v1
+        version = self.version
+        request = version.asking(connection, run)
 
         def deadline() -> float:
             return run.cleanup_deadline(grace)
@@ -89,7 +126,7 @@ class AcpEdge:
             editor_fs if session.client.write_files else local_fs,
         )
         commands: CommandRunner
-        if self._handshake.v2:  # no client terminals in v2: local commands shown as display terminals
+        if version.display_terminals:  # no client terminals (v2): local commands shown as display terminals
             commands = TerminalRunner(
                 connection, run, self._processes, deadline, sandbox=self._sandbox, roots=session.sandbox_roots
             )
@@ -107,4 +144,5 @@ class AcpEdge:
             if client.elicitation or client.elicitation_url
             else NoQuestions()
         )
-        return Ports(fs, commands, PermissionGate(session, request, on_behalf_of), request, questions)
+        gate = PermissionGate(session, request, version.question, on_behalf_of)
+        return Ports(fs, commands, gate, request, questions)

@@ -28,19 +28,18 @@ from acp_server.jsonrpc.connection import ClientRequestError
 from acp_server.mcp_bridge import MCP_TOOL_PREFIX
 from acp_server.protocol.schema import PermissionOptionKind, PermissionOutcome
 from acp_server.runtime import beneath
-from acp_server.runtime.model import DiffOutput, TextOutput, ToolContent
 from acp_server.runtime.paths import wire
 from acp_server.runtime.ports import Answer, CommandResult, Decision, FileSystem, PermissionRequest, Question
 from acp_server.settings.choices import PermissionMode
 
 __all__ = [
+    "ClientRequest",
     "EditorFileSystem",
     "EditorQuestions",
     "EditorTerminalRunner",
     "PermissionGate",
+    "PermissionQuestion",
     "SplitFileSystem",
-    "tool_call_update",
-    "tool_content",
 ]
 
 ClientRequest = Callable[[str, dict[str, Any]], Awaitable[Any]]
@@ -51,38 +50,9 @@ TERMINAL_OUTPUT_LIMIT = 256 * 1024
 KILL_ANSWER_WAIT = 5.0
 
 
-def tool_call_update(
-    call_id: str,
-    status: str | None,
-    content: Sequence[ToolContent] | None,
-    locations: Sequence[str] | None,
-    *,
-    raw_output: Any = None,
-    meta: Any = None,
-) -> dict[str, Any]:
-    """A `tool_call_update` with the fields that are set, in the order the client has always seen them: one builder
-    for the live turn (protocol/updates.py) and for a stored turn replayed (protocol/replay.py)."""
-    update: dict[str, Any] = {"sessionUpdate": "tool_call_update", "toolCallId": call_id}
-    if status is not None:
-        update["status"] = status
-    if content is not None:
-        update["content"] = [tool_content(c) for c in content]
-    if locations is not None:
-        update["locations"] = [{"path": path} for path in locations]
-    if raw_output is not None:
-        update["rawOutput"] = raw_output
-    if meta is not None:
-        update["_meta"] = meta
-    return update
-
-
-def tool_content(content: ToolContent) -> dict[str, Any]:
-    """Runtime tool content as ACP ToolCallContent."""
-    if isinstance(content, TextOutput):
-        return {"type": "content", "content": {"type": "text", "text": content.text}}
-    if isinstance(content, DiffOutput):
-        return {"type": "diff", "path": content.path, "oldText": content.old_text, "newText": content.new_text}
-    return {"type": "terminal", "terminalId": content.terminal_id}
+# How a version asks its permission question: the params of `session/request_permission` for the request, the
+# options offered and the `_meta` naming the parent's tool call (protocol/v1/permissions.py, v2/permissions.py).
+PermissionQuestion = Callable[[Session, PermissionRequest, list[dict[str, Any]], dict[str, Any] | None], dict[str, Any]]
 
 
 class EditorFileSystem:
@@ -233,11 +203,19 @@ class EditorTerminalRunner:
 class PermissionGate:
     """Decides whether a tool may edit or execute: by the session's mode, its remembered answers, or by asking."""
 
-    def __init__(self, session: Session, request: ClientRequest, on_behalf_of: str | None = None) -> None:
-        """`on_behalf_of` is the `delegate` tool call a subagent's questions belong to (docs/interrupts.md, decision
+    def __init__(
+        self,
+        session: Session,
+        request: ClientRequest,
+        question: PermissionQuestion,
+        on_behalf_of: str | None = None,
+    ) -> None:
+        """`question`: how the connection's version asks (the params of its `session/request_permission`).
+        `on_behalf_of` is the `delegate` tool call a subagent's questions belong to (docs/interrupts.md, decision
         7): the question names the child's own tool call, and its `_meta` names the parent's call the client can see."""
         self._session = session
         self._request = request
+        self._question = question
         self._meta = {"acpServer": {"parentToolCallId": on_behalf_of}} if on_behalf_of is not None else None
 
     async def decide(self, request: PermissionRequest) -> Decision:
@@ -263,18 +241,8 @@ class PermissionGate:
             {"optionId": kind.REJECT_ONCE, "name": "Reject", "kind": kind.REJECT_ONCE},
             {"optionId": kind.REJECT_ALWAYS, "name": f"Always reject {subject}", "kind": kind.REJECT_ALWAYS},
         ]
-        tool_call: dict[str, Any] = {
-            "toolCallId": request.tool_call_id,
-            "title": request.title,
-            "kind": request.kind,
-            "status": "pending",
-            "rawInput": request.raw_input,
-            "content": [tool_content(c) for c in request.content],
-            "locations": [{"path": p} for p in request.locations],
-        }
-        params: dict[str, Any] = {"sessionId": session.session_id, "toolCall": tool_call, "options": options}
-        if self._meta is not None:  # on the tool call and on the request, so a client finds it where it looks
-            tool_call["_meta"] = params["_meta"] = self._meta
+        # In the connection's version's shape, naming the parent's `delegate` call for a subagent's question.
+        params = self._question(session, request, options, self._meta)
         try:
             answer = await self._request("session/request_permission", params)
         except ClientRequestError as exc:

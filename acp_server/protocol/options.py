@@ -39,12 +39,13 @@ def modes(mode: PermissionMode) -> dict[str, Any]:
 
 
 def config_options(
-    model: str, mode: PermissionMode, prompt_policy: PromptPolicy, models: Sequence[str]
+    model: str, mode: PermissionMode, prompt_policy: PromptPolicy, models: Sequence[str], *, id_key: str = "id"
 ) -> list[dict[str, Any]]:
-    """The complete list, as `session/set_config_option` and `config_option_update` must carry it."""
+    """The complete list, as `session/set_config_option` and `config_option_update` must carry it. `id_key`: what
+    the version calls an option's id (v1 `id`, v2 `configId`)."""
     return [
         {
-            "id": MODEL_OPTION,
+            id_key: MODEL_OPTION,
             "name": "Model",
             "category": "model",
             "type": "select",
@@ -52,7 +53,7 @@ def config_options(
             "options": [{"value": spec, "name": spec} for spec in models],
         },
         {
-            "id": MODE_OPTION,
+            id_key: MODE_OPTION,
             "name": "Permissions",
             "category": "mode",
             "type": "select",
@@ -60,7 +61,7 @@ def config_options(
             "options": list(_MODE_CHOICES),
         },
         {
-            "id": PROMPT_POLICY_OPTION,
+            id_key: PROMPT_POLICY_OPTION,
             "name": "While busy",
             "category": "_prompt_policy",
             "type": "select",

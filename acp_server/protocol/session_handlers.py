@@ -176,7 +176,7 @@ def default_prompt_policy(parts: Parts) -> PromptPolicy:
 
 async def _restore(context: RequestContext, params: LoadSessionRequest, *, replay: bool) -> dict[str, Any]:
     """session/load (replay first) and session/resume (no replay): rebuild the session from the store and go on."""
-    from acp_server.protocol.replay import replay_updates  # noqa: PLC0415 (the store and sqlite3 load only when persistence is on)
+    from acp_server.protocol.v1.replay import replay_updates  # noqa: PLC0415 (the store and sqlite3 load only when persistence is on)
 
     def replay_v1(loaded: LoadedSession, session: Session) -> list[dict[str, Any]]:
         return replay_updates(loaded, notices=session.client.notices)

@@ -57,7 +57,7 @@ class StoreAccess:
         async with self._lock:
             if not self._tried:
                 self._tried = True
-                from acp_server.protocol.replay import entry_of  # noqa: PLC0415 (the store and sqlite3 load only when persistence is on)
+                from acp_server.protocol.v1.legacy import entry_of  # noqa: PLC0415 (the store and sqlite3 load only when persistence is on)
                 from acp_server.store import STORE_FILENAME, SessionStore, default_state_dir  # noqa: PLC0415 (the store and sqlite3 load only when persistence is on)
 
                 directory = Path(self._config.state_dir) if self._config.state_dir else default_state_dir()

@@ -1,6 +1,7 @@
 """The runtime's own words: messages, tool calls, the events a turn reports, and the `Provider` protocol.
 
-Nothing here knows JSON-RPC or ACP; `protocol/updates.py` translates these events into `session/update`s. Providers are
+Nothing here knows JSON-RPC or ACP; the protocol edge renders these events as `session/update`s (protocol/v1/ and
+protocol/v2/, one renderer per version). Providers are
 long-lived and immutable; everything a provider needs to remember during one turn lives on the `ModelTurn` it opens
 for that turn, so no run state ever sits on a long-lived object (the bug the seed RFC is about).
 """

@@ -10,7 +10,7 @@ its upgrade only bumps `user_version`, so that an acp-server of schema 2 refuses
 session that holds a record it does not know.
 
 Reading a schema-1 item means reading the wire format of that time, which only the protocol edge knows, so the
-caller hands in `read_legacy` (protocol/replay.py's `entry_of`); without it a schema-1 store is refused untouched.
+caller hands in `read_legacy` (protocol/v1/legacy.py's `entry_of`); without it a schema-1 store is refused untouched.
 """
 
 from __future__ import annotations

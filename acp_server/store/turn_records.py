@@ -4,8 +4,9 @@ Each turn's log is a sequence of these records, in the order the client was show
 agent's text and thoughts, tool calls opening and changing, the plan, the context usage, and ACP v2's display
 terminals (which tool call showed one; once it ended, what it ran and the tail of its output). They carry the ids the
 client knows (message and tool call ids), so a replay rebuilds the same conversation. The protocol edge renders them
-into the negotiated protocol's updates on `session/load` (protocol/replay.py), so a session stored on one protocol
-version can be resumed on another; nothing here knows a wire shape.
+into the negotiated protocol's updates on a load or resume (protocol/v1/replay.py, protocol/v2/replay.py), and builds
+them from the core's events (protocol/store_log.py), so a session stored on one protocol version can be resumed on
+another; nothing here knows a wire shape.
 
 A row stores a record as a JSON array, its tag first and then its fields in order (`encode_entry`), compact and
 quick to write on the hot path; `decode_entry` is its inverse and refuses anything it did not write.

@@ -2,8 +2,9 @@
 
 A turn reports the runtime's `TurnEvent`s (text, thought, tool call started/updated/finished, plan, usage, notice);
 a session adds the events below (title, mode, config options, commands). The core emits these typed events and
-never a wire shape: the protocol edge renders them (`protocol/updates.py` for ACP v1) and the composition root hands
-an `Edge` in with the `TurnServices`, so a second renderer needs no change here or in `runtime/`.
+never a wire shape: the protocol edge renders them (protocol/v1/ and protocol/v2/, sibling renderers, one per
+version; the store's records are built from them in protocol/store_log.py) and the composition root hands an `Edge`
+in with the `TurnServices`, so nothing here knows which version a connection speaks.
 """
 
 from __future__ import annotations

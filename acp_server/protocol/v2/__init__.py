@@ -1,4 +1,4 @@
-"""ACP v2 (the draft, schema 2.0.0-alpha): the second renderer of the protocol edge, beside v1's in `protocol/`.
+"""ACP v2 (the draft, schema 2.0.0-alpha): the protocol edge's renderer for v2, a sibling of v1's (protocol/v1/).
 
 A connection speaks one version, chosen by `initialize` (`negotiation.py`). On v2 the same core runs the same turns;
 what differs is only the wire: the handshake (`initialize.py`), the session methods (`sessions.py`), the prompt

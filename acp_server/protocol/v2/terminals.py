@@ -31,6 +31,7 @@ from acp_server.agent.sessions.runs import RunContext
 from acp_server.errors import ToolError
 from acp_server.jsonrpc.connection import Connection
 from acp_server.protocol.context import RequestContext
+from acp_server.protocol.store_log import record_terminal_end
 from acp_server.protocol.v2.cancels import cancel_target
 from acp_server.protocol.v2.schema import CancelTerminalRequest
 from acp_server.runtime.local_commands import OUTPUT_LIMIT, LocalCommandRunner, OutputTail
@@ -159,7 +160,10 @@ class TerminalRunner:
                 self._processes.kill(started[0])
             if not run.fenced:
                 exited = _exited(terminal_id, started, killed)
-                _record(run, terminal_id, (command, cwd), tail, exited["exitStatus"])  # what the client was sent
+                status = exited["exitStatus"]  # what the client was sent, kept so a replay shows it (§5.3)
+                record_terminal_end(
+                    run, terminal_id, command, cwd, tail.data, status.get("exitCode"), status.get("signal")
+                )
                 connection.notify("session/update", self._message(exited)["params"])
 
         run.terminal_stops[terminal_id] = stop
@@ -178,22 +182,6 @@ class TerminalRunner:
 def _data(output: bytes | bytearray) -> dict[str, Any]:
     """A `TerminalOutput` snapshot: the bytes, base64."""
     return {"data": base64.b64encode(output).decode("ascii")}
-
-
-def _record(
-    run: RunContext, terminal_id: str, shown: tuple[str, Path], tail: OutputTail, status: dict[str, Any]
-) -> None:
-    """Keep the terminal's end, as sent, in the turn's log, so a v2 replay shows it as one upsert (§5.3); v1's
-    ignores it. A subagent's terminal is shown in its parent's session, which this log is not: kept as text only."""
-    if run.turn_log is None or run.parent_session_id is not None:
-        return
-    from acp_server.store.turn_records import TerminalEnded  # noqa: PLC0415 (the store and sqlite3 load only when persistence is on)
-
-    command, cwd = shown
-    ended = TerminalEnded(
-        terminal_id, command, str(cwd), bytes(tail.data), status.get("exitCode"), status.get("signal")
-    )
-    run.turn_log.append(ended)
 
 
 def _exited(terminal_id: str, started: list[Process], killed: bool) -> dict[str, Any]:

@@ -1,15 +1,18 @@
 """The core's events as ACP v2 `session/update`s (ACP-V2.md §8, §9, §13, §14, §21.2): the v2 `TurnSink` of one turn
 and a session's own updates, plus the lifecycle's own (`state_update`, the `user_message` echo).
 
-What changes from v1 (`protocol/updates.py`): a tool call is one upsert (`tool_call_update` creates it, with its
-`name`), a call stopped by a cancel ends `cancelled`, a diff is `{changes, patch}`, a plan is a `plan_update` of one
-`planId` per session, config options carry `configId`, commands `type: "command"`. Message chunks are the same on
-both versions. The turn's store log keeps what v1 would have sent (`v1.render`), so the session replays on either
-version from the same records; a display terminal is kept as records of its own, which only v2 replays.
+v2's renderer, a sibling of v1's (protocol/v1/updates.py): each renders the core's events for its own version, and
+what both write the same way comes from protocol/update_shapes.py. On v2 a tool call is one upsert
+(`tool_call_update` creates it, with its `name`), content is appended by `tool_call_content_chunk`, a call stopped by
+a cancel ends `cancelled`, a diff is `{changes, patch}`, a plan is a `plan_update` of one `planId` per session,
+notices and compactions are shown to every client, config options carry `configId`, commands `type: "command"`. Every
+event sent is handed to the turn's store log (protocol/store_log.py), which keeps the store's own records, the same
+as for v1, so the session replays on either version; a display terminal is kept as records of its own.
 """
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Sequence
 from typing import Any
 
@@ -17,21 +20,35 @@ from acp_server.agent.sessions.edge import CommandsAvailable, ConfigChanged, Mod
 from acp_server.agent.sessions.options import SlashCommand
 from acp_server.agent.sessions.runs import RunContext
 from acp_server.jsonrpc.connection import Connection
-from acp_server.protocol.editor import tool_content
 from acp_server.protocol.options import config_options
-from acp_server.protocol.store_log import log_update
-from acp_server.protocol.updates import TurnUpdates
+from acp_server.protocol.store_log import StoreLog
+from acp_server.protocol.update_shapes import (
+    compaction_update,
+    notice_of,
+    plan_entries,
+    text_chunk,
+    text_content,
+    tool_call_update,
+    usage_update,
+)
 from acp_server.runtime.model import (
+    Compaction,
     DiffOutput,
+    Notice,
+    PlanEntry,
+    PlanUpdated,
+    ReplyStarted,
     StopReason,
-    TerminalOutput,
+    TextDelta,
     TextOutput,
+    ThoughtDelta,
     ToolCallFinished,
     ToolCallStarted,
     ToolCallUpdated,
     ToolContent,
     ToolContentAppended,
     TurnEvent,
+    UsageReported,
 )
 
 __all__ = [
@@ -40,9 +57,11 @@ __all__ = [
     "config_options_v2",
     "idle",
     "plan_id",
+    "plan_update",
+    "requires_action",
     "running",
     "session_update_v2",
-    "to_v2",
+    "tool_content_v2",
     "user_message",
 ]
 
@@ -73,137 +92,164 @@ def plan_id(session_id: str) -> str:
     return f"plan-{session_id}"
 
 
-class V2TurnUpdates:
-    """One turn's events as v2 `session/update`s, through the fence (the `TurnSink` of `sessions/edge.py`)."""
+def plan_update(session_id: str, entries: Sequence[PlanEntry]) -> dict[str, Any]:
+    """The session's one plan (§13), complete."""
+    return {
+        "sessionUpdate": "plan_update",
+        "plan": {"type": "items", "planId": plan_id(session_id), "entries": plan_entries(entries)},
+    }
 
-    __slots__ = ("_cancellable", "_connection", "_run", "_session_id", "_v1")
+
+class V2TurnUpdates:
+    """One turn's events as v2 `session/update`s, through the fence (the `TurnSink` of agent/sessions/edge.py), each
+    one sent handed to the turn's store log."""
+
+    __slots__ = ("_cancellable", "_connection", "_message_id", "_run", "_session_id", "_store", "_thought_id")
 
     def __init__(self, connection: Connection, run: RunContext) -> None:
         self._connection = connection
         self._run = run
         self._session_id = run.session_id
-        self._v1 = TurnUpdates(connection, run)  # renders (never sends): its message ids are the v2 messages' too
+        # v2 shows commands as agent-owned display terminals (terminals.py): the store keeps them apart.
+        self._store = StoreLog(run, display_terminals=True)
+        self._message_id = ""
+        self._thought_id = ""
         self._cancellable: set[str] = set()  # tool calls that advertise `capabilities.cancel` once in progress
 
     async def send(self, event: TurnEvent) -> None:
-        v1 = self._v1.render(event)
-        if v1 is None:
-            return
         run = self._run
+        if type(event) is TextDelta:
+            # The hot path, one per streamed chunk: the chunk, then straight to its row in the store (no record).
+            message_id = self._message_id
+            update: dict[str, Any] = {
+                "sessionUpdate": "agent_message_chunk",
+                "content": {"type": "text", "text": event.text},
+                "messageId": message_id,
+            }
+            message = {
+                "jsonrpc": "2.0",
+                "method": "session/update",
+                "params": {"sessionId": self._session_id, "update": update},
+            }
+            if await self._connection.send_fenced(message, run):
+                turn_log = run.turn_log
+                if turn_log is not None:
+                    turn_log.append_text(message_id, event.text)
+            return
+        if type(event) is ThoughtDelta:
+            thought_id = self._thought_id
+            thought: dict[str, Any] = {
+                "sessionUpdate": "agent_thought_chunk",
+                "content": {"type": "text", "text": event.text},
+                "messageId": thought_id,
+            }
+            message = {
+                "jsonrpc": "2.0",
+                "method": "session/update",
+                "params": {"sessionId": self._session_id, "update": thought},
+            }
+            if await self._connection.send_fenced(message, run):
+                turn_log = run.turn_log
+                if turn_log is not None:
+                    turn_log.append_text(thought_id, event.text, True)
+            return
+        shown = self._render(event)
+        if shown is None:
+            return
         message = {
             "jsonrpc": "2.0",
             "method": "session/update",
-            "params": {"sessionId": self._session_id, "update": self._shown(v1, event)},
+            "params": {"sessionId": self._session_id, "update": shown},
         }
         if await self._connection.send_fenced(message, run):
-            _log(run, v1, event)
+            self._store.record(event)
 
     def send_now(self, event: TurnEvent) -> None:
-        v1 = self._v1.render(event)
-        if v1 is None:
+        update = self._render(event)
+        if update is None:
             return
-        self._connection.notify("session/update", {"sessionId": self._session_id, "update": self._shown(v1, event)})
-        _log(self._run, v1, event)
+        self._connection.notify("session/update", {"sessionId": self._session_id, "update": update})
+        if type(event) is TextDelta:
+            self._store.text(self._message_id, event.text)
+        elif type(event) is ThoughtDelta:
+            self._store.text(self._thought_id, event.text, thought=True)
+        else:
+            self._store.record(event)
 
-    def _shown(self, v1: dict[str, Any], event: TurnEvent) -> dict[str, Any]:
-        update = to_v2(v1, event, self._run)
-        if isinstance(event, ToolCallStarted):
+    def _render(self, event: TurnEvent) -> dict[str, Any] | None:
+        update: dict[str, Any]
+        if type(event) is TextDelta:
+            update = text_chunk("agent_message_chunk", event.text, self._message_id)
+        elif type(event) is ThoughtDelta:
+            update = text_chunk("agent_thought_chunk", event.text, self._thought_id)
+        elif type(event) is Notice:
+            update = notice_of(event)  # stable in v2, for every client (§18)
+        elif type(event) is Compaction:
+            update = compaction_update(event)  # stable in v2, no client capability (§18)
+        elif isinstance(event, ReplyStarted):
+            # Each model reply is its own message, and its thoughts another; ids are unique across turns and
+            # processes.
+            self._message_id = f"msg_{uuid.uuid4().hex}"
+            self._thought_id = f"msg_{uuid.uuid4().hex}"
+            return None
+        elif isinstance(event, ToolCallStarted):
+            # No `tool_call` in v2: the first `tool_call_update` of an id creates the call, with its `name`.
+            update = {
+                "sessionUpdate": "tool_call_update",
+                "toolCallId": event.call.id,
+                "title": event.title,
+                "kind": event.kind,
+                "status": "pending",
+                "rawInput": event.call.arguments,
+            }
+            if event.locations:
+                update["locations"] = [{"path": path} for path in event.locations]
+            update["name"] = event.call.name
             if event.cancellable:
                 self._cancellable.add(event.call.id)
         elif isinstance(event, ToolCallUpdated):
+            update = tool_call_update(
+                event.call_id, event.status, event.content, event.locations, tool_content_v2, meta=event.meta
+            )
             if event.status == "in_progress" and event.call_id in self._cancellable:
                 update["capabilities"] = {"cancel": {}}  # `tool_call/cancel` may name it now (§9, §23 Q6)
+        elif isinstance(event, ToolContentAppended):
+            # v2 appends the one item (`tool-calls § Streaming Content`).
+            update = {
+                "sessionUpdate": "tool_call_content_chunk",
+                "toolCallId": event.call_id,
+                "content": tool_content_v2(event.item),
+            }
         elif isinstance(event, ToolCallFinished):
+            shown = event.content if event.content is not None else (TextOutput(event.output),)
+            # ACP-V2.md §23 Q7: a call a cancel stopped ends `cancelled` (v1 has no such status: `failed`).
+            cancelled = event.cancelled or (not event.ok and self._run.cancelled)
+            update = {
+                "sessionUpdate": "tool_call_update",
+                "toolCallId": event.call_id,
+                "status": "cancelled" if cancelled else "completed" if event.ok else "failed",
+                "content": [tool_content_v2(c) for c in shown],
+            }
+            if event.raw_output is not None:
+                update["rawOutput"] = event.raw_output
             update["capabilities"] = None  # final: no controls
             self._cancellable.discard(event.call_id)
+        elif isinstance(event, PlanUpdated):
+            update = plan_update(self._session_id, event.entries)
+        elif isinstance(event, UsageReported):
+            update = usage_update(event.used, event.size)
+        else:  # pragma: no cover - the event union is closed
+            raise TypeError(f"unknown turn event {event!r}")
         return update
-
-
-def _log(run: RunContext, v1: dict[str, Any], event: TurnEvent) -> None:
-    """What the store keeps: v1's update, except that a v2 display terminal (agent-owned) is kept apart from the
-    call's changes, which keep the command's text output: a v1 replay shows that text and never names a terminal its
-    client never had. For v2, a `ToolCallTerminal` says which terminals the call's content named: on its own where
-    the content was only that (the anchor), right before the change it came with (the final one); the terminal's
-    end is kept by terminals.py. v2's replay (protocol/v2/replay.py) puts them back as they were shown."""
-    if isinstance(event, ToolCallFinished) and event.content is not None and _names_terminal(event.content):
-        _log_terminals(run, event.call_id, event.content)  # right before the change v2 showed with its terminal
-        v1 = {**v1, "content": [tool_content(TextOutput(event.output))]}
-    elif isinstance(event, ToolCallUpdated) and event.content is not None and _names_terminal(event.content):
-        _log_terminals(run, event.call_id, event.content)
-        v1 = {k: v for k, v in v1.items() if k != "content"}
-        if v1.keys() <= {"sessionUpdate", "toolCallId"}:
-            return
-    elif isinstance(event, ToolContentAppended) and any(item.get("type") == "terminal" for item in v1["content"]):
-        # Appended after a display terminal the call showed (kept apart, above): v1's whole content names it, and
-        # a v1 replay must never name a terminal its client never had.
-        v1 = {**v1, "content": [item for item in v1["content"] if item.get("type") != "terminal"]}
-    log_update(run.turn_log, v1)
-
-
-def _names_terminal(content: Sequence[ToolContent] | None) -> bool:
-    return content is not None and any(isinstance(item, TerminalOutput) for item in content)
-
-
-def _log_terminals(run: RunContext, call_id: str, content: Sequence[ToolContent]) -> None:
-    # A subagent's terminal is shown in its parent's session, not the one this log belongs to (terminals.py).
-    if run.turn_log is None or run.parent_session_id is not None:
-        return
-    from acp_server.store.turn_records import ToolCallTerminal  # noqa: PLC0415 (the store and sqlite3 load only when persistence is on)
-
-    for item in content:
-        if isinstance(item, TerminalOutput):
-            run.turn_log.append(ToolCallTerminal(call_id, item.terminal_id))
-
-
-def to_v2(v1: dict[str, Any], event: TurnEvent | None, run: RunContext | None) -> dict[str, Any]:
-    """A v1 update as v2 shows it (live, with the event at hand, or replayed from the store without it)."""
-    if isinstance(event, ToolContentAppended):
-        # v2 appends the one item (`tool-calls § Streaming Content`); v1's update, which the store keeps, carries
-        # all of them, so a replay shows the content so far as upserts of the whole.
-        return {
-            "sessionUpdate": "tool_call_content_chunk",
-            "toolCallId": event.call_id,
-            "content": tool_content_v2(event.item),
-        }
-    kind = v1["sessionUpdate"]
-    if kind == "tool_call":
-        update = {**v1, "sessionUpdate": "tool_call_update"}
-        if isinstance(event, ToolCallStarted):
-            update["name"] = event.call.name
-        return update
-    if kind == "tool_call_update":
-        update = dict(v1)
-        if isinstance(event, (ToolCallUpdated, ToolCallFinished)):
-            shown: Sequence[ToolContent] | None = event.content
-            if isinstance(event, ToolCallFinished):
-                shown = event.content if event.content is not None else (TextOutput(event.output),)
-                if event.cancelled or (not event.ok and run is not None and run.cancelled):
-                    update["status"] = "cancelled"  # ACP-V2.md §23 Q7: v2 has the status; v1 keeps `failed`
-            if shown is not None:
-                update["content"] = [tool_content_v2(item) for item in shown]
-        elif "content" in update:
-            update["content"] = [_content_v2(item) for item in update["content"]]
-        return update
-    if kind == "plan":
-        session_id = run.session_id if run is not None else ""
-        plan = {"type": "items", "planId": plan_id(session_id), "entries": v1["entries"]}
-        return {"sessionUpdate": "plan_update", "plan": plan}
-    return v1
 
 
 def tool_content_v2(content: ToolContent) -> dict[str, Any]:
+    """Tool content as v2's `ToolCallContent` (a diff is `{changes, patch}`; a terminal is an agent-owned one)."""
     if isinstance(content, TextOutput):
-        return {"type": "content", "content": {"type": "text", "text": content.text}}
+        return text_content(content.text)
     if isinstance(content, DiffOutput):
         return _diff(content.path, content.old_text, content.new_text)
     return {"type": "terminal", "terminalId": content.terminal_id}
-
-
-def _content_v2(item: dict[str, Any]) -> dict[str, Any]:
-    """A stored v1 `ToolCallContent` as v2's (a v1 diff becomes `{changes, patch}`)."""
-    if item.get("type") == "diff":
-        return _diff(str(item.get("path", "")), item.get("oldText"), str(item.get("newText", "")))
-    return item
 
 
 def _diff(path: str, old_text: str | None, new_text: str) -> dict[str, Any]:
@@ -227,7 +273,8 @@ def _diff(path: str, old_text: str | None, new_text: str) -> dict[str, Any]:
 
 
 def config_options_v2(options: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """v1's config options with v2's `configId` (§14)."""
+    """v1's config options with v2's `configId` (§14): for v2/sessions.py, which answers from the v1 session
+    handlers' results until the session lifecycle moves out of the wire layer (issue 22 item 1)."""
     return [{"configId": option["id"], **{k: v for k, v in option.items() if k != "id"}} for option in options]
 
 
@@ -250,8 +297,8 @@ def session_update_v2(event: SessionEvent) -> dict[str, Any] | None:
     if isinstance(event, ModeChanged):
         return None  # `current_mode_update` is gone; the ConfigChanged that follows says it
     if isinstance(event, ConfigChanged):
-        options = config_options(event.model, event.mode, event.prompt_policy, event.models)
-        return {"sessionUpdate": "config_option_update", "configOptions": config_options_v2(options)}
+        options = config_options(event.model, event.mode, event.prompt_policy, event.models, id_key="configId")
+        return {"sessionUpdate": "config_option_update", "configOptions": options}
     if isinstance(event, CommandsAvailable):
         return {
             "sessionUpdate": "available_commands_update",

@@ -1,6 +1,7 @@
-"""The v1 edge of the session store (acp_server/protocol/replay.py): each update logged is replayed exactly as it was
-sent, cancelled and interrupted turns close as docs/interrupts.md decision 6 says, and a store written by the server
-before the turn records (fixtures/stores/v1, schema 1) replays after its upgrade what that server replayed."""
+"""The v1 edge of the session store (acp_server/protocol/v1/replay.py, and v1/legacy.py, which reads the v1 updates a
+store of schema 1 kept): each update kept is replayed exactly as it was sent, cancelled and interrupted turns close as
+docs/interrupts.md decision 6 says, and a store written by the server before the turn records (fixtures/stores/v1,
+schema 1) replays after its upgrade what that server replayed."""
 
 from __future__ import annotations
 
@@ -12,10 +13,10 @@ from typing import Any
 import orjson
 import pytest
 
-from acp_server.protocol.replay import entry_of, render, replay_updates
-from acp_server.protocol.store_log import log_update
+from acp_server.protocol.v1.legacy import entry_of
+from acp_server.protocol.v1.replay import render, replay_updates
 from acp_server.runtime.model import Message
-from acp_server.store import STORE_FILENAME, LoadedSession, SessionStore
+from acp_server.store import STORE_FILENAME, LoadedSession, SessionStore, TurnLog
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -29,7 +30,15 @@ def text_chunk(text: str, message_id: str = "msg_a") -> dict[str, Any]:
     return {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": text}, "messageId": message_id}
 
 
-# Every shape of update a turn sends (protocol/updates.py, sessions/turn.py), and the prompt's blocks.
+def log_update(turn: TurnLog | None, update: dict[str, Any]) -> None:
+    """A v1 update kept as the store's record, read as a store of schema 1 is when it is upgraded (nothing without a
+    store, and nothing for an update the records cannot hold)."""
+    entry = entry_of(update)
+    if turn is not None and entry is not None:
+        turn.append(entry)
+
+
+# Every shape of update a v1 turn sends (protocol/v1/updates.py, agent/sessions/turn.py), and the prompt's blocks.
 SENT: list[dict[str, Any]] = [
     {"sessionUpdate": "user_message_chunk", "content": PROMPT[1], "messageId": "msg_u"},
     text_chunk("Hel"),

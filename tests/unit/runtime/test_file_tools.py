@@ -24,6 +24,7 @@ from pydantic import ValidationError
 from acp_server.agent.sessions.runs import Session
 from acp_server.errors import ToolError
 from acp_server.protocol.editor import PermissionGate
+from acp_server.protocol.v1.permissions import permission_params
 from acp_server.runtime.local_commands import LocalCommandRunner
 from acp_server.runtime.local_fs import LocalFileSystem
 from acp_server.runtime.model import DiffOutput, PlanEntry, PlanUpdated, ToolCallUpdated, TurnEvent
@@ -295,7 +296,7 @@ async def test_write_file_in_a_read_only_session_is_refused_without_asking(env: 
         raise AssertionError("a read-only session asked the user")
 
     session = Session("sess_test", env.cwd, (), (), mode=PermissionMode.READ_ONLY)
-    env.permissions = PermissionGate(session, never)
+    env.permissions = PermissionGate(session, never, permission_params)
     with pytest.raises(ToolError, match="read-only mode: write_file is not allowed"):
         await env.run("write_file", path="a.txt", content="x")
     assert not (env.cwd / "a.txt").exists()
@@ -305,7 +306,9 @@ async def test_write_file_in_accept_edits_mode_writes_without_asking(env: Env) -
     async def never(method: str, params: dict[str, Any]) -> Any:
         raise AssertionError("accept_edits asked the user about an edit")
 
-    env.permissions = PermissionGate(Session("sess_test", env.cwd, (), (), mode=PermissionMode.ACCEPT_EDITS), never)
+    env.permissions = PermissionGate(
+        Session("sess_test", env.cwd, (), (), mode=PermissionMode.ACCEPT_EDITS), never, permission_params
+    )
     await env.run("write_file", path="a.txt", content="x")
     assert (env.cwd / "a.txt").read_text() == "x"
 
