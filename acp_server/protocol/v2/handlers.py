@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from acp_server.agent.sessions.runs import RunState
 from acp_server.protocol.context import Handler, NotificationHandler, Parts, RequestContext
 from acp_server.protocol.handlers import METHODS, NOTIFICATIONS
 from acp_server.protocol.params import wire
@@ -61,8 +60,7 @@ def cancel_request_v2(parts: Parts, params: CancelRequestNotification) -> None:
     nothing else. A prompt inserted at admission (an idle session) is already the session's work, whose only
     cancel is `session/cancel`: naming it is ignored, as is naming any other request."""
     run = parts.prompts.get(params.request_id)
-    if run is not None and run.state is RunState.QUEUED:
-        parts.runs.cancel_run(run)
+    if run is not None and parts.runs.cancel_held(run):
         withdraw(parts, run)  # answered -32800 now (protocol/v2/withdrawals.py)
 
 
