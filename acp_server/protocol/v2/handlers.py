@@ -3,6 +3,9 @@
 `auth/logout` replace the first two); `session/cancel`
 is v1's cancel that then answers the held prompts it withdrew (protocol/v2/withdrawals.py); `$/cancel_request` is
 v2's own, acting only on a held prompt (see protocol/v2/prompt.py for what a withdrawn held prompt answers).
+
+The start-up side's methods are in `METHODS_V2`; the session side's are in its own table
+(protocol/session_methods.py `SESSION_METHODS_V2`), listed here by wire name (`SESSION_SIDE_METHODS_V2`).
 """
 
 from __future__ import annotations
