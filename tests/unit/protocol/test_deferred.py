@@ -147,9 +147,8 @@ class _AnyParams:
 
 def _side(handler: Any) -> SessionSide:
     """A session side serving `x/later` (v1) with `handler`; no turn services."""
-    return SessionSide(
-        turns=types.SimpleNamespace(tools=None), methods={"x/later": (_AnyParams(), handler)}, methods_v2={}
-    )  # type: ignore[arg-type]
+    turns: Any = types.SimpleNamespace(tools=None)
+    return SessionSide(turns=turns, methods={"x/later": (_AnyParams(), handler)}, methods_v2={})
 
 
 def _dispatcher(side: Deferred[Any]) -> AcpDispatcher:
