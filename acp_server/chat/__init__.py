@@ -4,8 +4,9 @@ It is a separate program that happens to ship in this package: it talks to the a
 the agent's stdin/stdout, never by importing the server. `acp_server.chat.app.main` is its entry point (see
 `acp_server.cli.SUBCOMMANDS`); the modules beside this one each do one job:
 
-- `options`: the command line.
-- `agent_process`: start the agent in its own process group, keep its stderr, stop it politely.
+- `arguments`: the chat client's command line.
+- `agent_child`: the agent as the chat's child process (`AgentChild`): started in its own process group, its
+  stderr kept, stopped politely.
 - `rpc_client`: JSON-RPC 2.0 over the agent's stdio (our requests, its requests and notifications).
 - `terminal`: the person's terminal (writing, a line reader thread, whether colours are wanted).
 - `render`: session updates as lines of text; `style`: colours, diffs and plans.

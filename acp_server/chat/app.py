@@ -12,8 +12,8 @@ from typing import TypeVar
 
 import anyio
 
-from acp_server.chat.agent_process import AgentProcess, AgentStartError
-from acp_server.chat.options import ChatOptions, parse_options
+from acp_server.chat.agent_child import AgentChild, AgentStartError
+from acp_server.chat.arguments import ChatOptions, parse_options
 from acp_server.chat.render import Renderer
 from acp_server.chat.rpc_client import AgentGoneError
 from acp_server.chat.session import ChatError, Conversation, ExitRequestedError
@@ -50,7 +50,7 @@ async def _chat(options: ChatOptions, terminal: Terminal) -> int:
             renderer.error("acp-server chat: no question given (as an argument or on stdin)")
             return EXIT_FAILURE
     try:
-        agent = await AgentProcess.start(options.agent)
+        agent = await AgentChild.start(options.agent)
     except AgentStartError as exc:
         renderer.error(f"acp-server chat: {exc}")
         return EXIT_FAILURE
@@ -101,7 +101,7 @@ def _first(group: BaseExceptionGroup[BaseException], kind: type[E]) -> E:
     raise AssertionError("except* matched a group without the kind it matched")
 
 
-def _gone_report(agent: AgentProcess, started: bool) -> str:
+def _gone_report(agent: AgentChild, started: bool) -> str:
     status = agent.returncode
     how = "" if status is None else f" (killed by signal {-status})" if status < 0 else f" (exit status {status})"
     what = "stopped unexpectedly" if started else "exited before the session started"

@@ -36,7 +36,7 @@ import anyio
 from anyio.abc import TaskStatus
 
 from acp_server import __version__
-from acp_server.chat.agent_process import AgentProcess
+from acp_server.chat.agent_child import AgentChild
 from acp_server.chat.permissions import Questions
 from acp_server.chat.render import Renderer
 from acp_server.chat.rpc_client import ResponseError, RpcClient
@@ -82,7 +82,7 @@ class _Turn:
 
 
 class Conversation:
-    def __init__(self, agent: AgentProcess, renderer: Renderer, lines: LineInput) -> None:
+    def __init__(self, agent: AgentChild, renderer: Renderer, lines: LineInput) -> None:
         self.rpc = RpcClient(agent.stdin, agent.stdout, self._on_request, self._on_notification)
         self.started = False  # the session exists: a failure from now on is "stopped", not "did not start"
         self._renderer = renderer

@@ -22,7 +22,7 @@ __all__ = ["SUBCOMMANDS", "TERMINAL_NOTICE", "main"]
 SUBCOMMANDS: dict[str, str] = {
     "doctor": "acp_server.cli.doctor",
     "chat": "acp_server.chat.app",
-    "replay": "acp_server.transcripts.replay",
+    "replay": "acp_server.transcripts.replay_cli",
     "sessions": "acp_server.cli.stored_sessions",
 }
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import importlib
 import os
 import shlex
 import socket
@@ -35,6 +34,7 @@ import orjson
 
 from acp_server.errors import ListingError, McpServerError, ScriptError, SettingsError
 from acp_server.mcp_bridge.probe import probe_mcp_server
+from acp_server.runtime.providers.anthropic import AnthropicProvider
 from acp_server.runtime.providers.catalog import (
     CACHE_FILENAME,
     Listing,
@@ -43,6 +43,7 @@ from acp_server.runtime.providers.catalog import (
     merge_choices,
     model_ids,
 )
+from acp_server.runtime.providers.openai import OpenAIProvider
 from acp_server.runtime.providers.scripted import ScriptedProvider
 from acp_server.runtime.sandbox import describe
 from acp_server.settings.checks import model_spec_problem
@@ -58,6 +59,8 @@ DEFAULT_TIMEOUT = 5.0
 DEFAULT_BASE_URLS = {"openai": "https://api.openai.com/v1", "anthropic": "https://api.anthropic.com"}
 ANTHROPIC_VERSION = "2023-06-01"
 MAX_LISTED = 8
+# Each provider's SDK, by family: imported as the provider imports it (a plain import, runtime/providers/).
+SDK_MODULES = {"openai": OpenAIProvider.sdk_module, "anthropic": AnthropicProvider.sdk_module}
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,7 +140,7 @@ def check_model(config: Config) -> list[Check]:
 def check_package(family: str) -> Check:
     subject = f"{family} package"
     try:
-        module = importlib.import_module(family)
+        module = SDK_MODULES[family]()
     except Exception as exc:  # an SDK that fails to import for any reason is "not usable"; this is not async code
         extra = " (pip install 'acp-server[anthropic]')" if family == "anthropic" else ""
         return _fail(subject, f"cannot be imported{extra}: {type(exc).__name__}: {exc}")

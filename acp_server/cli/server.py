@@ -14,21 +14,24 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from anyio.lowlevel import checkpoint
+
 from acp_server.agent.sessions.runs import RunRegistry
 from acp_server.jsonrpc.connection import Connection
+from acp_server.jsonrpc.rpc import load_jsonrpcserver
 from acp_server.jsonrpc.transport import LineSink, LineSource, open_stdio, start_detached
 from acp_server.mcp_bridge import McpRegistry
-from acp_server.protocol.context import Parts
+from acp_server.protocol.context import Parts, SessionSide
 from acp_server.protocol.deferred import Deferred
 from acp_server.protocol.dispatcher import AcpDispatcher
-from acp_server.protocol.handlers import METHODS, NOTIFICATIONS
+from acp_server.protocol.handlers import METHODS, NOTIFICATIONS, SESSION_SIDE_METHODS
 from acp_server.protocol.model_choices import ModelChoices
 from acp_server.protocol.plugins import Plugin
 from acp_server.protocol.providers import AuthState, ProviderCache
 from acp_server.protocol.session_table import Handshake, SessionTable
 from acp_server.protocol.store_access import StoreAccess
 from acp_server.protocol.testmode.gates import GATES
-from acp_server.protocol.v2.handlers import METHODS_V2, NOTIFICATIONS_V2
+from acp_server.protocol.v2.handlers import METHODS_V2, NOTIFICATIONS_V2, SESSION_SIDE_METHODS_V2
 from acp_server.runtime.call_bodies import CallBodies
 from acp_server.runtime.child_env import ChildEnvPolicy
 from acp_server.runtime.model import Provider
@@ -38,10 +41,9 @@ from acp_server.runtime.text_guard import GuardedProvider, redactor_for
 from acp_server.settings.config import Config
 
 if TYPE_CHECKING:
-    from acp_server.agent.sessions.services import TurnServices
     from acp_server.transcripts.record import Recorder
 
-__all__ = ["build_server", "serve", "serve_stdio"]
+__all__ = ["build_server", "load_session_side", "serve", "serve_stdio"]
 
 log = logging.getLogger(__name__)
 
@@ -59,35 +61,72 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
 # session may go hundreds of turns without a collection, so nothing large may hang on a cycle, or memory grows with
 # every turn (a model call's request body did: issue 20, item 4, tests/e2e/test_model_call_memory.py).
 GC_THRESHOLD = 50_000
-# The session side (protocol/deferred.py), loaded once `initialize` is answered: `session_side` imports all of it; the
-# modules before it, in the order they are needed, only cut the load into steps of a few milliseconds each.
-# jsonrpcserver comes first: every request but a process's first `initialize` is dispatched through it, and its
-# package imports http.server and jsonschema (jsonrpc/rpc.py), which are most of it and are steps of their own. pydantic
-# comes next (the wire models, protocol/params.py), in three steps: it is the largest part.
-SESSION_SIDE = (
-    "http.server",
-    "jsonschema",
-    "jsonrpcserver",
-    "pydantic_core",
-    "pydantic.main",
-    "acp_server.protocol.schema",
-    "acp_server.runtime.ports",
-    "acp_server.protocol.editor",
-    "acp_server.protocol.v1.updates",
-    "acp_server.protocol.v2.updates",
-    "acp_server.runtime.sandbox",
-    "acp_server.protocol.edge",
-    "acp_server.runtime.tools",
-    "acp_server.runtime.tools.files",
-    "acp_server.runtime.tools.commands",
-    "acp_server.runtime.tools.ask",
-    "acp_server.protocol.session_handlers",
-    "acp_server.runtime.loop",
-    "acp_server.agent.sessions.turn",
-    "acp_server.protocol.v2.sessions",
-    "acp_server.protocol.v2.prompt",
-    "acp_server.cli.session_side",
-)
+
+
+async def load_session_side() -> None:
+    """The session side (protocol/deferred.py), imported once `initialize` is answered, a step at a time with a
+    checkpoint after each, so the loop goes on serving between two steps: `acp_server.cli.session_side`, the last,
+    imports all of it; the steps before it, in the order they are needed, only cut the load into steps of a few
+    milliseconds each. jsonrpcserver comes first: every request but a process's first `initialize` is dispatched
+    through it (jsonrpc/rpc.py, in three steps of its own). pydantic comes next (the wire models, protocol/params.py),
+    in three steps: it is the largest part."""
+    await load_jsonrpcserver()
+    await checkpoint()
+    import pydantic_core  # noqa: PLC0415, F401 (start-up: a step of the session side's load)
+
+    await checkpoint()
+    import pydantic.main  # noqa: PLC0415, F401 (start-up: a step of the session side's load)
+
+    await checkpoint()
+    import acp_server.protocol.schema  # noqa: PLC0415 (start-up: a step of the session side's load)
+
+    await checkpoint()
+    import acp_server.runtime.ports  # noqa: PLC0415 (start-up: a step of the session side's load)
+
+    await checkpoint()
+    import acp_server.protocol.editor  # noqa: PLC0415 (start-up: a step of the session side's load)
+
+    await checkpoint()
+    import acp_server.protocol.v1.updates  # noqa: PLC0415 (start-up: a step of the session side's load)
+
+    await checkpoint()
+    import acp_server.protocol.v2.updates  # noqa: PLC0415 (start-up: a step of the session side's load)
+
+    await checkpoint()
+    import acp_server.runtime.sandbox  # noqa: PLC0415 (start-up: a step of the session side's load)
+
+    await checkpoint()
+    import acp_server.protocol.edge  # noqa: PLC0415 (start-up: a step of the session side's load)
+
+    await checkpoint()
+    import acp_server.runtime.tools  # noqa: PLC0415 (start-up: a step of the session side's load)
+
+    await checkpoint()
+    import acp_server.runtime.tools.files  # noqa: PLC0415 (start-up: a step of the session side's load)
+
+    await checkpoint()
+    import acp_server.runtime.tools.commands  # noqa: PLC0415 (start-up: a step of the session side's load)
+
+    await checkpoint()
+    import acp_server.runtime.tools.ask  # noqa: PLC0415 (start-up: a step of the session side's load)
+
+    await checkpoint()
+    import acp_server.protocol.session_handlers  # noqa: PLC0415 (start-up: a step of the session side's load)
+
+    await checkpoint()
+    import acp_server.runtime.loop  # noqa: PLC0415 (start-up: a step of the session side's load)
+
+    await checkpoint()
+    import acp_server.agent.sessions.turn  # noqa: PLC0415 (start-up: a step of the session side's load)
+
+    await checkpoint()
+    import acp_server.protocol.v2.sessions  # noqa: PLC0415 (start-up: a step of the session side's load)
+
+    await checkpoint()
+    import acp_server.protocol.v2.prompt  # noqa: PLC0415 (start-up: a step of the session side's load)
+
+    await checkpoint()
+    import acp_server.cli.session_side  # noqa: PLC0415, F401 (start-up: the last step of the session side's load)
 
 
 def build_server(
@@ -115,7 +154,8 @@ def build_server(
     methods_v2 = {**METHODS_V2}
     notifications_v2 = {**NOTIFICATIONS_V2}
     for plugin in plugins:
-        replaced = (plugin.methods.keys() & methods.keys()) | (plugin.notifications.keys() & notifications.keys())
+        taken = methods.keys() | SESSION_SIDE_METHODS | methods_v2.keys() | SESSION_SIDE_METHODS_V2
+        replaced = (plugin.methods.keys() & taken) | (plugin.notifications.keys() & notifications.keys())
         if replaced:
             raise ValueError(f"a plug-in may not replace {', '.join(sorted(replaced))}")
         methods.update(plugin.methods)
@@ -129,10 +169,10 @@ def build_server(
     providers = ProviderCache(open_model)
     store = StoreAccess(config, connection.spawn)
 
-    def build_turns() -> TurnServices:
-        from acp_server.cli.session_side import build_turns  # noqa: PLC0415 (start-up: the session side loads after `initialize`)
+    def build_session_side() -> SessionSide:
+        from acp_server.cli.session_side import build_session_side  # noqa: PLC0415 (start-up: the session side loads after `initialize`)
 
-        return build_turns(
+        return build_session_side(
             config,
             connection=connection,
             handshake=handshake,
@@ -144,9 +184,10 @@ def build_server(
             plugins=plugins,
         )
 
-    # The turn services and the rest of the session side: loaded once `initialize` is answered. What start-up
-    # froze out of the collector's sight (`_tune_gc`) is frozen again with the session side, for the same reason.
-    session_side = Deferred(SESSION_SIDE, build_turns, gc.freeze if owns_process else lambda: None)
+    # The turn services, the session lifecycle's methods and the rest of the session side: loaded once `initialize`
+    # is answered. What start-up froze out of the collector's sight (`_tune_gc`) is frozen again with the session
+    # side, for the same reason.
+    session_side = Deferred(load_session_side, build_session_side, gc.freeze if owns_process else lambda: None)
     parts = Parts(
         config=config,
         connection=connection,
@@ -171,6 +212,8 @@ def build_server(
         notifications=notifications,
         methods_v2=methods_v2,
         notifications_v2=notifications_v2,
+        session_side_methods=SESSION_SIDE_METHODS,
+        session_side_methods_v2=SESSION_SIDE_METHODS_V2,
         on_exit=on_exit,
     )
     return connection, dispatcher

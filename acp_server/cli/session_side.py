@@ -1,9 +1,11 @@
 """The composition root's second half: the pieces a session needs and `initialize` does not (the turn services: the
-edge to the editor, the tools, the sandbox), and, imported with them, every module of the session side.
+edge to the editor, the tools, the sandbox; the session lifecycle's methods), and, imported with them, every module of
+the session side.
 
-`server.py` builds what answers `initialize`; this module is imported once that answer is out (protocol/deferred.py),
-so a fresh process answers the handshake without it. Its imports are the session side: the
-handlers the method tables name by module (`deferred`) are imported here too, so that one import loads them all.
+`server.py` builds what answers `initialize`; this module is imported once that answer is out, the last step of
+`server.load_session_side` (protocol/deferred.py), so a fresh process answers the handshake without it. Its imports
+are the session side: the session side's method tables (protocol/session_methods.py, which import the session
+handlers) are imported here too, so that one import loads them all.
 """
 
 from __future__ import annotations
@@ -11,13 +13,13 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-# The handlers the method tables name by module (protocol/deferred.py), and what the dispatcher imports once a
-# session exists: imported here, so that loading this module loads the whole session side.
 from acp_server.agent.sessions.runs import RunRegistry
 from acp_server.agent.sessions.services import TurnServices
 from acp_server.jsonrpc.connection import Connection
+from acp_server.protocol.context import SessionSide
 from acp_server.protocol.edge import AcpEdge
 from acp_server.protocol.plugins import Plugin, observer_of
+from acp_server.protocol.session_methods import SESSION_METHODS, SESSION_METHODS_V2
 from acp_server.protocol.session_table import Handshake
 from acp_server.runtime.call_bodies import CallBodies
 from acp_server.runtime.model import Provider
@@ -34,10 +36,10 @@ from acp_server.settings.config import Config
 if TYPE_CHECKING:
     from acp_server.store import SessionStore
 
-__all__ = ["build_turns"]
+__all__ = ["build_session_side"]
 
 
-def build_turns(
+def build_session_side(
     config: Config,
     *,
     connection: Connection,
@@ -48,8 +50,9 @@ def build_turns(
     providers: Callable[[str], Provider],
     store: Callable[[], SessionStore | None],
     plugins: Sequence[Plugin],
-) -> TurnServices:
-    """What a turn needs from the server, once per connection: built with the first session (or the warm-up)."""
+) -> SessionSide:
+    """What a turn needs from the server, and the methods the session side serves, once per connection: built with
+    the first request that needs the session side (or the warm-up)."""
     tools = ToolBox(
         (
             *FILE_TOOLS,
@@ -60,7 +63,7 @@ def build_turns(
             *(tool for plugin in plugins for tool in plugin.tools),
         )
     )
-    return TurnServices(
+    turns = TurnServices(
         config,
         runs,
         # The core's way out: its events rendered as ACP v1 or v2, the editor's side of its tools.
@@ -73,3 +76,4 @@ def build_turns(
         store,
         observer_of(plugins),
     )
+    return SessionSide(turns, SESSION_METHODS, SESSION_METHODS_V2)

@@ -11,8 +11,9 @@ So a process's first `initialize` is answered before it is loaded, as it is answ
 start-up): while jsonrpcserver is not loaded, `dispatch` answers an `initialize` by calling that method's error
 boundary itself (`_answer_directly`), the boundary the method jsonrpcserver calls runs, with the same response
 (tests/unit/jsonrpc/test_rpc.py). jsonrpcserver is then imported once that answer is out, first thing in the
-background load of the session side (server.py `SESSION_SIDE`); any other request that comes before the load
-reached it imports it where it is dispatched, once the answer queued before it has been handed to the writer.
+background load of the session side (`load_jsonrpcserver`, from cli/server.py `load_session_side`); any other request
+that comes before the load reached it imports it where it is dispatched, once the answer queued before it has been
+handed to the writer.
 
 Error boundary, in one place (`_boundary`): a method's params are read by its `Params` (which raises the -32602
 `RpcError` for invalid ones), and a pydantic `ValidationError` a handler lets out becomes -32602 too, with a
@@ -55,6 +56,7 @@ __all__ = [
     "classify",
     "dispatch",
     "error_message",
+    "load_jsonrpcserver",
     "method_table",
     "validation_message",
 ]
@@ -311,6 +313,19 @@ def _check_envelope(message: Any) -> Any:
     if not isinstance(message, dict) or message.get("jsonrpc") != "2.0" or not isinstance(message.get("method"), str):
         raise ValueError("not a JSON-RPC 2.0 request")
     return message
+
+
+async def load_jsonrpcserver() -> None:
+    """Import jsonrpcserver on the event loop in three steps, a checkpoint after each, so the loop goes on serving
+    between them: its package imports http.server (a toy HTTP server) and jsonschema (its default validator), which
+    are most of it. The first steps of the session side's load (cli/server.py `load_session_side`)."""
+    import http.server  # noqa: PLC0415, F401 (start-up: a step of the session side's load, after `initialize`)
+
+    await anyio.lowlevel.checkpoint()
+    import jsonschema  # noqa: PLC0415, F401 (start-up: a step of the session side's load, after `initialize`)
+
+    await anyio.lowlevel.checkpoint()
+    import jsonrpcserver  # noqa: PLC0415, F401 (start-up: a step of the session side's load, after `initialize`)
 
 
 async def _answer_directly(request: IncomingRequest, call: Call, context: Any) -> dict[str, Any]:

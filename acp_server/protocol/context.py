@@ -6,7 +6,7 @@ request's own context. Handlers never see the dispatcher (dispatcher.py) that ca
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -27,7 +27,18 @@ if TYPE_CHECKING:
     from acp_server.runtime.processes import ProcessTable
     from acp_server.settings.config import Config
 
-__all__ = ["Handler", "NotificationHandler", "Parts", "RequestContext"]
+__all__ = ["Handler", "NotificationHandler", "Parts", "RequestContext", "SessionSide"]
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class SessionSide:
+    """What the session side gives a connection once it is loaded (protocol/deferred.py), built on first use by the
+    composition root's second half (cli/session_side.py): the turn services, and the methods it serves on each
+    version (protocol/session_methods.py), which the dispatcher routes to."""
+
+    turns: TurnServices
+    methods: Mapping[str, Handler]
+    methods_v2: Mapping[str, Handler]
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -50,9 +61,9 @@ class Parts:
     processes: ProcessTable
     # The bodies of cancellable tool calls, by session (abandoned ones may outlive their turn): runtime/call_bodies.py.
     calls: CallBodies
-    # What a turn needs (the edge to the editor, the tools, ...): the session side, loaded once `initialize` is
-    # answered and built on first use (`turns`).
-    session_side: Deferred[TurnServices]
+    # What a turn needs (the edge to the editor, the tools, ...) and the session lifecycle's methods: the session
+    # side, loaded once `initialize` is answered and built on first use (`turns`).
+    session_side: Deferred[SessionSide]
     # The model specs a session may pick (the `model` config option): the configured ones, the default first, then
     # what their endpoints list (model discovery).
     models: ModelChoices
@@ -66,7 +77,7 @@ class Parts:
 
     @property
     def turns(self) -> TurnServices:
-        return self.session_side.get()
+        return self.session_side.get().turns
 
 
 @dataclass(eq=False)

@@ -6,19 +6,29 @@ down at EOF.
 The pieces it works with (the session table, the providers, authentication, the store, the run registry) are built
 by the composition root (`server.py`) and handed in as `Parts`; the handlers get the same pieces, never this
 object. The request handlers live in `handlers.py` (core methods) and `session_handlers.py` (the session lifecycle);
-their tables are handed in too, so this module depends on no handler.
+their tables are handed in too, so this module depends on no handler: the start-up side's as tables, the session
+side's by wire name only (its table comes with the session side once it is loaded, `SessionSide.methods`, and a
+request for one of its methods waits for that load: protocol/deferred.py).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from acp_server.agent.sessions.runs import RunState
 from acp_server.errors import MissingCredentialsError, ModelSpecError, PromptRejectedError
 from acp_server.jsonrpc.connection import STORE_WAIT_TIMEOUT
-from acp_server.jsonrpc.rpc import ErrorCode, IncomingRequest, RpcError, dispatch, error_message, method_table
+from acp_server.jsonrpc.rpc import (
+    ErrorCode,
+    IncomingRequest,
+    Methods,
+    RpcError,
+    dispatch,
+    error_message,
+    method_table,
+)
 from acp_server.protocol.context import Handler, NotificationHandler, Parts, RequestContext
 from acp_server.protocol.initialize import Capabilities
 from acp_server.protocol.params import INITIALIZE, INITIALIZE_V2, wire
@@ -49,6 +59,8 @@ class AcpDispatcher:
         notifications: Mapping[str, NotificationHandler],
         methods_v2: Mapping[str, Handler] | None = None,
         notifications_v2: Mapping[str, NotificationHandler] | None = None,
+        session_side_methods: Collection[str] = (),
+        session_side_methods_v2: Collection[str] = (),
         on_exit: Callable[[], None] = lambda: None,
     ) -> None:
         self.parts = parts
@@ -58,6 +70,10 @@ class AcpDispatcher:
         # What a connection whose `initialize` chose v2 serves (protocol/v2/handlers.py).
         self._methods_v2 = method_table(methods_v2 or methods, rpc_error)
         self._notifications_v2 = notifications_v2 or notifications
+        # The methods the session side serves, by wire name, and once it is loaded their tables (v1, v2).
+        self._later = frozenset(session_side_methods)
+        self._later_v2 = frozenset(session_side_methods_v2)
+        self._session_side_methods: tuple[Methods, Methods] | None = None
         self._on_exit = on_exit
         # What admission, release and titles use.
         self.runs = parts.runs
@@ -193,8 +209,10 @@ class AcpDispatcher:
     async def _answer(self, request: IncomingRequest, context: RequestContext) -> dict[str, Any]:
         if context.refused is not None:
             return error_message(request.id, context.refused.code, context.refused.message)
-        methods = self._methods_v2 if self.parts.handshake.v2 else self._methods
-        if request.method.startswith("session/") and request.method in methods:
+        v2 = self.parts.handshake.v2
+        methods = self._methods_v2 if v2 else self._methods
+        later = request.method in (self._later_v2 if v2 else self._later)
+        if request.method.startswith("session/") and (later or request.method in methods):
             try:
                 # Before params are validated: the first thing to fix is the order.
                 self.parts.handshake.require_initialized()
@@ -204,7 +222,24 @@ class AcpDispatcher:
             # Pipelined behind an `initialize`: validated and run after its answer, so nothing (not even the import
             # of a params model) comes before that answer, and nothing is answered before it.
             await self.parts.handshake.answered()
+        if later:
+            try:
+                methods = await self._session_side(v2)
+            except RpcError as exc:  # a broken install: this request is told, and the connection goes on
+                return error_message(request.id, exc.code, exc.message)
         return await dispatch(request, methods, context)
+
+    async def _session_side(self, v2: bool) -> Methods:
+        """The session side's methods, once it is loaded: a request for one waits for that one load, behind the
+        requests that waited before it (protocol/deferred.py), so pipelined requests take effect in order."""
+        await self.parts.session_side.load()
+        if self._session_side_methods is None:
+            side = self.parts.session_side.get()
+            self._session_side_methods = (
+                method_table(side.methods, rpc_error),
+                method_table(side.methods_v2, rpc_error),
+            )
+        return self._session_side_methods[1 if v2 else 0]
 
     def after_response(self, context: RequestContext) -> None:
         run = context.run

@@ -2,8 +2,9 @@
 
 Requests are small typed `(context, params)` functions; jsonrpcserver dispatches them (see `rpc.py`). Notifications
 are handled inline by the reader, in arrival order, and never answered, even when invalid. `session/prompt` is
-special in one way only: it is admitted in `AcpDispatcher.prepare`, synchronously, when its line is read. The session
-lifecycle methods live in `session_handlers.py`.
+special in one way only: it is admitted in `AcpDispatcher.prepare`, synchronously, when its line is read. These are
+the start-up side's methods; the session lifecycle's (`session_handlers.py`) are served by the session side once it is
+loaded, from its own table (`session_methods.py`), and listed here by wire name only (`SESSION_SIDE_METHODS`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ from acp_server.agent.sessions.options import PROMPT_POLICIES
 from acp_server.errors import MissingCredentialsError
 from acp_server.jsonrpc.rpc import ErrorCode, RpcError
 from acp_server.protocol.context import Handler, NotificationHandler, Parts, RequestContext
-from acp_server.protocol.deferred import after_load, deferred
 from acp_server.protocol.discovery import discover_models
 from acp_server.protocol.initialize import InitializeParams
 from acp_server.protocol.params import INITIALIZE, wire
@@ -35,10 +35,7 @@ if TYPE_CHECKING:  # the models are imported on first use (protocol/params.py)
         PromptRequest,
     )
 
-__all__ = ["METHODS", "NOTIFICATIONS", "NO_PARAMS", "log_in", "log_out"]
-
-# The session lifecycle's handlers, on the session side (protocol/deferred.py: loaded once `initialize` is answered).
-SESSION_HANDLERS = "acp_server.protocol.session_handlers"
+__all__ = ["METHODS", "NOTIFICATIONS", "NO_PARAMS", "SESSION_SIDE_METHODS", "log_in", "log_out"]
 
 PROTOCOL_VERSION = 1
 
@@ -216,24 +213,28 @@ def _traced_bytes() -> dict[str, int]:
 
 METHODS: dict[str, Handler] = {
     "initialize": (INITIALIZE, initialize),
-    # Start-up handlers, but in order behind the session side's requests pipelined before them (protocol/deferred.py).
-    "authenticate": (wire("AuthenticateRequest"), after_load(authenticate)),
-    "logout": (wire("LogoutRequest"), after_load(logout)),
-    "session/new": (wire("NewSessionRequest"), deferred(SESSION_HANDLERS, "session_new")),
     "session/prompt": (wire("PromptRequest"), session_prompt),
-    "session/set_mode": (wire("SetSessionModeRequest"), deferred(SESSION_HANDLERS, "session_set_mode")),
-    "session/set_config_option": (
-        wire("SetSessionConfigOptionRequest"),
-        deferred(SESSION_HANDLERS, "session_set_config_option"),
-    ),
-    "session/close": (wire("CloseSessionRequest"), deferred(SESSION_HANDLERS, "session_close")),
-    "session/load": (wire("LoadSessionRequest"), deferred(SESSION_HANDLERS, "session_load")),
-    "session/resume": (wire("LoadSessionRequest"), deferred(SESSION_HANDLERS, "session_resume")),
-    "session/list": (wire("ListSessionsRequest"), deferred(SESSION_HANDLERS, "session_list")),
-    "session/delete": (wire("DeleteSessionRequest"), deferred(SESSION_HANDLERS, "session_delete")),
-    "session/fork": (wire("LoadSessionRequest"), deferred(SESSION_HANDLERS, "session_fork")),
     "_acp_server/stats": (NO_PARAMS, stats),
 }
+
+# Served by the session side once it is loaded (protocol/session_methods.py `SESSION_METHODS`: their params and
+# handlers), listed here by wire name only: a request for one waits for that load (protocol/deferred.py).
+# `authenticate` and `logout` are start-up code served there, in order behind the requests pipelined before them.
+SESSION_SIDE_METHODS = frozenset(
+    {
+        "authenticate",
+        "logout",
+        "session/new",
+        "session/set_mode",
+        "session/set_config_option",
+        "session/close",
+        "session/load",
+        "session/resume",
+        "session/list",
+        "session/delete",
+        "session/fork",
+    }
+)
 
 
 # --- notifications ---

@@ -1,10 +1,12 @@
-"""How the method tables name each method's params: a pydantic model by its module and class (`WireParams`),
-imported and built when the first message of that method is read, not when the tables are.
+"""How the method tables name each method's params: a pydantic model of the wire schema by its class name
+(`WireParams`), its module imported and the model built when the first message of that method is read, not when the
+tables are.
 
 A fresh process answers `initialize` before it has read anything else, and pydantic (its import, then its first
 validator build with the plug-in loader it runs) was the largest part of that path (issue 14: start-up). So the
-tables hold names, `initialize` is read without pydantic (`initialize.py`, `INITIALIZE`), and pydantic is first
-imported with the session side (protocol/deferred.py), or by the first message that needs a model.
+tables hold class names, `initialize` is read without pydantic (`initialize.py`, `INITIALIZE`), and pydantic is first
+imported with the session side (protocol/deferred.py), or by the first message that needs a model: the schema
+modules are imported by a plain import in `_schema` and `_schema_v2`, the functions that first need them.
 
 Each is a `Params` (jsonrpc/rpc.py): `validate` gives what the handler is given, or raises the -32602 `RpcError`
 (the message names the first bad field, as it always has).
@@ -12,12 +14,13 @@ Each is a `Params` (jsonrpc/rpc.py): `validate` gives what the handler is given,
 
 from __future__ import annotations
 
-import importlib
-import sys
+import functools
 from collections.abc import Callable
+from types import ModuleType
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from acp_server.jsonrpc.rpc import ErrorCode, RpcError, validation_message
+from acp_server.protocol.deferred import load_failure
 from acp_server.protocol.initialize import (
     InitializeParams,
     InitializeParamsV2,
@@ -34,32 +37,41 @@ __all__ = ["INITIALIZE", "INITIALIZE_V2", "FastParams", "WireParams", "wire", "w
 
 T = TypeVar("T")
 
-SCHEMA = "acp_server.protocol.schema"
-SCHEMA_V2 = "acp_server.protocol.v2.schema"
+
+def _schema() -> ModuleType:
+    from acp_server.protocol import schema  # noqa: PLC0415 (start-up: pydantic and the models load after `initialize`)
+
+    return schema
+
+
+def _schema_v2() -> ModuleType:
+    from acp_server.protocol.v2 import schema  # noqa: PLC0415 (start-up: pydantic and the models load after `initialize`)
+
+    return schema
 
 
 class WireParams:
-    """A params model named by its module and class; long-lived and shared (a method table's entry), holding only
-    the class once it is imported."""
+    """A params model named by its class in a schema module (`schema` imports that module); long-lived and shared
+    (one per model, `wire`, `wire_v2`: a method table's entry and the dispatcher's admission read the same one),
+    holding only the class once it is imported."""
 
-    __slots__ = ("_model", "module", "name")
+    __slots__ = ("_model", "name", "schema")
 
-    def __init__(self, module: str, name: str) -> None:
-        self.module = module
+    def __init__(self, schema: Callable[[], ModuleType], name: str) -> None:
+        self.schema = schema
         self.name = name
         self._model: type[BaseModel] | None = None
 
     def __repr__(self) -> str:
-        return f"WireParams({self.module}.{self.name})"
+        return f"WireParams({self.name})"
 
     @property
     def model(self) -> type[BaseModel]:
         if self._model is None:
             try:
-                model: type[BaseModel] = getattr(importlib.import_module(self.module), self.name)
+                model: type[BaseModel] = getattr(self.schema(), self.name)
             except Exception as exc:  # a broken install, answered as the session side's would be (deferred.py)
-                message = f"the server could not load {self.module}: {exc}; reinstall acp-server"
-                raise RpcError(ErrorCode.INTERNAL_ERROR, message) from exc
+                raise RpcError(ErrorCode.INTERNAL_ERROR, load_failure(exc)) from exc
             self._model = model
         return self._model
 
@@ -73,10 +85,9 @@ class WireParams:
             raise RpcError(ErrorCode.INVALID_PARAMS, validation_message(exc)) from None
 
     def holds(self, value: Any) -> bool:
-        # A value of the model exists only once its module is imported: until then, no need to import it to know.
-        if self._model is None and self.module not in sys.modules:
-            return False
-        return isinstance(value, self.model)
+        # A value of the model is one this reader gave (there is one reader per model): until it has read one, no
+        # need to import the model to know.
+        return self._model is not None and isinstance(value, self._model)
 
 
 class FastParams(Generic[T]):
@@ -105,14 +116,16 @@ class FastParams(Generic[T]):
         return isinstance(value, self._kind)
 
 
+@functools.cache
 def wire(name: str) -> WireParams:
-    """A model of `schema.py`."""
-    return WireParams(SCHEMA, name)
+    """The reader of a model of `schema.py`, one per model."""
+    return WireParams(_schema, name)
 
 
+@functools.cache
 def wire_v2(name: str) -> WireParams:
-    """A model of `v2/schema.py`."""
-    return WireParams(SCHEMA_V2, name)
+    """The reader of a model of `v2/schema.py`, one per model."""
+    return WireParams(_schema_v2, name)
 
 
 INITIALIZE = FastParams(InitializeParams, read_initialize, wire("InitializeRequest"), from_model)

@@ -1,7 +1,7 @@
 """Replaying a transcript's client side against a running agent, and comparing what the agent says back.
 
 The engine is shared by `acp-server replay`, the pytest helper and the project's own transcript tests; what it
-drives is a `Peer` (a spawned agent in `agent_process`, the tests' schema-checking raw client), so the pacing and
+drives is a `Peer` (a spawned agent, `replay_peer.ReplayPeer`, the tests' schema-checking raw client), so the pacing and
 the comparison are the same code everywhere.
 
 Pacing: the "in" lines are sent in order; consecutive "in" lines with nothing between them go in one write. Before

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import anyio
 
-from acp_server.transcripts.agent_process import replay_command
 from acp_server.transcripts.engine import Outcome
 from acp_server.transcripts.format import load_transcript
+from acp_server.transcripts.replay_peer import replay_command
 
 __all__ = ["assert_replays"]
 

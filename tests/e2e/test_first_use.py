@@ -176,7 +176,7 @@ def test_the_documents_point_only_at_files_inside_the_repository(document: str) 
 
 
 def test_every_flag_chat_passes_on_is_one_the_server_takes(tmp_path: Path) -> None:
-    from acp_server.chat.options import SERVER_FLAGS, SERVER_SWITCHES
+    from acp_server.chat.arguments import SERVER_FLAGS, SERVER_SWITCHES
     from acp_server.settings.command_line import load
 
     samples = {"--model": "echo", "--base-url": "http://localhost:1/v1", "--permission-mode": "read_only"}

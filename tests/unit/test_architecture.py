@@ -78,8 +78,8 @@ def imported(tree: ast.Module) -> set[str]:
 
 def dependencies() -> dict[str, set[str]]:
     """Module -> the package's modules it imports, every way a module can be reached: at the top, inside functions,
-    under `TYPE_CHECKING`, `from package import submodule`, and a string naming a module (what `importlib` loads,
-    as `cli` does its subcommands)."""
+    under `TYPE_CHECKING`, `from package import submodule`, and a string naming a module (what `importlib` loads:
+    only `cli` does, its subcommands, `test_no_module_is_loaded_by_a_name_in_a_string`)."""
     trees = dict(modules())
     graph: dict[str, set[str]] = {}
     for name, tree in trees.items():
@@ -306,6 +306,52 @@ def test_no_import_cycle_anywhere() -> None:
     assert not cycles, "\n".join(" <-> ".join(group) for group in cycles)
 
 
+# The one module that loads modules by a name in a string: the command line's subcommand table (`SUBCOMMANDS`).
+LOADS_BY_NAME = "acp_server.cli"
+
+
+def loads_by_name(tree: ast.Module) -> list[str]:
+    """What in `tree` imports a module named by a value: `importlib.import_module` or `__import__`, called or handed
+    on (`to_thread.run_sync(importlib.import_module, name)`), however imported."""
+    names = ("import_module", "__import__")
+    return [
+        ast.unparse(node)
+        for node in ast.walk(tree)
+        if (isinstance(node, ast.Name) and node.id in names) or (isinstance(node, ast.Attribute) and node.attr in names)
+    ]
+
+
+def test_no_module_is_loaded_by_a_name_in_a_string() -> None:
+    """The call graph is read off the imports (issue 22 item 3): where start-up needs an import deferred, it is a
+    plain `import` inside the function that first needs it. Only the subcommand table names modules to load, so
+    `dependencies()` still finds every edge (the string constants there)."""
+    found = {name: calls for name, tree in modules() if name != LOADS_BY_NAME and (calls := loads_by_name(tree))}
+    assert not found, found
+    assert loads_by_name(dict(modules())[LOADS_BY_NAME]) == ["importlib.import_module"]  # the finder still finds it
+
+
+def test_the_loads_by_name_finder_finds_each_spelling() -> None:
+    code = "import importlib\nimportlib.import_module('a')\n__import__('b')\nfrom importlib import import_module\n"
+    code += "import_module('c')\nimportlib.__import__('d')\nrun_sync(importlib.import_module, 'e')\n"
+    found = [
+        "importlib.import_module",
+        "__import__",
+        "import_module",
+        "importlib.__import__",
+        "importlib.import_module",
+    ]
+    assert loads_by_name(ast.parse(code)) == found
+
+
+def test_every_module_the_session_side_loads_is_an_edge_of_the_import_graph() -> None:
+    """The session side is loaded by plain imports inside functions (cli/server.py `load_session_side`), which the
+    import graph counts like any other."""
+    graph = dependencies()
+    assert {"acp_server.cli.session_side", "acp_server.protocol.v2.prompt"} <= graph["acp_server.cli.server"]
+    assert "acp_server.protocol.session_methods" in graph["acp_server.cli.session_side"]
+    assert {"acp_server.cli.doctor", "acp_server.transcripts.replay_cli"} <= graph[LOADS_BY_NAME]
+
+
 def test_the_runtime_knows_nothing_of_json_rpc_or_acp_wire_layers() -> None:
     for name, tree in modules():
         if name.startswith("acp_server.runtime"):
@@ -413,6 +459,7 @@ HEAVY_AT_START_UP = (
     "acp_server.store",
     "acp_server.settings.checks",
     "acp_server.cli.session_side",
+    "acp_server.protocol.session_methods",
     "acp_server.protocol.session_handlers",
     "acp_server.protocol.v2.sessions",
     "acp_server.protocol.v2.prompt",

@@ -235,6 +235,12 @@ class RunContext:
         return self.state is RunState.STOPPING
 
     @property
+    def withdrawn(self) -> bool:
+        """A cancel claimed this prompt while it was held, before it was ever the session's current one (ACP v2: it
+        was never inserted, and answers `-32800`)."""
+        return self.cancelled and not self.was_admitted
+
+    @property
     def fenced(self) -> bool:
         """The fence (what the connection checks): once True, nothing this run does reaches the client."""
         # Identity tests, not a set lookup: read twice for every streamed chunk, and Enum.__hash__ is Python code.
@@ -340,7 +346,12 @@ class RunContext:
 
 
 class RunRegistry:
-    """The run registry: session id -> the running turn's RunContext. Holds no run state of its own."""
+    """The run registry: session id -> the running turn's RunContext. Holds no run state of its own.
+
+    The cancel family, each synchronous and lock-free (a look-up, a mark, a scope cancelled; nothing awaited): a
+    session's turn and everything admitted behind it (`interrupt`, `interrupt_all`), one prompt (`cancel_run`), one
+    held prompt (`cancel_held`), one tool call (`tool_call_stop`) and one terminal (`terminal_stop`), each found by
+    the ids the client names. No module but this one reaches into a run's cancellable state."""
 
     def __init__(self) -> None:
         self._runs: dict[str, RunContext] = {}
@@ -410,6 +421,45 @@ class RunRegistry:
     def cancel_run(self, run: RunContext) -> None:
         """Cancel one prompt only (`$/cancel_request` naming it); other prompts of the session are untouched."""
         run.claim_cancel(anyio.current_time())
+
+    def cancel_held(self, run: RunContext) -> bool:
+        """Cancel one held prompt only (ACP v2 `$/cancel_request` naming it): a prompt admitted behind the session's
+        work and not yet inserted (QUEUED) is claimed, and True. Any other prompt is left alone, and False: an
+        inserted one is the session's work, whose only cancel is `interrupt`."""
+        if run.state is not RunState.QUEUED:
+            return False
+        run.claim_cancel(anyio.current_time())
+        return True
+
+    @staticmethod
+    def withdrawn(session: Session) -> list[RunContext]:
+        """The session's held prompts a cancel claimed before they were inserted (`RunContext.withdrawn`) and that
+        are not released yet, in the order they were admitted."""
+        return [run for run in session.waiting if run.withdrawn]
+
+    def tool_call_stop(self, session_id: str, call_id: str) -> Callable[[], None] | None:
+        """What cancels one tool call alone (`tool_call/cancel`): the call `call_id`, cancellable and running in the
+        session's running turn, unfenced; None when there is none (the call unknown, finished or not cancellable, the
+        session idle). Only this session's turn is looked in. The stop is synchronous and idempotent: it cancels the
+        call's scope and starts its cleanup deadline (runtime/call_stops.py); the caller makes it once its acceptance
+        is queued, so that the acceptance precedes the call's final update."""
+        run = self._unfenced(session_id)
+        stop = None if run is None else run.cancellable_calls.get(call_id)
+        return None if stop is None else stop.cancel
+
+    def terminal_stop(self, session_id: str, terminal_id: str) -> Callable[[], None] | None:
+        """What stops one display terminal's command alone (ACP v2 `terminal/cancel`): the terminal `terminal_id` of
+        the session's running turn, unfenced, while its command runs (or is being spawned: then it is stopped the
+        moment it runs); None when there is none. Only this session's turn is looked in, never another's. The stop is
+        synchronous (it starts the process group's termination in a task of the connection); the caller makes it once
+        its acceptance is queued."""
+        run = self._unfenced(session_id)
+        return None if run is None else run.terminal_stops.get(terminal_id)
+
+    def _unfenced(self, session_id: str) -> RunContext | None:
+        """The session's running turn, if its fence is not up: what a by-id cancel may still reach."""
+        run = self._runs.get(session_id)
+        return None if run is None or run.fenced else run
 
     def register_child(self, run: RunContext) -> None:
         """A subagent's turn, addressable by its own session id (docs/interrupts.md, decision 5)."""

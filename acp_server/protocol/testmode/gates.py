@@ -7,6 +7,7 @@ session services.
 
 from __future__ import annotations
 
+from types import ModuleType
 from typing import TYPE_CHECKING
 
 from acp_server.protocol.context import Parts
@@ -18,8 +19,15 @@ if TYPE_CHECKING:
 
 __all__ = ["GATES", "RELEASE_PARAMS"]
 
+
+def _gate_params() -> ModuleType:
+    from acp_server.protocol.testmode import gate_params  # noqa: PLC0415 (start-up: pydantic loads with the first release)
+
+    return gate_params
+
+
 # Imported with the first `_scripted/release` (testmode/gate_params.py).
-RELEASE_PARAMS = WireParams("acp_server.protocol.testmode.gate_params", "ScriptedReleaseNotification")
+RELEASE_PARAMS = WireParams(_gate_params, "ScriptedReleaseNotification")
 
 
 def scripted_release(parts: Parts, params: ScriptedReleaseNotification) -> None:

@@ -3,56 +3,59 @@
 `auth/logout` replace the first two); `session/cancel`
 is v1's cancel that then answers the held prompts it withdrew (protocol/v2/withdrawals.py); `$/cancel_request` is
 v2's own, acting only on a held prompt (see protocol/v2/prompt.py for what a withdrawn held prompt answers).
+
+The start-up side's methods are in `METHODS_V2`; the session side's are in its own table
+(protocol/session_methods.py `SESSION_METHODS_V2`), listed here by wire name (`SESSION_SIDE_METHODS_V2`).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from acp_server.agent.sessions.runs import RunState
-from acp_server.protocol.context import Handler, NotificationHandler, Parts
-from acp_server.protocol.deferred import after_load, deferred
+from acp_server.protocol.context import Handler, NotificationHandler, Parts, RequestContext
 from acp_server.protocol.handlers import METHODS, NOTIFICATIONS
-from acp_server.protocol.params import wire, wire_v2
-from acp_server.protocol.v2.auth import auth_login, auth_logout
+from acp_server.protocol.params import wire
 from acp_server.protocol.v2.withdrawals import session_cancel_v2, withdraw
 
 if TYPE_CHECKING:  # imported on first use (protocol/params.py)
-    from acp_server.protocol.schema import CancelRequestNotification
+    from acp_server.protocol.schema import CancelRequestNotification, PromptRequest
 
-__all__ = ["METHODS_V2", "NOTIFICATIONS_V2"]
+__all__ = ["METHODS_V2", "NOTIFICATIONS_V2", "SESSION_SIDE_METHODS_V2"]
 
-# Where the session side's handlers live (protocol/deferred.py: loaded once `initialize` is answered).
-SESSIONS = "acp_server.protocol.v2.sessions"
+
+async def session_prompt(context: RequestContext, params: PromptRequest) -> dict[str, Any]:
+    """`session/prompt` on v2 (protocol/v2/prompt.py). Admitted or refused as its line is read, like v1's: a refused
+    one is answered at once; an admitted one names an open session, so the session side is loaded."""
+    if context.admission_error is not None:
+        raise context.admission_error
+    from acp_server.protocol.v2.prompt import session_prompt_v2  # noqa: PLC0415 (start-up: the session side, loaded once a session is open)
+
+    return await session_prompt_v2(context, params)
+
 
 METHODS_V2: dict[str, Handler] = {
     "initialize": METHODS["initialize"],
-    # In order behind the session side's requests pipelined before them (protocol/deferred.py).
-    "auth/login": (wire("AuthenticateRequest"), after_load(auth_login)),
-    "auth/logout": (wire("LogoutRequest"), after_load(auth_logout)),
-    "session/new": (wire_v2("NewSessionRequestV2"), deferred(SESSIONS, "session_new_v2")),
-    "session/prompt": (wire("PromptRequest"), deferred("acp_server.protocol.v2.prompt", "session_prompt_v2")),
-    "session/set_config_option": (
-        wire("SetSessionConfigOptionRequest"),
-        deferred(SESSIONS, "session_set_config_option_v2"),
-    ),
-    "session/close": (wire("CloseSessionRequest"), deferred(SESSIONS, "session_close_v2")),
-    "session/resume": (wire_v2("ResumeSessionRequestV2"), deferred(SESSIONS, "session_resume_v2")),
-    "session/list": (wire("ListSessionsRequest"), deferred(SESSIONS, "session_list_v2")),
-    "session/delete": (
-        wire("DeleteSessionRequest"),
-        deferred("acp_server.protocol.session_handlers", "session_delete"),
-    ),
-    "tool_call/cancel": (
-        wire_v2("CancelToolCallRequest"),
-        deferred("acp_server.protocol.v2.cancels", "tool_call_cancel"),
-    ),
-    "terminal/cancel": (
-        wire_v2("CancelTerminalRequest"),
-        deferred("acp_server.protocol.v2.terminals", "terminal_cancel"),
-    ),
+    "session/prompt": (wire("PromptRequest"), session_prompt),
     "_acp_server/stats": METHODS["_acp_server/stats"],
 }
+
+# Served by the session side once it is loaded (protocol/session_methods.py `SESSION_METHODS_V2`: their params and
+# handlers), listed here by wire name only: a request for one waits for that load (protocol/deferred.py).
+# `auth/login` and `auth/logout` are start-up code served there, in order behind the requests pipelined before them.
+SESSION_SIDE_METHODS_V2 = frozenset(
+    {
+        "auth/login",
+        "auth/logout",
+        "session/new",
+        "session/set_config_option",
+        "session/close",
+        "session/resume",
+        "session/list",
+        "session/delete",
+        "tool_call/cancel",
+        "terminal/cancel",
+    }
+)
 
 
 def cancel_request_v2(parts: Parts, params: CancelRequestNotification) -> None:
@@ -60,8 +63,7 @@ def cancel_request_v2(parts: Parts, params: CancelRequestNotification) -> None:
     nothing else. A prompt inserted at admission (an idle session) is already the session's work, whose only
     cancel is `session/cancel`: naming it is ignored, as is naming any other request."""
     run = parts.prompts.get(params.request_id)
-    if run is not None and run.state is RunState.QUEUED:
-        parts.runs.cancel_run(run)
+    if run is not None and parts.runs.cancel_held(run):
         withdraw(parts, run)  # answered -32800 now (protocol/v2/withdrawals.py)
 
 

@@ -44,7 +44,7 @@ async def session_prompt_v2(context: RequestContext, params: PromptRequest) -> d
     if run.steers and run.state is RunState.QUEUED:
         return _insert_now(context, run)
     await run.wait_until(lambda: run.state is not RunState.QUEUED)  # held while the session's work runs
-    if run.cancelled and not run.was_admitted:
+    if run.withdrawn:
         # Claimed while it was held, before it was inserted: withdrawn. The dispatcher releases it once this error
         # is queued. (A prompt inserted, at admission or at its hand-over, and cancelled at once is answered, and its
         # work ends `idle cancelled`.)
@@ -83,7 +83,7 @@ def _insert_now(context: RequestContext, run: RunContext) -> dict[str, Any]:
 async def _joined_work(parts: Parts, run: RunContext) -> None:
     """A steering prompt's part of the work, once the running turn hands over to it."""
     await run.wait_until(lambda: run.state is not RunState.QUEUED)
-    if run.cancelled and not run.was_admitted:
+    if run.withdrawn:
         # Cancelled with the work it joined, before the hand-over: that work's `idle cancelled` has ended it, so
         # nothing more is sent for it, but its message is kept (recorded after that work's). Cancelled after the
         # hand-over, the work is its own (the predecessor sent no idle): the normal path below ends it with `idle

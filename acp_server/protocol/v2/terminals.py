@@ -32,7 +32,7 @@ from acp_server.errors import ToolError
 from acp_server.jsonrpc.connection import Connection
 from acp_server.protocol.context import RequestContext
 from acp_server.protocol.store_log import record_terminal_end
-from acp_server.protocol.v2.cancels import cancel_target
+from acp_server.protocol.v2.cancels import not_running
 from acp_server.protocol.v2.schema import CancelTerminalRequest
 from acp_server.runtime.local_commands import OUTPUT_LIMIT, LocalCommandRunner, OutputTail
 from acp_server.runtime.ports import CommandResult
@@ -199,13 +199,9 @@ def _exited(terminal_id: str, started: list[Process], killed: bool) -> dict[str,
 
 async def terminal_cancel(context: RequestContext, params: CancelTerminalRequest) -> dict[str, Any]:
     """`terminal/cancel`: `{}` on acceptance, then the process group is stopped (after the answer is queued)."""
-    terminal_id = params.terminal_id
-    stop = cancel_target(
-        context,
-        params.session_id,
-        lambda run: run.terminal_stops.get(terminal_id),
-        "terminalId",
-        f"terminal {terminal_id!r}",
-    )
+    context.parts.sessions.require(params.session_id)  # an unknown session is -32002
+    stop = context.parts.runs.terminal_stop(params.session_id, params.terminal_id)
+    if stop is None:
+        raise not_running("terminalId", f"terminal {params.terminal_id!r}")
     context.after.append(stop)
     return {}

@@ -28,13 +28,13 @@ WITHDRAWN = "Request cancelled: the prompt was withdrawn before it was inserted"
 def withdraw_held(parts: Parts, session: Session) -> None:
     """Answer `-32800` now, in the order received, every prompt of `session` a cancel claimed while it was held
     (never inserted) and that is not answered yet."""
-    for run in list(session.waiting):
+    for run in parts.runs.withdrawn(session):
         withdraw(parts, run)
 
 
 def withdraw(parts: Parts, run: RunContext) -> None:
     """One prompt: answered `-32800` now if a cancel claimed it while it was held and it is still unanswered."""
-    if not run.cancelled or run.was_admitted or parts.prompts.get(run.request_id) is not run:
+    if not run.withdrawn or parts.prompts.get(run.request_id) is not run:
         return  # not claimed, inserted (answered `{messageId}`), or answered already
     del parts.prompts[run.request_id]  # answered: `$/cancel_request` no longer names it
     parts.withdrawn.add(run)

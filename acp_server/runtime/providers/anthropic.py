@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from types import ModuleType
 from typing import Any
 
 from acp_server.errors import ModelError
@@ -65,6 +66,12 @@ class AnthropicProvider(HttpProvider):
     CLIENT = "AsyncAnthropic"
     MISSING_SDK = MISSING_SDK
     DEFAULT_BASE_URL = DEFAULT_BASE_URL
+
+    @staticmethod
+    def sdk_module() -> ModuleType:
+        import anthropic  # noqa: PLC0415 (over a second to import, and optional: on first use, in a worker thread)
+
+        return anthropic
 
     def __init__(
         self,

@@ -10,7 +10,6 @@ so it serves both SDKs without importing either, and it never shows a traceback 
 
 from __future__ import annotations
 
-import importlib
 import logging
 import math
 import random
@@ -57,7 +56,7 @@ class HttpProvider:
     """A model behind an HTTP API: its configuration, and the SDK's client, made on first use (the client is
     configuration plus a connection pool, never turn state). Subclasses name their SDK and open their turns."""
 
-    SDK: ClassVar[str]  # the module to import, e.g. "openai"
+    SDK: ClassVar[str]  # the SDK's name as a user reads it (and its models list's key), e.g. "openai"
     CLIENT: ClassVar[str]  # its async client class, e.g. "AsyncOpenAI"
     MISSING_SDK: ClassVar[str]  # what to tell the user when the SDK is not installed
     DEFAULT_BASE_URL: ClassVar[str]
@@ -94,12 +93,18 @@ class HttpProvider:
         if self._client is None:
             async with self._setting_up:  # one set-up at a time: a second first turn waits for the first's client
                 if self._client is None:
-                    sdk = await import_sdk(self.SDK, self.MISSING_SDK)
+                    sdk = await import_sdk(self.sdk_module, self.MISSING_SDK)
                     client = await anyio.to_thread.run_sync(self._new_client, sdk, abandon_on_cancel=True)
                     self.sdk = sdk
                     self.stream_cls = self.stream_class(sdk)
                     self._client = client
         return self._client
+
+    @staticmethod
+    def sdk_module() -> ModuleType:
+        """The SDK's module, imported by a plain import (a subclass names its own): called in a worker thread, on
+        first use (`import_sdk`)."""
+        raise NotImplementedError
 
     def stream_class(self, sdk: ModuleType) -> Any:
         """The class the SDK wraps each streamed reply's response in: its own `AsyncStream[object]`, whose chunks stay
@@ -455,15 +460,16 @@ def parse_arguments(raw: str) -> dict[str, Any]:
     return value if isinstance(value, dict) else {INVALID_ARGUMENTS: raw}
 
 
-async def import_sdk(name: str, missing: str) -> ModuleType:
-    """Import a provider SDK on first use, in a worker thread so the event loop keeps serving meanwhile.
+async def import_sdk(sdk_module: Callable[[], ModuleType], missing: str) -> ModuleType:
+    """Import a provider SDK on first use (`sdk_module`, a function of a plain import), in a worker thread so the
+    event loop keeps serving meanwhile.
 
     Always through the import system, never a `sys.modules` peek: after a turn cancelled during the first import,
-    the abandoned thread may still be running it, and `import_module` waits for that import to finish where
+    the abandoned thread may still be running it, and an import statement waits for that import to finish where
     `sys.modules` would hand out a half-initialised module.
     """
     try:
-        module: ModuleType = await anyio.to_thread.run_sync(importlib.import_module, name, abandon_on_cancel=True)
+        module: ModuleType = await anyio.to_thread.run_sync(sdk_module, abandon_on_cancel=True)
     except ImportError:
         raise ModelError(missing) from None
     return module

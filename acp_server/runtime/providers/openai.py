@@ -86,6 +86,12 @@ class OpenAIProvider(HttpProvider):
     MISSING_SDK = "the openai provider needs the openai package: pip install openai"
     DEFAULT_BASE_URL = DEFAULT_BASE_URL
 
+    @staticmethod
+    def sdk_module() -> types.ModuleType:
+        import openai  # noqa: PLC0415 (half a second to import: on first use, in a worker thread, http_common.import_sdk)
+
+        return openai
+
     def open_turn(self, turn: TurnInput) -> ModelTurn:
         return _OpenAITurn(self, turn.system_prompt, turn.accepts)
 

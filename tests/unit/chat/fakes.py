@@ -53,7 +53,7 @@ def _pipe() -> tuple[_PipeIn, _PipeOut]:
 
 
 class ScriptedAgent:
-    """The agent's side of the chat's pipes: `stdin` and `stdout` as `AgentProcess` has them; the test reads what
+    """The agent's side of the chat's pipes: `stdin` and `stdout` as `AgentChild` has them; the test reads what
     the chat sent and writes the agent's lines."""
 
     def __init__(self) -> None:

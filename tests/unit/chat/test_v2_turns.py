@@ -18,7 +18,7 @@ import anyio
 import pytest
 from anyio.abc import TaskGroup
 
-from acp_server.chat.agent_process import AgentProcess
+from acp_server.chat.agent_child import AgentChild
 from acp_server.chat.render import Renderer
 from acp_server.chat.session import Conversation
 from acp_server.chat.terminal import LineInput
@@ -48,7 +48,7 @@ class Outcome:
 async def v2_chat(version: int = 2) -> AsyncIterator[Chat]:
     """A conversation with the scripted agent, past `initialize` (answered `version`) and `session/new`."""
     agent, screen, keyboard = ScriptedAgent(), Screen(), Keyboard()
-    conversation = Conversation(cast(AgentProcess, agent), Renderer(screen), cast(LineInput, keyboard))
+    conversation = Conversation(cast(AgentChild, agent), Renderer(screen), cast(LineInput, keyboard))
     try:
         with anyio.fail_after(scaled(10)):  # a safety bound: a turn that never ends fails here, not at the timeout
             async with anyio.create_task_group() as tasks:

@@ -1,24 +1,60 @@
 """The session side, loaded after `initialize` (protocol/deferred.py): one load however many requests wait for it,
-built once, a load that imports every module the method tables defer to, and a side that cannot be loaded answered
-as such while the connection goes on."""
+built once, a load that imports every method the start-up tables leave to it, a request for one of those methods
+routed by the dispatcher once the load is over, and a side that cannot be loaded answered as such while the
+connection goes on."""
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 import types
+from pathlib import Path
 from typing import Any
 
 import anyio
 import anyio.lowlevel
 import pytest
 
-from acp_server.jsonrpc.rpc import ErrorCode, RpcError
-from acp_server.protocol.deferred import Deferred, after_load, deferred
+from acp_server.cli.server import build_server
+from acp_server.jsonrpc.rpc import ErrorCode, IncomingRequest, RpcError
+from acp_server.protocol.context import RequestContext, SessionSide
+from acp_server.protocol.deferred import Deferred, load_failure
+from acp_server.protocol.dispatcher import AcpDispatcher
 from acp_server.protocol.handlers import _warm_up_after_initialize
 from acp_server.protocol.session_table import Handshake
+from acp_server.settings.config import Config
 
 pytestmark = pytest.mark.timeout(30)
+
+
+async def _three_steps() -> None:
+    """Stand-ins for the session side's modules, imported a step at a time (cli/server.py `load_session_side`)."""
+    import colorsys  # noqa: F401
+
+    await anyio.lowlevel.checkpoint()
+    import netrc  # noqa: F401
+
+    await anyio.lowlevel.checkpoint()
+    import tabnanny  # noqa: F401
+
+
+async def _two_steps() -> None:
+    import colorsys  # noqa: F401
+
+    await anyio.lowlevel.checkpoint()
+    import netrc  # noqa: F401
+
+
+async def _one_step() -> None:
+    import colorsys  # noqa: F401
+
+
+async def _a_missing_module() -> None:
+    import colorsys  # noqa: F401
+
+    await anyio.lowlevel.checkpoint()
+    import acp_server._no_such_module  # type: ignore[import-not-found]  # noqa: F401
 
 
 async def test_requests_that_come_while_the_session_side_loads_wait_for_that_one_load(
@@ -33,7 +69,7 @@ async def test_requests_that_come_while_the_session_side_loads_wait_for_that_one
         built.append("turns")
         return "turns"
 
-    side = Deferred(("colorsys", "netrc", "tabnanny"), build)
+    side = Deferred(_three_steps, build)
     waited: list[tuple[str, bool]] = []
 
     async def request(name: str) -> None:
@@ -59,7 +95,7 @@ async def test_a_request_that_comes_once_the_load_ends_goes_on_after_those_that_
     first one last)."""
     for module in ("colorsys", "netrc"):
         monkeypatch.delitem(sys.modules, module, raising=False)
-    side = Deferred(("colorsys", "netrc"), lambda: "turns")
+    side = Deferred(_two_steps, lambda: "turns")
     went_on: list[str] = []
 
     async def request(name: str) -> None:
@@ -99,12 +135,45 @@ def _parts(side: Deferred[Any], *, closing: bool = False) -> Any:
     )
 
 
+class _AnyParams:
+    """Params read as they come (a `Params`, jsonrpc/rpc.py)."""
+
+    def validate(self, params: Any) -> Any:
+        return params
+
+    def holds(self, value: Any) -> bool:
+        return False
+
+
+def _side(handler: Any) -> SessionSide:
+    """A session side serving `x/later` (v1) with `handler`; no turn services."""
+    turns: Any = types.SimpleNamespace(tools=None)
+    return SessionSide(turns=turns, methods={"x/later": (_AnyParams(), handler)}, methods_v2={})
+
+
+def _dispatcher(side: Deferred[Any]) -> AcpDispatcher:
+    """A connection's dispatcher (the composition root's pieces) whose session side is `side`, serving `x/later`."""
+    _, built = build_server(Config(model="scripted"))
+    parts = dataclasses.replace(built.parts, session_side=side)
+    return AcpDispatcher(parts, methods={}, notifications={}, session_side_methods={"x/later"})
+
+
+async def _ask(dispatcher: AcpDispatcher, method: str = "x/later") -> dict[str, Any] | None:
+    """A request for `method`, answered as the connection would have it answered."""
+    request = IncomingRequest(1, method, {}, {"jsonrpc": "2.0", "id": 1, "method": method, "params": {}})
+    return await dispatcher.answer(request, RequestContext(dispatcher.parts, 1))
+
+
+async def _never_called(context: Any, params: Any) -> Any:
+    raise AssertionError("a request that needs the loaded side ran without it")
+
+
 async def test_a_session_side_that_cannot_be_imported_leaves_the_connection_serving_and_each_request_told_why(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    side: Deferred[Any] = Deferred(("colorsys", "acp_server._no_such_module"), lambda: "turns")
-    parts = _parts(side)
-    context = types.SimpleNamespace(parts=parts, admission_error=None)
+    side: Deferred[Any] = Deferred(_a_missing_module, lambda: _side(_never_called))
+    dispatcher = _dispatcher(side)
+    parts = dispatcher.parts
     expected = (
         "the server could not load acp_server._no_such_module: No module named 'acp_server._no_such_module'; "
         "reinstall acp-server"
@@ -112,46 +181,56 @@ async def test_a_session_side_that_cannot_be_imported_leaves_the_connection_serv
     async with anyio.create_task_group() as tg:  # stands for the connection's task group
         tg.start_soon(_warm_up_after_initialize, parts)
         # A request that came while the side loads waits for that load, and is told why it failed.
-        with pytest.raises(RpcError) as waited:
-            await deferred("acp_server.protocol.session_handlers", "session_new")(context, {})
+        waited = await _ask(dispatcher)
     assert parts.providers.warm_ups_running == 0
-    assert (waited.value.code, waited.value.message) == (ErrorCode.INTERNAL_ERROR, expected)
+    assert waited == {"jsonrpc": "2.0", "id": 1, "error": {"code": ErrorCode.INTERNAL_ERROR, "message": expected}}
     # Said once on stderr, by the warm-up.
     assert [r.getMessage() for r in caplog.records if r.levelname == "ERROR"] == [expected]
-    # Later requests, the ones that wait for the load before acting, and the pieces built from it: the same answer.
-    for later in (deferred("acp_server.protocol.session_handlers", "session_list"), after_load(_never_called)):
-        with pytest.raises(RpcError) as raised:
-            await later(context, {})
-        assert (raised.value.code, raised.value.message) == (ErrorCode.INTERNAL_ERROR, expected)
+    # Later requests, and the pieces built from it: the same answer; a start-up method is served as ever.
+    assert await _ask(dispatcher) == waited
     with pytest.raises(RpcError) as built:
         side.get()
     assert built.value.message == expected
     await side.ended()  # the load is over, failed: nothing waits for it
 
 
-async def _never_called(context: Any, params: Any) -> Any:
-    raise AssertionError("a request that needs the loaded side ran without it")
+async def test_a_module_that_fails_as_it_is_imported_is_the_one_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "acp_test_broken_step.py").write_text('raise RuntimeError("a broken module")\n')
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    async def load() -> None:
+        await _one_step()
+        import acp_test_broken_step  # type: ignore[import-not-found]  # noqa: F401
+
+    side: Deferred[Any] = Deferred(load, lambda: "turns")
+    with pytest.raises(RpcError) as raised:
+        await side.load()
+    expected = "the server could not load acp_test_broken_step: a broken module; reinstall acp-server"
+    assert (raised.value.code, raised.value.message) == (ErrorCode.INTERNAL_ERROR, expected)
+    assert load_failure(ValueError("no sandbox")) == (
+        "the server could not load the session side: no sandbox; reinstall acp-server"
+    )
 
 
 async def test_turn_services_that_fail_to_build_leave_the_connection_serving_and_each_request_told_why() -> None:
-    def build() -> str:
+    def build() -> SessionSide:
         raise ValueError("no sandbox")
 
-    side: Deferred[Any] = Deferred(("colorsys",), build)
-    parts = _parts(side)
+    side: Deferred[Any] = Deferred(_one_step, build)
+    dispatcher = _dispatcher(side)
     async with anyio.create_task_group() as tg:
-        tg.start_soon(_warm_up_after_initialize, parts)
-    assert side.failed and parts.providers.warm_ups_running == 0
-    with pytest.raises(RpcError) as raised:
-        await deferred("acp_server.protocol.session_handlers", "session_new")(
-            types.SimpleNamespace(parts=parts, admission_error=None), {}
-        )
-    assert raised.value.message == "the server could not load colorsys: no sandbox; reinstall acp-server"
+        tg.start_soon(_warm_up_after_initialize, dispatcher.parts)
+    assert side.failed and dispatcher.parts.providers.warm_ups_running == 0
+    answer = await _ask(dispatcher)
+    assert answer is not None
+    assert answer["error"]["message"] == "the server could not load the session side: no sandbox; reinstall acp-server"
 
 
 async def test_the_warm_up_starts_nothing_once_the_input_has_ended() -> None:
     # initialize, then EOF (or a stop signal): the connection is shutting down when the warm-up would begin.
-    side: Deferred[Any] = Deferred(("colorsys",), lambda: "turns")
+    side: Deferred[Any] = Deferred(_one_step, lambda: "turns")
     await _warm_up_after_initialize(_parts(side, closing=True))
     assert not side.built and not side.failed
     with anyio.move_on_after(0.05) as waiting:
@@ -161,7 +240,7 @@ async def test_the_warm_up_starts_nothing_once_the_input_has_ended() -> None:
 
 async def test_what_waits_for_the_load_to_end_goes_on_once_it_has_and_the_loaded_hook_runs_once() -> None:
     loaded: list[str] = []
-    side: Deferred[Any] = Deferred(("colorsys", "netrc"), lambda: "turns", lambda: loaded.append("frozen"))
+    side: Deferred[Any] = Deferred(_two_steps, lambda: "turns", lambda: loaded.append("frozen"))
     order: list[str] = []
 
     async def after_the_load() -> None:
@@ -181,29 +260,31 @@ async def test_what_waits_for_the_load_to_end_goes_on_once_it_has_and_the_loaded
 
 
 _TABLES = """
-import sys
-from acp_server.protocol.deferred import DeferredHandler
-from acp_server.protocol.handlers import METHODS
-from acp_server.protocol.v2.handlers import METHODS_V2
-from acp_server.cli.server import SESSION_SIDE
+import sys, anyio
+from acp_server.protocol.handlers import METHODS, SESSION_SIDE_METHODS
+from acp_server.protocol.v2.handlers import METHODS_V2, SESSION_SIDE_METHODS_V2
+from acp_server.cli.server import load_session_side
 
-deferred = {h.module for _, h in (*METHODS.values(), *METHODS_V2.values()) if isinstance(h, DeferredHandler)}
-before = sorted(m for m in deferred if m in sys.modules)
-for module in SESSION_SIDE:
-    __import__(module)
-after = sorted(m for m in deferred if m not in sys.modules)
-handlers = [h for _, h in (*METHODS.values(), *METHODS_V2.values()) if isinstance(h, DeferredHandler)]
-missing = [h.__name__ for h in handlers if not callable(getattr(sys.modules[h.module], h.__name__, None))]
-print(len(deferred), before, after, missing)
+TABLES = "acp_server.protocol.session_methods"
+before = TABLES in sys.modules
+anyio.run(load_session_side)
+loaded = TABLES in sys.modules
+from acp_server.protocol.session_methods import SESSION_METHODS, SESSION_METHODS_V2
+
+same = SESSION_METHODS.keys() == SESSION_SIDE_METHODS, SESSION_METHODS_V2.keys() == SESSION_SIDE_METHODS_V2
+apart = not METHODS.keys() & SESSION_SIDE_METHODS, not METHODS_V2.keys() & SESSION_SIDE_METHODS_V2
+print(before, loaded, *same, *apart, len(SESSION_METHODS) >= 5 and len(SESSION_METHODS_V2) >= 5)
 """
 
 
-def test_loading_the_session_side_imports_every_module_a_method_table_defers_to() -> None:
+def test_loading_the_session_side_imports_its_tables_which_serve_exactly_the_methods_the_start_up_tables_leave_it() -> (
+    None
+):
     result = subprocess.run([sys.executable, "-c", _TABLES], capture_output=True, text=True, timeout=25, check=False)
     assert result.returncode == 0, result.stderr
-    count, rest = result.stdout.split(" ", 1)
-    # Not loaded by the tables themselves, all loaded by the session side, and each names a real handler.
-    assert int(count) >= 5 and rest.strip() == "[] [] []"
+    # Not loaded by the start-up tables, loaded by the session side, and naming each method the start-up side
+    # leaves to it (and none it serves itself).
+    assert result.stdout.split() == ["False", *["True"] * 6]
 
 
 _FREEZE = """
@@ -232,25 +313,42 @@ def test_the_session_side_is_frozen_out_of_the_collectors_sight_like_start_up_wh
     assert result.stdout.strip() == f"(True, {frozen})"
 
 
-async def test_a_request_pipelined_behind_initialize_waits_for_its_answer_before_it_loads_or_acts() -> None:
+async def test_a_request_pipelined_behind_initialize_waits_for_its_answer_once_then_for_the_load_then_acts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """An `auth/login` read right behind `initialize` once ran (and started the session side's load) while the
     `initialize` handler still awaited the models list: it found no authentication offered, and was answered first.
-    What waits for the load now waits for every `initialize` read before it to be answered."""
-    side: Deferred[Any] = Deferred(("colorsys",), lambda: "turns")
-    parts = _parts(side)
-    parts.handshake.initialize_read()
-    context = types.SimpleNamespace(parts=parts, admission_error=None)
+    What waits for the load now waits for every `initialize` read before it to be answered, once (the dispatcher
+    alone waits: the `tool_call/cancel` path once awaited it twice, issue 22 item 3)."""
     acted: list[str] = []
 
     async def login(context: Any, params: Any) -> str:
         acted.append("login")
         return "ok"
 
+    side: Deferred[Any] = Deferred(_one_step, lambda: _side(login))
+    dispatcher = _dispatcher(side)
+    handshake = dispatcher.parts.handshake
+    waits: list[str] = []
+    answered = handshake.answered
+
+    async def counted() -> None:
+        waits.append("answered")
+        await answered()
+
+    monkeypatch.setattr(handshake, "answered", counted)
+    handshake.initialize_read()
+    answers: list[dict[str, Any] | None] = []
+
+    async def ask() -> None:
+        answers.append(await _ask(dispatcher))
+
     async with anyio.create_task_group() as tg:
-        tg.start_soon(after_load(login), context, {})
+        tg.start_soon(ask)
         for _ in range(20):
             await anyio.lowlevel.checkpoint()
         assert acted == [] and not side.failed and not side._imported, "it acted before initialize was answered"
-        parts.handshake.initialize_answered()
-    assert acted == ["login"]
-    await parts.handshake.answered()  # nothing unanswered: at once
+        handshake.initialize_answered()
+    assert acted == ["login"] and answers == [{"jsonrpc": "2.0", "id": 1, "result": "ok"}]
+    assert waits == ["answered"]
+    await handshake.answered()  # nothing unanswered: at once

@@ -1,24 +1,36 @@
 """The method tables name their params models (protocol/params.py): every name is a real model, a model is imported
-only when a message needs it, and a model that cannot be imported is answered as the session side's would be."""
+only when a message needs it, one reader per model, and a model that cannot be imported is answered as the session
+side's would be."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+from types import ModuleType
 
 import pytest
 from pydantic import BaseModel
 
 from acp_server.jsonrpc.rpc import ErrorCode, RpcError
 from acp_server.protocol.handlers import METHODS, NOTIFICATIONS
-from acp_server.protocol.params import FastParams, WireParams, wire
+from acp_server.protocol.params import FastParams, WireParams, wire, wire_v2
+from acp_server.protocol.session_methods import SESSION_METHODS, SESSION_METHODS_V2
 from acp_server.protocol.testmode.gates import GATES
 from acp_server.protocol.v2.handlers import METHODS_V2, NOTIFICATIONS_V2
 
 
 @pytest.mark.timeout(30)
 def test_every_method_table_names_a_model_that_exists() -> None:
-    tables = (METHODS, NOTIFICATIONS, METHODS_V2, NOTIFICATIONS_V2, GATES.methods, GATES.notifications)
+    tables = (
+        METHODS,
+        NOTIFICATIONS,
+        METHODS_V2,
+        NOTIFICATIONS_V2,
+        SESSION_METHODS,
+        SESSION_METHODS_V2,
+        GATES.methods,
+        GATES.notifications,
+    )
     readers = [reader for table in tables for reader, _ in table.values()]
     assert readers
     for reader in readers:
@@ -29,7 +41,12 @@ def test_every_method_table_names_a_model_that_exists() -> None:
 
 @pytest.mark.timeout(30)
 def test_a_model_that_cannot_be_imported_is_an_internal_error_naming_its_module() -> None:
-    missing = WireParams("acp_server.protocol.no_such_schema", "PromptRequest")
+    def no_such_schema() -> ModuleType:
+        import acp_server.protocol.no_such_schema  # type: ignore[import-not-found]
+
+        return acp_server.protocol.no_such_schema  # type: ignore[no-any-return]
+
+    missing = WireParams(no_such_schema, "PromptRequest")
     with pytest.raises(RpcError) as excinfo:
         missing.validate({"sessionId": "s", "prompt": []})
     assert excinfo.value.code == ErrorCode.INTERNAL_ERROR
@@ -49,11 +66,19 @@ def test_invalid_params_are_the_models_one_line_message() -> None:
 def test_a_model_is_imported_with_the_first_message_that_needs_it() -> None:
     code = (
         "import sys\n"
-        "from acp_server.protocol.handlers import METHODS\n"
-        "reader = METHODS['session/new'][0]\n"
+        "from acp_server.protocol.handlers import NOTIFICATIONS\n"
+        "reader = NOTIFICATIONS['session/cancel'][0]\n"
         "before = 'acp_server.protocol.schema' in sys.modules, reader.holds(object())\n"
-        "read = reader.validate({'cwd': '/w', 'mcpServers': []})\n"
+        "read = reader.validate({'sessionId': 's'})\n"
         "print(before, 'acp_server.protocol.schema' in sys.modules, reader.holds(read))\n"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=50)
     assert result.stdout.split() == ["(False,", "False)", "True", "True"]
+
+
+def test_each_model_has_one_reader_so_what_admission_read_is_not_read_again() -> None:
+    """The dispatcher reads a prompt as its line is read, and the method table's reader knows it for its own."""
+    assert wire("PromptRequest") is wire("PromptRequest") is METHODS["session/prompt"][0]
+    assert wire_v2("CancelToolCallRequest") is SESSION_METHODS_V2["tool_call/cancel"][0]
+    read = wire("PromptRequest").validate({"sessionId": "s", "prompt": []})
+    assert METHODS_V2["session/prompt"][0].holds(read)

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 import anyio
 from anyio.abc import ByteReceiveStream, ByteSendStream, Process
 
-__all__ = ["AgentProcess", "AgentStartError"]
+__all__ = ["AgentChild", "AgentStartError"]
 
 STDERR_TAIL_BYTES = 8192
 TERM_WAIT = 1.0  # after SIGTERM, before SIGKILL
@@ -28,14 +28,16 @@ class AgentStartError(Exception):
     """The agent's command could not be run at all."""
 
 
-class AgentProcess:
+class AgentChild:
+    """The agent the chat client runs as its child process (its own process group), and its stderr's tail."""
+
     def __init__(self, process: Process, command: Sequence[str]) -> None:
         self._process = process
         self.command = tuple(command)
         self._stderr_tail = bytearray()
 
     @classmethod
-    async def start(cls, command: Sequence[str]) -> AgentProcess:
+    async def start(cls, command: Sequence[str]) -> AgentChild:
         try:
             process = await anyio.open_process(
                 list(command),

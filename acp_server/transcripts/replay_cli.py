@@ -18,8 +18,8 @@ from typing import IO
 import anyio
 
 from acp_server.errors import TranscriptError
-from acp_server.transcripts.agent_process import replay_command
 from acp_server.transcripts.format import load_transcript
+from acp_server.transcripts.replay_peer import replay_command
 
 __all__ = ["main"]
 

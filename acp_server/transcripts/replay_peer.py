@@ -23,11 +23,11 @@ from acp_server.errors import PeerGoneError
 from acp_server.transcripts.engine import Outcome, play
 from acp_server.transcripts.format import Line, Transcript, line_from_bytes
 
-__all__ = ["AgentProcess", "replay_command", "spawn_agent"]
+__all__ = ["ReplayPeer", "replay_command", "spawn_agent"]
 
 
-class AgentProcess:
-    """The conversation with one spawned agent (see `engine.Peer`)."""
+class ReplayPeer:
+    """A spawned agent as the replay's peer: the conversation with it (see `engine.Peer`)."""
 
     def __init__(self, process: Process, exit_timeout: float) -> None:
         self.process = process
@@ -115,7 +115,7 @@ async def spawn_agent(
     cwd: str | None = None,
     stderr: int | IO[Any] | None = None,
     exit_timeout: float = 5.0,
-) -> AsyncIterator[AgentProcess]:
+) -> AsyncIterator[ReplayPeer]:
     """Start `command` and yield its peer; on leaving, whatever is left of it is killed. Raises OSError when the
     command cannot be started."""
     process = await anyio.open_process(
@@ -127,7 +127,7 @@ async def spawn_agent(
         cwd=cwd,
         start_new_session=True,  # its own group, so a kill reaches every process it started
     )
-    agent = AgentProcess(process, exit_timeout)
+    agent = ReplayPeer(process, exit_timeout)
     async with process, anyio.create_task_group() as task_group:
         task_group.start_soon(agent.read_stdout)
         try:
