@@ -37,7 +37,7 @@ T = TypeVar("T")
 
 class Deferred(Generic[T]):
     """A piece of the session side: its modules are imported once (`load`), and the piece is built on first use
-    (`get`) from what `build` returns. Long-lived and per connection, like the pieces it stands among.
+    (`get`) from what `build` returns. Long-lived and one per process: the agent's (`Agent.side`).
 
     `modules` are imported in their order, the last one importing (with everything it needs) the whole side; the
     ones before it only cut the load into smaller steps, so the order matters for the size of each step alone."""
@@ -137,7 +137,7 @@ class Deferred(Generic[T]):
 
 class DeferredHandler:
     """A request handler that lives on the session side: the function `name` of `module`, called once the session
-    side is loaded (`Parts.session_side`). Its context is a `RequestContext` (protocol/context.py, which names this
+    side is loaded (`Agent.side`). Its context is a `RequestContext` (protocol/context.py, which names this
     module's `Deferred`: typed `Any` here, so neither imports the other)."""
 
     def __init__(self, module: str, name: str) -> None:
@@ -147,8 +147,8 @@ class DeferredHandler:
     async def __call__(self, context: Any, params: Any) -> Any:
         if context.admission_error is not None:
             raise context.admission_error  # a refused prompt (the first thing its handler does), answered at once
-        await context.parts.handshake.answered()  # pipelined behind `initialize`: after its answer
-        await context.parts.session_side.load()
+        await context.connection.handshake.answered()  # pipelined behind `initialize`: after its answer
+        await context.agent.side.load()
         function = getattr(importlib.import_module(self.module), self.__name__)
         return await function(context, params)
 
@@ -168,8 +168,8 @@ class AfterLoad:
         self.__name__ = function.__name__  # what the error boundary's log names (jsonrpc/rpc.py)
 
     async def __call__(self, context: Any, params: Any) -> Any:
-        await context.parts.handshake.answered()  # pipelined behind `initialize`: after its answer
-        await context.parts.session_side.load()
+        await context.connection.handshake.answered()  # pipelined behind `initialize`: after its answer
+        await context.agent.side.load()
         return await self._function(context, params)
 
 

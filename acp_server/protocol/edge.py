@@ -18,7 +18,7 @@ from acp_server.protocol.editor import (
     PermissionGate,
     SplitFileSystem,
 )
-from acp_server.protocol.session_table import Handshake
+from acp_server.protocol.editor_connection import Handshake
 from acp_server.protocol.updates import TurnUpdates, session_update
 from acp_server.protocol.v2.permissions import asking_v2
 from acp_server.protocol.v2.terminals import TerminalRunner

@@ -27,9 +27,10 @@ def cancel_target(
     context: RequestContext, session_id: str, pick: Callable[[RunContext], T | None], field: str, what: str
 ) -> T:
     """What a by-id cancel names in the session's running, unfenced turn (`pick` looks it up there); an unknown
-    session is `-32002` (`require`), anything not running and cancellable `-32602` naming `field` and `what`."""
-    session = context.parts.sessions.require(session_id)
-    run = context.parts.runs.running(session.session_id)
+    session (or another connection's) is `-32002`, anything not running and cancellable `-32602` naming `field`
+    and `what`."""
+    session = context.connection.session(session_id)  # this connection's own sessions only
+    run = context.agent.runs.running(session.session_id)
     target = None if run is None or run.fenced else pick(run)
     if target is None:
         raise RpcError(

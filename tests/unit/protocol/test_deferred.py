@@ -15,8 +15,8 @@ import pytest
 
 from acp_server.jsonrpc.rpc import ErrorCode, RpcError
 from acp_server.protocol.deferred import Deferred, after_load, deferred
-from acp_server.protocol.handlers import _warm_up_after_initialize
-from acp_server.protocol.session_table import Handshake
+from acp_server.protocol.editor_connection import Handshake
+from acp_server.protocol.shared_methods import warm_up_after_initialize
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -81,21 +81,31 @@ async def test_a_request_that_comes_once_the_load_ends_goes_on_after_those_that_
     assert went_on == ["second", "third"]
 
 
-class _Parts(types.SimpleNamespace):
-    """What the warm-up and a deferred handler use of `Parts`, `turns` built from the session side as there."""
+class _Agent(types.SimpleNamespace):
+    """What the warm-up and a deferred handler use of the `Agent`, `turns` built from the session side as there."""
 
     @property
     def turns(self) -> Any:
-        return self.session_side.get()
+        return self.side.get()
+
+    def warm_up(self, spec: str) -> None:
+        self.warmed.append(spec)
 
 
-def _parts(side: Deferred[Any], *, closing: bool = False) -> Any:
-    return _Parts(
+def _agent(side: Deferred[Any], *, ending: bool = False) -> Any:
+    return _Agent(
         providers=types.SimpleNamespace(warm_ups_running=0),
-        session_side=side,
-        connection=types.SimpleNamespace(closing=closing),
+        side=side,
+        ending=ending,
         config=types.SimpleNamespace(model="scripted"),
-        handshake=Handshake(),
+        warmed=[],
+    )
+
+
+def _context(agent: Any) -> Any:
+    """A request's context: the agent, and the connection it came on (its handshake)."""
+    return types.SimpleNamespace(
+        agent=agent, connection=types.SimpleNamespace(handshake=Handshake()), admission_error=None
     )
 
 
@@ -103,18 +113,18 @@ async def test_a_session_side_that_cannot_be_imported_leaves_the_connection_serv
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     side: Deferred[Any] = Deferred(("colorsys", "acp_server._no_such_module"), lambda: "turns")
-    parts = _parts(side)
-    context = types.SimpleNamespace(parts=parts, admission_error=None)
+    agent = _agent(side)
+    context = _context(agent)
     expected = (
         "the server could not load acp_server._no_such_module: No module named 'acp_server._no_such_module'; "
         "reinstall acp-server"
     )
     async with anyio.create_task_group() as tg:  # stands for the connection's task group
-        tg.start_soon(_warm_up_after_initialize, parts)
+        tg.start_soon(warm_up_after_initialize, agent)
         # A request that came while the side loads waits for that load, and is told why it failed.
         with pytest.raises(RpcError) as waited:
             await deferred("acp_server.protocol.session_handlers", "session_new")(context, {})
-    assert parts.providers.warm_ups_running == 0
+    assert agent.providers.warm_ups_running == 0
     assert (waited.value.code, waited.value.message) == (ErrorCode.INTERNAL_ERROR, expected)
     # Said once on stderr, by the warm-up.
     assert [r.getMessage() for r in caplog.records if r.levelname == "ERROR"] == [expected]
@@ -138,21 +148,20 @@ async def test_turn_services_that_fail_to_build_leave_the_connection_serving_and
         raise ValueError("no sandbox")
 
     side: Deferred[Any] = Deferred(("colorsys",), build)
-    parts = _parts(side)
+    agent = _agent(side)
     async with anyio.create_task_group() as tg:
-        tg.start_soon(_warm_up_after_initialize, parts)
-    assert side.failed and parts.providers.warm_ups_running == 0
+        tg.start_soon(warm_up_after_initialize, agent)
+    assert side.failed and agent.providers.warm_ups_running == 0
     with pytest.raises(RpcError) as raised:
-        await deferred("acp_server.protocol.session_handlers", "session_new")(
-            types.SimpleNamespace(parts=parts, admission_error=None), {}
-        )
+        await deferred("acp_server.protocol.session_handlers", "session_new")(_context(agent), {})
     assert raised.value.message == "the server could not load colorsys: no sandbox; reinstall acp-server"
 
 
 async def test_the_warm_up_starts_nothing_once_the_input_has_ended() -> None:
-    # initialize, then EOF (or a stop signal): the connection is shutting down when the warm-up would begin.
+    # initialize, then EOF (or a stop signal): the agent (stdio: its one connection) is ending when the warm-up
+    # would begin.
     side: Deferred[Any] = Deferred(("colorsys",), lambda: "turns")
-    await _warm_up_after_initialize(_parts(side, closing=True))
+    await warm_up_after_initialize(_agent(side, ending=True))
     assert not side.built and not side.failed
     with anyio.move_on_after(0.05) as waiting:
         await side.ended()  # no load began
@@ -212,10 +221,10 @@ from acp_server.cli.server import build_server
 from acp_server.settings.config import Config
 
 async def main(owns_process):
-    connection, dispatcher = build_server(Config(model="scripted"), owns_process=owns_process)
+    agent, connection, dispatcher = build_server(Config(model="scripted"), owns_process=owns_process)
     gc.freeze()  # what the CLI's start-up does (server._tune_gc)
     frozen = gc.get_freeze_count()
-    await dispatcher.parts.session_side.load()
+    await agent.side.load()
     return "acp_server.cli.session_side" in sys.modules, gc.get_freeze_count() > frozen
 
 print(anyio.run(main, sys.argv[1] == "owns"))
@@ -237,9 +246,9 @@ async def test_a_request_pipelined_behind_initialize_waits_for_its_answer_before
     `initialize` handler still awaited the models list: it found no authentication offered, and was answered first.
     What waits for the load now waits for every `initialize` read before it to be answered."""
     side: Deferred[Any] = Deferred(("colorsys",), lambda: "turns")
-    parts = _parts(side)
-    parts.handshake.initialize_read()
-    context = types.SimpleNamespace(parts=parts, admission_error=None)
+    context = _context(_agent(side))
+    handshake = context.connection.handshake
+    handshake.initialize_read()
     acted: list[str] = []
 
     async def login(context: Any, params: Any) -> str:
@@ -251,6 +260,6 @@ async def test_a_request_pipelined_behind_initialize_waits_for_its_answer_before
         for _ in range(20):
             await anyio.lowlevel.checkpoint()
         assert acted == [] and not side.failed and not side._imported, "it acted before initialize was answered"
-        parts.handshake.initialize_answered()
+        handshake.initialize_answered()
     assert acted == ["login"]
-    await parts.handshake.answered()  # nothing unanswered: at once
+    await handshake.answered()  # nothing unanswered: at once
