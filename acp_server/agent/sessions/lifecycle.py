@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 
+from acp_server.agent.discovery import discover_models
 from acp_server.agent.sessions.commands import ClientTools
 from acp_server.agent.sessions.edge import ConfigChanged, Edge, ModeChanged, attached
 from acp_server.agent.sessions.options import MODE_OPTION, MODEL_OPTION, PROMPT_POLICY_OPTION, parse_command
@@ -109,8 +110,6 @@ async def new_session(
 ) -> Session:
     """A new session, stored (committed before the client learns its id: a kill -9 after the answer keeps it; a
     failed commit is an error and the session is never registered), registered and attached to `edge`."""
-    from acp_server.agent.discovery import discover_models  # noqa: PLC0415 (start-up: the session side loads after `initialize`)
-
     agent.auth.require()
     _check_directories(place)
     discover_models(agent)  # a due refresh in the background, never awaited here
