@@ -1,7 +1,10 @@
-"""Composition root: build the connection, the pieces of its ACP side, the plug-ins and the dispatcher for a
-configuration, hand the dispatcher to the connection, and serve lines or stdio.
+"""Composition root: build the agent (one per process: what every editor shares) with its plug-ins, and the
+connection of each editor (`connect`: the JSON-RPC connection, the editor's ACP side and its dispatcher, with the
+method tables of both protocol versions), and serve lines or stdio.
 
-`serve(source, sink, config)` is the seam tests and embedders use; `serve_stdio(config)` is what the CLI runs.
+`serve(source, sink, config)` is the seam tests and embedders use; `serve_stdio(config)` is what the CLI runs. Both
+serve exactly one connection on one agent (stdio is the transport with exactly one); `build_agent` and `connect`
+serve any number (tests/integration/test_two_connections.py runs two on one agent).
 """
 
 from __future__ import annotations
@@ -11,39 +14,38 @@ import logging
 import os
 import signal
 import threading
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from anyio.lowlevel import checkpoint
 
-from acp_server.agent.sessions.runs import RunRegistry
+from acp_server.agent.agent import Agent
 from acp_server.jsonrpc.connection import Connection
 from acp_server.jsonrpc.rpc import load_jsonrpcserver
 from acp_server.jsonrpc.transport import LineSink, LineSource, open_stdio, start_detached
-from acp_server.mcp_bridge import McpRegistry
-from acp_server.protocol.context import Parts, SessionSide
 from acp_server.protocol.deferred import Deferred
-from acp_server.protocol.dispatcher import AcpDispatcher
+from acp_server.protocol.dispatcher import AcpDispatcher, Version
+from acp_server.protocol.editor_connection import EditorConnection, EditorConnections
 from acp_server.protocol.handlers import METHODS, NOTIFICATIONS, SESSION_SIDE_METHODS
-from acp_server.protocol.model_choices import ModelChoices
 from acp_server.protocol.plugins import Plugin
-from acp_server.protocol.providers import AuthState, ProviderCache
-from acp_server.protocol.session_table import Handshake, SessionTable
-from acp_server.protocol.store_access import StoreAccess
 from acp_server.protocol.testmode.gates import GATES
 from acp_server.protocol.v2.handlers import METHODS_V2, NOTIFICATIONS_V2, SESSION_SIDE_METHODS_V2
-from acp_server.runtime.call_bodies import CallBodies
-from acp_server.runtime.child_env import ChildEnvPolicy
+from acp_server.protocol.v2.withdrawals import admitted_v2
+from acp_server.protocol.wire_errors import rpc_error_v2
 from acp_server.runtime.model import Provider
-from acp_server.runtime.processes import ProcessTable
 from acp_server.runtime.providers import open_provider
 from acp_server.runtime.text_guard import GuardedProvider, redactor_for
 from acp_server.settings.config import Config
 
 if TYPE_CHECKING:
+    from acp_server.agent.sessions.edge import Edge
+    from acp_server.agent.sessions.services import TurnServices
+    from acp_server.protocol.context import Handler
+    from acp_server.store import TurnEntry
     from acp_server.transcripts.record import Recorder
 
-__all__ = ["build_server", "load_session_side", "serve", "serve_stdio"]
+__all__ = ["Served", "build_agent", "build_server", "connect", "load_session_side", "serve", "serve_stdio"]
 
 log = logging.getLogger(__name__)
 
@@ -129,19 +131,56 @@ async def load_session_side() -> None:
     import acp_server.cli.session_side  # noqa: PLC0415, F401 (start-up: the last step of the session side's load)
 
 
-def build_server(
-    config: Config, on_exit: Callable[[], None] = lambda: None, *, owns_process: bool = False
-) -> tuple[Connection, AcpDispatcher]:
-    """The connection and the ACP side it serves, with its pieces and plug-ins. `owns_process`: the server is the
-    whole process (the CLI), so at exit it may kill every descendant."""
-    connection = Connection(config.cleanup_deadline)
+@dataclass(frozen=True, slots=True)
+class Served:
+    """What every connection of one agent is served: each version's method tables (the plug-ins' methods added to
+    both) and the editors connected now."""
+
+    v1: Version
+    v2: Version
+    extension_notifications: tuple[str, ...]
+    editors: EditorConnections
+
+
+def _read_legacy(update: Any) -> TurnEntry | None:
+    """A schema-1 store's v1 update read as a record, on upgrade (protocol/v1/legacy.py): imported only then."""
+    from acp_server.protocol.v1.legacy import entry_of  # noqa: PLC0415 (the store and sqlite3 load only when persistence is on)
+
+    return entry_of(update)
+
+
+def _session_methods() -> Mapping[str, Handler]:
+    """The session side's v1 methods (`Version.later_methods`), asked for once it is loaded: a look-up then."""
+    from acp_server.protocol.session_methods import SESSION_METHODS  # noqa: PLC0415 (start-up: the session side loads after `initialize`)
+
+    return SESSION_METHODS
+
+
+def _session_methods_v2() -> Mapping[str, Handler]:
+    """The session side's v2 methods, as `_session_methods`."""
+    from acp_server.protocol.session_methods import SESSION_METHODS_V2  # noqa: PLC0415 (start-up: the session side loads after `initialize`)
+
+    return SESSION_METHODS_V2
+
+
+def _prepare_first_prompt() -> None:
+    """What a warm-up builds for the first prompt on the wire: its request model's validator (agent/warmup.py)."""
+    from acp_server.protocol.schema import PromptRequest  # noqa: PLC0415 (start-up: pydantic loads after `initialize`)
+
+    PromptRequest.model_rebuild()  # the deferred model's validator, now; nothing when it is built already
+
+
+def build_agent(config: Config, *, owns_process: bool = False) -> tuple[Agent, Served]:
+    """The agent for a configuration, with its plug-ins, and what its connections are served. `owns_process`: the
+    agent is the whole process (the CLI), so at exit it may kill every descendant."""
+    editors = EditorConnections()
     # The scripted model's gates are a product feature (docs/guide.md); the rest of the test machinery is for tests
     # only.
     plugins: list[Plugin] = [GATES]
     if config.test_mode:
         from acp_server.protocol.testmode.mode import test_mode  # noqa: PLC0415 (test mode only)
 
-        plugins.append(test_mode(connection))
+        plugins.append(test_mode(editors))
 
     redactor = redactor_for(config.held_secrets)
 
@@ -162,66 +201,81 @@ def build_server(
         notifications.update(plugin.notifications)
         methods_v2.update(plugin.methods)  # extensions (`_…`) are the same on both versions
         notifications_v2.update(plugin.notifications)
-    processes = ProcessTable(ChildEnvPolicy.from_config(config), adopt_orphans=owns_process)
-    calls = CallBodies(start_detached)
-    runs = RunRegistry()
-    handshake = Handshake()
-    providers = ProviderCache(open_model)
-    store = StoreAccess(config, connection.spawn)
 
-    def build_session_side() -> SessionSide:
-        from acp_server.cli.session_side import build_session_side  # noqa: PLC0415 (start-up: the session side loads after `initialize`)
+    def side(agent: Agent) -> Deferred[TurnServices]:
+        def build_turns() -> TurnServices:
+            from acp_server.cli.session_side import build_turns  # noqa: PLC0415 (start-up: the session side loads after `initialize`)
 
-        return build_session_side(
-            config,
-            connection=connection,
-            handshake=handshake,
-            runs=runs,
-            processes=processes,
-            calls=calls,
-            providers=providers.get,
-            store=lambda: store.current,
-            plugins=plugins,
-        )
+            return build_turns(agent, plugins)
 
-    # The turn services, the session lifecycle's methods and the rest of the session side: loaded once `initialize`
-    # is answered. What start-up froze out of the collector's sight (`_tune_gc`) is frozen again with the session
-    # side, for the same reason.
-    session_side = Deferred(load_session_side, build_session_side, gc.freeze if owns_process else lambda: None)
-    parts = Parts(
-        config=config,
-        connection=connection,
-        handshake=handshake,
-        sessions=SessionTable(handshake, runs),
-        runs=runs,
-        prompts={},
-        providers=providers,
-        # Builds the default model's provider now: a bad spec or script stops the server here (the CLI exits 2).
-        auth=AuthState(providers, config.model),
-        store=store,
-        mcp=McpRegistry(connection.spawn, ChildEnvPolicy.from_config(config), config.mcp_start_wait),
-        processes=processes,
-        calls=calls,
-        session_side=session_side,
-        models=ModelChoices(config, providers, connection.spawn, session_side.ended),
+        # The turn services and the rest of the session side: loaded once `initialize` is answered. What start-up
+        # froze out of the collector's sight (`_tune_gc`) is frozen again with the session side, for the same reason.
+        return Deferred(load_session_side, build_turns, gc.freeze if owns_process else lambda: None)
+
+    agent = Agent(
+        config,
+        open_model=open_model,
+        side=side,
+        read_legacy=_read_legacy,
+        prepare_first_prompt=_prepare_first_prompt,
+        start_detached=start_detached,
+        owns_process=owns_process,
+    )
+    served = Served(
+        v1=Version(methods, notifications, later=SESSION_SIDE_METHODS, later_methods=_session_methods),
+        v2=Version(
+            methods_v2,
+            notifications_v2,
+            rpc_error_v2,
+            admitted_v2,
+            later=SESSION_SIDE_METHODS_V2,
+            later_methods=_session_methods_v2,
+        ),
         extension_notifications=tuple(method for method in notifications if method.startswith("_")),
+        editors=editors,
     )
-    dispatcher = AcpDispatcher(
-        parts,
-        methods=methods,
-        notifications=notifications,
-        methods_v2=methods_v2,
-        notifications_v2=notifications_v2,
-        session_side_methods=SESSION_SIDE_METHODS,
-        session_side_methods_v2=SESSION_SIDE_METHODS_V2,
-        on_exit=on_exit,
-    )
-    return connection, dispatcher
+    return agent, served
+
+
+def _edge(editor: EditorConnection) -> Edge:
+    """The editor's connection as the core's `Edge`, in the version it negotiated, with the sandbox the turn
+    services hold: built with its first session, once the session side is loaded."""
+    from acp_server.protocol.edge import AcpEdge  # noqa: PLC0415 (start-up: the session side loads after `initialize`)
+
+    agent = editor.agent
+    return AcpEdge(editor.rpc, agent.config, agent.processes, editor.handshake, agent.turns.sandbox)
+
+
+def connect(
+    agent: Agent, served: Served, on_exit: Callable[[], None] = lambda: None, *, ends_agent: bool = False
+) -> tuple[Connection, AcpDispatcher]:
+    """One editor's connection to `agent`: the JSON-RPC connection and the ACP side it serves, in the version its
+    `initialize` will choose. `ends_agent`: the connection's end is the agent's (stdio's one connection)."""
+    rpc = Connection(agent.config.cleanup_deadline)
+    editor = EditorConnection(agent, rpc, _edge, served.extension_notifications)
+    served.editors.add(editor)
+
+    def exiting() -> None:
+        served.editors.discard(editor)  # its end: no longer one of the agent's editors
+        on_exit()
+
+    dispatcher = AcpDispatcher(agent, editor, v1=served.v1, v2=served.v2, on_exit=exiting, ends_agent=ends_agent)
+    return rpc, dispatcher
+
+
+def build_server(
+    config: Config, on_exit: Callable[[], None] = lambda: None, *, owns_process: bool = False
+) -> tuple[Agent, Connection, AcpDispatcher]:
+    """The agent and its one connection (stdio's): the connection's end is the agent's."""
+    agent, served = build_agent(config, owns_process=owns_process)
+    rpc, dispatcher = connect(agent, served, on_exit, ends_agent=True)
+    return agent, rpc, dispatcher
 
 
 async def serve(source: LineSource, sink: LineSink, config: Config) -> None:
-    connection, dispatcher = build_server(config)
-    await connection.serve(dispatcher, source, sink)
+    agent, connection, dispatcher = build_server(config)
+    async with agent.running():
+        await connection.serve(dispatcher, source, sink)
 
 
 def _arm_exit_watchdog(before_exit: Callable[[], None] = lambda: None) -> None:
@@ -259,12 +313,12 @@ async def serve_stdio(config: Config) -> None:
     recorder = _open_recorder(config.record) if config.record is not None else None
     before_exit = recorder.flush if recorder is not None else lambda: None
     try:
-        connection, dispatcher = build_server(
+        agent, connection, dispatcher = build_server(
             config, on_exit=lambda: _arm_exit_watchdog(before_exit), owns_process=True
         )
-        async with open_stdio(config.max_line_bytes, connection.input_closed, STOP_SIGNALS) as (
-            stdin_lines,
-            stdout_sink,
+        async with (
+            agent.running(),
+            open_stdio(config.max_line_bytes, connection.input_closed, STOP_SIGNALS) as (stdin_lines, stdout_sink),
         ):
             if recorder is None:
                 await connection.serve(dispatcher, stdin_lines, stdout_sink)

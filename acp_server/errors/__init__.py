@@ -17,6 +17,12 @@ AcpServerError                      the root; never a cancellation (anyio's is a
  ├── StoreUnavailable               the session store cannot be read           -32603 "cannot read the session store: …"
  │    └── ChangeNotSavedError       a change a request acknowledges was not committed
  │                                                                  -32603 "Internal error: the change was not saved: …"
+ ├── NoStoreError                   sessions are not stored here (--no-store, or the store could not be opened)
+ │                                                                  -32603 "Stored sessions are not available: …"
+ ├── InvalidArgumentError (ValueError) a request's argument the core cannot take           -32602 "Invalid params: …"
+ ├── UnknownSessionError            no open (or stored) session has the id              -32002 "unknown session: …"
+ ├── SubagentSessionError           a subagent's session named where only a cancel may name it           -32602
+ ├── SessionBusyError               a load or resume of a session with a prompt running                  -32600
  ├── PromptRejectedError            a prompt refused at admission                                     -32600 (or -32602)
  ├── TurnFailedError                a turn failed without a cancel                                                -32603
  ├── TransitionError (RuntimeError) a run asked for a transition its state does not allow: a bug
@@ -43,26 +49,31 @@ from __future__ import annotations
 __all__ = [
     "AcpServerError",
     "ChangeNotSavedError",
+    "InvalidArgumentError",
     "ListingError",
     "ListingTooLargeError",
     "McpServerError",
     "MissingCredentialsError",
     "ModelError",
     "ModelSpecError",
+    "NoStoreError",
     "OutsideError",
     "PeerGoneError",
     "PromptRejectedError",
     "ProviderError",
     "ScriptError",
+    "SessionBusyError",
     "SettingsError",
     "StateFileError",
     "StoreUnavailable",
     "StreamAbortedError",
+    "SubagentSessionError",
     "ToolError",
     "TranscriptError",
     "TransitionError",
     "TurnFailedError",
     "UnknownModelError",
+    "UnknownSessionError",
 ]
 
 
@@ -151,7 +162,34 @@ class ChangeNotSavedError(StoreUnavailable):
     never success, and the change is not saved later either."""
 
 
+class NoStoreError(AcpServerError):
+    """Sessions are not stored in this process (`--no-store`, or the store could not be opened): what needs the
+    store (load, resume, fork, list) cannot be done. The message says why."""
+
+
 # --- sessions and their turns ---
+
+
+class InvalidArgumentError(AcpServerError, ValueError):
+    """An argument of a request that the core cannot take (a relative path, an unknown mode, a cursor this server
+    never gave); the message names the argument first (`cwd: not a directory: ...`)."""
+
+
+class UnknownSessionError(AcpServerError):
+    """No session with this id is open here (for a connection: none attached to it), or stored (load, resume)."""
+
+    def __init__(self, session_id: str) -> None:
+        super().__init__(f"unknown session: {session_id}")
+        self.session_id = session_id
+
+
+class SubagentSessionError(AcpServerError):
+    """A subagent's session id named by a request other than a cancel: clients never created child sessions
+    (docs/interrupts.md, decision 7)."""
+
+
+class SessionBusyError(AcpServerError):
+    """A load or resume of a session that has a prompt running."""
 
 
 class PromptRejectedError(AcpServerError):

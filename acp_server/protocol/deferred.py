@@ -37,7 +37,7 @@ T = TypeVar("T")
 
 class Deferred(Generic[T]):
     """The session side: imported once (`load`, the composition root's step-wise import), and built on first use
-    (`get`) from what `build` returns. Long-lived and per connection, like the pieces it stands among.
+    (`get`) from what `build` returns. Long-lived and one per process: the agent's (`Agent.side`).
 
     `build` imports what it builds from with a plain import: after a load that is a look-up; after a load cut short
     (a shutdown) it imports the rest at once."""

@@ -1,42 +1,50 @@
-"""The ACP side of one connection behind the `Dispatcher` interface the connection calls (prepare, answer, notify,
-closing, exiting): it admits prompts as their lines are read, routes requests and notifications to their handlers,
-titles sessions after their first turn (the model's title, else the first prompt's first words), and winds everything
-down at EOF.
+"""The ACP side of one editor's connection behind the `Dispatcher` interface the JSON-RPC connection calls
+(prepare, answer, notify, closing, exiting): it admits prompts as their lines are read, routes requests and
+notifications to the handlers of the version the connection negotiated, titles sessions after their first turn (the
+model's title, else the first prompt's first words), and winds the connection down at its end.
 
-The pieces it works with (the session table, the providers, authentication, the store, the run registry) are built
-by the composition root (`server.py`) and handed in as `Parts`; the handlers get the same pieces, never this
-object. The request handlers live in `handlers.py` (core methods) and `session_handlers.py` (the session lifecycle);
-their tables are handed in too, so this module depends on no handler: the start-up side's as tables, the session
-side's by wire name only (its table comes with the session side once it is loaded, `SessionSide.methods`, and a
-request for one of its methods waits for that load: protocol/deferred.py).
+It works with the agent (what every editor shares, agent/agent.py) and the editor's connection (what this one has,
+protocol/editor_connection.py); the handlers get the same two, never this object. The version is chosen once per
+connection, by `initialize`: from then on the connection is served that version's `Version` (its method tables,
+what admission adds, how the errors are worded), and no handler asks which version it speaks. The request handlers
+live in `handlers.py`, `session_handlers.py` and `v2/`; their tables are handed in, so this module depends on no
+handler: the start-up side's as tables, the session side's by wire name only (`Version.later`; their table comes
+once the session side is loaded, `Version.later_methods`, and a request for one of them waits for that load:
+protocol/deferred.py).
+
+At its end a connection cancels only its own sessions' turns (`closing`); the agent's own end (its store, its
+processes) comes with the end of the last connection of a process that has one (stdio: `ends_agent`).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Collection, Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-from acp_server.agent.sessions.runs import RunState
-from acp_server.errors import MissingCredentialsError, ModelSpecError, PromptRejectedError
-from acp_server.jsonrpc.connection import STORE_WAIT_TIMEOUT
-from acp_server.jsonrpc.rpc import (
-    ErrorCode,
-    IncomingRequest,
-    Methods,
-    RpcError,
-    dispatch,
-    error_message,
-    method_table,
+from acp_server.agent.sessions.runs import RunContext, RunState
+from acp_server.errors import (
+    MissingCredentialsError,
+    ModelSpecError,
+    PromptRejectedError,
+    SubagentSessionError,
+    UnknownSessionError,
 )
-from acp_server.protocol.context import Handler, NotificationHandler, Parts, RequestContext
+from acp_server.jsonrpc.connection import STORE_WAIT_TIMEOUT
+from acp_server.jsonrpc.rpc import ErrorCode, IncomingRequest, RpcError, dispatch, error_message, method_table
+from acp_server.protocol.context import Handler, NotificationHandler, RequestContext
+from acp_server.protocol.editor_connection import EditorConnection
 from acp_server.protocol.initialize import Capabilities
 from acp_server.protocol.params import INITIALIZE, INITIALIZE_V2, wire
 from acp_server.protocol.v2.negotiation import negotiate
-from acp_server.protocol.v2.withdrawals import withdraw_held
 from acp_server.protocol.wire_errors import rpc_error
 
-__all__ = ["AcpDispatcher"]
+if TYPE_CHECKING:
+    from acp_server.agent.agent import Agent
+    from acp_server.jsonrpc.rpc import Methods
+
+__all__ = ["AcpDispatcher", "Version"]
 
 log = logging.getLogger(__name__)
 
@@ -48,45 +56,55 @@ NULL_ID_V2 = "Invalid request: a v2 request id is a string or an integer, never 
 PROMPT = wire("PromptRequest")
 
 
+@dataclass(frozen=True, slots=True)
+class Version:
+    """What a connection that negotiated one protocol version is served: its method tables (the errors its handlers
+    let out worded by `errors`, protocol/wire_errors.py) and what its admission adds once a prompt is admitted (v2:
+    the held prompts an `interrupt` withdrew are answered at once, protocol/v2/withdrawals.py)."""
+
+    methods: Mapping[str, Handler]
+    notifications: Mapping[str, NotificationHandler]
+    errors: Callable[[Exception], RpcError | None] = rpc_error
+    admitted: Callable[[EditorConnection, RunContext], None] = lambda connection, run: None
+    # The methods the session side serves, by wire name (`later`), and their table, which comes with the session
+    # side once it is loaded (`later_methods`: the composition root's plain import of protocol/session_methods.py).
+    later: frozenset[str] = frozenset()
+    later_methods: Callable[[], Mapping[str, Handler]] = dict
+
+
 class AcpDispatcher:
-    """The ACP side of one connection, as the connection sees it (jsonrpc/connection.py `Dispatcher`)."""
+    """The ACP side of one editor's connection, as the JSON-RPC connection sees it (jsonrpc/connection.py
+    `Dispatcher`)."""
 
     def __init__(
         self,
-        parts: Parts,
+        agent: Agent,
+        connection: EditorConnection,
         *,
-        methods: Mapping[str, Handler],
-        notifications: Mapping[str, NotificationHandler],
-        methods_v2: Mapping[str, Handler] | None = None,
-        notifications_v2: Mapping[str, NotificationHandler] | None = None,
-        session_side_methods: Collection[str] = (),
-        session_side_methods_v2: Collection[str] = (),
+        v1: Version,
+        v2: Version | None = None,
         on_exit: Callable[[], None] = lambda: None,
+        ends_agent: bool = True,
     ) -> None:
-        self.parts = parts
-        # Their errors are answered as the one mapping says (protocol/wire_errors.py): handlers translate nothing.
-        self._methods = method_table(methods, rpc_error)
-        self._notifications = notifications
+        """`ends_agent`: this connection's end is the agent's (stdio, the transport with exactly one connection):
+        at its end the agent's store is closed and its processes are killed too."""
+        self.agent = agent
+        self.connection = connection
+        self._v1 = (method_table(v1.methods, v1.errors), v1)
         # What a connection whose `initialize` chose v2 serves (protocol/v2/handlers.py).
-        self._methods_v2 = method_table(methods_v2 or methods, rpc_error)
-        self._notifications_v2 = notifications_v2 or notifications
-        # The methods the session side serves, by wire name, and once it is loaded their tables (v1, v2).
-        self._later = frozenset(session_side_methods)
-        self._later_v2 = frozenset(session_side_methods_v2)
-        self._session_side_methods: tuple[Methods, Methods] | None = None
+        self._v2 = (method_table(v2.methods, v2.errors), v2) if v2 is not None else self._v1
+        # The version served: v1 until an `initialize` chooses v2 (`_handshake`), then that one for good.
+        self._methods: Methods
+        self._methods, self._version = self._v1
+        # Each version's session-side table, once the session side is loaded and a request for it came.
+        self._later_tables: dict[int, Methods] = {}
         self._on_exit = on_exit
-        # What admission, release and titles use.
-        self.runs = parts.runs
-        self.prompts = parts.prompts
-        self.connection = parts.connection
-        self.sessions = parts.sessions
-        self.session = parts.sessions.require
-        self.provider_for = parts.providers.get
+        self._ends_agent = ends_agent
 
     # --- Dispatcher ---
 
     def prepare(self, request: IncomingRequest) -> RequestContext:
-        context = RequestContext(self.parts, request.id)
+        context = RequestContext(self.agent, self.connection, request.id)
         if request.id is None and self._speaks_v2(request):
             # Decided here, before a handshake could change the version; answered as it is, nothing of it runs.
             context.refused = RpcError(ErrorCode.INVALID_REQUEST, NULL_ID_V2)
@@ -94,7 +112,7 @@ class AcpDispatcher:
         if request.method == "session/prompt" and isinstance(request.params, dict):
             self._admit(context, request.params)
         elif request.method == "initialize":
-            handshake = self.parts.handshake
+            handshake = self.connection.handshake
             handshake.initialize_read()
             context.after.append(handshake.initialize_answered)  # first: what waits for it goes on
             if isinstance(request.params, dict):
@@ -108,16 +126,17 @@ class AcpDispatcher:
     def _speaks_v2(self, request: IncomingRequest) -> bool:
         """Whether this request is one of a v2 connection: the connection speaks v2, or it is the `initialize` that
         will choose v2."""
-        if self.parts.handshake.v2:
+        handshake = self.connection.handshake
+        if handshake.v2:
             return True
         params = request.params
         requested = (
             params.get("protocolVersion") if request.method == "initialize" and isinstance(params, dict) else None
         )
-        if type(requested) is not int or self.parts.handshake.client_capabilities is not None:
+        if type(requested) is not int or handshake.client_capabilities is not None:
             return False  # no version asked for, or the connection already chose v1
         try:
-            return negotiate(requested, self.parts.config.protocol) == 2
+            return negotiate(requested, self.agent.config.protocol) == 2
         except RpcError:
             return False
 
@@ -127,9 +146,9 @@ class AcpDispatcher:
         requested = params.get("protocolVersion")
         if type(requested) is not int:
             return  # the handler validates and answers -32602, naming protocolVersion
-        handshake = self.parts.handshake
+        handshake = self.connection.handshake
         try:
-            version = negotiate(requested, self.parts.config.protocol)
+            version = negotiate(requested, self.agent.config.protocol)
             # The version is chosen once per connection: after a handshake (either way) another one is refused;
             # the same one is answered again as before.
             if version != handshake.version and (handshake.v2 or handshake.client_capabilities is not None):
@@ -146,7 +165,8 @@ class AcpDispatcher:
             except RpcError:
                 return
             handshake.version = 2
-            handshake.auth_problem = self.parts.auth.problem
+            self._methods, self._version = self._v2  # chosen once: this connection is served v2 from now on
+            handshake.auth_problem = self.agent.auth.problem
             # Once offered, `auth/*` stay served for the connection: a client that logged in and sends `initialize`
             # again (answered as before) may still log out.
             handshake.auth_offered = handshake.auth_offered or handshake.auth_problem is not None
@@ -163,7 +183,7 @@ class AcpDispatcher:
             return  # the handler validates again and answers -32602
         context.validated_params = initialize_request
         handshake.client_capabilities = initialize_request.client_capabilities
-        handshake.auth_problem = self.parts.auth.problem
+        handshake.auth_problem = self.agent.auth.problem
 
     def _admit(self, context: RequestContext, params: dict[str, Any]) -> None:
         try:
@@ -171,26 +191,34 @@ class AcpDispatcher:
         except RpcError:
             return  # the handler validates again and answers -32602
         context.validated_params = prompt
+        connection = self.connection
         try:
-            model = self.session(prompt.session_id).model
+            session = connection.session(prompt.session_id)  # this connection's own sessions only
             # The session exists, so the session side is loaded (protocol/deferred.py): these are look-ups.
             from acp_server.agent.sessions.turn import admit_prompt  # noqa: PLC0415 (start-up: the session side loads after `initialize`)
             from acp_server.protocol.prompts import check_media, prompt_command  # noqa: PLC0415 (start-up: the session side loads after `initialize`)
 
-            accepts = self.parts.config.accepts(model)
+            accepts = self.agent.config.accepts(session.model)
             # An image for a model that takes none is never silently dropped: refused, naming the block and model.
-            check_media(prompt, model, accepts)
+            check_media(prompt, session.model, accepts)
             command = prompt_command(prompt, accepts)
-            context.run = admit_prompt(self.parts.turns, context.request_id, prompt.session_id, command, self.session)
-            if self.parts.handshake.v2:
-                # The `interrupt` policy cancels what was admitted before this prompt: held prompts answer first.
-                withdraw_held(self.parts, context.run.session)
+            context.run = admit_prompt(
+                self.agent.turns, context.request_id, prompt.session_id, command, connection.session
+            )
+            self._version.admitted(connection, context.run)
         # Refused (the prompt's handler raises it, answered as protocol/wire_errors.py says): by the session's policy,
-        # or by its model (a script it refuses, a missing key, a bad spec).
-        except (RpcError, PromptRejectedError, MissingCredentialsError, ModelSpecError) as exc:
+        # or by its model (a script it refuses, a missing key, a bad spec), or an id this connection has not open.
+        except (
+            RpcError,
+            PromptRejectedError,
+            MissingCredentialsError,
+            ModelSpecError,
+            UnknownSessionError,
+            SubagentSessionError,
+        ) as exc:
             context.admission_error = exc
             return
-        self.prompts[context.request_id] = context.run
+        connection.prompts[context.request_id] = context.run
 
     async def answer(self, request: IncomingRequest, context: RequestContext) -> dict[str, Any] | None:
         if self._answered_by_withdrawal(context):
@@ -200,7 +228,7 @@ class AcpDispatcher:
 
     def _answered_by_withdrawal(self, context: RequestContext) -> bool:
         """A held v2 prompt whose -32800 its cancel already sent (before or while its handler waited)."""
-        withdrawn, run = self.parts.withdrawn, context.run
+        withdrawn, run = self.connection.withdrawn, context.run
         if run is None or run not in withdrawn:
             return False
         withdrawn.discard(run)
@@ -209,54 +237,56 @@ class AcpDispatcher:
     async def _answer(self, request: IncomingRequest, context: RequestContext) -> dict[str, Any]:
         if context.refused is not None:
             return error_message(request.id, context.refused.code, context.refused.message)
-        v2 = self.parts.handshake.v2
-        methods = self._methods_v2 if v2 else self._methods
-        later = request.method in (self._later_v2 if v2 else self._later)
+        methods, version = self._methods, self._version
+        handshake = self.connection.handshake
+        later = request.method in version.later
         if request.method.startswith("session/") and (later or request.method in methods):
             try:
                 # Before params are validated: the first thing to fix is the order.
-                self.parts.handshake.require_initialized()
+                handshake.require_initialized()
             except RpcError as exc:
                 return error_message(request.id, exc.code, exc.message)
         if request.method != "initialize":
             # Pipelined behind an `initialize`: validated and run after its answer, so nothing (not even the import
             # of a params model) comes before that answer, and nothing is answered before it.
-            await self.parts.handshake.answered()
+            await handshake.answered()
+            # The tables of the version that `initialize` chose.
+            methods, version = self._methods, self._version
+            later = request.method in version.later
         if later:
             try:
-                methods = await self._session_side(v2)
+                methods = await self._session_side(version)
             except RpcError as exc:  # a broken install: this request is told, and the connection goes on
                 return error_message(request.id, exc.code, exc.message)
         return await dispatch(request, methods, context)
 
-    async def _session_side(self, v2: bool) -> Methods:
-        """The session side's methods, once it is loaded: a request for one waits for that one load, behind the
-        requests that waited before it (protocol/deferred.py), so pipelined requests take effect in order."""
-        await self.parts.session_side.load()
-        if self._session_side_methods is None:
-            side = self.parts.session_side.get()
-            self._session_side_methods = (
-                method_table(side.methods, rpc_error),
-                method_table(side.methods_v2, rpc_error),
-            )
-        return self._session_side_methods[1 if v2 else 0]
+    async def _session_side(self, version: Version) -> Methods:
+        """The session side's methods of `version`, once it is loaded: a request for one waits for that one load,
+        behind the requests that waited before it (protocol/deferred.py), so pipelined requests take effect in
+        order."""
+        await self.agent.side.load()
+        table = self._later_tables.get(id(version))
+        if table is None:
+            table = self._later_tables[id(version)] = method_table(version.later_methods(), version.errors)
+        return table
 
     def after_response(self, context: RequestContext) -> None:
         run = context.run
         if run is not None:
-            if self.prompts.get(context.request_id) is run:
-                del self.prompts[context.request_id]
+            prompts = self.connection.prompts
+            if prompts.get(context.request_id) is run:
+                del prompts[context.request_id]
             from acp_server.agent.sessions.turn import release_prompt  # noqa: PLC0415 (start-up: the session side loads after `initialize`)
-            from acp_server.protocol.titles import title_session  # noqa: PLC0415 (start-up: the session side loads after `initialize`)
+            from acp_server.agent.titles import title_session  # noqa: PLC0415 (start-up: the session side loads after `initialize`)
 
-            first_prompt = release_prompt(self.parts.turns, run)
+            first_prompt = release_prompt(self.agent.turns, run)
             if first_prompt is not None:
-                self.connection.spawn(title_session, self.parts, run.session, first_prompt)
+                self.agent.spawn(title_session, self.agent, run.session, first_prompt)
         for follow_up in context.after:
             follow_up()
 
     def notify(self, method: str, params: Any) -> None:
-        entry = (self._notifications_v2 if self.parts.handshake.v2 else self._notifications).get(method)
+        entry = self._version.notifications.get(method)
         if entry is None:
             log.debug("ignored notification %s", method)
             return
@@ -266,37 +296,53 @@ class AcpDispatcher:
         except RpcError as exc:
             log.warning("ignored %s: %s", method, exc.message)
             return
-        handler(self.parts, validated)
+        handler(self.connection, validated)
+
+    # --- the connection's end (and, for stdio's one connection, the agent's) ---
 
     def closing(self) -> None:
-        # First: a commit in progress may be what holds a turn's response. Also for a store still being opened.
-        self.parts.store.bound_waits(STORE_WAIT_TIMEOUT)
-        self.runs.interrupt_all()
-        self.parts.calls.cancel_all()
-        self.parts.mcp.stop_all()  # their shutdowns run alongside the turns' cleanup
+        agent = self.agent
+        if self._ends_agent:
+            agent.closing(STORE_WAIT_TIMEOUT)  # every turn: all are this connection's
+            return
+        # Only this editor's sessions: their turns are cancelled as at EOF, their servers stopped; the sessions
+        # themselves stay in the store, for another connection to load (REMOTE.md decision 6).
+        for session in self.connection.sessions():
+            agent.runs.interrupt(session.session_id)
+            if session.mcp is not None:
+                session.mcp.stop()
 
     async def turns_ended(self) -> None:
-        while running := [run for run in self.runs.current() if run.state is not RunState.ENDED]:
+        while running := [run for run in self._running() if run.state is not RunState.ENDED]:
             # Each ends within the cleanup deadline (all were cancelled at `closing`); one that hands the session
             # over puts its successor (a steering prompt, recorded only then) in the registry for the next look.
             await running[0].wait_ended()
-        # The tool calls that ignored their cancel and outlived their turns (cancelled at `closing`): waited for
-        # within the same shutdown deadline as the turns, then left behind (`exiting`); they are no child of the
-        # connection's task group, so `serve()` never waits for them (runtime/call_bodies.py).
-        await self.parts.calls.wait_all()
+        if self._ends_agent:
+            # The tool calls that ignored their cancel and outlived their turns (cancelled at `closing`): waited for
+            # within the same shutdown deadline as the turns, then left behind (`exiting`); they are no child of the
+            # connection's task group, so `serve()` never waits for them (runtime/call_bodies.py).
+            await self.agent.calls.wait_all()
+
+    def _running(self) -> list[RunContext]:
+        return self.agent.runs.current() if self._ends_agent else self.connection.running()
 
     async def drain(self) -> None:
-        store = self.parts.store.current
-        if store is not None:
-            await store.aclose()  # the last commit; this process's unfinished turns become `interrupted`
-        await self.parts.mcp.wait_stopped()
+        if self._ends_agent:
+            await self.agent.drain()
+            return
+        agent = self.agent
+        for session in self.connection.sessions():  # detached: a later connection may load them again
+            await agent.calls.close(session.session_id, agent.config.cleanup_deadline)
+            agent.sessions.discard(session.session_id)
+            session.edge = None
 
     def exiting(self) -> None:
-        if left := self.parts.calls.left_behind():
-            log.warning("%d tool call(s) ignoring cancellation still running at exit; left behind", left)
-        self.parts.processes.kill_all()
-        self.parts.mcp.kill_all()  # stdio MCP servers that ignored their closed stdin, with their process groups
+        if self._ends_agent:
+            if left := self.agent.calls.left_behind():
+                log.warning("%d tool call(s) ignoring cancellation still running at exit; left behind", left)
+            self.agent.exiting()
         self._on_exit()
 
     async def released(self, timeout: float) -> None:
-        await self.parts.processes.release(timeout)
+        if self._ends_agent:
+            await self.agent.processes.release(timeout)

@@ -22,7 +22,7 @@ from acp_server.protocol.editor import (
     PermissionQuestion,
     SplitFileSystem,
 )
-from acp_server.protocol.session_table import Handshake
+from acp_server.protocol.editor_connection import Handshake
 from acp_server.protocol.v1.permissions import permission_params
 from acp_server.protocol.v1.updates import TurnUpdates, session_update
 from acp_server.protocol.v2.permissions import asking_v2, permission_params_v2

@@ -1,10 +1,11 @@
-"""The ACP methods, registered by their wire names in two literal tables.
+"""The ACP v1 methods, registered by their wire names in two literal tables (v2's are protocol/v2/handlers.py).
 
 Requests are small typed `(context, params)` functions; jsonrpcserver dispatches them (see `rpc.py`). Notifications
 are handled inline by the reader, in arrival order, and never answered, even when invalid. `session/prompt` is
 special in one way only: it is admitted in `AcpDispatcher.prepare`, synchronously, when its line is read. These are
 the start-up side's methods; the session lifecycle's (`session_handlers.py`) are served by the session side once it is
-loaded, from its own table (`session_methods.py`), and listed here by wire name only (`SESSION_SIDE_METHODS`).
+loaded, from its own table (`session_methods.py`), and listed here by wire name only (`SESSION_SIDE_METHODS`). What
+both versions do alike is in `shared_methods.py`.
 """
 
 from __future__ import annotations
@@ -12,21 +13,16 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-import anyio
-
 from acp_server import __version__
 from acp_server.agent.sessions.options import PROMPT_POLICIES
-from acp_server.errors import MissingCredentialsError
 from acp_server.jsonrpc.rpc import ErrorCode, RpcError
-from acp_server.protocol.context import Handler, NotificationHandler, Parts, RequestContext
-from acp_server.protocol.discovery import discover_models
+from acp_server.protocol.context import Handler, NotificationHandler, RequestContext
 from acp_server.protocol.initialize import InitializeParams
 from acp_server.protocol.params import INITIALIZE, wire
-from acp_server.protocol.providers import close_providers
-from acp_server.protocol.store_access import not_saved
-from acp_server.protocol.v2.initialize import initialize_result
+from acp_server.protocol.shared_methods import NO_PARAMS, log_in, log_out, not_saved, stats, taken_media
 
 if TYPE_CHECKING:  # the models are imported on first use (protocol/params.py)
+    from acp_server.protocol.editor_connection import EditorConnection
     from acp_server.protocol.schema import (
         AuthenticateRequest,
         CancelNotification,
@@ -35,15 +31,11 @@ if TYPE_CHECKING:  # the models are imported on first use (protocol/params.py)
         PromptRequest,
     )
 
-__all__ = ["METHODS", "NOTIFICATIONS", "NO_PARAMS", "SESSION_SIDE_METHODS", "log_in", "log_out"]
+__all__ = ["METHODS", "NOTIFICATIONS", "SESSION_SIDE_METHODS", "authenticate", "logout"]
 
 PROTOCOL_VERSION = 1
 
 log = logging.getLogger(__name__)
-
-
-# `_acp_server/stats`: no params of its own (`_meta` and unknown fields allowed, as everywhere).
-NO_PARAMS = wire("NoParams")
 
 
 # --- requests ---
@@ -51,22 +43,13 @@ NO_PARAMS = wire("NoParams")
 
 async def initialize(context: RequestContext, params: InitializeParams) -> dict[str, Any]:
     # The client's capabilities and the version were recorded in AcpDispatcher.prepare, in reader order
-    # (protocol/v2/negotiation.py: 1 -> 1, 2 and above -> 2, else -32022; only 1 with `--protocol 1`).
+    # (protocol/v2/negotiation.py: 1 -> 1, 2 and above -> 2, else -32022; only 1 with `--protocol 1`). A connection
+    # that chose v2 is served v2's `initialize` (protocol/v2/initialize.py).
     if context.admission_error is not None:
         raise context.admission_error
-    parts = context.parts
-    stored = context.parts.config.store  # loading, listing and resuming need the session store
-    # The endpoints' models lists: the cached ones read in a worker thread (awaited: a short local read, off the
-    # event loop), a refresh in the background (never awaited); a session/new right behind offers them.
-    discover_models(context.parts)
-    await context.parts.models.ready()
-    # Images (sounds) when any model a session may pick takes them; a prompt for one that does not is refused then.
-    taken = frozenset().union(*(context.parts.config.accepts(spec) for spec in context.parts.models.current))
-    # Once this answer is out: the session side loaded (protocol/deferred.py), then the default model warmed
-    # (protocol/warmup.py); a session on another model warms its own when it opens.
-    context.after.append(lambda: parts.connection.spawn(_warm_up_after_initialize, parts))
-    if parts.handshake.v2:
-        return initialize_result(parts, taken)
+    agent, connection = context.agent, context.connection
+    stored = agent.config.store  # loading, listing and resuming need the session store
+    taken = await taken_media(context)
     return {
         "protocolVersion": PROTOCOL_VERSION,
         "agentCapabilities": {
@@ -83,48 +66,23 @@ async def initialize(context: RequestContext, params: InitializeParams) -> dict[
             "_meta": {
                 "acpServer": {
                     "promptPolicies": [policy.value for policy in PROMPT_POLICIES],
-                    "defaultPromptPolicy": context.parts.config.prompt_policy,
+                    "defaultPromptPolicy": agent.config.prompt_policy,
                     "extensionMethods": ["_acp_server/stats"],
-                    "extensionNotifications": list(context.parts.extension_notifications),
+                    "extensionNotifications": list(connection.extension_notifications),
                 }
             },
         },
-        "authMethods": _auth_methods(context.parts),
+        "authMethods": _auth_methods(connection),
         "agentInfo": {"name": "acp-server", "title": "acp-server", "version": __version__},
     }
-
-
-async def _warm_up_after_initialize(parts: Parts) -> None:
-    """Load the session side, then warm the default model (protocol/warmup.py). Counted as a warm-up throughout
-    (`_acp_server/stats`), so a test that waits for the warm-ups to end waits for the load too.
-
-    Nothing is started once the input has ended (the connection is shutting down). A session side that cannot be
-    loaded is said once on stderr and ends this task alone: the connection goes on, answering each request that
-    needs the side that error (protocol/deferred.py)."""
-    if parts.connection.closing:
-        return
-    parts.providers.warm_ups_running += 1
-    try:
-        await parts.session_side.load()
-        tools = parts.turns.tools
-    except Exception as exc:  # a broken install (an RpcError naming the module); a cancel goes on as one
-        log.error("%s", exc, exc_info=exc.__cause__)
-        return
-    finally:
-        parts.providers.warm_ups_running -= 1
-    if parts.connection.closing:
-        return
-    from acp_server.protocol.warmup import warm_up  # noqa: PLC0415 (start-up: the session side loads after `initialize`)
-
-    await warm_up(parts.providers, tools, parts.config.model)
 
 
 AUTH_METHOD_ID = "api-key"
 
 
-def _auth_methods(parts: Parts) -> list[dict[str, Any]]:
+def _auth_methods(connection: EditorConnection) -> list[dict[str, Any]]:
     """Offered only while a key is missing: the description says exactly where to put it (ACP `agent` method)."""
-    problem = parts.handshake.auth_problem  # as `initialize` was read (protocol/session_table.py)
+    problem = connection.handshake.auth_problem  # as `initialize` was read (protocol/editor_connection.py)
     if problem is None:
         return []
     return [{"id": AUTH_METHOD_ID, "name": "API key", "description": problem}]
@@ -137,78 +95,23 @@ async def authenticate(context: RequestContext, params: AuthenticateRequest) -> 
     return log_in(context)
 
 
-def log_in(context: RequestContext) -> dict[str, Any]:
-    """What v1's `authenticate` and v2's `auth/login` do once the method is known: end a logout, look for the key
-    again, and let the endpoints that needed it be asked for their models."""
-    parts = context.parts
-    was_missing = parts.auth.problem is not None
-    if not parts.auth.authenticate():
-        raise MissingCredentialsError(parts.auth.problem)
-    if was_missing:
-        parts.models.credentials_changed()  # the endpoints that could not be asked without a key can be now
-        context.after.append(lambda: discover_models(parts))
-    return {}
-
-
 async def logout(context: RequestContext, params: LogoutRequest) -> dict[str, Any]:
-    """Forget the keys this process holds until the next `authenticate` (protocol/providers.py). Idempotent."""
+    """Forget the keys this process holds until the next `authenticate` (agent/providers.py). Idempotent."""
     return log_out(context)
-
-
-def log_out(context: RequestContext) -> dict[str, Any]:
-    """What v1's `logout` and v2's `auth/logout` do: forget the keys; the dropped providers' clients are closed
-    later."""
-    parts = context.parts
-    dropped = parts.auth.logout()
-    if dropped:  # their clients are closed in a task of the connection, once the turns running now have ended
-        running = parts.runs.current()
-        deadline = parts.config.cleanup_deadline
-        context.after.append(lambda: parts.connection.spawn(close_providers, dropped, running, deadline))
-    return {}
 
 
 async def session_prompt(context: RequestContext, params: PromptRequest) -> dict[str, Any]:
     if context.admission_error is not None:
         raise context.admission_error
     assert context.run is not None, "a valid prompt is always admitted or refused in prepare()"
-    context.parts.auth.require_for(context.run.session.model)  # a model that takes no key is never refused
+    context.agent.auth.require_for(context.run.session.model)  # a model that takes no key is never refused
     from acp_server.agent.sessions.turn import execute_prompt  # noqa: PLC0415 (start-up: the session side loads after `initialize`)
 
     # A turn that fails raises `TurnFailedError`, answered as protocol/wire_errors.py says.
-    stop_reason = await execute_prompt(context.parts.turns, context.run)
+    stop_reason = await execute_prompt(context.agent.turns, context.run)
     if not context.run.saved:  # its commit failed: the outcome holds, but nothing claims it survives a restart
         return {"stopReason": stop_reason, "_meta": not_saved()}
     return {"stopReason": stop_reason}
-
-
-async def stats(context: RequestContext, params: object) -> dict[str, Any]:
-    """Live counts, so tests and users can see that nothing leaks. The request's own task is counted."""
-    parts = context.parts
-    sessions = list(parts.sessions)
-    return {
-        "sessions": len(sessions),
-        "runningTurns": parts.runs.running_turns,
-        "queuedPrompts": parts.runs.queued_prompts(sessions),
-        "pendingClientRequests": parts.connection.pending_client_requests,
-        "requestsInFlight": parts.connection.requests_in_flight,
-        "tasks": len(anyio.get_running_tasks()),
-        # Background warm-ups of a model (protocol/warmup.py) among those tasks: they end on their own, so a test
-        # that counts tasks before and after takes its "before" once they have.
-        "warmUps": parts.providers.warm_ups_running,
-        "childProcesses": len(parts.processes),
-        # Sessions whose MCP servers are not all shut down yet (closed sessions' servers included until they are).
-        "mcpSessions": len(parts.mcp),
-        **_traced_bytes(),
-    }
-
-
-def _traced_bytes() -> dict[str, int]:
-    """`tracedBytes`: what Python holds allocated right now, when it traces allocations (`PYTHONTRACEMALLOC=1`), so
-    a test (or a user) can see that what a turn allocated was let go, without collecting anything first: memory only
-    the cyclic collector would free counts, since the server runs it rarely (server.GC_THRESHOLD). Absent otherwise."""
-    import tracemalloc  # noqa: PLC0415 (start-up: tracemalloc only for the stats request)
-
-    return {"tracedBytes": tracemalloc.get_traced_memory()[0]} if tracemalloc.is_tracing() else {}
 
 
 METHODS: dict[str, Handler] = {
@@ -240,14 +143,18 @@ SESSION_SIDE_METHODS = frozenset(
 # --- notifications ---
 
 
-def session_cancel(parts: Parts, params: CancelNotification) -> None:
-    parts.runs.interrupt(params.session_id)
+def session_cancel(connection: EditorConnection, params: CancelNotification) -> None:
+    """Routed by session id, and only to a session of this connection: another editor's session is untouched."""
+    runs = connection.agent.runs
+    run = runs.running(params.session_id)
+    if run is not None and connection.owns(run.session):
+        runs.interrupt(params.session_id)
 
 
-def cancel_request(parts: Parts, params: CancelRequestNotification) -> None:
-    run = parts.prompts.get(params.request_id)
+def cancel_request(connection: EditorConnection, params: CancelRequestNotification) -> None:
+    run = connection.prompts.get(params.request_id)  # this connection's own prompts
     if run is not None:
-        parts.runs.cancel_run(run)
+        connection.agent.runs.cancel_run(run)
     # Every other request of ours answers at once, so there is nothing else to cancel: ignored, as ACP allows.
 
 

@@ -28,6 +28,7 @@ from acp_server.protocol.v2.auth import auth_login, auth_logout
 from acp_server.protocol.v2.cancels import tool_call_cancel
 from acp_server.protocol.v2.sessions import (
     session_close_v2,
+    session_delete_v2,
     session_list_v2,
     session_new_v2,
     session_resume_v2,
@@ -59,7 +60,7 @@ SESSION_METHODS_V2: dict[str, Handler] = {
     "session/close": (wire("CloseSessionRequest"), session_close_v2),
     "session/resume": (wire_v2("ResumeSessionRequestV2"), session_resume_v2),
     "session/list": (wire("ListSessionsRequest"), session_list_v2),
-    "session/delete": (wire("DeleteSessionRequest"), session_delete),
+    "session/delete": (wire("DeleteSessionRequest"), session_delete_v2),
     "tool_call/cancel": (wire_v2("CancelToolCallRequest"), tool_call_cancel),
     "terminal/cancel": (wire_v2("CancelTerminalRequest"), terminal_cancel),
 }

@@ -13,19 +13,36 @@ from typing import overload
 
 from acp_server.errors import (
     ChangeNotSavedError,
+    InvalidArgumentError,
     MissingCredentialsError,
     ModelSpecError,
+    NoStoreError,
     PromptRejectedError,
+    SessionBusyError,
     StoreUnavailable,
+    SubagentSessionError,
     TurnFailedError,
+    UnknownSessionError,
 )
 from acp_server.jsonrpc.rpc import ErrorCode, RpcError
 
-__all__ = ["rpc_error"]
+__all__ = ["rpc_error", "rpc_error_v2"]
 
 
 # The errors named here: for one of these the answer is never None.
-Named = RpcError | PromptRejectedError | TurnFailedError | MissingCredentialsError | ModelSpecError | StoreUnavailable
+Named = (
+    RpcError
+    | PromptRejectedError
+    | TurnFailedError
+    | MissingCredentialsError
+    | ModelSpecError
+    | StoreUnavailable
+    | NoStoreError
+    | InvalidArgumentError
+    | SubagentSessionError
+    | UnknownSessionError
+    | SessionBusyError
+)
 
 
 @overload
@@ -53,4 +70,27 @@ def rpc_error(exc: Exception) -> RpcError | None:
         return RpcError(ErrorCode.INTERNAL_ERROR, f"Internal error: the change was not saved: {exc}")
     if isinstance(exc, StoreUnavailable):
         return RpcError(ErrorCode.INTERNAL_ERROR, f"cannot read the session store: {exc}")
+    if isinstance(exc, NoStoreError):
+        return RpcError(ErrorCode.INTERNAL_ERROR, f"Stored sessions are not available: {exc}")
+    if isinstance(exc, (InvalidArgumentError, SubagentSessionError)):
+        return RpcError(ErrorCode.INVALID_PARAMS, f"Invalid params: {exc}")
+    if isinstance(exc, UnknownSessionError):
+        return RpcError(ErrorCode.RESOURCE_NOT_FOUND, str(exc))  # v1 has no data for it (v2 does: `rpc_error_v2`)
+    if isinstance(exc, SessionBusyError):
+        return RpcError(ErrorCode.INVALID_REQUEST, str(exc))
     return None
+
+
+@overload
+def rpc_error_v2(exc: Named) -> RpcError: ...
+
+
+@overload
+def rpc_error_v2(exc: Exception) -> RpcError | None: ...
+
+
+def rpc_error_v2(exc: Exception) -> RpcError | None:
+    """As `rpc_error`, in v2's words where they differ: an unknown session carries `SessionNotFoundErrorData`."""
+    if isinstance(exc, UnknownSessionError):
+        return RpcError(ErrorCode.RESOURCE_NOT_FOUND, str(exc), {"sessionId": exc.session_id})
+    return rpc_error(exc)

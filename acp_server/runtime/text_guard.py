@@ -217,13 +217,13 @@ class GuardedProvider:
         return self.inner.check_turn(meta, turn_index)
 
     async def warm(self) -> None:
-        """The inner provider's warm-up, if it has one (protocol/warmup.py)."""
+        """The inner provider's warm-up, if it has one (agent/warmup.py)."""
         warm = getattr(self.inner, "warm", None)
         if warm is not None:
             await warm()
 
     async def aclose(self) -> None:
-        """Close the inner provider's client, if it has one (after a logout dropped it: protocol/providers.py)."""
+        """Close the inner provider's client, if it has one (after a logout dropped it: agent/providers.py)."""
         close = getattr(self.inner, "aclose", None)
         if close is not None:
             await close()

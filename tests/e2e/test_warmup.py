@@ -1,5 +1,5 @@
 """The provider warm-up end to end: once `initialize` is answered the server imports the model's SDK and builds its
-client in the background (protocol/warmup.py). It must never be in anybody's way: a prompt sent while it runs
+client in the background (agent/warmup.py). It must never be in anybody's way: a prompt sent while it runs
 streams as usual, a cancel during it is answered, and stdin EOF during it ends the server as always."""
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from acp_server.runtime.model import (
     Compaction,
@@ -27,7 +27,7 @@ from acp_server.settings.choices import PermissionMode, PromptPolicy
 
 if TYPE_CHECKING:
     from acp_server.agent.sessions.options import SlashCommand
-    from acp_server.agent.sessions.runs import RunContext
+    from acp_server.agent.sessions.runs import RunContext, Session
 
 __all__ = [
     "CommandsAvailable",
@@ -39,6 +39,8 @@ __all__ = [
     "TitleChanged",
     "TurnOutput",
     "TurnSink",
+    "attached",
+    "edge_of",
 ]
 
 
@@ -117,6 +119,19 @@ class Edge(Protocol):
     def retract(self, request_id: int) -> None:
         """Withdraw a request the turn sent the client and that is still unanswered."""
         ...
+
+
+def attached(session: Session) -> Edge | None:
+    """The edge of the connection `session` is attached to (`Session.edge`), or None once that has ended."""
+    return cast("Edge | None", session.edge)
+
+
+def edge_of(session: Session) -> Edge:
+    """The edge of the connection `session` is attached to: where its turns' events and requests go. A turn runs
+    only for a session a connection opened (agent/sessions/lifecycle.py attaches it before anything runs)."""
+    edge = attached(session)
+    assert edge is not None, f"session {session.session_id} is attached to no connection"
+    return edge
 
 
 class TurnOutput:

@@ -130,7 +130,7 @@ class Session:
     # The model spec this session talks to (the `model` config option) and its title (`session_info_update`).
     model: str = ""
     # The `model` option's choices this session's client was last told of; None until the response that opened the
-    # session is sent (a changed list is announced only after it, see protocol/model_choices.py).
+    # session is sent (a changed list is announced only after it, see agent/model_choices.py).
     offered_models: tuple[str, ...] | None = None
     title: str | None = None
     title_requested: bool = False
@@ -154,6 +154,11 @@ class Session:
     # on their way (the launcher then refuses that directory, sandbox_exec.py `pinned`), and a link the user made
     # beforehand (a symlinked home, macOS's /tmp) keeps working.
     sandbox_roots: tuple[Path, ...] = field(init=False)
+    # The connection the session is attached to (the one that created, loaded or resumed it), as the core's `Edge`
+    # (typed in sessions/edge.py, which reads it: `attached`, `edge_of`; that module imports this one): where its
+    # updates and its turns' requests to the client go, and whose cancels, close and EOF reach it. None until it is
+    # registered (agent/sessions/lifecycle.py), and again once that connection has ended.
+    edge: object | None = None
 
     def __post_init__(self) -> None:
         self.sandbox_roots = tuple(Path(os.path.realpath(root)) for root in (self.cwd, *self.additional_directories))

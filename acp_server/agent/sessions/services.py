@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from acp_server.agent.sessions.edge import Edge, TitleChanged
+from acp_server.agent.sessions.edge import TitleChanged, attached
 from acp_server.agent.sessions.runs import RunContext, RunRegistry, Session
 from acp_server.runtime.call_bodies import CallBodies
 from acp_server.runtime.model import Provider
@@ -19,6 +19,7 @@ from acp_server.runtime.tools import ToolBox
 from acp_server.settings.config import Config
 
 if TYPE_CHECKING:
+    from acp_server.runtime.sandbox import Sandbox, Unconfined
     from acp_server.store import SessionStore
 
 __all__ = ["Observer", "TurnServices"]
@@ -33,8 +34,6 @@ class TurnServices:
 
     config: Config
     runs: RunRegistry
-    # The protocol side of the connection: where the turn's events go, and the editor's side of its tools.
-    edge: Edge
     # The provider for a session's model spec (built once per spec, shared by sessions).
     providers: Callable[[str], Provider]
     tools: ToolBox
@@ -45,9 +44,14 @@ class TurnServices:
     store: Callable[[], SessionStore | None]
     # Who watches the turns' steps, if anyone (a plug-in: test mode's `_scripted/probe`); None in production.
     observer: Observer | None = None
+    # How local commands are confined (None: not at all; Unconfined: asked for, but impossible here), decided once
+    # per process; every connection's edge uses it for the commands it runs on this machine.
+    sandbox: Sandbox | Unconfined | None = None
 
     def announce_title(self, session: Session, title: str) -> None:
-        self.edge.session_event(session.session_id, TitleChanged(title))
+        edge = attached(session)
+        if edge is not None:  # a session whose connection ended is told nothing; the store keeps the title
+            edge.session_event(session.session_id, TitleChanged(title))
         store = self.store()
         if store is not None:
             store.set_title(session.session_id, title)

@@ -92,6 +92,7 @@ class ChildSessions:
             mode=home.mode,
             model=home.model,
         )
+        child_session.edge = home.edge  # its cancel comes from its parent's connection (RunRegistry.interrupt)
         prompt = Prompt(task, 1, lambda: [{"type": "text", "text": task}])
         child = RunContext(child_session, parent.request_id, prompt, parent_session_id=parent.session_id)
         child.start()  # admitted by its parent's `delegate` call: the work begins at once

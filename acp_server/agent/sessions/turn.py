@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 import anyio
 
 from acp_server.agent.sessions.commands import Prompt, RequestId
-from acp_server.agent.sessions.edge import TurnOutput
+from acp_server.agent.sessions.edge import TurnOutput, edge_of
 from acp_server.agent.sessions.options import parse_command
 from acp_server.agent.sessions.runs import RunContext, RunState, Session
 from acp_server.agent.sessions.services import TurnServices
@@ -137,7 +137,7 @@ async def _execute(services: TurnServices, run: RunContext) -> StopReason:
     await run.wait_until(lambda: run.state is not RunState.QUEUED)  # its place in the session, or a cancel
     if not run.start():
         return _seal(services, run)  # claimed before it started: zero model steps
-    services.edge.spawn(_work, services, run)
+    edge_of(run.session).spawn(_work, services, run)
     await run.wait_until(lambda: run.work_done or run.cancelled_at is not None)
     if not run.work_done:  # woken by a cancel: wait for the cleanup, but not past the deadline
         with anyio.move_on_at(run.cleanup_deadline(services.config.cleanup_deadline)):
@@ -155,7 +155,7 @@ async def _execute(services: TurnServices, run: RunContext) -> StopReason:
 async def _work(services: TurnServices, run: RunContext) -> None:
     session = run.session
     probe = bound_probe(services, run)
-    reporter = TurnOutput(run, services.edge.turn_sink(run))
+    reporter = TurnOutput(run, edge_of(session).turn_sink(run))
     provider = services.providers(session.model)
     model_turn: ModelTurn | None = None
     try:
@@ -265,21 +265,20 @@ async def _user_message(text: str, prompt: Prompt, session: Session) -> Message:
 
 def _seal(services: TurnServices, run: RunContext) -> StopReason:
     """Everything between the end of the work and the response. Synchronous: nothing can slip in between."""
-    edge = services.edge
     for request_id in list(run.pending_requests):
-        edge.retract(request_id)
+        edge_of(run.session).retract(request_id)
     for end_terminal in list(run.terminal_ends.values()):  # a command the cleanup deadline cut short: exited now
         end_terminal()
     cancelled = run.cancelled or run.outcome == StopReason.CANCELLED
     failed = run.error is not None and not cancelled
     note = "cancelled" if cancelled else "failed" if failed else None
     if run.open_tool_calls:
-        sink = edge.turn_sink(run)
+        sink = edge_of(run.session).turn_sink(run)
         for call_id in list(run.open_tool_calls):
             sink.send_now(ToolCallFinished(call_id, ok=False, output=f"The tool call was {note or 'abandoned'}."))
     run.open_tool_calls.clear()
     if run.open_compactions:  # a compaction the turn's end interrupted: `cancelled`, or `failed` with the turn
-        sink = edge.turn_sink(run)
+        sink = edge_of(run.session).turn_sink(run)
         for compaction_id in sorted(run.open_compactions):
             ended = Compaction(compaction_id, "failed", error="the turn failed") if failed else None
             sink.send_now(ended or Compaction(compaction_id, "cancelled"))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from acp_server.agent.sessions.edge import Ports
+from acp_server.agent.sessions.edge import Ports, edge_of
 from acp_server.agent.sessions.runs import RunContext
 from acp_server.runtime.model import Emit, Probe, ToolCall
 from acp_server.runtime.ports import Subagents
@@ -29,7 +29,7 @@ def bound_probe(services: TurnServices, run: RunContext) -> Probe:
 
 def tool_ports(services: TurnServices, run: RunContext, on_behalf_of: str | None = None) -> Ports:
     """`on_behalf_of`: for a subagent's tools, the parent's `delegate` tool call its permission questions name."""
-    return services.edge.tool_ports(run, on_behalf_of)
+    return edge_of(run.session).tool_ports(run, on_behalf_of)
 
 
 def tool_context(

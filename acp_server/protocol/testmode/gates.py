@@ -10,7 +10,7 @@ from __future__ import annotations
 from types import ModuleType
 from typing import TYPE_CHECKING
 
-from acp_server.protocol.context import Parts
+from acp_server.protocol.editor_connection import EditorConnection
 from acp_server.protocol.params import WireParams
 from acp_server.protocol.plugins import Plugin
 
@@ -30,12 +30,13 @@ def _gate_params() -> ModuleType:
 RELEASE_PARAMS = WireParams(_gate_params, "ScriptedReleaseNotification")
 
 
-def scripted_release(parts: Parts, params: ScriptedReleaseNotification) -> None:
-    session = parts.sessions.get(params.session_id)
+def scripted_release(connection: EditorConnection, params: ScriptedReleaseNotification) -> None:
+    agent = connection.agent
+    session = agent.sessions.get(params.session_id)
     if session is None:  # a subagent's session lives only in the run registry
-        running = parts.runs.running(params.session_id)
+        running = agent.runs.running(params.session_id)
         session = running.session if running is not None else None
-    if session is not None:
+    if session is not None and connection.owns(session):  # another editor's gates are not this one's to open
         # Imported here: registered whatever the model, this plug-in must not load the scripted model for others.
         from acp_server.runtime.providers.scripted import gate_board  # noqa: PLC0415 (the scripted provider loads only with a scripted model)
 

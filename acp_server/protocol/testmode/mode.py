@@ -11,29 +11,32 @@ from typing import Any
 
 from acp_server.agent.sessions.runs import RunContext
 from acp_server.agent.sessions.services import Observer
-from acp_server.jsonrpc.connection import Connection
 from acp_server.protocol.context import RequestContext
-from acp_server.protocol.handlers import NO_PARAMS
+from acp_server.protocol.editor_connection import EditorConnections
 from acp_server.protocol.plugins import Plugin
+from acp_server.protocol.shared_methods import NO_PARAMS
 from acp_server.protocol.testmode.tools import TEST_TOOLS
 
 __all__ = ["test_mode"]
 
 
-def test_mode(connection: Connection) -> Plugin:
-    """The test-mode plug-in for one connection (its probes are sent through it)."""
+def test_mode(editors: EditorConnections) -> Plugin:
+    """The test-mode plug-in for the agent: each turn's probes go to the connection its session is attached to."""
     return Plugin(
         methods={"_scripted/raise": (NO_PARAMS, scripted_raise)},
         tools=TEST_TOOLS,
-        observer=_prober(connection),
+        observer=_prober(editors),
     )
 
 
-def _prober(connection: Connection) -> Observer:
+def _prober(editors: EditorConnections) -> Observer:
     def probe(run: RunContext, event: str, fields: dict[str, Any]) -> None:
         """A `_scripted/probe` notification: what the turn is doing, for black-box tests."""
+        editor = editors.of(run.session)
+        if editor is None:  # its connection has ended: nobody to tell
+            return
         params = {"sessionId": run.session_id, "prompt": run.request_id, "event": event, **fields}
-        connection.notify("_scripted/probe", params)
+        editor.rpc.notify("_scripted/probe", params)
 
     return probe
 

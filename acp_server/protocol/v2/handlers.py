@@ -1,7 +1,7 @@
 """The methods a v2 connection serves, by wire name (ACP-V2.md §21.1). v1-only methods (`authenticate`, `logout`,
 `session/load`, `session/set_mode`, `session/fork`) are absent, so they are `-32601` on v2 (`auth/login` and
 `auth/logout` replace the first two); `session/cancel`
-is v1's cancel that then answers the held prompts it withdrew (protocol/v2/withdrawals.py); `$/cancel_request` is
+cancels as v1's does and then answers the held prompts it withdrew (protocol/v2/withdrawals.py); `$/cancel_request` is
 v2's own, acting only on a held prompt (see protocol/v2/prompt.py for what a withdrawn held prompt answers).
 
 The start-up side's methods are in `METHODS_V2`; the session side's are in its own table
@@ -12,9 +12,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from acp_server.protocol.context import Handler, NotificationHandler, Parts, RequestContext
-from acp_server.protocol.handlers import METHODS, NOTIFICATIONS
-from acp_server.protocol.params import wire
+from acp_server.protocol.context import Handler, NotificationHandler, RequestContext
+from acp_server.protocol.editor_connection import EditorConnection
+from acp_server.protocol.params import INITIALIZE, wire
+from acp_server.protocol.shared_methods import NO_PARAMS, stats
+from acp_server.protocol.v2.initialize import initialize_v2
 from acp_server.protocol.v2.withdrawals import session_cancel_v2, withdraw
 
 if TYPE_CHECKING:  # imported on first use (protocol/params.py)
@@ -34,9 +36,9 @@ async def session_prompt(context: RequestContext, params: PromptRequest) -> dict
 
 
 METHODS_V2: dict[str, Handler] = {
-    "initialize": METHODS["initialize"],
+    "initialize": (INITIALIZE, initialize_v2),
     "session/prompt": (wire("PromptRequest"), session_prompt),
-    "_acp_server/stats": METHODS["_acp_server/stats"],
+    "_acp_server/stats": (NO_PARAMS, stats),
 }
 
 # Served by the session side once it is loaded (protocol/session_methods.py `SESSION_METHODS_V2`: their params and
@@ -58,17 +60,16 @@ SESSION_SIDE_METHODS_V2 = frozenset(
 )
 
 
-def cancel_request_v2(parts: Parts, params: CancelRequestNotification) -> None:
+def cancel_request_v2(connection: EditorConnection, params: CancelRequestNotification) -> None:
     """`$/cancel_request` on v2 (§20.5, §23 Q10): it withdraws a prompt still held (QUEUED, not inserted) and
     nothing else. A prompt inserted at admission (an idle session) is already the session's work, whose only
     cancel is `session/cancel`: naming it is ignored, as is naming any other request."""
-    run = parts.prompts.get(params.request_id)
-    if run is not None and parts.runs.cancel_held(run):
-        withdraw(parts, run)  # answered -32800 now (protocol/v2/withdrawals.py)
+    run = connection.prompts.get(params.request_id)  # this connection's own prompts
+    if run is not None and connection.agent.runs.cancel_held(run):
+        withdraw(connection, run)  # answered -32800 now (protocol/v2/withdrawals.py)
 
 
 NOTIFICATIONS_V2: dict[str, NotificationHandler] = {
-    **NOTIFICATIONS,
-    "session/cancel": (NOTIFICATIONS["session/cancel"][0], session_cancel_v2),
+    "session/cancel": (wire("CancelNotification"), session_cancel_v2),
     "$/cancel_request": (wire("CancelRequestNotification"), cancel_request_v2),
 }

@@ -12,12 +12,25 @@ from typing import Any
 
 from acp_server import __version__
 from acp_server.agent.sessions.options import PROMPT_POLICIES
-from acp_server.protocol.context import Parts
+from acp_server.protocol.context import RequestContext
+from acp_server.protocol.editor_connection import EditorConnection
+from acp_server.protocol.initialize import InitializeParams
+from acp_server.protocol.shared_methods import taken_media
+from acp_server.settings.config import Config
 
-__all__ = ["auth_method_id", "initialize_result"]
+__all__ = ["auth_method_id", "initialize_result", "initialize_v2"]
 
 
-def initialize_result(parts: Parts, taken: frozenset[str]) -> dict[str, Any]:
+async def initialize_v2(context: RequestContext, params: InitializeParams) -> dict[str, Any]:
+    """`initialize` on a connection that chose v2 (its version and the client's capabilities were recorded in
+    AcpDispatcher.prepare, in reader order): what both versions do first (protocol/shared_methods.py), then v2's
+    result. An `initialize` that chose no version yet is answered by v1's, which this replaces once v2 is chosen."""
+    if context.admission_error is not None:
+        raise context.admission_error
+    return initialize_result(context.connection, context.agent.config, await taken_media(context))
+
+
+def initialize_result(connection: EditorConnection, config: Config, taken: frozenset[str]) -> dict[str, Any]:
     """`taken`: what any model a session may pick takes in a prompt (images, sounds), as v1 advertises it; a marker is
     left out, never `false`."""
     prompt: dict[str, Any] = {kind: {} for kind in ("image", "audio") if kind in taken}
@@ -35,34 +48,33 @@ def initialize_result(parts: Parts, taken: frozenset[str]) -> dict[str, Any]:
             "_meta": {
                 "acpServer": {
                     "promptPolicies": [policy.value for policy in PROMPT_POLICIES],
-                    "defaultPromptPolicy": default_prompt_policy(parts),
+                    "defaultPromptPolicy": default_prompt_policy(config),
                     "extensionMethods": ["_acp_server/stats"],
-                    "extensionNotifications": list(parts.extension_notifications),
+                    "extensionNotifications": list(connection.extension_notifications),
                 }
             },
         },
-        "authMethods": auth_methods_v2(parts),
+        "authMethods": auth_methods_v2(connection, config),
     }
 
 
-def default_prompt_policy(parts: Parts) -> str:
+def default_prompt_policy(config: Config) -> str:
     """What a busy prompt does on a v2 connection unless a session says otherwise: the configured policy when one
     was chosen, else `queue` (hold it until idle; ACP-V2.md §23 Q4)."""
-    config = parts.config
     return config.prompt_policy.value if config.prompt_policy_chosen else "queue"
 
 
-def auth_method_id(parts: Parts) -> str:
+def auth_method_id(config: Config) -> str:
     """`<provider>-key`, the provider being the default model's (`openai:gpt-x` -> `openai-key`)."""
-    provider = parts.config.model.partition(":")[0] or "api"
+    provider = config.model.partition(":")[0] or "api"
     return f"{provider}-key"
 
 
-def auth_methods_v2(parts: Parts) -> list[dict[str, Any]]:
+def auth_methods_v2(connection: EditorConnection, config: Config) -> list[dict[str, Any]]:
     """What `initialize` advertises: the `agent` method while a key was missing as it was read (its description says
     where to put it), else nothing. Decided in reader order (`Handshake.auth_problem`, which also decides whether
     `auth/*` is served), so a login pipelined behind `initialize` finds it offered."""
-    problem = parts.handshake.auth_problem
+    problem = connection.handshake.auth_problem
     if problem is None:
         return []
-    return [{"methodId": auth_method_id(parts), "name": "API key", "type": "agent", "description": problem}]
+    return [{"methodId": auth_method_id(config), "name": "API key", "type": "agent", "description": problem}]

@@ -18,12 +18,13 @@ from typing import Any
 
 from acp_server.agent.sessions.runs import RunContext, RunState
 from acp_server.agent.sessions.turn import execute_prompt, execute_unjoined_steer, release_prompt
+from acp_server.agent.titles import title_session
 from acp_server.errors import TurnFailedError
 from acp_server.jsonrpc.rpc import ErrorCode, RpcError
-from acp_server.protocol.context import Parts, RequestContext
+from acp_server.protocol.context import RequestContext
+from acp_server.protocol.editor_connection import EditorConnection
 from acp_server.protocol.schema import PromptRequest
-from acp_server.protocol.store_access import not_saved
-from acp_server.protocol.titles import title_session
+from acp_server.protocol.shared_methods import not_saved
 from acp_server.protocol.v2.updates import idle, running, user_message
 from acp_server.protocol.v2.withdrawals import WITHDRAWN
 from acp_server.protocol.wire_errors import rpc_error
@@ -39,8 +40,8 @@ async def session_prompt_v2(context: RequestContext, params: PromptRequest) -> d
         raise context.admission_error
     run = context.run
     assert run is not None, "a valid prompt is always admitted or refused in prepare()"
-    parts = context.parts
-    parts.auth.require_for(run.session.model)  # a model that takes no key is never refused
+    connection = context.connection
+    context.agent.auth.require_for(run.session.model)  # a model that takes no key is never refused
     if run.steers and run.state is RunState.QUEUED:
         return _insert_now(context, run)
     await run.wait_until(lambda: run.state is not RunState.QUEUED)  # held while the session's work runs
@@ -54,9 +55,9 @@ async def session_prompt_v2(context: RequestContext, params: PromptRequest) -> d
     run.prompt.message_id = message_id  # the store keeps it, so a replay shows the id this response returns
     # Inserted: the request is answered now, the work is this module's from here on (not the dispatcher's).
     context.run = None
-    if parts.prompts.get(context.request_id) is run:
-        del parts.prompts[context.request_id]  # `$/cancel_request` no longer names it (§23 Q10)
-    context.after.append(lambda: _insert(parts, run, message_id))
+    if connection.prompts.get(context.request_id) is run:
+        del connection.prompts[context.request_id]  # `$/cancel_request` no longer names it (§23 Q10)
+    context.after.append(lambda: _insert(connection, run, message_id))
     return {"messageId": message_id}
 
 
@@ -64,23 +65,23 @@ def _insert_now(context: RequestContext, run: RunContext) -> dict[str, Any]:
     """`steer` (§7 insert now): the prompt joins the running work at once. It is answered and echoed now, and the
     work stays `running`: the core hands the turn over to it at the next model-call boundary, and the one `idle` is
     the joined work's. A cancel before the hand-over ends the joined work (one `idle cancelled`)."""
-    parts = context.parts
+    connection = context.connection
     message_id = f"msg_{uuid.uuid4().hex}"
     run.prompt.message_id = message_id
     context.run = None
-    if parts.prompts.get(context.request_id) is run:
-        del parts.prompts[context.request_id]
+    if connection.prompts.get(context.request_id) is run:
+        del connection.prompts[context.request_id]
 
     def joined() -> None:
         update = user_message(message_id, run.prompt.blocks())
-        parts.connection.notify("session/update", {"sessionId": run.session_id, "update": update})
-        parts.connection.spawn(_joined_work, parts, run)
+        connection.rpc.notify("session/update", {"sessionId": run.session_id, "update": update})
+        connection.rpc.spawn(_joined_work, connection, run)
 
     context.after.append(joined)
     return {"messageId": message_id}
 
 
-async def _joined_work(parts: Parts, run: RunContext) -> None:
+async def _joined_work(connection: EditorConnection, run: RunContext) -> None:
     """A steering prompt's part of the work, once the running turn hands over to it."""
     await run.wait_until(lambda: run.state is not RunState.QUEUED)
     if run.withdrawn:
@@ -88,30 +89,32 @@ async def _joined_work(parts: Parts, run: RunContext) -> None:
         # nothing more is sent for it, but its message is kept (recorded after that work's). Cancelled after the
         # hand-over, the work is its own (the predecessor sent no idle): the normal path below ends it with `idle
         # cancelled`.
+        turns = connection.agent.turns
         try:
-            await execute_unjoined_steer(parts.turns, run)
+            await execute_unjoined_steer(turns, run)
         finally:
-            release_prompt(parts.turns, run)
+            release_prompt(turns, run)
         return
     # Repeated snapshots are idempotent: after a predecessor that failed (its idle sent) this starts the work again.
-    parts.connection.notify("session/update", {"sessionId": run.session_id, "update": running()})
-    await _work(parts, run)
+    connection.rpc.notify("session/update", {"sessionId": run.session_id, "update": running()})
+    await _work(connection, run)
 
 
-def _insert(parts: Parts, run: RunContext, message_id: str) -> None:
+def _insert(connection: EditorConnection, run: RunContext, message_id: str) -> None:
     """Right after the response is queued: the echo, `running`, and the work in a task of the connection's."""
     session_id = run.session_id
-    notify = parts.connection.notify
+    notify = connection.rpc.notify
     notify("session/update", {"sessionId": session_id, "update": user_message(message_id, run.prompt.blocks())})
     notify("session/update", {"sessionId": session_id, "update": running()})
-    parts.connection.spawn(_work, parts, run)
+    connection.rpc.spawn(_work, connection, run)
 
 
-async def _work(parts: Parts, run: RunContext) -> None:
+async def _work(connection: EditorConnection, run: RunContext) -> None:
+    agent = connection.agent
     try:
         error: dict[str, Any] | None = None
         try:
-            stop: str = await execute_prompt(parts.turns, run)
+            stop: str = await execute_prompt(agent.turns, run)
         except TurnFailedError as exc:  # no response to answer: its error goes in the `idle`, as the mapping says
             failed = rpc_error(exc)
             stop, error = "error", {"code": failed.code, "message": failed.message}
@@ -121,12 +124,12 @@ async def _work(parts: Parts, run: RunContext) -> None:
             stop, error = "error", {"code": int(ErrorCode.INTERNAL_ERROR), "message": message}
         # Sealed by now (execute_prompt returns or raises only after `_seal`): nothing of the work follows this idle.
         # Unless a steering prompt carries the work on (it was inserted, §7): then the idle is the joined work's.
-        if not (stop == StopReason.END_TURN and parts.turns.runs.hand_over_due(run.session)):
+        if not (stop == StopReason.END_TURN and agent.runs.hand_over_due(run.session)):
             update = idle(stop, error)
             if not run.saved:  # as v1's prompt response: the commit of the turn's end failed
                 update["_meta"] = not_saved()
-            parts.connection.notify("session/update", {"sessionId": run.session_id, "update": update})
+            connection.rpc.notify("session/update", {"sessionId": run.session_id, "update": update})
     finally:
-        first_prompt = release_prompt(parts.turns, run)  # also when the connection's shutdown cancels this task
+        first_prompt = release_prompt(agent.turns, run)  # also when the connection's shutdown cancels this task
     if first_prompt is not None:
-        parts.connection.spawn(title_session, parts, run.session, first_prompt)
+        agent.spawn(title_session, agent, run.session, first_prompt)

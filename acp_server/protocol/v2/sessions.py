@@ -1,5 +1,6 @@
 """The v2 session methods (ACP-V2.md §4, §5): the baseline (`session/new`, `list`, `resume`, `close`) plus `delete`
-and `set_config_option`, on v1's session lifecycle (protocol/session_handlers.py) with v2's shapes around it.
+and `set_config_option`: v2's params read, the session lifecycle (agent/sessions/lifecycle.py, version-neutral, the
+same v1's handlers call) run, and v2's result rendered around it.
 
 - `session/new`: `mcpServers` optional and typed (`sse` refused); the result has `configOptions` with `configId`
   and `availableCommands`, no `modes`.
@@ -21,35 +22,33 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from acp_server.agent.discovery import announce_models_to
+from acp_server.agent.sessions import lifecycle
 from acp_server.agent.sessions.options import SLASH_COMMANDS
 from acp_server.agent.sessions.runs import Session
-from acp_server.jsonrpc.rpc import ErrorCode, RpcError
+from acp_server.errors import InvalidArgumentError, UnknownSessionError
 from acp_server.protocol.context import RequestContext
+from acp_server.protocol.initialize import NO_CAPABILITIES
 from acp_server.protocol.options import config_options
+from acp_server.protocol.prompts import client_tools
 from acp_server.protocol.schema import (
     CloseSessionRequest,
+    DeleteSessionRequest,
     ListSessionsRequest,
-    LoadSessionRequest,
-    NewSessionRequest,
     SetSessionConfigOptionRequest,
-)
-from acp_server.protocol.session_handlers import (
-    close_session,
-    release_session,
-    restore_session,
-    session_list,
-    session_new,
-    session_set_config_option,
 )
 from acp_server.protocol.v2.schema import NewSessionRequestV2, ResumeSessionRequestV2
 from acp_server.protocol.v2.updates import available_commands_v2, config_options_v2, idle, requires_action, running
 from acp_server.protocol.v2.withdrawals import withdraw_held
+from acp_server.settings.choices import PromptPolicy
 
 if TYPE_CHECKING:
+    from acp_server.agent.sessions.commands import ClientTools
     from acp_server.store import LoadedSession
 
 __all__ = [
     "session_close_v2",
+    "session_delete_v2",
     "session_list_v2",
     "session_new_v2",
     "session_resume_v2",
@@ -57,32 +56,77 @@ __all__ = [
 ]
 
 
-def _v2_result(result: dict[str, Any]) -> dict[str, Any]:
-    """v1's new/resume result in v2's shape."""
-    shaped = {k: v for k, v in result.items() if k not in ("modes", "configOptions")}
-    shaped["configOptions"] = config_options_v2(result["configOptions"])
-    shaped["availableCommands"] = available_commands_v2(SLASH_COMMANDS)
-    return shaped
+def default_prompt_policy(context: RequestContext) -> PromptPolicy:
+    """A new session's prompt policy on v2: `queue` unless one was chosen (ACP-V2.md §23 Q4)."""
+    config = context.agent.config
+    return config.prompt_policy if config.prompt_policy_chosen else PromptPolicy.QUEUE
+
+
+def _client(context: RequestContext) -> ClientTools:
+    return client_tools(context.connection.handshake.client_capabilities or NO_CAPABILITIES)
+
+
+def _place(params: NewSessionRequestV2 | ResumeSessionRequestV2) -> lifecycle.Place:
+    return lifecycle.Place(params.cwd, params.additional_directories, params.mcp_servers)
+
+
+def _result(context: RequestContext, session: Session) -> dict[str, Any]:
+    """A session as v2 answers `new` and `resume`: its config options and its commands (no `modes`; the commands are
+    in the response, so nothing follows it but a changed model list)."""
+    offered = lifecycle.offered_models(context.agent, session)
+    options = config_options(session.model, session.mode, session.prompt_policy, offered)
+    return {"configOptions": config_options_v2(options), "availableCommands": available_commands_v2(SLASH_COMMANDS)}
+
+
+def _opened(context: RequestContext, session: Session) -> dict[str, Any]:
+    """Answer for a session just registered: after the response, a model list that changed meanwhile, and the
+    session's model warmed while the person types (agent/warmup.py)."""
+    agent = context.agent
+    answered = agent.models.offered(session.model)
+
+    def offered() -> None:
+        session.offered_models = answered
+        announce_models_to(agent, session)
+
+    context.after.append(offered)
+    context.after.append(lambda: agent.warm_up(session.model))
+    return _result(context, session)
 
 
 async def session_new_v2(context: RequestContext, params: NewSessionRequestV2) -> dict[str, Any]:
-    v1 = NewSessionRequest(
-        cwd=params.cwd, mcp_servers=params.mcp_servers, additional_directories=params.additional_directories
-    )
-    return _v2_result(await session_new(context, v1))
+    connection = context.connection
+    connection.handshake.require_initialized()
+    policy = default_prompt_policy(context)
+    session = await lifecycle.new_session(context.agent, connection.edge, _place(params), _client(context), policy)
+    return {"sessionId": session.session_id, **_opened(context, session)}
 
 
 async def session_list_v2(context: RequestContext, params: ListSessionsRequest) -> dict[str, Any]:
-    parts = context.parts
-    if parts.config.store:
-        return await session_list(context, params)
+    context.connection.handshake.require_initialized()
+    if context.agent.config.store:
+        page = await lifecycle.list_stored(context.agent, params.cwd, params.cursor)
+        stored = []
+        for summary in page.sessions:
+            entry: dict[str, Any] = {
+                "sessionId": summary.session_id,
+                "cwd": summary.cwd,
+                "additionalDirectories": list(summary.additional_directories),
+                "updatedAt": summary.updated_at,
+            }
+            if summary.title is not None:
+                entry["title"] = summary.title
+            stored.append(entry)
+        result: dict[str, Any] = {"sessions": stored}
+        if page.next_cursor is not None:
+            result["nextCursor"] = page.next_cursor
+        return result
     if params.cursor is not None:
-        raise RpcError(ErrorCode.INVALID_PARAMS, "Invalid params: cursor: not a cursor this server gave")
+        raise InvalidArgumentError("cursor: not a cursor this server gave")
     sessions = []
-    for session in parts.sessions:
+    for session in context.connection.sessions():
         if session.closed or (params.cwd is not None and str(session.cwd) != params.cwd):
             continue
-        entry: dict[str, Any] = {
+        entry = {
             "sessionId": session.session_id,
             "cwd": str(session.cwd),
             "additionalDirectories": [str(d) for d in session.additional_directories],
@@ -94,44 +138,47 @@ async def session_list_v2(context: RequestContext, params: ListSessionsRequest) 
 
 
 async def session_resume_v2(context: RequestContext, params: ResumeSessionRequestV2) -> dict[str, Any]:
-    parts = context.parts
+    agent, connection = context.agent, context.connection
+    connection.handshake.require_initialized()
     replay_from = params.replay_from
     if replay_from is not None and replay_from.get("type") != "start":
-        raise RpcError(ErrorCode.INVALID_PARAMS, f"Invalid params: replayFrom: unsupported cursor {replay_from!r}")
-    v1 = LoadSessionRequest(
-        session_id=params.session_id,
-        cwd=params.cwd,
-        mcp_servers=params.mcp_servers,
-        additional_directories=params.additional_directories,
-    )
-    live = parts.sessions.get(params.session_id)
-    if live is not None and live.closed:
+        raise InvalidArgumentError(f"replayFrom: unsupported cursor {replay_from!r}")
+    live = agent.sessions.get(params.session_id)
+    if live is not None and (live.closed or not connection.owns(live)):
         live = None
-    working = live is not None and parts.runs.running(live.session_id) is not None
-    if working and replay_from is not None and parts.config.store:
+    working = live is not None and agent.runs.running(live.session_id) is not None
+    if working and replay_from is not None and agent.config.store:
         assert live is not None
         return await _resume_running_with_replay(context, params, live)
-    if not parts.config.store or working:
+    if not agent.config.store or working:
         return _resume_live(context, params, live)
     from acp_server.protocol.v2.replay import replay_updates_v2  # noqa: PLC0415 (the store and sqlite3 load only when persistence is on)
 
     last_stop = ["end_turn"]
+    notify = connection.rpc.notify
 
-    def replay(loaded: LoadedSession, session: Session) -> list[dict[str, Any]]:
+    def replay(loaded: LoadedSession, session: Session) -> None:
         # Called before anything is sent or registered: a refusal here leaves the session as it was.
         if Path(loaded.session.cwd) != Path(params.cwd):
-            raise RpcError(
-                ErrorCode.INVALID_PARAMS,
-                f"Invalid params: cwd: the session's working directory is {loaded.session.cwd!r} (§5.3)",
-            )
+            raise InvalidArgumentError(f"cwd: the session's working directory is {loaded.session.cwd!r} (§5.3)")
         if loaded.turns:
             turn = loaded.turns[-1]
             last_stop[0] = turn.stop_reason or ("error" if turn.status == "failed" else "cancelled")
-        return replay_updates_v2(loaded) if replay_from is not None else []
+        for update in replay_updates_v2(loaded) if replay_from is not None else []:
+            notify("session/update", {"sessionId": session.session_id, "update": update})
 
-    result = await restore_session(context, v1, replay)
+    session = await lifecycle.restore_session(
+        agent,
+        connection.edge,
+        params.session_id,
+        place=_place(params),
+        client=_client(context),
+        default_policy=default_prompt_policy(context),
+        replay=replay,
+    )
+    result = _opened(context, session)
     _snapshot(context, params.session_id, last_stop[0])
-    return _v2_result(result)
+    return result
 
 
 async def _resume_running_with_replay(
@@ -144,13 +191,13 @@ async def _resume_running_with_replay(
     buffer are cut to it (turns begun meanwhile left out): the replay is what was shown before, each record once,
     and everything after it has streamed or streams live. From the cut to the response nothing awaits."""
     _require_cwd(session, params)
-    parts = context.parts
+    agent = context.agent
     from acp_server.protocol.v2.replay import replay_updates_v2  # noqa: PLC0415 (the store and sqlite3 load only when persistence is on)
 
-    work = parts.runs.running(session.session_id)
+    work = agent.runs.running(session.session_id)
     log = None if work is None else work.turn_log
     shown = None if log is None else (log.turn_id, log.appended)
-    store = await parts.store.require()
+    store = await agent.store.require()
     loaded = await store.load(session.session_id)
     if session.closed:
         return await session_resume_v2(context, params)  # closed meanwhile: resumed as any closed session is
@@ -169,55 +216,62 @@ async def _resume_running_with_replay(
                 break  # a turn after it began during the read: it streams live
             turns.append(replace(turn, entries=entries))
         for update in replay_updates_v2(replace(loaded, turns=turns)):
-            parts.connection.notify("session/update", {"sessionId": session.session_id, "update": update})
+            context.connection.rpc.notify("session/update", {"sessionId": session.session_id, "update": update})
     return _resume_live(context, params, session)
 
 
 def _require_cwd(session: Session, params: ResumeSessionRequestV2) -> None:
     if session.cwd != Path(params.cwd):
-        raise RpcError(
-            ErrorCode.INVALID_PARAMS,
-            f"Invalid params: cwd: the session's working directory is {str(session.cwd)!r} (§5.3)",
-        )
+        raise InvalidArgumentError(f"cwd: the session's working directory is {str(session.cwd)!r} (§5.3)")
 
 
 def _resume_live(context: RequestContext, params: ResumeSessionRequestV2, session: Session | None) -> dict[str, Any]:
     """Resume the session as this connection has it open (with its work, if any, going on); nothing is replayed."""
-    parts = context.parts
     if session is None:
-        data = {"sessionId": params.session_id}
-        raise RpcError(ErrorCode.RESOURCE_NOT_FOUND, f"unknown session: {params.session_id}", data)
+        raise UnknownSessionError(params.session_id)
     _require_cwd(session, params)
-    work = parts.runs.running(session.session_id)
+    work = context.agent.runs.running(session.session_id)
     if work is not None:
         # The work is not idle, and a resume ends nothing: the snapshot says so, and the work's own idle follows.
         # It waits on the user while the turn awaits an answer (its subagents ask through the turn's own ports).
         update = requires_action() if work.asking else running()
-        parts.connection.notify("session/update", {"sessionId": session.session_id, "update": update})
+        context.connection.rpc.notify("session/update", {"sessionId": session.session_id, "update": update})
     else:
         _snapshot(context, session.session_id, "end_turn")
-    offered = parts.models.offered(session.model)
-    result = {"configOptions": config_options(session.model, session.mode, session.prompt_policy, offered)}
-    return _v2_result(result)
+    offered = context.agent.models.offered(session.model)
+    options = config_options(session.model, session.mode, session.prompt_policy, offered)
+    return {"configOptions": config_options_v2(options), "availableCommands": available_commands_v2(SLASH_COMMANDS)}
 
 
 def _snapshot(context: RequestContext, session_id: str, last_stop: str) -> None:
     """The current foreground state, after any replay and before the response (the schema's MUST): `idle`, with
     the last turn's stop reason for context (§23 Q11; the schema wants a reason on every idle). It ends nothing."""
     update = idle(last_stop, None if last_stop != "error" else {"code": -32603, "message": "The last turn failed"})
-    context.parts.connection.notify("session/update", {"sessionId": session_id, "update": update})
+    context.connection.rpc.notify("session/update", {"sessionId": session_id, "update": update})
 
 
 async def session_close_v2(context: RequestContext, params: CloseSessionRequest) -> dict[str, Any]:
-    parts = context.parts
-    parts.handshake.require_initialized()
-    session = parts.sessions.get(params.session_id)
-    if session is None or session.closed:
+    agent, connection = context.agent, context.connection
+    connection.handshake.require_initialized()
+    session = agent.sessions.get(params.session_id)
+    if session is None or session.closed or not connection.owns(session):
         return {}  # the schema: closing an unknown or inactive session SHOULD succeed
-    parts.runs.interrupt(session.session_id)  # (close_session's own interrupt then finds nothing more to claim)
-    withdraw_held(parts, session)  # §20.2: the held prompts' -32800 first, before anything of the work
-    await close_session(parts, session)
-    await release_session(parts, params.session_id)  # as on v1
+    agent.runs.interrupt(session.session_id)  # (close_session's own interrupt then finds nothing more to claim)
+    withdraw_held(connection, session)  # §20.2: the held prompts' -32800 first, before anything of the work
+    await lifecycle.close_session(agent, session)
+    await lifecycle.release_session(agent, params.session_id)  # as on v1
+    return {}
+
+
+async def session_delete_v2(context: RequestContext, params: DeleteSessionRequest) -> dict[str, Any]:
+    """As v1's: the session leaves the list and cannot be resumed; an unknown id succeeds; one open on this
+    connection is closed first."""
+    connection = context.connection
+    connection.handshake.require_initialized()
+    open_session = context.agent.sessions.get(params.session_id)
+    if open_session is not None and not connection.owns(open_session):
+        open_session = None
+    await lifecycle.delete_session(context.agent, params.session_id, open_session)
     return {}
 
 
@@ -225,6 +279,12 @@ async def session_set_config_option_v2(
     context: RequestContext, params: SetSessionConfigOptionRequest
 ) -> dict[str, Any]:
     if params.type not in ("id", None):
-        raise RpcError(ErrorCode.INVALID_PARAMS, f"Invalid params: type: {params.config_id} takes a value id")
-    result = await session_set_config_option(context, params)
-    return {"configOptions": config_options_v2(result["configOptions"])}
+        raise InvalidArgumentError(f"type: {params.config_id} takes a value id")
+    session = context.connection.session(params.session_id)
+    value = params.value
+    if not isinstance(value, str):
+        raise InvalidArgumentError(f"value: {params.config_id} takes a string value id")
+    await lifecycle.set_option(context.agent, session, params.config_id, value)
+    offered = lifecycle.offered_models(context.agent, session)
+    options = config_options(session.model, session.mode, session.prompt_policy, offered)
+    return {"configOptions": config_options_v2(options)}

@@ -101,7 +101,7 @@ class ToolBox:
 
     The specs (each argument model's JSON schema) are made on first use, not at start-up: building them builds every
     argument model, which `initialize` does not need. The provider warm-up makes them before the first prompt
-    (protocol/warmup.py). Made twice at worst (two threads at once), always the same value.
+    (agent/warmup.py). Made twice at worst (two threads at once), always the same value.
     """
 
     def __init__(self, tools: Iterable[Tool[Any]]) -> None:

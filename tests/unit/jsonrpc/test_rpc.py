@@ -117,9 +117,9 @@ from acp_server.cli.server import build_server
 from acp_server.settings.config import Config
 
 async def main():
-    _, dispatcher = build_server(Config(model="scripted"))
+    agent, _, _ = build_server(Config(model="scripted"))
     built_without = "jsonrpcserver" not in sys.modules
-    await dispatcher.parts.session_side.load()  # what the `initialize` answer starts in the background
+    await agent.side.load()  # what the `initialize` answer starts in the background
     return built_without, "jsonrpcserver" in sys.modules
 
 print(anyio.run(main))

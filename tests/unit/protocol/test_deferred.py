@@ -5,7 +5,6 @@ connection goes on."""
 
 from __future__ import annotations
 
-import dataclasses
 import subprocess
 import sys
 import types
@@ -16,13 +15,12 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from acp_server.cli.server import build_server
+from acp_server.cli.server import build_agent, connect
 from acp_server.jsonrpc.rpc import ErrorCode, IncomingRequest, RpcError
-from acp_server.protocol.context import RequestContext, SessionSide
+from acp_server.protocol.context import RequestContext
 from acp_server.protocol.deferred import Deferred, load_failure
-from acp_server.protocol.dispatcher import AcpDispatcher
-from acp_server.protocol.handlers import _warm_up_after_initialize
-from acp_server.protocol.session_table import Handshake
+from acp_server.protocol.dispatcher import AcpDispatcher, Version
+from acp_server.protocol.shared_methods import warm_up_after_initialize
 from acp_server.settings.config import Config
 
 pytestmark = pytest.mark.timeout(30)
@@ -117,22 +115,12 @@ async def test_a_request_that_comes_once_the_load_ends_goes_on_after_those_that_
     assert went_on == ["second", "third"]
 
 
-class _Parts(types.SimpleNamespace):
-    """What the warm-up and a deferred handler use of `Parts`, `turns` built from the session side as there."""
+class _Agent(types.SimpleNamespace):
+    """What the warm-up uses of the `Agent`."""
 
     @property
     def turns(self) -> Any:
-        return self.session_side.get()
-
-
-def _parts(side: Deferred[Any], *, closing: bool = False) -> Any:
-    return _Parts(
-        providers=types.SimpleNamespace(warm_ups_running=0),
-        session_side=side,
-        connection=types.SimpleNamespace(closing=closing),
-        config=types.SimpleNamespace(model="scripted"),
-        handshake=Handshake(),
-    )
+        return self.side.get()
 
 
 class _AnyParams:
@@ -145,44 +133,41 @@ class _AnyParams:
         return False
 
 
-def _side(handler: Any) -> SessionSide:
-    """A session side serving `x/later` (v1) with `handler`; no turn services."""
-    turns: Any = types.SimpleNamespace(tools=None)
-    return SessionSide(turns=turns, methods={"x/later": (_AnyParams(), handler)}, methods_v2={})
+async def _never_called(context: Any, params: Any) -> Any:
+    raise AssertionError("a request that needs the loaded side ran without it")
 
 
-def _dispatcher(side: Deferred[Any]) -> AcpDispatcher:
-    """A connection's dispatcher (the composition root's pieces) whose session side is `side`, serving `x/later`."""
-    _, built = build_server(Config(model="scripted"))
-    parts = dataclasses.replace(built.parts, session_side=side)
-    return AcpDispatcher(parts, methods={}, notifications={}, session_side_methods={"x/later"})
+def _dispatcher(side: Deferred[Any], handler: Any = _never_called) -> AcpDispatcher:
+    """An editor's dispatcher on an agent whose session side is `side`, serving `x/later` (v1) from that side with
+    `handler`."""
+    agent, served = build_agent(Config(model="scripted"))
+    agent.side = side
+    _, built = connect(agent, served)
+    later = Version({}, {}, later=frozenset({"x/later"}), later_methods=lambda: {"x/later": (_AnyParams(), handler)})
+    return AcpDispatcher(agent, built.connection, v1=later)
 
 
 async def _ask(dispatcher: AcpDispatcher, method: str = "x/later") -> dict[str, Any] | None:
     """A request for `method`, answered as the connection would have it answered."""
     request = IncomingRequest(1, method, {}, {"jsonrpc": "2.0", "id": 1, "method": method, "params": {}})
-    return await dispatcher.answer(request, RequestContext(dispatcher.parts, 1))
-
-
-async def _never_called(context: Any, params: Any) -> Any:
-    raise AssertionError("a request that needs the loaded side ran without it")
+    return await dispatcher.answer(request, RequestContext(dispatcher.agent, dispatcher.connection, 1))
 
 
 async def test_a_session_side_that_cannot_be_imported_leaves_the_connection_serving_and_each_request_told_why(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    side: Deferred[Any] = Deferred(_a_missing_module, lambda: _side(_never_called))
+    side: Deferred[Any] = Deferred(_a_missing_module, lambda: "turns")
     dispatcher = _dispatcher(side)
-    parts = dispatcher.parts
+    agent = dispatcher.agent
     expected = (
         "the server could not load acp_server._no_such_module: No module named 'acp_server._no_such_module'; "
         "reinstall acp-server"
     )
     async with anyio.create_task_group() as tg:  # stands for the connection's task group
-        tg.start_soon(_warm_up_after_initialize, parts)
+        tg.start_soon(warm_up_after_initialize, agent)
         # A request that came while the side loads waits for that load, and is told why it failed.
         waited = await _ask(dispatcher)
-    assert parts.providers.warm_ups_running == 0
+    assert agent.providers.warm_ups_running == 0
     assert waited == {"jsonrpc": "2.0", "id": 1, "error": {"code": ErrorCode.INTERNAL_ERROR, "message": expected}}
     # Said once on stderr, by the warm-up.
     assert [r.getMessage() for r in caplog.records if r.levelname == "ERROR"] == [expected]
@@ -215,23 +200,24 @@ async def test_a_module_that_fails_as_it_is_imported_is_the_one_named(
 
 
 async def test_turn_services_that_fail_to_build_leave_the_connection_serving_and_each_request_told_why() -> None:
-    def build() -> SessionSide:
+    def build() -> Any:
         raise ValueError("no sandbox")
 
     side: Deferred[Any] = Deferred(_one_step, build)
     dispatcher = _dispatcher(side)
     async with anyio.create_task_group() as tg:
-        tg.start_soon(_warm_up_after_initialize, dispatcher.parts)
-    assert side.failed and dispatcher.parts.providers.warm_ups_running == 0
+        tg.start_soon(warm_up_after_initialize, dispatcher.agent)
+    assert side.failed and dispatcher.agent.providers.warm_ups_running == 0
     answer = await _ask(dispatcher)
     assert answer is not None
     assert answer["error"]["message"] == "the server could not load the session side: no sandbox; reinstall acp-server"
 
 
 async def test_the_warm_up_starts_nothing_once_the_input_has_ended() -> None:
-    # initialize, then EOF (or a stop signal): the connection is shutting down when the warm-up would begin.
+    # initialize, then EOF (or a stop signal): the agent (stdio: its one connection) is ending when the warm-up
+    # would begin.
     side: Deferred[Any] = Deferred(_one_step, lambda: "turns")
-    await _warm_up_after_initialize(_parts(side, closing=True))
+    await warm_up_after_initialize(_Agent(side=side, ending=True, providers=types.SimpleNamespace(warm_ups_running=0)))
     assert not side.built and not side.failed
     with anyio.move_on_after(0.05) as waiting:
         await side.ended()  # no load began
@@ -293,10 +279,10 @@ from acp_server.cli.server import build_server
 from acp_server.settings.config import Config
 
 async def main(owns_process):
-    connection, dispatcher = build_server(Config(model="scripted"), owns_process=owns_process)
+    agent, connection, dispatcher = build_server(Config(model="scripted"), owns_process=owns_process)
     gc.freeze()  # what the CLI's start-up does (server._tune_gc)
     frozen = gc.get_freeze_count()
-    await dispatcher.parts.session_side.load()
+    await agent.side.load()
     return "acp_server.cli.session_side" in sys.modules, gc.get_freeze_count() > frozen
 
 print(anyio.run(main, sys.argv[1] == "owns"))
@@ -326,9 +312,9 @@ async def test_a_request_pipelined_behind_initialize_waits_for_its_answer_once_t
         acted.append("login")
         return "ok"
 
-    side: Deferred[Any] = Deferred(_one_step, lambda: _side(login))
-    dispatcher = _dispatcher(side)
-    handshake = dispatcher.parts.handshake
+    side: Deferred[Any] = Deferred(_one_step, lambda: "turns")
+    dispatcher = _dispatcher(side, login)
+    handshake = dispatcher.connection.handshake
     waits: list[str] = []
     answered = handshake.answered
 

@@ -1,4 +1,4 @@
-"""What `logout` does to the providers (protocol/providers.py): those that take a key are dropped and their clients
+"""What `logout` does to the providers (agent/providers.py): those that take a key are dropped and their clients
 closed once the turns running at the logout have ended, their specs are warmed up again when rebuilt, and the
 prompt check is per model (one that takes no key is never refused)."""
 
@@ -9,11 +9,11 @@ from pathlib import Path
 import anyio
 import pytest
 
+from acp_server.agent.providers import AuthState, ProviderCache, close_providers
 from acp_server.agent.sessions.runs import RunRegistry, Session
 from acp_server.errors import MissingCredentialsError
 from acp_server.jsonrpc.rpc import ErrorCode
 from acp_server.protocol.prompts import prompt_command
-from acp_server.protocol.providers import AuthState, ProviderCache, close_providers
 from acp_server.protocol.schema import PromptRequest
 from acp_server.protocol.wire_errors import rpc_error
 from acp_server.runtime.model import Provider

@@ -17,9 +17,9 @@ import anyio.lowlevel
 import orjson
 import pytest
 
+from acp_server.agent.model_choices import ModelChoices
+from acp_server.agent.providers import ProviderCache
 from acp_server.errors import ModelError
-from acp_server.protocol.model_choices import ModelChoices
-from acp_server.protocol.providers import ProviderCache
 from acp_server.runtime.providers.catalog import CACHE_FILENAME, LIST_TTL, ListingCache
 from acp_server.settings.config import Config
 

@@ -42,18 +42,24 @@ class _Turns:
 
     def __init__(self, runs: RunRegistry) -> None:
         self.runs = runs
-        self.edge = None
 
     @staticmethod
     def store() -> None:
         return None
 
 
-class _Parts:
-    def __init__(self, connection: _Connection, runs: RunRegistry) -> None:
-        self.connection = connection
+class _Agent:
+    def __init__(self, runs: RunRegistry) -> None:
         self.runs = runs
         self.turns = _Turns(runs)
+
+
+class _Editor:
+    """The editor's connection as the v2 prompt lifecycle uses it: its JSON-RPC connection and its agent."""
+
+    def __init__(self, connection: _Connection, runs: RunRegistry) -> None:
+        self.rpc = connection
+        self.agent = _Agent(runs)
 
 
 def _prompt() -> Any:
@@ -73,8 +79,8 @@ async def test_a_cancel_right_after_the_hand_over_ends_the_joined_work_with_idle
     with anyio.fail_after(5):
         async with anyio.create_task_group() as tg:
             connection = _Connection(tg)
-            parts = _Parts(connection, runs)
-            tg.start_soon(_joined_work, parts, steering)  # type: ignore[arg-type]  # a stand-in with what it reads
+            editor = _Editor(connection, runs)
+            tg.start_soon(_joined_work, editor, steering)  # type: ignore[arg-type]  # a stand-in with what it reads
             await anyio.wait_all_tasks_blocked()  # it waits for its place in the session
             runs.release(first)  # the running turn handed over: the steering prompt is admitted
             assert _state(steering) is RunState.ADMITTED

@@ -12,9 +12,9 @@ import pytest
 
 _WARM_UP = """
 import sys, anyio
-from acp_server.protocol.providers import ProviderCache
+from acp_server.agent.providers import ProviderCache
 from acp_server.protocol.schema import PromptRequest
-from acp_server.protocol.warmup import warm_up
+from acp_server.agent.warmup import warm_up
 from acp_server.runtime.providers import open_provider
 from acp_server.runtime.tools import ToolBox
 from acp_server.runtime.tools.files import FILE_TOOLS
@@ -30,9 +30,11 @@ args = FILE_TOOLS[0].args_model
 before = ("openai" in sys.modules, PromptRequest.__pydantic_complete__, args.__pydantic_complete__)
 
 async def main():
-    await warm_up(providers, tools, "openai:gpt-4o")
-    await warm_up(providers, tools, "openai:gpt-4o")  # once per spec: nothing more
-    await warm_up(providers, tools, "nonsense")  # a bad spec: the prompt will say so, not the warm-up
+    # What the protocol edge hands in for the first prompt (cli/server.py): the prompt's validator.
+    await warm_up(providers, tools, "openai:gpt-4o", PromptRequest.model_rebuild)
+    await warm_up(providers, tools, "openai:gpt-4o", PromptRequest.model_rebuild)  # once per spec: nothing more
+    # A bad spec: the prompt will say so, not the warm-up.
+    await warm_up(providers, tools, "nonsense", PromptRequest.model_rebuild)
 
 anyio.run(main, backend="asyncio")
 provider = providers.get("openai:gpt-4o")

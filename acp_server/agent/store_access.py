@@ -1,4 +1,4 @@
-"""The session store of a connection: opened on first need (never on the `initialize` path), and why not, if it
+"""The agent's session store: opened on first need (never on the `initialize` path), and why not, if it
 cannot be. A server without a store still serves sessions, without persistence. Once open, the store is pruned in the
 background (the retention settings; sessions that never got a prompt), so start-up never waits for it."""
 
@@ -11,33 +11,31 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from acp_server.errors import StoreUnavailable
-from acp_server.jsonrpc.rpc import ErrorCode, RpcError
+from acp_server.errors import NoStoreError, StoreUnavailable
 from acp_server.settings.config import Config
 
 if TYPE_CHECKING:
     from acp_server.store import SessionStore
+    from acp_server.store.migration import ReadLegacy
 
-__all__ = ["StoreAccess", "not_saved"]
+__all__ = ["StoreAccess"]
 
 log = logging.getLogger(__name__)
 
 Spawn = Callable[[Callable[[], Coroutine[Any, Any, Any]]], None]
 
 
-def not_saved() -> dict[str, Any]:
-    """The `_meta` of a turn's end (v1: the prompt response; v2: its `idle`) whose commit failed: the turn happened
-    as answered, but it is not stored (yet: the store retries), so a restart may not know it."""
-    return {"acpServer": {"saved": False}}
-
-
 class StoreAccess:
     """`current` is the store once it is open, else None (`--no-store`, not needed yet, or unavailable)."""
 
-    def __init__(self, config: Config, spawn: Spawn) -> None:
+    def __init__(self, config: Config, spawn: Spawn, read_legacy: ReadLegacy) -> None:
+        """`read_legacy`: how a store written before the turn records (schema 1, which kept v1 `session/update`s)
+        is read on upgrade: the protocol edge's reading of a v1 update (protocol/v1/legacy.py `entry_of`), handed in by
+        the composition root, so this layer knows no wire shape."""
         self._config = config
-        # Starts the store's flusher, a task of the connection's.
+        # Starts the store's flusher, a task of the agent's (it outlives every connection).
         self._spawn = spawn
+        self._read_legacy = read_legacy
         self.current: SessionStore | None = None
         self.problem: str | None = None if config.store else "sessions are not stored (--no-store)"
         self._tried = not config.store
@@ -57,15 +55,17 @@ class StoreAccess:
         async with self._lock:
             if not self._tried:
                 self._tried = True
-                from acp_server.protocol.v1.legacy import entry_of  # noqa: PLC0415 (the store and sqlite3 load only when persistence is on)
                 from acp_server.store import STORE_FILENAME, SessionStore, default_state_dir  # noqa: PLC0415 (the store and sqlite3 load only when persistence is on)
 
                 directory = Path(self._config.state_dir) if self._config.state_dir else default_state_dir()
                 path = directory / STORE_FILENAME
                 try:
                     # A store written before the turn records (schema 1) holds v1 updates: it is upgraded by reading
-                    # them as this edge reads the updates it logs.
-                    self.current = await anyio.to_thread.run_sync(lambda: SessionStore.open(path, read_legacy=entry_of))
+                    # them as the protocol edge reads the updates it logs.
+                    read_legacy = self._read_legacy
+                    self.current = await anyio.to_thread.run_sync(
+                        lambda: SessionStore.open(path, read_legacy=read_legacy)
+                    )
                 except StoreUnavailable as exc:
                     self.problem = f"the session store is unavailable: {exc}"
                     log.error("%s; sessions will not be saved", self.problem)
@@ -114,5 +114,5 @@ class StoreAccess:
     async def require(self) -> SessionStore:
         store = await self.open()
         if store is None:
-            raise RpcError(ErrorCode.INTERNAL_ERROR, f"Stored sessions are not available: {self.problem}")
+            raise NoStoreError(self.problem)
         return store

@@ -1,11 +1,11 @@
-"""The `model` option's choices on one connection: the configured specs first, then the models each configured
+"""The `model` option's choices in this process: the configured specs first, then the models each configured
 endpoint lists (model discovery), so a user picks one in the editor, or with `acpx --model NAME`, without editing
 `config.toml`.
 
-The lists come from the disk cache (`runtime/providers/catalog.py`), read in a worker thread once per connection
+The lists come from the disk cache (`runtime/providers/catalog.py`), read in a worker thread once per process
 (and after `authenticate`), never on the event loop: `initialize` and `session/new` await that short local read if
 it is still running, so a new session's response already offers them. They are asked for again in the background,
-in a task the connection owns, when one is older than its time to live: `initialize` and `session/new` never wait
+in a task the agent owns, when one is older than its time to live: `initialize` and `session/new` never wait
 for an endpoint, and a cancel never waits for a listing or for the cache. A
 list that changed is announced to the open sessions (`on_change`, a `config_option_update` each). An endpoint that
 is down, slow or answers garbage costs a line on stderr and its list: the configured models are offered alone.
@@ -21,9 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from acp_server.agent.providers import ProviderCache
 from acp_server.errors import MissingCredentialsError, ModelError, ModelSpecError
-from acp_server.protocol.providers import ProviderCache
-from acp_server.protocol.wire_errors import rpc_error
 from acp_server.settings.config import Config
 
 if TYPE_CHECKING:
@@ -38,7 +37,7 @@ DISCOVERABLE = ("openai", "anthropic")
 
 
 class ModelChoices:
-    """What the `model` option offers on this connection (`current`), and the background refresh of its lists."""
+    """What the `model` option offers in this process (`current`), and the background refresh of its lists."""
 
     def __init__(
         self,
@@ -90,7 +89,7 @@ class ModelChoices:
         return endpoint is not None and (family, endpoint) in self._listings
 
     def start(self, on_change: Callable[[], None]) -> None:
-        """Read the cached lists (in a worker thread, a task the connection owns: the disk is never read on the
+        """Read the cached lists (in a worker thread, a task the agent owns: the disk is never read on the
         event loop) and refresh in the background when one is due. Called at `initialize` and at each
         `session/new`, which then await `ready` (the short local read, never the network); at most one refresh
         runs, and one is tried at most once per time to live."""
@@ -151,7 +150,7 @@ class ModelChoices:
             if cache is not None:
                 self._listings = listings
             self.current = merge_choices(self.configured, self._ordered())
-        finally:  # a cancelled read (the connection ends) releases its waiters too
+        finally:  # a cancelled read (the agent ends) releases its waiters too
             loading, self._loading = self._loading, None
             if loading is not None:
                 loading.set()
@@ -191,7 +190,7 @@ class ModelChoices:
         try:
             provider = self._providers.get(spec)
         except (MissingCredentialsError, ModelSpecError) as exc:
-            self.outcomes[spec.partition(":")[0]] = rpc_error(exc).message  # what a prompt on it is answered
+            self.outcomes[spec.partition(":")[0]] = _why(exc)
             return None
         inner = getattr(provider, "inner", provider)
         return inner if hasattr(inner, "list_models") else None
@@ -247,6 +246,13 @@ class ModelChoices:
         self.outcomes[family] = f"{len(models)} models listed by {endpoint}"
         self._listings[family, endpoint] = Listing(family, endpoint, models, time.time())
         log.info("model discovery: %s", self.outcomes[family])
+
+
+def _why(exc: MissingCredentialsError | ModelSpecError) -> str:
+    """Why a family lists nothing, in the words a prompt on it is answered (protocol/wire_errors.py)."""
+    if isinstance(exc, MissingCredentialsError):
+        return f"Authentication required: {exc}"
+    return f"Invalid params: {exc}"
 
 
 def _expected(exc: Exception) -> bool:

@@ -4,23 +4,26 @@ it): it never delays a response and is cancelled with the session."""
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 import anyio
 
 from acp_server.agent.sessions.runs import Session
 from acp_server.agent.sessions.slash_commands import first_title, prompt_title
-from acp_server.protocol.context import Parts
+
+if TYPE_CHECKING:
+    from acp_server.agent.agent import Agent
 
 __all__ = ["title_session"]
 
 log = logging.getLogger(__name__)
 
 
-async def title_session(parts: Parts, session: Session, first_prompt: str) -> None:
+async def title_session(agent: Agent, session: Session, first_prompt: str) -> None:
     with anyio.CancelScope() as scope:
         session.background.append(scope)
         try:
-            title: str | None = await first_title(parts.providers.get(session.model), session.session_id, first_prompt)
+            title: str | None = await first_title(agent.providers.get(session.model), session.session_id, first_prompt)
         except Exception as exc:  # a title is a nicety (cancellation is not caught here): the first words then
             log.warning(
                 "session %s: the model gave no title (%s); using the prompt's first words", session.session_id, exc
@@ -30,6 +33,6 @@ async def title_session(parts: Parts, session: Session, first_prompt: str) -> No
             session.background.remove(scope)
         if title is None:
             return
-        if session.title is None and session.session_id in parts.sessions:
+        if session.title is None and session.session_id in agent.sessions:
             session.title = title
-            parts.turns.announce_title(session, title)
+            agent.turns.announce_title(session, title)

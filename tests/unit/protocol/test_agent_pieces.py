@@ -1,4 +1,5 @@
-"""The pieces `AcpDispatcher` is built from: the session table, the provider cache, authentication, plug-ins."""
+"""The agent's pieces a connection's dispatcher works with: the session table, the provider cache, authentication,
+plug-ins."""
 
 from __future__ import annotations
 
@@ -7,15 +8,15 @@ from typing import Any
 
 import pytest
 
+from acp_server.agent.providers import AuthState, ProviderCache
 from acp_server.agent.sessions.runs import RunContext, RunRegistry, Session
+from acp_server.agent.sessions.table import SessionTable
 from acp_server.errors import MissingCredentialsError, ScriptError, UnknownModelError
 from acp_server.jsonrpc.rpc import ErrorCode, RpcError
-from acp_server.protocol.initialize import NO_CAPABILITIES
+from acp_server.protocol.editor_connection import Handshake
 from acp_server.protocol.plugins import Plugin, observer_of
 from acp_server.protocol.prompts import prompt_command
-from acp_server.protocol.providers import AuthState, ProviderCache
 from acp_server.protocol.schema import PromptRequest
-from acp_server.protocol.session_table import Handshake, SessionTable
 from acp_server.protocol.wire_errors import rpc_error
 from acp_server.runtime.model import Provider
 from acp_server.runtime.providers.echo import EchoProvider
@@ -34,26 +35,34 @@ def code_of(excinfo: pytest.ExceptionInfo[Exception]) -> int:
 
 async def test_the_session_table_answers_each_wrong_id_with_its_own_error() -> None:
     handshake, agent = Handshake(), RunRegistry()
-    table = SessionTable(handshake, agent)
+    table = SessionTable(agent)
     with pytest.raises(RpcError) as before:
-        table.require("s")
+        handshake.require_initialized()  # what a connection asks first (EditorConnection.session)
     assert code_of(before) == ErrorCode.INVALID_REQUEST  # initialize comes first
-    handshake.client_capabilities = NO_CAPABILITIES
+    edge, other_edge = object(), object()  # two connections, as the core sees them
     session = make_session()
+    session.edge = edge
     table.add(session)
-    assert table.require("s") is session and "s" in table and list(table) == [session] and len(table) == 1
-    with pytest.raises(RpcError) as unknown:
-        table.require("nope")
+    assert table.require("s", edge) is session and "s" in table and list(table) == [session] and len(table) == 1
+    assert table.attached_to(edge) == [session] and table.attached_to(other_edge) == []
+    with pytest.raises(Exception) as unknown:
+        table.require("nope", edge)
     assert code_of(unknown) == ErrorCode.RESOURCE_NOT_FOUND
+    with pytest.raises(Exception) as foreign:
+        table.require("s", other_edge)  # another connection's session: exactly as an unknown id
+    assert code_of(foreign) == ErrorCode.RESOURCE_NOT_FOUND and str(foreign.value) == str(unknown.value).replace(
+        "nope", "s"
+    )
     child_session = make_session("child")
+    child_session.edge = edge
     request = prompt_command(PromptRequest.model_validate({"sessionId": "child", "prompt": []}))
     agent.register_child(RunContext(child_session, 1, request, parent_session_id="s"))
-    with pytest.raises(RpcError) as child:
-        table.require("child")
+    with pytest.raises(Exception) as child:
+        table.require("child", edge)
     assert code_of(child) == ErrorCode.INVALID_PARAMS  # a subagent's session accepts only session/cancel
     session.closed = True
-    with pytest.raises(RpcError) as closed:
-        table.require("s")
+    with pytest.raises(Exception) as closed:
+        table.require("s", edge)
     assert code_of(closed) == ErrorCode.RESOURCE_NOT_FOUND
     table.discard("s")
     assert table.get("s") is None

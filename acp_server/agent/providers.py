@@ -34,9 +34,9 @@ class ProviderCache:
         self._providers: dict[str, Provider] = {}
         # Set by `logout`: no provider that takes credentials is built again until `authenticate`.
         self.logged_out = False
-        self._warming: set[str] = set()  # the specs whose warm-up has started (protocol/warmup.py)
+        self._warming: set[str] = set()  # the specs whose warm-up has started (agent/warmup.py)
         self.warm_ups_running = 0  # warm-up tasks not ended yet: `_acp_server/stats` shows them apart from the rest
-        # Model discovery builds its providers in a worker thread (protocol/model_choices.py): each spec once.
+        # Model discovery builds its providers in a worker thread (agent/model_choices.py): each spec once.
         self._building = threading.Lock()
 
     def get(self, spec: str) -> Provider:

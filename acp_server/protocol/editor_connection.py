@@ -1,0 +1,156 @@
+"""One editor's side of the agent: what a connected editor has and no other editor shares.
+
+`EditorConnection` owns the JSON-RPC connection to the editor (`rpc`: its transport, fenced writer and pending
+requests to the client, jsonrpc/connection.py), what `initialize` negotiated (`Handshake`: the version and the
+client's capabilities), the table of its prompts by request id (what `$/cancel_request` names), the held v2 prompts
+a cancel already answered (`withdrawn`), and, once it opened a session, its edge (protocol/edge.py `AcpEdge`): the
+renderer of the core's events in its version, which the sessions it opened are attached to (`Session.edge`). Room
+is left for the principal a remote connection authenticates as (shared/design/REMOTE.md, decision 4).
+
+Named so it is not confused with `jsonrpc.connection.Connection` (the wire, which knows nothing of ACP): an
+"editor connection" is that wire plus what ACP negotiated on it. stdio is the transport with exactly one of these.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import anyio
+
+from acp_server.jsonrpc.rpc import ErrorCode, RpcError
+from acp_server.protocol.initialize import Capabilities
+
+if TYPE_CHECKING:
+    from acp_server.agent.agent import Agent
+    from acp_server.agent.sessions.edge import Edge
+    from acp_server.agent.sessions.runs import RunContext, Session
+    from acp_server.jsonrpc.connection import Connection
+    from acp_server.protocol.schema import RequestId
+
+__all__ = ["EditorConnection", "EditorConnections", "Handshake"]
+
+
+class Handshake:
+    """The client's capabilities from `initialize`: None until it has been read (recorded in reader order), and the
+    protocol version it chose for the whole connection (1 or 2; protocol/v2/negotiation.py)."""
+
+    def __init__(self) -> None:
+        self.client_capabilities: Capabilities | None = None
+        self.version = 1
+        # Why a key was missing when `initialize` was read (None: none was), recorded then, in reader order, so that
+        # its answer's `authMethods` says what held before the requests pipelined behind it (an `auth/login` there
+        # may run before the `initialize` handler does).
+        self.auth_problem: str | None = None
+        # Whether a v2 `initialize` offered `authMethods`: only then are `auth/login` and `auth/logout` served.
+        self.auth_offered = False
+        self._unanswered = 0  # `initialize` requests read and not yet answered
+        self._answered: anyio.Event | None = None  # set when the last of them is
+
+    def initialize_read(self) -> None:
+        """An `initialize` was read (in reader order): what comes behind it waits for its answer (`answered`)."""
+        self._unanswered += 1
+        if self._answered is None or self._answered.is_set():
+            self._answered = anyio.Event()
+
+    def initialize_answered(self) -> None:
+        self._unanswered -= 1
+        if self._unanswered == 0 and self._answered is not None:
+            self._answered.set()
+
+    async def answered(self) -> None:
+        """Once every `initialize` read so far is answered (at once if none is waiting): a request pipelined behind
+        one acts after it, and the session side is loaded after its answer, never before (protocol/deferred.py)."""
+        if self._answered is not None and not self._answered.is_set():
+            await self._answered.wait()
+
+    @property
+    def v2(self) -> bool:
+        return self.version == 2
+
+    def require_initialized(self) -> None:
+        if self.client_capabilities is None:
+            raise RpcError(
+                ErrorCode.INVALID_REQUEST,
+                "Invalid request: the connection is not initialized; send initialize first",
+            )
+
+
+class EditorConnection:
+    """One editor on the agent: its wire, its handshake, its prompts. Long-lived, one per connection; built where
+    the connection is made (cli/server.py)."""
+
+    def __init__(
+        self,
+        agent: Agent,
+        rpc: Connection,
+        make_edge: Callable[[EditorConnection], Edge],
+        extension_notifications: tuple[str, ...] = (),
+    ) -> None:
+        """`make_edge`: this connection as the core's `Edge` (protocol/edge.py `AcpEdge`, on the session side), built
+        by the composition root with the connection's first session."""
+        self.agent = agent
+        self._make_edge = make_edge
+        self.rpc = rpc
+        self.handshake = Handshake()
+        # Prompt request id -> its run, so `$/cancel_request` can name a prompt (kept by the dispatcher's admission).
+        self.prompts: dict[RequestId, RunContext] = {}
+        # Held v2 prompts a cancel withdrew and answered itself, at once (protocol/v2/withdrawals.py): their
+        # own request handlers send nothing more (the dispatcher drops their answer). Kept by the run itself
+        # (identity), not by its request id: the client chooses ids, and another request may carry the same one while
+        # the withdrawn prompt's handler has yet to look (its answer would be dropped, and the withdrawn one answered
+        # twice).
+        self.withdrawn: set[RunContext] = set()
+        # The notifications beyond ACP's that this server handles (advertised in `initialize`).
+        self.extension_notifications = extension_notifications
+        # Who the editor is, once a remote transport authenticates it (REMOTE.md decision 4); None over stdio.
+        self.principal: str | None = None
+        self._edge: Edge | None = None
+
+    @property
+    def edge(self) -> Edge:
+        """This connection as the core's `Edge` (protocol/edge.py): built with the first session it opens, when the
+        session side (and the sandbox the turn services hold) is loaded."""
+        if self._edge is None:
+            self._edge = self._make_edge(self)
+        return self._edge
+
+    def session(self, session_id: str) -> Session:
+        """The open session of this connection a request names, or the error its client gets for it (an unknown id,
+        another connection's session, a subagent's). Raises `RpcError` before `initialize`."""
+        self.handshake.require_initialized()
+        return self.agent.sessions.require(session_id, self._edge)
+
+    def owns(self, session: Session) -> bool:
+        """Whether `session` is attached to this connection (a subagent's session: its parent's connection)."""
+        return self._edge is not None and session.edge is self._edge
+
+    def sessions(self) -> list[Session]:
+        """The sessions attached to this connection now."""
+        return [] if self._edge is None else self.agent.sessions.attached_to(self._edge)
+
+    def running(self) -> list[RunContext]:
+        """The turns running now for this connection's sessions (subagents' turns are nested in theirs)."""
+        return [run for run in self.agent.runs.current() if self.owns(run.session) and run.parent_session_id is None]
+
+
+class EditorConnections:
+    """The editors connected to one agent now (stdio: its one), for what must find a session's connection from the
+    session alone (test mode's probes, protocol/testmode/mode.py)."""
+
+    def __init__(self) -> None:
+        self._connected: list[EditorConnection] = []
+
+    def add(self, editor: EditorConnection) -> None:
+        self._connected.append(editor)
+
+    def discard(self, editor: EditorConnection) -> None:
+        if editor in self._connected:
+            self._connected.remove(editor)
+
+    def of(self, session: Session) -> EditorConnection | None:
+        """The connection `session` is attached to, if it is still connected."""
+        return next((editor for editor in self._connected if editor.owns(session)), None)
+
+    def __len__(self) -> int:
+        return len(self._connected)

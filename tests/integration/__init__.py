@@ -1,0 +1,1 @@
+"""Tests that run the server's real parts in this process, over in-memory transports."""
