@@ -1,4 +1,5 @@
-"""Fixtures: a raw-line client per test whose whole wire log is checked at teardown (schema, C1-C4, C6, exit)."""
+"""Fixtures: a raw-line client per test whose whole wire log is checked at teardown (schema, C1-C4, C6, exit), over
+the transport the test is run over (`transport`: stdio unless a test is parametrized over `TRANSPORTS`)."""
 
 from __future__ import annotations
 
@@ -6,9 +7,14 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
 import pytest
 
-from tests.support.harness import LONG_GRACE_ARGS, T_EXIT, TIME_SCALE, RawClient, check_wire
+from tests.support.harness import LONG_GRACE_ARGS, T_EXIT, TIME_SCALE, TRANSPORTS, RawClient, Transport, check_wire
+from tests.support.versions import VERSIONS, Acp
 
 StartServer = Callable[..., Awaitable[RawClient]]
+
+# Run a test over every transport (ids: the transport names): `pytestmark = over_every_transport` in a module, or as
+# a decorator. The test's servers (`start_server`, `server`, `server_v2`, `acp`) are then reached over each.
+over_every_transport = pytest.mark.parametrize("transport", list(TRANSPORTS), indirect=True)
 
 
 @pytest.hookimpl(trylast=True)
@@ -32,14 +38,22 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 @pytest.fixture
-async def start_server() -> AsyncIterator[StartServer]:
-    """Start `acp-server` processes; at teardown each is closed (stdin EOF) and its whole wire log is checked."""
+def transport(request: pytest.FixtureRequest) -> type[Transport]:
+    """How this test's servers are reached: the parametrized transport (see `over_every_transport`), else stdio."""
+    name: str = getattr(request, "param", "stdio")
+    return TRANSPORTS[name]
+
+
+@pytest.fixture
+async def start_server(transport: type[Transport]) -> AsyncIterator[StartServer]:
+    """Start `acp-server` processes; at teardown each one's connection is ended (stdio: stdin EOF), its exit awaited
+    and its whole wire log checked."""
     clients: list[RawClient] = []
 
     async def start(
         *args: str, env: dict[str, str] | None = None, cwd: str | None = None, command: Sequence[str] | None = None
     ) -> RawClient:
-        client = await RawClient.start(*args, env=env, cwd=cwd, command=command)
+        client = await RawClient.start(*args, env=env, cwd=cwd, command=command, transport=transport)
         clients.append(client)
         return client
 
@@ -80,3 +94,19 @@ async def server_v2(start_server: StartServer, request: pytest.FixtureRequest) -
     client = await start_server(*server_args(request))
     await client.initialize_v2()
     return client
+
+
+@pytest.fixture(params=list(VERSIONS))
+def version(request: pytest.FixtureRequest) -> str:
+    """The protocol version a test speaks (ids v1/v2): one test function for a promise both versions make."""
+    name: str = request.param
+    return name
+
+
+@pytest.fixture
+async def acp(start_server: StartServer, version: str, request: pytest.FixtureRequest) -> Acp:
+    """A scripted, test-mode server initialized in `version`, behind that version's adapter (tests/support/versions.py).
+    Its raw client is `acp.client`; the teardown checks the wire in that version's reading."""
+    speaker = VERSIONS[version](await start_server(*server_args(request)))
+    await speaker.initialize()
+    return speaker

@@ -1,0 +1,146 @@
+"""Speak ACP v1 or v2 over a `RawClient`, so a test that states one promise runs it in each version's wire shape.
+
+Many invariants hold the same way on both versions and differ only in where the wire says so (ACP-V2.md §20.7): v1
+answers the prompt with its stop reason when the turn ends; v2 answers it `{messageId}` when it is inserted and ends
+the work with the session's `idle` `state_update` carrying the stop reason. A tool call a cancel ends is `failed` on v1
+and `cancelled` on v2 (v2 has the status). Those differences live here, one small class per version, and a test
+parametrized by `version` (the `acp` fixture of tests/conftest.py, ids v1/v2) reads as the promise it checks. What only
+one version has (v2's `tool_call/cancel`, `terminal/cancel`, held prompts answered -32800; v1's refused busy prompt)
+stays in single-version tests that use `RawClient` directly.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from tests.support.harness import T_WAIT, RawClient
+
+__all__ = ["VERSIONS", "Acp", "AcpV1", "AcpV2", "Turn", "speaker"]
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One prompt sent: its request id, its session and, on v2, which of the session's idles ends its work."""
+
+    session_id: str
+    request_id: Any
+    nth: int
+    sent: float  # when its line was flushed (time.monotonic)
+
+
+@dataclass
+class Acp:
+    """The version-neutral moves of a test: open the connection, make a session, prompt, wait for the end of the work
+    and read its stop reason. Subclasses say how each looks on the wire."""
+
+    client: RawClient
+    version: ClassVar[str]
+    # The status a cancel leaves on a tool call it ended.
+    cancelled_call_status: ClassVar[str]
+    _prompts: Counter[str] = field(default_factory=Counter)
+
+    async def initialize(self, capabilities: dict[str, Any] | None = None) -> dict[str, Any]:
+        raise NotImplementedError
+
+    async def new_session(self, cwd: str = "/tmp") -> str:
+        raise NotImplementedError
+
+    def prompt_message(self, session_id: str, script: list[dict[str, Any]]) -> tuple[dict[str, Any], Turn]:
+        """A prompt not yet sent (to write it together with other lines), and the turn it will be."""
+        message = self.client.prompt_message(session_id, script)
+        self._prompts[session_id] += 1
+        return message, Turn(session_id, message["id"], self._prompts[session_id], 0.0)
+
+    async def prompt(self, session_id: str, script: list[dict[str, Any]]) -> Turn:
+        """Send a prompt (on its own, at once) and return its turn; `end` waits for the turn's end."""
+        message, turn = self.prompt_message(session_id, script)
+        sent = await self.client.send(message)
+        return Turn(turn.session_id, turn.request_id, turn.nth, sent)
+
+    async def end(self, turn: Turn, timeout: float = T_WAIT) -> dict[str, Any]:
+        """The message that ends the turn's work: v1 the prompt's response, v2 the session's idle."""
+        raise NotImplementedError
+
+    def stop_reason(self, end: dict[str, Any]) -> Any:
+        raise NotImplementedError
+
+    def assert_stopped(self, end: dict[str, Any], reason: str) -> None:
+        """The work ended with `reason`, said the way the version says it (v1: the result is exactly that)."""
+        raise NotImplementedError
+
+    def assert_failed(self, end: dict[str, Any]) -> None:
+        """The work ended with a model failure, said the way the version says it."""
+        raise NotImplementedError
+
+    async def stopped(self, turn: Turn, reason: str, timeout: float = T_WAIT) -> dict[str, Any]:
+        """Wait for the turn's end, assert it says `reason`, and return the ending message."""
+        end = await self.end(turn, timeout)
+        self.assert_stopped(end, reason)
+        return end
+
+
+class AcpV1(Acp):
+    """ACP v1: the prompt's response carries the stop reason; a model failure is a JSON-RPC error."""
+
+    version = "v1"
+    cancelled_call_status = "failed"
+
+    async def initialize(self, capabilities: dict[str, Any] | None = None) -> dict[str, Any]:
+        return await self.client.initialize(capabilities)
+
+    async def new_session(self, cwd: str = "/tmp") -> str:
+        return await self.client.new_session(cwd)
+
+    async def end(self, turn: Turn, timeout: float = T_WAIT) -> dict[str, Any]:
+        return await self.client.response(turn.request_id, timeout)
+
+    def stop_reason(self, end: dict[str, Any]) -> Any:
+        return end["result"]["stopReason"]
+
+    def assert_stopped(self, end: dict[str, Any], reason: str) -> None:
+        assert end.get("result") == {"stopReason": reason}, end
+
+    def assert_failed(self, end: dict[str, Any]) -> None:
+        assert "error" in end, end
+
+
+class AcpV2(Acp):
+    """ACP v2: the prompt is answered `{messageId}` when inserted; the work ends with the session's `idle`."""
+
+    version = "v2"
+    cancelled_call_status = "cancelled"
+
+    async def initialize(self, capabilities: dict[str, Any] | None = None) -> dict[str, Any]:
+        return await self.client.initialize_v2(capabilities)
+
+    async def new_session(self, cwd: str = "/tmp") -> str:
+        return await self.client.new_session_v2(cwd)
+
+    async def inserted(self, turn: Turn, timeout: float = T_WAIT) -> dict[str, Any]:
+        """The prompt's answer, which on v2 is its insertion: `{messageId}`."""
+        answer = await self.client.response(turn.request_id, timeout)
+        assert "messageId" in answer.get("result", {}), answer
+        return answer
+
+    async def end(self, turn: Turn, timeout: float = T_WAIT) -> dict[str, Any]:
+        await self.inserted(turn, timeout)
+        return await self.client.idle(turn.session_id, turn.nth, timeout)
+
+    def stop_reason(self, end: dict[str, Any]) -> Any:
+        return end["params"]["update"].get("stopReason")
+
+    def assert_stopped(self, end: dict[str, Any], reason: str) -> None:
+        assert self.stop_reason(end) == reason, end
+
+    def assert_failed(self, end: dict[str, Any]) -> None:
+        assert self.stop_reason(end) == "error", end
+
+
+VERSIONS: dict[str, type[Acp]] = {AcpV1.version: AcpV1, AcpV2.version: AcpV2}
+
+
+def speaker(version: str, client: RawClient) -> Acp:
+    """The adapter for `version` ("v1" or "v2") over `client` (not yet initialized)."""
+    return VERSIONS[version](client)
