@@ -1,5 +1,5 @@
 """Fixtures: a raw-line client per test whose whole wire log is checked at teardown (schema, C1-C4, C6, exit), over
-the transport the test is run over (`transport`: stdio unless a test is parametrized over `TRANSPORTS`)."""
+the transport the test is run over (`transport`: stdio, or each of `TRANSPORTS` under `every_transport`)."""
 
 from __future__ import annotations
 
@@ -12,10 +12,6 @@ from tests.support.versions import VERSIONS, Acp
 
 StartServer = Callable[..., Awaitable[RawClient]]
 
-# Run a test over every transport (ids: the transport names): `pytestmark = over_every_transport` in a module, or as
-# a decorator. The test's servers (`start_server`, `server`, `server_v2`, `acp`) are then reached over each.
-over_every_transport = pytest.mark.parametrize("transport", list(TRANSPORTS), indirect=True)
-
 
 @pytest.hookimpl(trylast=True)
 def pytest_configure(config: pytest.Config) -> None:
@@ -23,10 +19,22 @@ def pytest_configure(config: pytest.Config) -> None:
     ACP_TEST_TIME_SCALE. trylast: pytest-timeout has read the ini by then."""
     config.addinivalue_line(
         "markers",
+        "every_transport: run each test that reaches a server over every transport in TRANSPORTS (ids: their names)",
+    )
+    config.addinivalue_line(
+        "markers",
         "at_once: the test tells 'at once' from 'at the cleanup deadline': its server gets LONG_GRACE, far above T_ACK",
     )
     if getattr(config, "_env_timeout", None):
         config._env_timeout *= TIME_SCALE  # type: ignore[attr-defined]
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """`@pytest.mark.every_transport` (on a test or a module): each test whose servers come from these fixtures
+    (`start_server`, `server`, `server_v2`, `acp`) runs once per transport. A test that starts its process by hand is
+    about stdio itself and is left alone. Adding a transport to `TRANSPORTS` runs them over it without a copy."""
+    if metafunc.definition.get_closest_marker("every_transport") and "transport" in metafunc.fixturenames:
+        metafunc.parametrize("transport", list(TRANSPORTS), indirect=True)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -39,7 +47,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture
 def transport(request: pytest.FixtureRequest) -> type[Transport]:
-    """How this test's servers are reached: the parametrized transport (see `over_every_transport`), else stdio."""
+    """How this test's servers are reached: the parametrized one under `every_transport`, else stdio."""
     name: str = getattr(request, "param", "stdio")
     return TRANSPORTS[name]
 

@@ -40,6 +40,9 @@ from tests.support.harness import (
 )
 from tests.support.wire_schema import WireValidator
 
+# The invariants hold on every transport: each test that reaches a server through the fixtures runs over each.
+pytestmark = pytest.mark.every_transport
+
 FS = {"fs": {"readTextFile": True, "writeTextFile": True}}
 
 

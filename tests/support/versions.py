@@ -39,12 +39,24 @@ class Acp:
     version: ClassVar[str]
     # The status a cancel leaves on a tool call it ended.
     cancelled_call_status: ClassVar[str]
+    # A request the server sends the client (through the `test_client_request` tool) that the test may leave
+    # unanswered, and an answer to it that comes too late to matter.
+    held_request: ClassVar[dict[str, Any]]
+    late_answer: ClassVar[dict[str, Any]]
     _prompts: Counter[str] = field(default_factory=Counter)
 
     async def initialize(self, capabilities: dict[str, Any] | None = None) -> dict[str, Any]:
         raise NotImplementedError
 
     async def new_session(self, cwd: str = "/tmp") -> str:
+        raise NotImplementedError
+
+    def session_new_params(self, cwd: str = "/tmp") -> dict[str, Any]:
+        """The params of a plain `session/new` in this version (to send it by hand and time its answer)."""
+        raise NotImplementedError
+
+    def call_status(self, session_id: str, call_id: str) -> Any:
+        """The status the tool call `call_id` was last shown with."""
         raise NotImplementedError
 
     def prompt_message(self, session_id: str, script: list[dict[str, Any]]) -> tuple[dict[str, Any], Turn]:
@@ -58,6 +70,14 @@ class Acp:
         message, turn = self.prompt_message(session_id, script)
         sent = await self.client.send(message)
         return Turn(turn.session_id, turn.request_id, turn.nth, sent)
+
+    async def prompt_with(self, params: dict[str, Any]) -> Turn:
+        """Send `session/prompt` with exactly these params (a real model's prompt: no script) and return its turn."""
+        session_id: str = params["sessionId"]
+        self._prompts[session_id] += 1
+        request_id = self.client.next_id()
+        sent = await self.client.send({"id": request_id, "method": "session/prompt", "params": params})
+        return Turn(session_id, request_id, self._prompts[session_id], sent)
 
     async def end(self, turn: Turn, timeout: float = T_WAIT) -> dict[str, Any]:
         """The message that ends the turn's work: v1 the prompt's response, v2 the session's idle."""
@@ -86,12 +106,23 @@ class AcpV1(Acp):
 
     version = "v1"
     cancelled_call_status = "failed"
+    held_request: ClassVar[dict[str, Any]] = {"method": "fs/read_text_file", "params": {"path": "/x"}}
+    late_answer: ClassVar[dict[str, Any]] = {"content": "late"}
 
     async def initialize(self, capabilities: dict[str, Any] | None = None) -> dict[str, Any]:
         return await self.client.initialize(capabilities)
 
     async def new_session(self, cwd: str = "/tmp") -> str:
         return await self.client.new_session(cwd)
+
+    def session_new_params(self, cwd: str = "/tmp") -> dict[str, Any]:
+        return {"cwd": cwd, "mcpServers": []}
+
+    def call_status(self, session_id: str, call_id: str) -> Any:
+        """v1: the call's last `tool_call_update`, which must carry the status."""
+        return [u for u in self.client.updates(session_id, "tool_call_update") if u["toolCallId"] == call_id][-1][
+            "status"
+        ]
 
     async def end(self, turn: Turn, timeout: float = T_WAIT) -> dict[str, Any]:
         return await self.client.response(turn.request_id, timeout)
@@ -111,12 +142,30 @@ class AcpV2(Acp):
 
     version = "v2"
     cancelled_call_status = "cancelled"
+    # v2's client has no `fs` methods unless it says so: an extension request the scripted client never answers.
+    held_request: ClassVar[dict[str, Any]] = {"method": "_test/hold", "params": {}}
+    late_answer: ClassVar[dict[str, Any]] = {}
 
     async def initialize(self, capabilities: dict[str, Any] | None = None) -> dict[str, Any]:
         return await self.client.initialize_v2(capabilities)
 
     async def new_session(self, cwd: str = "/tmp") -> str:
         return await self.client.new_session_v2(cwd)
+
+    def session_new_params(self, cwd: str = "/tmp") -> dict[str, Any]:
+        return {"cwd": cwd}  # v2: `mcpServers` may be left out
+
+    def call_status(self, session_id: str, call_id: str) -> Any:
+        """v2: the status of the call's last upsert that carried one (upserts carry only what changed)."""
+        return [
+            u["status"]
+            for u in self.client.updates(session_id, "tool_call_update")
+            if u["toolCallId"] == call_id and "status" in u
+        ][-1]
+
+    def states(self, session_id: str) -> list[str]:
+        """The session's `state_update` states, in wire order."""
+        return [u["state"] for u in self.client.states(session_id)]
 
     async def inserted(self, turn: Turn, timeout: float = T_WAIT) -> dict[str, Any]:
         """The prompt's answer, which on v2 is its insertion: `{messageId}`."""
@@ -132,10 +181,11 @@ class AcpV2(Acp):
         return end["params"]["update"].get("stopReason")
 
     def assert_stopped(self, end: dict[str, Any], reason: str) -> None:
-        assert self.stop_reason(end) == reason, end
+        """The idle says `reason`, and only a failure carries an error."""
+        assert self.stop_reason(end) == reason and "error" not in end["params"]["update"], end
 
     def assert_failed(self, end: dict[str, Any]) -> None:
-        assert self.stop_reason(end) == "error", end
+        assert self.stop_reason(end) == "error" and "error" in end["params"]["update"], end
 
 
 VERSIONS: dict[str, type[Acp]] = {AcpV1.version: AcpV1, AcpV2.version: AcpV2}
