@@ -127,16 +127,16 @@ async def test_abort_surfacing_as_an_error_still_answers_cancelled(acp: Acp) -> 
     assert server.arrival_time(end) - t0 <= T_ACK
 
 
-async def test_model_failure_without_cancel_answers_an_error_not_end_turn(server: RawClient) -> None:
-    """I2 (B)"""
-    b = await server.new_session()
-    response = await server.response(await server.prompt(b, [{"say": "x"}, {"fail": "boom"}]))
-    assert "result" not in response
-    assert response["error"]["code"] == -32603
-    assert "boom" in response["error"]["message"]
+async def test_model_failure_without_cancel_answers_an_error_not_end_turn(acp: Acp) -> None:
+    """I2 (B): a model failure is an error, never `end_turn` (v1: the prompt answered with it; v2, §6.4, §23 Q14:
+    the prompt was answered at insertion, the idle says `error` with it); the session goes on (I19)."""
+    server = acp.client
+    b = await acp.new_session()
+    error = acp.failure(await acp.end(await acp.prompt(b, [{"say": "x"}, {"fail": "boom"}])))
+    assert error["code"] == -32603
+    assert "boom" in error["message"]
     assert server.texts(b) == ["x"]
-    ok = await server.response(await server.prompt(b, [{"say": "ok"}]))
-    assert ok["result"] == {"stopReason": "end_turn"}
+    await acp.stopped(await acp.prompt(b, [{"say": "ok"}]), "end_turn")
 
 
 @pytest.mark.parametrize("cancelled_first_started", [True, False], ids=["first-started", "last-started"])

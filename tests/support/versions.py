@@ -90,9 +90,13 @@ class Acp:
         """The work ended with `reason`, said the way the version says it (v1: the result is exactly that)."""
         raise NotImplementedError
 
+    def failure(self, end: dict[str, Any]) -> dict[str, Any]:
+        """The error a failed work ended with (asserting it ended as a failure in this version's shape)."""
+        raise NotImplementedError
+
     def assert_failed(self, end: dict[str, Any]) -> None:
         """The work ended with a model failure, said the way the version says it."""
-        raise NotImplementedError
+        self.failure(end)
 
     async def stopped(self, turn: Turn, reason: str, timeout: float = T_WAIT) -> dict[str, Any]:
         """Wait for the turn's end, assert it says `reason`, and return the ending message."""
@@ -133,8 +137,11 @@ class AcpV1(Acp):
     def assert_stopped(self, end: dict[str, Any], reason: str) -> None:
         assert end.get("result") == {"stopReason": reason}, end
 
-    def assert_failed(self, end: dict[str, Any]) -> None:
-        assert "error" in end, end
+    def failure(self, end: dict[str, Any]) -> dict[str, Any]:
+        """v1: the prompt is answered with the error, never a result."""
+        assert "error" in end and "result" not in end, end
+        error: dict[str, Any] = end["error"]
+        return error
 
 
 class AcpV2(Acp):
@@ -184,8 +191,11 @@ class AcpV2(Acp):
         """The idle says `reason`, and only a failure carries an error."""
         assert self.stop_reason(end) == reason and "error" not in end["params"]["update"], end
 
-    def assert_failed(self, end: dict[str, Any]) -> None:
+    def failure(self, end: dict[str, Any]) -> dict[str, Any]:
+        """v2: the prompt was answered at insertion; the idle says `error` and carries the error."""
         assert self.stop_reason(end) == "error" and "error" in end["params"]["update"], end
+        error: dict[str, Any] = end["params"]["update"]["error"]
+        return error
 
 
 VERSIONS: dict[str, type[Acp]] = {AcpV1.version: AcpV1, AcpV2.version: AcpV2}
