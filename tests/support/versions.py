@@ -59,6 +59,10 @@ class Acp:
         """The status the tool call `call_id` was last shown with."""
         raise NotImplementedError
 
+    def calls_started(self, session_id: str) -> list[dict[str, Any]]:
+        """The update that showed each tool call of the session first, in order."""
+        raise NotImplementedError
+
     def prompt_message(self, session_id: str, script: list[dict[str, Any]]) -> tuple[dict[str, Any], Turn]:
         """A prompt not yet sent (to write it together with other lines), and the turn it will be."""
         message = self.client.prompt_message(session_id, script)
@@ -122,6 +126,10 @@ class AcpV1(Acp):
     def session_new_params(self, cwd: str = "/tmp") -> dict[str, Any]:
         return {"cwd": cwd, "mcpServers": []}
 
+    def calls_started(self, session_id: str) -> list[dict[str, Any]]:
+        """v1: the `tool_call` updates."""
+        return self.client.updates(session_id, "tool_call")
+
     def call_status(self, session_id: str, call_id: str) -> Any:
         """v1: the call's last `tool_call_update`, which must carry the status."""
         return [u for u in self.client.updates(session_id, "tool_call_update") if u["toolCallId"] == call_id][-1][
@@ -161,6 +169,16 @@ class AcpV2(Acp):
 
     def session_new_params(self, cwd: str = "/tmp") -> dict[str, Any]:
         return {"cwd": cwd}  # v2: `mcpServers` may be left out
+
+    def calls_started(self, session_id: str) -> list[dict[str, Any]]:
+        """v2: each call's first `tool_call_update` (v2 has one upsert kind; the first one creates the call)."""
+        seen: set[str] = set()
+        first = []
+        for update in self.client.updates(session_id, "tool_call_update"):
+            if update["toolCallId"] not in seen:
+                seen.add(update["toolCallId"])
+                first.append(update)
+        return first
 
     def call_status(self, session_id: str, call_id: str) -> Any:
         """v2: the status of the call's last upsert that carried one (upserts carry only what changed)."""
