@@ -428,21 +428,25 @@ async def test_prompt_sent_while_a_cancelled_turn_cleans_up_runs_after_the_clean
     assert server.arrival_time(first_chunk) - server.arrival_time(old_response) <= T_START
 
 
-async def test_a_second_cancel_claims_a_prompt_waiting_behind_a_stopping_turn(server: RawClient) -> None:
-    """I10 epoch rule: a cancel applies to every prompt admitted before it, including one still waiting."""
-    a = await server.new_session()
-    old = await server.prompt(a, [{"tool": "test_stubborn", "args": {"s": 2}}])
+async def test_a_second_cancel_claims_a_prompt_waiting_behind_a_stopping_turn(acp: Acp) -> None:
+    """I10 epoch rule: a cancel applies to every prompt admitted before it, including one still waiting behind a
+    turn that an earlier cancel is stopping: answered within T_ACK (v1 `cancelled`, v2 withdrawn `-32800`), before
+    that turn's end; nothing of it runs (on v2 nothing of it is echoed); the session's next prompt runs."""
+    server = acp.client
+    a = await acp.new_session()
+    old = await acp.prompt(a, [{"tool": "test_stubborn", "args": {"s": 2}}])
     await server.probe("tool_started", sessionId=a)
     await server.cancel(a)
-    waiting = await server.prompt(a, [{"say": "never"}])
+    waiting = await acp.prompt(a, [{"say": "never"}])
     t0 = await server.cancel(a)
-    claimed = await server.response(waiting)
-    assert claimed["result"] == {"stopReason": "cancelled"}
+    claimed = await acp.claimed(waiting)
     assert server.arrival_time(claimed) - t0 <= T_ACK
-    assert (await server.response(old, timeout=T_ESC + 1))["result"] == {"stopReason": "cancelled"}
+    old_end = await acp.stopped(old, "cancelled", timeout=T_ESC + 1)
+    assert position(server, claimed) < position(server, old_end)
     assert server.texts(a) == []
-    after_all = await server.response(await server.prompt(a, [{"say": "ok"}]), timeout=T_ESC + 1)
-    assert after_all["result"] == {"stopReason": "end_turn"}
+    if isinstance(acp, AcpV2):
+        assert len(server.updates(a, "user_message")) == 1
+    await acp.stopped(await acp.prompt(a, [{"say": "ok"}]), "end_turn", timeout=T_ESC + 1)
 
 
 async def test_cancel_request_naming_a_prompt_cancels_that_prompt_only(server: RawClient) -> None:

@@ -87,6 +87,11 @@ class Acp:
         """The message that ends the turn's work: v1 the prompt's response, v2 the session's idle."""
         raise NotImplementedError
 
+    async def claimed(self, turn: Turn, timeout: float = T_WAIT) -> dict[str, Any]:
+        """The answer to a prompt a cancel claimed while it waited behind the running work (I10's epoch rule): it
+        never runs. v1 answers it `cancelled`; v2 withdraws it `-32800` (it was never inserted, so no idle)."""
+        raise NotImplementedError
+
     def stop_reason(self, end: dict[str, Any]) -> Any:
         raise NotImplementedError
 
@@ -138,6 +143,11 @@ class AcpV1(Acp):
 
     async def end(self, turn: Turn, timeout: float = T_WAIT) -> dict[str, Any]:
         return await self.client.response(turn.request_id, timeout)
+
+    async def claimed(self, turn: Turn, timeout: float = T_WAIT) -> dict[str, Any]:
+        answer = await self.client.response(turn.request_id, timeout)
+        self.assert_stopped(answer, "cancelled")
+        return answer
 
     def stop_reason(self, end: dict[str, Any]) -> Any:
         return end["result"]["stopReason"]
@@ -201,6 +211,13 @@ class AcpV2(Acp):
     async def end(self, turn: Turn, timeout: float = T_WAIT) -> dict[str, Any]:
         await self.inserted(turn, timeout)
         return await self.client.idle(turn.session_id, turn.nth, timeout)
+
+    async def claimed(self, turn: Turn, timeout: float = T_WAIT) -> dict[str, Any]:
+        answer = await self.client.response(turn.request_id, timeout)
+        assert answer.get("error", {}).get("code") == -32800, answer
+        # Withdrawn before insertion: it has no work, so the session's later works end with one idle fewer.
+        self._prompts[turn.session_id] -= 1
+        return answer
 
     def stop_reason(self, end: dict[str, Any]) -> Any:
         return end["params"]["update"].get("stopReason")
