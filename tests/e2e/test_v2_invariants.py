@@ -491,35 +491,3 @@ async def test_v2_a_late_tool_result_of_an_abandoned_work_never_reaches_the_next
     results = [m for m in asked if m["role"] == "tool" and m.get("tool_call_id") == "call_late"]
     assert len(results) == 1, asked
     assert "cancelled" in str(results[0]["content"])
-
-
-async def test_v2_a_replacement_stays_cancellable_after_the_replaced_work_finishes_late(
-    start_server: StartServer,
-) -> None:
-    """I19 on v2 (§7 interrupt): P1's cleanup takes a while (far less than the deadline), P2 and P3 arrive together:
-    P2 is withdrawn (-32800), P1 ends `idle cancelled` once its finalizer is done, P3 is inserted and runs alone after
-    that idle; P1's late finish left P3's registry entry alone, so a cancel still finds P3 (idle within T_ACK)."""
-    server = await start_v2(start_server, *LONG_GRACE_ARGS, "--prompt-policy", "interrupt")
-    a = await server.new_session_v2()
-    await inserted(server, a, [{"tool": "test_hang_finalizer", "args": {"s": 30, "f": T_ACK}}])
-    await server.probe("tool_started", sessionId=a)
-    superseded = server.prompt_message(a, [{"say": "never"}])
-    successor = server.prompt_message(a, [{"say": "p3"}, {"gate": "g3"}, {"say": "p3-late"}])
-    await server.send(superseded, successor)
-    assert (await server.response(superseded["id"]))["error"]["code"] == -32800
-    old_idle = await server.idle(a)
-    assert stop_of(old_idle) == "cancelled"
-    finalized = await server.probe("finalizer_exited", sessionId=a)
-    assert position(server, finalized) < position(server, old_idle)
-    assert "messageId" in (await server.response(successor["id"]))["result"]
-    await server.probe("gate_reached", sessionId=a, prompt=successor["id"], gate="g3")
-    t0 = await server.cancel(a)  # finds the successor: the old work's late finish left its entry alone
-    idle = await server.idle(a, 2)
-    assert stop_of(idle) == "cancelled"
-    assert server.arrival_time(idle) - t0 <= T_ACK
-    started = probes(server, "step_started", prompt=successor["id"])
-    assert position(server, old_idle) < position(server, started[0])  # and it ran alone, after P1's idle
-    assert server.texts(a) == ["p3"]
-    assert not [m for m in server.received if m.get("params", {}).get("reason") == "abandoned"]
-    stats = await server.stats()
-    assert (stats["runningTurns"], stats["queuedPrompts"]) == (0, 0)

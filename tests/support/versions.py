@@ -11,7 +11,7 @@ stays in single-version tests that use `RawClient` directly.
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -22,12 +22,11 @@ __all__ = ["VERSIONS", "Acp", "AcpV1", "AcpV2", "Turn", "speaker"]
 
 @dataclass(frozen=True)
 class Turn:
-    """One prompt sent: its request id, its session and, on v2, which of the session's idles ends its work."""
+    """One prompt sent: its session and request id."""
 
     session_id: str
     request_id: Any
-    nth: int
-    sent: float  # when its line was flushed (time.monotonic)
+    sent: float  # when its line was flushed (time.monotonic); 0 for a message not sent by `prompt`
 
 
 @dataclass
@@ -43,7 +42,10 @@ class Acp:
     # unanswered, and an answer to it that comes too late to matter.
     held_request: ClassVar[dict[str, Any]]
     late_answer: ClassVar[dict[str, Any]]
-    _prompts: Counter[str] = field(default_factory=Counter)
+    # Each session's prompts in the order they were written, and those withdrawn before they ran: on v2 a prompt's
+    # work ends with the session's nth idle, n counting only the prompts that were not withdrawn.
+    _prompts: defaultdict[str, list[Any]] = field(default_factory=lambda: defaultdict(list))
+    _withdrawn: set[Any] = field(default_factory=set)
 
     async def initialize(self, capabilities: dict[str, Any] | None = None) -> dict[str, Any]:
         raise NotImplementedError
@@ -66,22 +68,27 @@ class Acp:
     def prompt_message(self, session_id: str, script: list[dict[str, Any]]) -> tuple[dict[str, Any], Turn]:
         """A prompt not yet sent (to write it together with other lines), and the turn it will be."""
         message = self.client.prompt_message(session_id, script)
-        self._prompts[session_id] += 1
-        return message, Turn(session_id, message["id"], self._prompts[session_id], 0.0)
+        self._prompts[session_id].append(message["id"])
+        return message, Turn(session_id, message["id"], 0.0)
 
     async def prompt(self, session_id: str, script: list[dict[str, Any]]) -> Turn:
         """Send a prompt (on its own, at once) and return its turn; `end` waits for the turn's end."""
         message, turn = self.prompt_message(session_id, script)
         sent = await self.client.send(message)
-        return Turn(turn.session_id, turn.request_id, turn.nth, sent)
+        return Turn(turn.session_id, turn.request_id, sent)
 
     async def prompt_with(self, params: dict[str, Any]) -> Turn:
         """Send `session/prompt` with exactly these params (a real model's prompt: no script) and return its turn."""
         session_id: str = params["sessionId"]
-        self._prompts[session_id] += 1
         request_id = self.client.next_id()
+        self._prompts[session_id].append(request_id)
         sent = await self.client.send({"id": request_id, "method": "session/prompt", "params": params})
-        return Turn(session_id, request_id, self._prompts[session_id], sent)
+        return Turn(session_id, request_id, sent)
+
+    def nth(self, turn: Turn) -> int:
+        """Which of its session's works this turn's is (1-based), not counting prompts withdrawn before they ran."""
+        ran = [r for r in self._prompts[turn.session_id] if r not in self._withdrawn]
+        return ran.index(turn.request_id) + 1
 
     async def end(self, turn: Turn, timeout: float = T_WAIT) -> dict[str, Any]:
         """The message that ends the turn's work: v1 the prompt's response, v2 the session's idle."""
@@ -210,13 +217,12 @@ class AcpV2(Acp):
 
     async def end(self, turn: Turn, timeout: float = T_WAIT) -> dict[str, Any]:
         await self.inserted(turn, timeout)
-        return await self.client.idle(turn.session_id, turn.nth, timeout)
+        return await self.client.idle(turn.session_id, self.nth(turn), timeout)
 
     async def claimed(self, turn: Turn, timeout: float = T_WAIT) -> dict[str, Any]:
         answer = await self.client.response(turn.request_id, timeout)
         assert answer.get("error", {}).get("code") == -32800, answer
-        # Withdrawn before insertion: it has no work, so the session's later works end with one idle fewer.
-        self._prompts[turn.session_id] -= 1
+        self._withdrawn.add(turn.request_id)  # never inserted: it has no work, and no idle of its own
         return answer
 
     def stop_reason(self, end: dict[str, Any]) -> Any:
