@@ -514,22 +514,38 @@ async def test_every_outcome_answers_once_and_leaves_the_session_reusable(
     assert stats["pendingClientRequests"] == 0
 
 
+# The request each version's fourth session leaves unanswered at EOF: v1 a client file read, v2 a permission question.
+UNANSWERED: dict[str, tuple[dict[str, Any], str]] = {
+    "v1": (
+        {"tool": "test_client_request", "args": {"method": "fs/read_text_file", "params": {"path": "/x"}}},
+        "fs/read_text_file",
+    ),
+    "v2": ({"tool": "run_command", "args": {"command": "true"}}, "session/request_permission"),
+}
+
+
 @pytest.mark.timeout(30)
-async def test_stdin_eof_cancels_every_turn_and_exits_in_time_leaving_no_process(start_server: StartServer) -> None:
-    """I17: EOF with a gated turn, a local process, a stubborn tool and an unanswered client request."""
-    server = await start_server()
-    await server.initialize()
-    a, b, c, d = [await server.new_session() for _ in range(4)]
-    await server.prompt(a, [{"gate": "gA"}])
-    await server.prompt(b, [{"tool": "test_local_proc", "args": {"command": "sleep 600"}}])
-    await server.prompt(c, [{"tool": "test_stubborn", "args": {"s": 30}}])
-    await server.prompt(
-        d, [{"tool": "test_client_request", "args": {"method": "fs/read_text_file", "params": {"path": "/x"}}}]
-    )
+async def test_stdin_eof_cancels_every_turn_and_exits_in_time_leaving_no_process(acp: Acp) -> None:
+    """I17: EOF with a gated turn (on v2 with a prompt held behind it), a local process, a stubborn tool and an
+    unanswered request to the client: exit 0 within T_EXIT, the local process's group gone, and on v1 every prompt
+    answered `cancelled`."""
+    server = acp.client
+    a, b, c, d = [await acp.new_session() for _ in range(4)]
+    unanswered, asked = UNANSWERED[acp.version]
+    turns = [await acp.prompt(a, [{"gate": "gA"}])]
+    if isinstance(acp, AcpV2):
+        await acp.inserted(turns[0])
+        await acp.prompt(a, [{"say": "held"}])  # held behind the gated work, never inserted
+    turns.append(await acp.prompt(b, [{"tool": "test_local_proc", "args": {"command": "sleep 600"}}]))
+    turns.append(await acp.prompt(c, [{"tool": "test_stubborn", "args": {"s": 30}}]))
+    turns.append(await acp.prompt(d, [unanswered]))
+    if isinstance(acp, AcpV2):
+        for turn in turns[1:]:
+            await acp.inserted(turn)
     await server.probe("gate_reached", sessionId=a)
     pid = (await server.probe("proc_started", sessionId=b))["params"]["pid"]
     await server.probe("tool_started", sessionId=c)
-    await server.wait_for(lambda m: m.get("method") == "fs/read_text_file")
+    await server.wait_for(lambda m: m.get("method") == asked)
     assert (await server.stats())["childProcesses"] == 1
     code, took = await server.close()
     assert code == 0
@@ -542,9 +558,10 @@ async def test_stdin_eof_cancels_every_turn_and_exits_in_time_leaving_no_process
             break
         assert time.monotonic() < deadline, f"process group {pid} survived the server"
         await asyncio.sleep(0.05)
-    answered = [m for m in server.received if "result" in m and m.get("result", {}).get("stopReason")]
-    assert len(answered) == 4
-    assert {m["result"]["stopReason"] for m in answered} == {"cancelled"}
+    if acp.version == "v1":
+        answered = [m for m in server.received if "result" in m and m.get("result", {}).get("stopReason")]
+        assert len(answered) == 4
+        assert {m["result"]["stopReason"] for m in answered} == {"cancelled"}
 
 
 @pytest.mark.timeout(30)
