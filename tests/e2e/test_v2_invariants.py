@@ -18,7 +18,7 @@ import orjson
 import pytest
 
 from tests.conftest import StartServer
-from tests.e2e.test_interrupts import after, chunk, of_session, position
+from tests.e2e.test_interrupts import after, chunk, position
 from tests.e2e.test_v2_cancel import is_state
 from tests.support.fake_openai import FakeOpenAI, text_reply, tool_call_reply
 from tests.support.harness import (
@@ -296,108 +296,6 @@ async def test_v2_a_cancel_in_the_settlement_window_still_claims_every_held_prom
 
 def delegate(task: str, script: list[dict[str, Any]]) -> dict[str, Any]:
     return {"tool": "delegate", "args": {"task": task, "script": script}}
-
-
-@pytest.mark.at_once
-async def test_v2_cancelling_the_parent_cancels_child_and_grandchild_before_the_parent_idle(
-    server_v2: RawClient,
-) -> None:
-    """I16 on v2, cascade down: the grandchild's step exits `cancelled` before the parent's `idle cancelled` (within
-    T_ACK); every delegate call ends `cancelled`; nothing for any session after the idle, even once the grandchild's
-    gate opens; children never speak under their own ids."""
-    server = server_v2
-    a = await server.new_session_v2()
-    child = [{"say": "c1"}, delegate("deeper", [{"gate": "gg"}]), {"say": "c2"}]
-    await inserted(server, a, [delegate("work", child), {"say": "never"}])
-    reached = await server.probe("gate_reached", gate="gg")
-    grandchild_id = reached["params"]["sessionId"]
-    t0 = await server.cancel(a)
-    idle = await server.idle(a)
-    assert stop_of(idle) == "cancelled"
-    assert server.arrival_time(idle) - t0 <= T_ACK
-    exited = await server.probe("step_exited", sessionId=grandchild_id, reason="cancelled")
-    assert position(server, exited) < position(server, idle)
-    calls = {u["toolCallId"] for u in server.updates(a, "tool_call_update")}
-    assert calls and all(call_statuses(server, a, call)[-1] == "cancelled" for call in calls)
-    await server.release(grandchild_id, "gg")
-    await server.quiet(0.4, lambda m: m in after(server, idle) and m.get("method") == "session/update")
-    assert "never" not in server.texts(a)
-    assert not [m for m in server.received if m.get("method") == "session/update" and not of_session(a)(m)]
-    assert (await server.stats())["runningTurns"] == 0
-
-
-async def test_v2_cancelling_a_child_stops_only_the_child_and_the_parent_work_goes_on(server_v2: RawClient) -> None:
-    """I16 reverse on v2: `session/cancel` with the child's id stops the child (and its grandchild); the parent's
-    delegate call fails, and the parent's work goes on to `idle end_turn` with one idle, never `cancelled`."""
-    server = server_v2
-    a = await server.new_session_v2()
-    child = [{"say": "c1"}, delegate("deeper", [{"gate": "gg"}]), {"say": "c2"}]
-    await inserted(server, a, [delegate("work", child), {"say": "parent continues"}])
-    await server.probe("gate_reached", gate="gg")
-    first_delegate = server.updates(a, "tool_call_update")[0]["toolCallId"]
-    child_id = await server.wait_for(
-        lambda m: (
-            of_session(a)(m)
-            and m["params"]["update"].get("toolCallId") == first_delegate
-            and "childSessionId" in m["params"]["update"].get("_meta", {}).get("acpServer", {})
-        )
-    )
-    child_session = child_id["params"]["update"]["_meta"]["acpServer"]["childSessionId"]
-    await server.cancel(child_session)
-    idle = await server.idle(a)
-    assert stop_of(idle) == "end_turn"
-    assert server.texts(a) == ["parent continues"]
-    # `failed`, as on v1: nobody cancelled the parent's call (that is `tool_call/cancel`, §20.3), its child was
-    # stopped under it, and the result says so.
-    assert call_statuses(server, a, first_delegate)[-1] == "failed"
-    assert [u["state"] for u in server.states(a)] == ["running", "idle"]
-
-
-async def test_v2_cancelling_one_child_leaves_its_siblings_and_other_sessions_children_running(
-    server_v2: RawClient,
-) -> None:
-    """I16 isolation on v2: the next child of the same parent runs to its end, and another session's child is
-    untouched (its parent's work still running, no idle) until its gate opens."""
-    server = server_v2
-    a, b = await server.new_session_v2(), await server.new_session_v2()
-    script_a = [delegate("first", [{"gate": "ga"}]), delegate("second", [{"say": "second done"}]), {"say": "a done"}]
-    await inserted(server, a, script_a)
-    await inserted(server, b, [delegate("other", [{"gate": "gb"}, {"say": "b child done"}]), {"say": "b done"}])
-    first = (await server.probe("gate_reached", gate="ga"))["params"]["sessionId"]
-    other = (await server.probe("gate_reached", gate="gb"))["params"]["sessionId"]
-    await server.cancel(first)
-    assert stop_of(await server.idle(a)) == "end_turn"
-    statuses = [u["status"] for u in server.updates(a, "tool_call_update") if u.get("status") in FINAL_V2]
-    assert statuses == ["failed", "completed"]  # the stopped child (as in the reverse test), then its sibling
-    assert server.texts(a) == ["a done"]
-    assert [u["state"] for u in server.states(b)] == ["running"]  # b's child still waits at its gate
-    await server.release(other, "gb")
-    assert stop_of(await server.idle(b)) == "end_turn"
-    final_b = [u for u in server.updates(b, "tool_call_update") if u.get("status") == "completed"]
-    assert "b child done" in orjson.dumps(final_b[-1]["content"]).decode()
-
-
-@pytest.mark.at_once
-async def test_v2_closing_the_parent_session_cancels_its_children_before_the_idle_and_the_close_answer(
-    server_v2: RawClient,
-) -> None:
-    """I20 (c) with I16 on v2 (§20.2): the close cascades to the child (its step exits `cancelled`), then the
-    parent's `idle cancelled`, then `{}` within T_ACK; nothing for the session after."""
-    server = server_v2
-    a = await server.new_session_v2()
-    await inserted(server, a, [delegate("work", [{"say": "c1"}, {"gate": "cg"}]), {"say": "never"}])
-    reached = await server.probe("gate_reached", gate="cg")
-    child = reached["params"]["sessionId"]
-    t0 = await server.send({"id": "close-1", "method": "session/close", "params": {"sessionId": a}})
-    closed = await server.response("close-1")
-    assert closed["result"] == {}
-    assert server.arrival_time(closed) - t0 <= T_ACK
-    idle = await server.idle(a)
-    assert stop_of(idle) == "cancelled"
-    exited = await server.probe("step_exited", sessionId=child, reason="cancelled")
-    assert position(server, exited) < position(server, idle) < position(server, closed)
-    await server.quiet(0.3, lambda m: m in after(server, closed) and of_session(a)(m))
-    assert (await server.stats())["runningTurns"] == 0
 
 
 # --- I17 ---
