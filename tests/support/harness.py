@@ -1,11 +1,13 @@
-"""Drive `acp-server` over real stdio and check what crosses the wire.
+"""Drive `acp-server` over a real transport and check what crosses the wire.
 
-`RawClient` writes exact bytes (several messages in one write, malformed lines, odd ids) and records every line in
-both directions with a monotonic timestamp, in wire order. `check_wire` then applies the common checks of
-docs/interrupts.md to the log: C1 (one response per request, none to notifications), C2 (only valid JSON-RPC lines,
-each valid against the official schema), C3 (no turn-scoped update for a session with no unanswered prompt), C4 (no
-agent-to-client request for a session with no unanswered prompt), and, from stderr, C6.
-
+A `Transport` moves whole lines between a test and one connection of a server it started: `StdioTransport` is the
+subprocess over its stdin/stdout, the way an editor runs it; `TRANSPORTS` lists every transport by name, and a test
+marked `every_transport` (tests/conftest.py) runs once over each. `RawClient` writes exact bytes (several messages in
+one write, malformed lines, odd ids) and records every line in both directions with a monotonic timestamp, in wire
+order, validating each line the server writes against the schema as it arrives. `check_wire` then applies the common
+checks of docs/interrupts.md to the log: C1 (one response per request, none to notifications), C2 (only valid
+JSON-RPC lines, each valid against the official schema), C3 (no turn-scoped update for a session with no unanswered
+prompt), C4 (no agent-to-client request for a session with no unanswered prompt), and, from stderr, C6.
 A v2 connection (its `initialize` answered `protocolVersion: 2`) is checked against the v2 schema, and C3/C4 take
 their v2 reading (ACP-V2.md §20.7): the prompt is answered on acceptance, so turn-scoped updates and requests to the
 client belong between a session's `running` (or `requires_action`) `state_update` and its `idle`, or inside an open
