@@ -36,8 +36,6 @@ from tests.support.harness import (
 # The invariants hold on every transport: each test that reaches a server through the fixtures runs over each.
 pytestmark = [pytest.mark.timeout(40), pytest.mark.every_transport]
 
-FINAL_V2 = ("completed", "failed", "cancelled")
-
 
 def stop_of(idle: dict[str, Any]) -> Any:
     return idle["params"]["update"].get("stopReason")
@@ -57,14 +55,6 @@ def probes(server: RawClient, event: str, **match: Any) -> list[dict[str, Any]]:
     ]
 
 
-def call_statuses(server: RawClient, session_id: str, call_id: str) -> list[str]:
-    return [
-        u["status"]
-        for u in server.updates(session_id, "tool_call_update")
-        if u["toolCallId"] == call_id and "status" in u
-    ]
-
-
 async def start_v2(start_server: StartServer, *args: str) -> RawClient:
     server = await start_server(*args)
     await server.initialize_v2()
@@ -76,21 +66,6 @@ async def inserted(server: RawClient, session_id: str, script: list[dict[str, An
     prompt = await server.prompt(session_id, script)
     assert "messageId" in (await server.response(prompt))["result"]
     return prompt
-
-
-# --- I1 ---
-
-
-# --- I2 ---
-
-
-# --- I3 ---
-
-
-# --- I4 ---
-
-
-# --- I6, I7 ---
 
 
 # --- I8 ---
@@ -167,12 +142,6 @@ async def test_v2_cancel_in_the_settlement_window_yields_exactly_one_idle_and_th
     assert stop_of(await server.idle(a, 2)) == "end_turn"
     assert server.texts(a) == ["b", "c"]
     assert [u["state"] for u in server.states(a)] == ["running", "idle", "running", "idle"]
-
-
-# --- I12 ---
-
-
-# --- I13 ---
 
 
 # --- I14 ---
@@ -291,23 +260,7 @@ async def test_v2_a_cancel_in_the_settlement_window_still_claims_every_held_prom
     assert len(server.updates(a, "user_message")) == 2
 
 
-# --- I16 ---
-
-
-def delegate(task: str, script: list[dict[str, Any]]) -> dict[str, Any]:
-    return {"tool": "delegate", "args": {"task": task, "script": script}}
-
-
-# --- I17 ---
-
-
-# --- I19 ---
-
-
-# --- I20 ---
-
-
-# --- the v2 twins of two proofs in test_invariant_proofs.py (I6 with a real model loop, I19 with a late finisher) ---
+# --- the v2 twin of a proof in test_invariant_proofs.py (I6 with a real model loop; mutation 02 names both) ---
 
 
 async def test_v2_a_late_tool_result_of_an_abandoned_work_never_reaches_the_next_model_request(
