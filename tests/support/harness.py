@@ -164,8 +164,9 @@ class Transport(Protocol):
         ...
 
     async def close(self) -> None:
-        """End the connection as an editor does, so the server ends on its own (stdio: stdin EOF). The caller
-        then waits for `process` to exit, bounded."""
+        """End the connection as an editor does and let the server this transport started stop: stdin EOF does
+        both on stdio; a remote transport closes its connection (WebSocket close, HTTP `DELETE`), then asks its
+        server to drain (SIGTERM, REMOTE.md decision 9). The caller waits for `process` to exit, bounded."""
         ...
 
 
