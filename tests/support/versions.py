@@ -5,8 +5,9 @@ answers the prompt with its stop reason when the turn ends; v2 answers it `{mess
 the work with the session's `idle` `state_update` carrying the stop reason. A tool call a cancel ends is `failed` on v1
 and `cancelled` on v2 (v2 has the status). Those differences live here, one small class per version, and a test
 parametrized by `version` (the `acp` fixture of tests/conftest.py, ids v1/v2) reads as the promise it checks. What only
-one version has (v2's `tool_call/cancel`, `terminal/cancel`, held prompts answered -32800; v1's refused busy prompt)
-stays in single-version tests that use `RawClient` directly.
+one version has (v2's `tool_call/cancel`, `terminal/cancel`, held prompts and their insertion order, the
+`requires_action` state; v1's refused busy prompt) stays in single-version tests that use `RawClient` directly, or
+behind an `isinstance(acp, AcpV2)` for a check only v2 can make.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any, ClassVar
 
 from tests.support.harness import T_WAIT, RawClient
 
-__all__ = ["VERSIONS", "Acp", "AcpV1", "AcpV2", "Turn", "speaker"]
+__all__ = ["VERSIONS", "Acp", "AcpV1", "AcpV2", "Turn"]
 
 
 @dataclass(frozen=True)
@@ -240,8 +241,3 @@ class AcpV2(Acp):
 
 
 VERSIONS: dict[str, type[Acp]] = {AcpV1.version: AcpV1, AcpV2.version: AcpV2}
-
-
-def speaker(version: str, client: RawClient) -> Acp:
-    """The adapter for `version` ("v1" or "v2") over `client` (not yet initialized)."""
-    return VERSIONS[version](client)
