@@ -1,4 +1,5 @@
-"""Fixtures: a raw-line client per test whose whole wire log is checked at teardown (schema, C1-C4, C6, exit)."""
+"""Fixtures: a raw-line client per test whose whole wire log is checked at teardown (schema, C1-C4, C6, exit), over
+the transport the test is run over (`transport`: stdio, or each of `TRANSPORTS` under `every_transport`)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
 import pytest
 
-from tests.support.harness import LONG_GRACE_ARGS, T_EXIT, TIME_SCALE, RawClient, check_wire
+from tests.support.harness import LONG_GRACE_ARGS, T_EXIT, TIME_SCALE, TRANSPORTS, RawClient, Transport, check_wire
+from tests.support.versions import VERSIONS, Acp
 
 StartServer = Callable[..., Awaitable[RawClient]]
 
@@ -17,10 +19,22 @@ def pytest_configure(config: pytest.Config) -> None:
     ACP_TEST_TIME_SCALE. trylast: pytest-timeout has read the ini by then."""
     config.addinivalue_line(
         "markers",
+        "every_transport: run each test that reaches a server over every transport in TRANSPORTS (ids: their names)",
+    )
+    config.addinivalue_line(
+        "markers",
         "at_once: the test tells 'at once' from 'at the cleanup deadline': its server gets LONG_GRACE, far above T_ACK",
     )
     if getattr(config, "_env_timeout", None):
         config._env_timeout *= TIME_SCALE  # type: ignore[attr-defined]
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """`@pytest.mark.every_transport` (on a test or a module): each test whose servers come from these fixtures
+    (`start_server`, `server`, `server_v2`, `acp`) runs once per transport. A test that starts its process by hand is
+    about stdio itself and is left alone. Adding a transport to `TRANSPORTS` runs them over it without a copy."""
+    if metafunc.definition.get_closest_marker("every_transport") and "transport" in metafunc.fixturenames:
+        metafunc.parametrize("transport", list(TRANSPORTS), indirect=True)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -32,14 +46,22 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 @pytest.fixture
-async def start_server() -> AsyncIterator[StartServer]:
-    """Start `acp-server` processes; at teardown each is closed (stdin EOF) and its whole wire log is checked."""
+def transport(request: pytest.FixtureRequest) -> type[Transport]:
+    """How this test's servers are reached: the parametrized one under `every_transport`, else stdio."""
+    name: str = getattr(request, "param", "stdio")
+    return TRANSPORTS[name]
+
+
+@pytest.fixture
+async def start_server(transport: type[Transport]) -> AsyncIterator[StartServer]:
+    """Start `acp-server` processes; at teardown each one's connection is ended (stdio: stdin EOF), its exit awaited
+    and its whole wire log checked."""
     clients: list[RawClient] = []
 
     async def start(
         *args: str, env: dict[str, str] | None = None, cwd: str | None = None, command: Sequence[str] | None = None
     ) -> RawClient:
-        client = await RawClient.start(*args, env=env, cwd=cwd, command=command)
+        client = await RawClient.start(*args, env=env, cwd=cwd, command=command, transport=transport)
         clients.append(client)
         return client
 
@@ -80,3 +102,19 @@ async def server_v2(start_server: StartServer, request: pytest.FixtureRequest) -
     client = await start_server(*server_args(request))
     await client.initialize_v2()
     return client
+
+
+@pytest.fixture(params=list(VERSIONS))
+def version(request: pytest.FixtureRequest) -> str:
+    """The protocol version a test speaks (ids v1/v2): one test function for a promise both versions make."""
+    name: str = request.param
+    return name
+
+
+@pytest.fixture
+async def acp(start_server: StartServer, version: str, request: pytest.FixtureRequest) -> Acp:
+    """A scripted, test-mode server initialized in `version`, behind that version's adapter (tests/support/versions.py).
+    Its raw client is `acp.client`; the teardown checks the wire in that version's reading."""
+    speaker = VERSIONS[version](await start_server(*server_args(request)))
+    await speaker.initialize()
+    return speaker

@@ -14,7 +14,8 @@ import pytest
 
 from acp_server.runtime.call_bodies import MAX_LINGERING_CALLS
 from tests.conftest import StartServer
-from tests.e2e.test_v2_cancel import STUBBORN_SECONDS, of_session
+from tests.e2e.test_interrupts import of_session
+from tests.e2e.test_v2_cancel import STUBBORN_SECONDS
 from tests.support.harness import DEFAULT_ARGS, T_ESC, T_EXIT, T_WAIT, W_QUIET, RawClient, scaled
 
 pytestmark = pytest.mark.timeout(60)

@@ -1,7 +1,9 @@
-"""`ask_user` end to end over stdio: a structured question through `elicitation/create` (form mode) for a client
-that advertises `elicitation.form`, the plain-text fallback for one that does not, the user's answer, decline or
-dismissal reaching the model as such, and a cancel retracting an open question exactly as it retracts a permission
-request (docs/interrupts.md I8): `$/cancel_request` before the `cancelled` response, a late answer ignored.
+"""`ask_user` end to end: a structured question through `elicitation/create` (form mode) for a client that
+advertises `elicitation.form`, the plain-text fallback for one that does not, the user's answer, decline or dismissal
+reaching the model as such, and a cancel retracting an open question exactly as it retracts a permission request
+(docs/interrupts.md I8): `$/cancel_request` before the work ends `cancelled`, a late answer ignored. The tests that
+hold on v1 and v2 alike take `version` (ids v1/v2; v2 adds the `requires_action` state, ACP-V2.md §15); what only
+v2 has is in test_v2_elicitation.py.
 """
 
 from __future__ import annotations
@@ -15,10 +17,15 @@ import pytest
 
 from acp_server.runtime.tools.ask import NO_SECRETS_IN_FORMS, WAIT_FOR_THE_USER
 from tests.conftest import StartServer
+from tests.e2e.test_interrupts import position
+from tests.e2e.test_v2_cancel import is_state
 from tests.support.fake_openai import FakeOpenAI, text_reply, tool_call_reply
 from tests.support.harness import DEFAULT_ARGS, LONG_GRACE_ARGS, T_ACK, T_WAIT, W_QUIET, RawClient, scaled
+from tests.support.versions import VERSIONS, Acp, AcpV2
 
 FORMS: dict[str, Any] = {"elicitation": {"form": {}}}
+# A client that advertised no forms, by version: v1 says nothing of elicitation, v2 advertises it with no mode (`{}`).
+NO_FORMS: dict[str, dict[str, Any] | None] = {"v1": None, "v2": {"elicitation": {}}}
 QUESTION = {
     "question": "Which branch should I release from?",
     "fields": [
@@ -36,12 +43,24 @@ SCHEMA = {
 }
 
 
+async def open_acp(
+    start_server: StartServer,
+    capabilities: dict[str, Any] | None,
+    args: tuple[str, ...] = DEFAULT_ARGS,
+    *,
+    version: str = "v1",
+) -> tuple[Acp, str]:
+    """A server initialized in `version` with these client capabilities, and a new session."""
+    acp = VERSIONS[version](await start_server(*args))
+    await acp.initialize(capabilities)
+    return acp, await acp.new_session()
+
+
 async def open_client(
     start_server: StartServer, capabilities: dict[str, Any] | None, args: tuple[str, ...] = DEFAULT_ARGS
 ) -> tuple[RawClient, str]:
-    client = await start_server(*args)
-    await client.initialize(capabilities)
-    return client, await client.new_session()
+    acp, session = await open_acp(start_server, capabilities, args)
+    return acp.client, session
 
 
 async def next_question(client: RawClient) -> dict[str, Any]:
@@ -49,7 +68,11 @@ async def next_question(client: RawClient) -> dict[str, Any]:
 
 
 def final(client: RawClient, session: str) -> dict[str, Any]:
-    [closing] = [u for u in client.updates(session, "tool_call_update") if u.get("status") in ("completed", "failed")]
+    [closing] = [
+        u
+        for u in client.updates(session, "tool_call_update")
+        if u.get("status") in ("completed", "failed", "cancelled")
+    ]
     return closing
 
 
@@ -60,12 +83,16 @@ def text_of(update: dict[str, Any]) -> str:
 
 
 async def test_ask_user_sends_a_form_elicitation_and_the_answer_is_the_tool_result(
-    start_server: StartServer,
+    start_server: StartServer, version: str
 ) -> None:
-    client, session = await open_client(start_server, FORMS)
-    prompt = await client.prompt(session, [{"tool": "ask_user", "args": QUESTION}, {"say": "releasing"}])
+    """For a client that advertised `elicitation.form`, the question is a form `elicitation/create` tied to the tool
+    call; the answer is the tool's result and the turn goes on (on v2 the state is `requires_action` from before the
+    question until the answer, then `running`, ACP-V2.md §15)."""
+    acp, session = await open_acp(start_server, FORMS, version=version)
+    client = acp.client
+    turn = await acp.prompt(session, [{"tool": "ask_user", "args": QUESTION}, {"say": "releasing"}])
     asked = await next_question(client)
-    [call] = client.updates(session, "tool_call")
+    [call] = acp.calls_started(session)
     assert asked["params"] == {
         "sessionId": session,
         "toolCallId": call["toolCallId"],
@@ -74,8 +101,15 @@ async def test_ask_user_sends_a_form_elicitation_and_the_answer_is_the_tool_resu
         "requestedSchema": SCHEMA,
     }
     assert call["title"] == "Ask: Which branch should I release from?"
+    if isinstance(acp, AcpV2):
+        blocked = await client.wait_for(is_state(session, "requires_action"))
+        assert position(client, blocked) < position(client, asked)
     await client.send({"id": asked["id"], "result": {"action": "accept", "content": {"branch": "dev", "tag": True}}})
-    assert (await client.response(prompt))["result"] == {"stopReason": "end_turn"}
+    end = await acp.stopped(turn, "end_turn", timeout=T_WAIT)
+    if isinstance(acp, AcpV2):
+        resumed = [m for m in client.received if is_state(session, "running")(m)]
+        assert position(client, asked) < position(client, resumed[-1]) < position(client, end)
+        assert acp.states(session) == ["running", "requires_action", "running", "idle"]
     closing = final(client, session)
     assert closing["status"] == "completed"
     assert text_of(closing) == 'The user answered: {"branch":"dev","tag":true}'
@@ -103,39 +137,49 @@ async def test_a_declined_or_dismissed_question_reaches_the_model_as_such(
 
 
 async def test_without_forms_the_question_is_in_the_reply_and_the_model_is_told_to_wait(
-    start_server: StartServer,
+    start_server: StartServer, version: str
 ) -> None:
-    client, session = await open_client(start_server, None)
-    prompt = await client.prompt(session, [{"tool": "ask_user", "args": QUESTION}])
-    assert (await client.response(prompt))["result"] == {"stopReason": "end_turn"}
+    """A client that advertised no forms (v1: no `elicitation`; v2: `elicitation: {}`, no mode) is asked nothing:
+    the question is in the reply, the model is told to wait for the user (on v2 the work never `requires_action`)."""
+    acp, session = await open_acp(start_server, NO_FORMS[version], version=version)
+    client = acp.client
+    await acp.stopped(await acp.prompt(session, [{"tool": "ask_user", "args": QUESTION}]), "end_turn", timeout=T_WAIT)
     assert [m for m in client.received if m.get("method") == "elicitation/create"] == []
     shown = "".join(client.texts(session))
     assert "Which branch should I release from?" in shown
     assert "- Branch (one of: main, dev)" in shown and "- tag: also tag it" in shown
     assert text_of(final(client, session)) == WAIT_FOR_THE_USER
+    if isinstance(acp, AcpV2):
+        assert "requires_action" not in acp.states(session)
 
 
-async def test_a_cancel_retracts_an_open_question_and_a_late_answer_is_ignored(start_server: StartServer) -> None:
+async def test_a_cancel_retracts_an_open_question_and_a_late_answer_is_ignored(
+    start_server: StartServer, version: str
+) -> None:
+    """docs/interrupts.md I8 for a question: the cancel withdraws it (`$/cancel_request`) before the work ends
+    `cancelled` within T_ACK (on v2 `requires_action` → `idle`, never `running` again); a late answer writes
+    nothing; the session takes the next prompt."""
     # LONG_GRACE: an answer within T_ACK then means at once, never the cleanup deadline.
-    client, session = await open_client(start_server, FORMS, LONG_GRACE_ARGS)
-    prompt = await client.prompt(session, [{"tool": "ask_user", "args": QUESTION}, {"say": "never"}])
+    acp, session = await open_acp(start_server, FORMS, LONG_GRACE_ARGS, version=version)
+    client = acp.client
+    turn = await acp.prompt(session, [{"tool": "ask_user", "args": QUESTION}, {"say": "never"}])
     asked = await next_question(client)
     t0 = await client.cancel(session)
-    response = await client.response(prompt)
-    assert response["result"] == {"stopReason": "cancelled"}
-    assert client.arrival_time(response) - t0 <= T_ACK
+    end = await acp.stopped(turn, "cancelled")
+    assert client.arrival_time(end) - t0 <= T_ACK
     [retraction] = [m for m in client.received if m.get("method") == "$/cancel_request"]
     assert retraction["params"] == {"requestId": asked["id"]}
-    assert client.received.index(retraction) < client.received.index(response)
-    assert final(client, session)["status"] == "failed"
+    assert client.received.index(retraction) < client.received.index(end)
+    assert final(client, session)["status"] == acp.cancelled_call_status
+    if isinstance(acp, AcpV2):
+        assert acp.states(session) == ["running", "requires_action", "idle"]
     count = len(client.received)
     await client.send({"id": asked["id"], "result": {"action": "accept", "content": {"branch": "main"}}})
     await asyncio.sleep(W_QUIET)
     assert [m for m in client.received[count:] if m.get("method") != "_scripted/probe"] == []
     assert client.texts(session) == []
     # The session is ready for the next prompt.
-    again = await client.prompt(session, [{"say": "ok"}])
-    assert (await client.response(again, T_WAIT))["result"] == {"stopReason": "end_turn"}
+    await acp.stopped(await acp.prompt(session, [{"say": "ok"}]), "end_turn", timeout=T_WAIT)
 
 
 @pytest.fixture

@@ -1,4 +1,11 @@
-"""The cancellation invariants of docs/interrupts.md, black-box over real stdio with the scripted model.
+"""The cancellation invariants of docs/interrupts.md, black-box with the scripted model, over every transport.
+
+Where ACP v1 and v2 make the same promise in two wire shapes, the test states it once and takes the `acp` fixture:
+it runs as `v1` and as `v2` (ACP-V2.md §20.7: the v1 prompt's answer is v2's `idle`; a tool call a cancel ends is v1
+`failed`, v2 `cancelled`), the shapes kept in tests/support/versions.py. What one version alone has stays
+single-version here (v1's `reject` policy, `$/cancel_request` of a running prompt) and in test_v2_invariants.py /
+test_v2_cancel.py (held prompts, the v2 cancel family). Every test that reaches its server through the fixtures runs
+over each transport of tests/support/harness.py's TRANSPORTS (stdio today).
 
 Durations are scaled down and latency bounds up, as "Timing in tests" allows (see tests/support/harness.py). Every test
 also gets the common checks at teardown: one response per request, schema-valid output, no turn update or client
@@ -30,6 +37,10 @@ from tests.support.harness import (
     scaled,
     wait_for_exit_undrained,
 )
+from tests.support.versions import Acp, AcpV2
+
+# The invariants hold on every transport: each test that reaches a server through the fixtures runs over each.
+pytestmark = pytest.mark.every_transport
 
 
 def position(client: RawClient, message: dict[str, Any]) -> int:
@@ -50,85 +61,104 @@ def chunk(text: str) -> Any:
     return matches
 
 
+def of_session(session_id: str) -> Any:
+    """A predicate: a `session/update` of this session."""
+
+    def matches(message: dict[str, Any]) -> bool:
+        return bool(message.get("method") == "session/update" and message["params"]["sessionId"] == session_id)
+
+    return matches
+
+
+def not_probe(message: dict[str, Any]) -> bool:
+    return message.get("method") != "_scripted/probe"
+
+
 def mentions_session(message: dict[str, Any], session_id: str) -> bool:
     return message.get("method") != "_scripted/probe" and session_id.encode() in repr(message).encode()
 
 
 @pytest.mark.at_once
-async def test_cancel_during_model_stream_answers_cancelled_and_stops_the_stream(server: RawClient) -> None:
-    """I1"""
-    a = await server.new_session()
-    prompt = await server.prompt(a, [{"say": "a"}, {"gate": "g1"}, {"say": "b"}])
+async def test_cancel_during_model_stream_answers_cancelled_and_stops_the_stream(acp: Acp) -> None:
+    """I1: the model step exits `cancelled` before the work ends (v1: the prompt answered, v2: the idle) saying
+    `cancelled` within T_ACK; opening the gate later produces nothing for the session."""
+    server = acp.client
+    a = await acp.new_session()
+    turn = await acp.prompt(a, [{"say": "a"}, {"gate": "g1"}, {"say": "b"}])
     await server.probe("gate_reached", sessionId=a, gate="g1")
     t0 = await server.cancel(a)
-    response = await server.response(prompt)
-    assert server.arrival_time(response) - t0 <= T_ACK
-    assert response["result"] == {"stopReason": "cancelled"}
+    end = await acp.end(turn)
+    assert server.arrival_time(end) - t0 <= T_ACK
+    acp.assert_stopped(end, "cancelled")
     exited = await server.probe("step_exited", sessionId=a, reason="cancelled")
-    assert position(server, exited) < position(server, response)
+    assert position(server, exited) < position(server, end)
     await server.release(a, "g1")  # the late gate opens: nothing may happen
-    await server.quiet(W_QUIET, lambda m: m in after(server, response) and mentions_session(m, a))
+    await server.quiet(W_QUIET, lambda m: m in after(server, end) and mentions_session(m, a))
     assert server.texts(a) == ["a"]
 
 
-async def test_a_paced_stream_is_cut_off_between_chunks_by_a_cancel(server: RawClient) -> None:
+async def test_a_paced_stream_is_cut_off_between_chunks_by_a_cancel(acp: Acp) -> None:
     """The scripted model's `every` streams like a model at 1/every chunks per second; a cancel lands between two
-    chunks and no chunk of that turn follows its response."""
-    a = await server.new_session()
-    prompt = await server.prompt(a, [{"say": "p ", "repeat": 1000, "every": 0.02}])
+    chunks and no chunk of that turn follows its end (v1: its response, v2: its idle)."""
+    server = acp.client
+    a = await acp.new_session()
+    turn = await acp.prompt(a, [{"say": "p ", "repeat": 1000, "every": 0.02}])
     await server.wait_for(chunk("p "))
     t0 = await server.cancel(a)
-    response = await server.response(prompt)
-    assert server.arrival_time(response) - t0 <= T_ACK
-    assert response["result"] == {"stopReason": "cancelled"}
+    end = await acp.end(turn)
+    assert server.arrival_time(end) - t0 <= T_ACK
+    acp.assert_stopped(end, "cancelled")
     await asyncio.sleep(0.1)  # five chunk intervals: a stream still running would show
-    assert not [m for m in after(server, response) if m.get("method") == "session/update"]
+    assert not [m for m in after(server, end) if m.get("method") == "session/update"]
     assert 1 <= len(server.updates(a, "agent_message_chunk")) < 1000
 
 
 @pytest.mark.at_once
-async def test_abort_surfacing_as_an_error_still_answers_cancelled(server: RawClient) -> None:
-    """I2 (A): an HTTP-client-style error raised by the abort is still `cancelled`, a result."""
-    a = await server.new_session()
-    prompt = await server.prompt(a, [{"gate_raise": "g1"}])
+async def test_abort_surfacing_as_an_error_still_answers_cancelled(acp: Acp) -> None:
+    """I2 (A): an HTTP-client-style error raised by the abort is still `cancelled` (v1: a result, v2: an idle
+    `cancelled` with no error), within T_ACK."""
+    server = acp.client
+    a = await acp.new_session()
+    turn = await acp.prompt(a, [{"gate_raise": "g1"}])
     await server.probe("gate_reached", sessionId=a, gate="g1")
     t0 = await server.cancel(a)
-    response = await server.response(prompt)
-    assert response.get("result") == {"stopReason": "cancelled"}, response
-    assert server.arrival_time(response) - t0 <= T_ACK
+    end = await acp.end(turn)
+    acp.assert_stopped(end, "cancelled")
+    assert server.arrival_time(end) - t0 <= T_ACK
 
 
-async def test_model_failure_without_cancel_answers_an_error_not_end_turn(server: RawClient) -> None:
-    """I2 (B)"""
-    b = await server.new_session()
-    response = await server.response(await server.prompt(b, [{"say": "x"}, {"fail": "boom"}]))
-    assert "result" not in response
-    assert response["error"]["code"] == -32603
-    assert "boom" in response["error"]["message"]
+async def test_model_failure_without_cancel_answers_an_error_not_end_turn(acp: Acp) -> None:
+    """I2 (B): a model failure is an error, never `end_turn` (v1: the prompt answered with it; v2, §6.4, §23 Q14:
+    the prompt was answered at insertion, the idle says `error` with it); the session goes on (I19)."""
+    server = acp.client
+    b = await acp.new_session()
+    error = acp.failure(await acp.end(await acp.prompt(b, [{"say": "x"}, {"fail": "boom"}])))
+    assert error["code"] == -32603
+    assert "boom" in error["message"]
     assert server.texts(b) == ["x"]
-    ok = await server.response(await server.prompt(b, [{"say": "ok"}]))
-    assert ok["result"] == {"stopReason": "end_turn"}
+    await acp.stopped(await acp.prompt(b, [{"say": "ok"}]), "end_turn")
 
 
 @pytest.mark.parametrize("cancelled_first_started", [True, False], ids=["first-started", "last-started"])
 @pytest.mark.at_once
 async def test_cancel_is_routed_by_session_id_and_leaves_other_sessions_running(
-    server: RawClient, cancelled_first_started: bool
+    acp: Acp, cancelled_first_started: bool
 ) -> None:
-    """I3, run both ways so a single "active run" slot overwritten by the newest run is caught."""
-    first, second = await server.new_session(), await server.new_session()
-    prompts = {}
+    """I3, run both ways so a single "active run" slot overwritten by the newest run is caught: only the named
+    session's work ends `cancelled`; the other runs on to `end_turn`; nothing for the cancelled session after its end;
+    no update crosses sessions; both sessions run their next prompt normally."""
+    server = acp.client
+    first, second = await acp.new_session(), await acp.new_session()
+    turns = {}
     for session, tag in ((first, "1"), (second, "2")):
-        prompts[session] = await server.prompt(session, [{"say": f"{tag}a"}, {"gate": "g"}, {"say": f"{tag}b"}])
+        turns[session] = await acp.prompt(session, [{"say": f"{tag}a"}, {"gate": "g"}, {"say": f"{tag}b"}])
         await server.probe("gate_reached", sessionId=session, gate="g")
     victim, survivor = (first, second) if cancelled_first_started else (second, first)
     t0 = await server.cancel(victim)
-    cancelled = await server.response(prompts[victim])
-    assert cancelled["result"] == {"stopReason": "cancelled"}
+    cancelled = await acp.stopped(turns[victim], "cancelled")
     assert server.arrival_time(cancelled) - t0 <= T_ACK
     t2 = await server.release(survivor, "g")
-    finished = await server.response(prompts[survivor])
-    assert finished["result"] == {"stopReason": "end_turn"}
+    finished = await acp.stopped(turns[survivor], "end_turn")
     assert server.arrival_time(finished) - t2 <= T_ACK
     await server.probe("step_exited", sessionId=survivor, reason="completed", step=1)
     assert not any(
@@ -137,32 +167,33 @@ async def test_cancel_is_routed_by_session_id_and_leaves_other_sessions_running(
         if m.get("method") == "session/update"
     )
     for session in (first, second):  # no cancelled state left behind on either session
-        again = await server.response(await server.prompt(session, [{"say": "ok"}]))
-        assert again["result"] == {"stopReason": "end_turn"}
+        await acp.stopped(await acp.prompt(session, [{"say": "ok"}]), "end_turn")
     for update_message in (m for m in server.received if m.get("method") == "session/update"):
-        text = update_message["params"]["update"].get("content", {}).get("text", "")
+        content = update_message["params"]["update"].get("content", {})
+        text = content.get("text", "") if isinstance(content, dict) else ""
         owner = first if text.startswith("1") else second if text.startswith("2") else None
         if owner is not None:
             assert update_message["params"]["sessionId"] == owner
 
 
-async def test_cancel_never_blocks_other_requests_while_the_turn_cleans_up(server: RawClient) -> None:
-    """I4: accepted at once, settled later; other sessions and new sessions are served meanwhile."""
-    a, b = await server.new_session(), await server.new_session()
-    prompt_a = await server.prompt(a, [{"tool": "test_hang_finalizer", "args": {"s": 30, "f": 60}}])
+async def test_cancel_never_blocks_other_requests_while_the_turn_cleans_up(acp: Acp) -> None:
+    """I4: accepted at once, settled later; other sessions and new sessions are served meanwhile, and both come
+    before the cancelled work's end."""
+    server = acp.client
+    a, b = await acp.new_session(), await acp.new_session()
+    turn_a = await acp.prompt(a, [{"tool": "test_hang_finalizer", "args": {"s": 30, "f": 60}}])
     await server.probe("tool_started", sessionId=a)
-    prompt_b = await server.prompt(b, [{"gate": "gB"}, {"say": "b"}])
+    turn_b = await acp.prompt(b, [{"gate": "gB"}, {"say": "b"}])
     await server.probe("gate_reached", sessionId=b, gate="gB")
     t0 = await server.cancel(a)
     await asyncio.sleep(0.01)
-    new_session = await server.call("session/new", {"cwd": "/tmp", "mcpServers": []})
+    new_session = await server.call("session/new", acp.session_new_params())
+    assert "result" in new_session
     assert server.arrival_time(new_session) - t0 <= scaled(0.5)  # target 100 ms, 5x for CI
     t_open = await server.release(b, "gB")
-    done_b = await server.response(prompt_b)
-    assert done_b["result"] == {"stopReason": "end_turn"}
+    done_b = await acp.stopped(turn_b, "end_turn")
     assert server.arrival_time(done_b) - t_open <= T_ACK
-    done_a = await server.response(prompt_a, timeout=T_ESC + 1)
-    assert done_a["result"] == {"stopReason": "cancelled"}
+    done_a = await acp.stopped(turn_a, "cancelled", timeout=T_ESC + 1)
     assert server.arrival_time(done_a) - t0 <= T_ESC
     assert position(server, new_session) < position(server, done_a)
     assert position(server, done_b) < position(server, done_a)
@@ -190,60 +221,66 @@ async def test_cancel_during_a_cooperative_tool_fails_its_tool_call_and_stops_th
     ]
 
 
-async def test_tool_ignoring_cancel_is_abandoned_at_the_deadline_and_fenced(server: RawClient) -> None:
-    """I6"""
-    a = await server.new_session()
+async def test_tool_ignoring_cancel_is_abandoned_at_the_deadline_and_fenced(acp: Acp) -> None:
+    """I6: abandoned at the cleanup deadline (the probe before the end of the work), the tool call ends as a cancel
+    leaves it (v1 `failed`, v2 `cancelled`), the end says `cancelled` within T_ESC; the next prompt's first chunk
+    within T_START; when the zombie tool returns, nothing of it (its call id, its next step's text) follows, and it
+    takes no further model step."""
+    server = acp.client
+    a = await acp.new_session()
     stubborn_seconds = 3.0  # 30 s in the scenario, scaled
-    prompt = await server.prompt(a, [{"tool": "test_stubborn", "args": {"s": stubborn_seconds}}, {"say": "late"}])
+    turn = await acp.prompt(a, [{"tool": "test_stubborn", "args": {"s": stubborn_seconds}}, {"say": "late"}])
     started = await server.probe("tool_started", sessionId=a)
     call_id = started["params"]["toolCallId"]
     t0 = await server.cancel(a)
-    response = await server.response(prompt, timeout=T_ESC + 1)
-    assert response["result"] == {"stopReason": "cancelled"}
-    assert server.arrival_time(response) - t0 <= T_ESC
+    end = await acp.stopped(turn, "cancelled", timeout=T_ESC + 1)
+    assert server.arrival_time(end) - t0 <= T_ESC
     abandoned = await server.probe("step_exited", sessionId=a, reason="abandoned")
-    assert position(server, abandoned) < position(server, response)
-    failed = [u for u in server.updates(a, "tool_call_update") if u["toolCallId"] == call_id]
-    assert failed[-1]["status"] == "failed"
-    t2 = await server.send(next_prompt := server.prompt_message(a, [{"say": "x"}]))
+    assert position(server, abandoned) < position(server, end)
+    assert acp.call_status(a, call_id) == acp.cancelled_call_status
+    next_prompt, next_turn = acp.prompt_message(a, [{"say": "x"}])
+    t2 = await server.send(next_prompt)
     first_chunk = await server.wait_for(chunk("x"))
     assert server.arrival_time(first_chunk) - t2 <= T_START
-    assert (await server.response(next_prompt["id"]))["result"] == {"stopReason": "end_turn"}
+    await acp.stopped(next_turn, "end_turn")
     # The zombie finishes later; it may report a probe, nothing else.
     await server.probe("tool_exited", sessionId=a, toolCallId=call_id, reason="completed", timeout=stubborn_seconds + 2)
     await asyncio.sleep(scaled(0.2))
     # The zombie must not go on to the next model step after its tool returns (docs/interrupts.md I5/I6).
     assert not [
         m
-        for m in after(server, response)
+        for m in after(server, end)
         if m.get("method") == "_scripted/probe"
-        and m["params"]["prompt"] == prompt
+        and m["params"]["prompt"] == turn.request_id
         and m["params"]["event"] in ("step_started", "tool_started")
     ]
     await server.quiet(
         W_QUIET,
         lambda m: (
             m.get("method") != "_scripted/probe"
-            and ((call_id in repr(m) and m in after(server, response)) or "late" in repr(m))
+            and ((call_id in repr(m) and m in after(server, end)) or "late" in repr(m))
         ),
     )
 
 
-async def test_hanging_finalizer_delays_neither_the_response_nor_the_next_prompt_nor_exit(server: RawClient) -> None:
-    """I7"""
-    a = await server.new_session()
-    prompt = await server.prompt(a, [{"tool": "test_hang_finalizer", "args": {"s": 30, "f": 60}}])
-    await server.probe("tool_started", sessionId=a)
+async def test_hanging_finalizer_delays_neither_the_response_nor_the_next_prompt_nor_exit(acp: Acp) -> None:
+    """I7: the tool's body stops at once, its shielded finalizer hangs; the work is abandoned at the deadline (before
+    its end), the call ends as a cancel leaves it, the end comes within T_ESC; the next prompt runs; stdin EOF exits
+    within T_EXIT, not after the finalizer."""
+    server = acp.client
+    a = await acp.new_session()
+    turn = await acp.prompt(a, [{"tool": "test_hang_finalizer", "args": {"s": 30, "f": 60}}])
+    started = await server.probe("tool_started", sessionId=a)
+    call_id = started["params"]["toolCallId"]
     t0 = await server.cancel(a)
     await server.probe("body_exited", sessionId=a, reason="cancelled")  # the body stopped at once
-    response = await server.response(prompt, timeout=T_ESC + 1)
-    assert response["result"] == {"stopReason": "cancelled"}
-    assert server.arrival_time(response) - t0 <= T_ESC
+    end = await acp.stopped(turn, "cancelled", timeout=T_ESC + 1)
+    assert server.arrival_time(end) - t0 <= T_ESC
     abandoned = await server.probe("step_exited", sessionId=a, reason="abandoned")
-    assert position(server, abandoned) < position(server, response)
-    assert server.updates(a, "tool_call_update")[-1]["status"] == "failed"
-    follow_up = await server.response(await server.prompt(a, [{"say": "x"}]))
-    assert follow_up["result"] == {"stopReason": "end_turn"}
+    assert position(server, abandoned) < position(server, end)
+    assert server.updates(a, "tool_call_update")[-1]["toolCallId"] == call_id  # its only call
+    assert acp.call_status(a, call_id) == acp.cancelled_call_status
+    await acp.stopped(await acp.prompt(a, [{"say": "x"}]), "end_turn")
     code, took = await server.close()
     assert code == 0
     assert took <= T_EXIT
@@ -251,25 +288,28 @@ async def test_hanging_finalizer_delays_neither_the_response_nor_the_next_prompt
 
 @pytest.mark.timeout(60)
 @pytest.mark.at_once
-async def test_cancel_written_with_its_prompt_is_never_lost(server: RawClient) -> None:
-    """I10a: 200 iterations, the prompt and its cancel in a single write; the gate never opens."""
-    a = await server.new_session()
+async def test_cancel_written_with_its_prompt_is_never_lost(acp: Acp) -> None:
+    """I10a: 200 iterations, the prompt and its cancel in a single write; the gate never opens: each work ends
+    `cancelled` within T_ACK (on v2 after its insertion); nothing of any work is said."""
+    server = acp.client
+    a = await acp.new_session()
     for _ in range(200):
-        prompt = server.prompt_message(a, [{"gate": "never"}])
+        prompt, turn = acp.prompt_message(a, [{"gate": "never"}])
         t0 = await server.send(prompt, {"method": "session/cancel", "params": {"sessionId": a}})
-        response = await server.response(prompt["id"], timeout=T_ACK + 1)
-        assert response["result"] == {"stopReason": "cancelled"}
-        assert server.arrival_time(response) - t0 <= T_ACK
+        end = await acp.stopped(turn, "cancelled", timeout=T_ACK + 1)
+        assert server.arrival_time(end) - t0 <= T_ACK
     assert server.texts(a) == []
 
 
-async def test_cancel_on_an_idle_session_leaves_no_residue(server: RawClient) -> None:
-    """I10b"""
-    a = await server.new_session()
+async def test_cancel_on_an_idle_session_leaves_no_residue(acp: Acp) -> None:
+    """I10b: a cancel while idle, then a prompt: it runs to `end_turn` (on v2 with one running..idle)."""
+    server = acp.client
+    a = await acp.new_session()
     await server.cancel(a)
-    response = await server.response(await server.prompt(a, [{"say": "ok"}]))
-    assert response["result"] == {"stopReason": "end_turn"}
+    await acp.stopped(await acp.prompt(a, [{"say": "ok"}]), "end_turn")
     assert server.texts(a) == ["ok"]
+    if isinstance(acp, AcpV2):
+        assert acp.states(a) == ["running", "idle"]
 
 
 async def test_cancel_after_the_turn_or_in_its_settlement_window_yields_exactly_one_response(
@@ -295,50 +335,51 @@ async def test_cancel_after_the_turn_or_in_its_settlement_window_yields_exactly_
     assert server.texts(a) == ["a", "b", "c"]
 
 
-async def test_repeated_cancels_act_once_and_do_not_restart_the_deadline(server: RawClient) -> None:
-    """I12 (with a client request the client never answers, and a tool that ignores cancellation)."""
-    a = await server.new_session()
-    prompt = await server.prompt(
-        a,
-        [
-            {"tool": "test_client_request", "args": {"method": "fs/read_text_file", "params": {"path": "/x"}}},
-            {"say": "never"},
-        ],
-    )
-    held = await server.wait_for(lambda m: m.get("method") == "fs/read_text_file")
+async def test_repeated_cancels_act_once_and_do_not_restart_the_deadline(acp: Acp) -> None:
+    """I12 (with a client request the client never answers, and a tool that ignores cancellation): two cancels in
+    one write and a third after the end act as one: one withdrawal, one tool call ended as a cancel leaves it, one
+    end (on v2 one idle per session); the deadline runs from the first cancel; a late answer to the withdrawn
+    request is dropped without a trace."""
+    server = acp.client
+    a = await acp.new_session()
+    turn = await acp.prompt(a, [{"tool": "test_client_request", "args": acp.held_request}, {"say": "never"}])
+    held = await server.wait_for(lambda m: m.get("method") == acp.held_request["method"])
     t0 = await server.send(
         {"method": "session/cancel", "params": {"sessionId": a}},
         {"method": "session/cancel", "params": {"sessionId": a}},
     )
-    response = await server.response(prompt)
+    end = await acp.end(turn)
     await server.cancel(a)  # during or after cleanup: still nothing more
-    assert response["result"] == {"stopReason": "cancelled"}
-    assert server.arrival_time(response) - t0 <= T_ACK
+    acp.assert_stopped(end, "cancelled")
+    assert server.arrival_time(end) - t0 <= T_ACK
     retractions = [m for m in server.received if m.get("method") == "$/cancel_request"]
     assert [m["params"]["requestId"] for m in retractions] == [held["id"]]
-    assert position(server, retractions[0]) < position(server, response)
-    failed = [u for u in server.updates(a, "tool_call_update") if u.get("status") == "failed"]
-    assert len(failed) == 1
+    assert position(server, retractions[0]) < position(server, end)
+    ended = [u for u in server.updates(a, "tool_call_update") if u.get("status") == acp.cancelled_call_status]
+    assert len(ended) == 1
     # The deadline runs from the first cancel: a cancel at +0.4 s must not push an abandon to +0.9 s.
-    b = await server.new_session()
-    stubborn = await server.prompt(b, [{"tool": "test_stubborn", "args": {"s": 5}}])
+    b = await acp.new_session()
+    stubborn = await acp.prompt(b, [{"tool": "test_stubborn", "args": {"s": 5}}])
     await server.probe("tool_started", sessionId=b)
     t0 = await server.cancel(b)
     await asyncio.sleep(0.4)
     await server.cancel(b)
-    settled = await server.response(stubborn, timeout=T_ESC + 1)
-    assert settled["result"] == {"stopReason": "cancelled"}
+    settled = await acp.stopped(stubborn, "cancelled", timeout=T_ESC + 1)
     assert server.arrival_time(settled) - t0 <= GRACE + 0.3
     # A late answer to the retracted request is dropped without a trace.
     count = len(server.received)
-    await server.send({"id": held["id"], "result": {"content": "late"}})
+    await server.send({"id": held["id"], "result": acp.late_answer})
     await server.quiet(W_QUIET, lambda m: m in server.received[count:] and m.get("method") != "_scripted/probe")
+    if isinstance(acp, AcpV2):
+        assert acp.states(a).count("idle") == 1
+        assert acp.states(b).count("idle") == 1
 
 
-async def test_cancel_for_unknown_missing_or_mistyped_sessions_is_silent_and_harmless(server: RawClient) -> None:
-    """I13: no reply, no effect on the only running session (no fallback routing)."""
-    a = await server.new_session()
-    prompt = await server.prompt(a, [{"gate": "g1"}, {"say": "done"}])
+async def test_cancel_for_unknown_missing_or_mistyped_sessions_is_silent_and_harmless(acp: Acp) -> None:
+    """I13: no reply, no effect on the only running session (no fallback routing); its work ends `end_turn`."""
+    server = acp.client
+    a = await acp.new_session()
+    turn = await acp.prompt(a, [{"gate": "g1"}, {"say": "done"}])
     await server.probe("gate_reached", sessionId=a, gate="g1")
     count = len(server.received)
     await server.send(
@@ -351,8 +392,7 @@ async def test_cancel_for_unknown_missing_or_mistyped_sessions_is_silent_and_har
     )
     await server.quiet(W_QUIET, lambda m: m in server.received[count:])
     await server.release(a, "g1")
-    response = await server.response(prompt)
-    assert response["result"] == {"stopReason": "end_turn"}
+    await acp.stopped(turn, "end_turn")
     assert server.texts(a) == ["done"]
 
 
@@ -388,21 +428,25 @@ async def test_prompt_sent_while_a_cancelled_turn_cleans_up_runs_after_the_clean
     assert server.arrival_time(first_chunk) - server.arrival_time(old_response) <= T_START
 
 
-async def test_a_second_cancel_claims_a_prompt_waiting_behind_a_stopping_turn(server: RawClient) -> None:
-    """I10 epoch rule: a cancel applies to every prompt admitted before it, including one still waiting."""
-    a = await server.new_session()
-    old = await server.prompt(a, [{"tool": "test_stubborn", "args": {"s": 2}}])
+async def test_a_second_cancel_claims_a_prompt_waiting_behind_a_stopping_turn(acp: Acp) -> None:
+    """I10 epoch rule: a cancel applies to every prompt admitted before it, including one still waiting behind a
+    turn that an earlier cancel is stopping: answered within T_ACK (v1 `cancelled`, v2 withdrawn `-32800`), before
+    that turn's end; nothing of it runs (on v2 nothing of it is echoed); the session's next prompt runs."""
+    server = acp.client
+    a = await acp.new_session()
+    old = await acp.prompt(a, [{"tool": "test_stubborn", "args": {"s": 2}}])
     await server.probe("tool_started", sessionId=a)
     await server.cancel(a)
-    waiting = await server.prompt(a, [{"say": "never"}])
+    waiting = await acp.prompt(a, [{"say": "never"}])
     t0 = await server.cancel(a)
-    claimed = await server.response(waiting)
-    assert claimed["result"] == {"stopReason": "cancelled"}
+    claimed = await acp.claimed(waiting)
     assert server.arrival_time(claimed) - t0 <= T_ACK
-    assert (await server.response(old, timeout=T_ESC + 1))["result"] == {"stopReason": "cancelled"}
+    old_end = await acp.stopped(old, "cancelled", timeout=T_ESC + 1)
+    assert position(server, claimed) < position(server, old_end)
     assert server.texts(a) == []
-    after_all = await server.response(await server.prompt(a, [{"say": "ok"}]), timeout=T_ESC + 1)
-    assert after_all["result"] == {"stopReason": "end_turn"}
+    if isinstance(acp, AcpV2):
+        assert len(server.updates(a, "user_message")) == 1
+    await acp.stopped(await acp.prompt(a, [{"say": "ok"}]), "end_turn", timeout=T_ESC + 1)
 
 
 async def test_cancel_request_naming_a_prompt_cancels_that_prompt_only(server: RawClient) -> None:
@@ -438,46 +482,70 @@ async def test_cancel_request_naming_a_prompt_cancels_that_prompt_only(server: R
     ids=["end_turn", "cancel", "fail", "stubborn+cancel", "hang_finalizer+cancel", "refusal", "max_tokens"],
 )
 async def test_every_outcome_answers_once_and_leaves_the_session_reusable(
-    server: RawClient, script: list[dict[str, Any]], cancel: bool, outcome: str
+    acp: Acp, script: list[dict[str, Any]], cancel: bool, outcome: str
 ) -> None:
-    """I19"""
-    a = await server.new_session()
-    prompt = await server.prompt(a, script)
+    """I19: whatever ends the work, it ends once with its stop reason (v1: the prompt's one answer, an error for a
+    failure; v2: one idle, `error` with the error for a failure, after the prompt's one `{messageId}`), a stale cancel
+    after it is a no-op, and the next prompt's first chunk comes within T_START; nothing is left registered."""
+    server = acp.client
+    a = await acp.new_session()
+    turn = await acp.prompt(a, script)
     if cancel:
         await server.wait_for(lambda m: m.get("params", {}).get("event") in ("gate_reached", "tool_started"))
         await server.cancel(a)
-    response = await server.response(prompt, timeout=T_ESC + 1)
+    end = await acp.end(turn, timeout=T_ESC + 1)
     if outcome == "error":
-        assert "error" in response, response
+        acp.assert_failed(end)
     else:
-        assert response["result"]["stopReason"] == outcome
+        assert acp.stop_reason(end) == outcome
+        if isinstance(acp, AcpV2):
+            acp.assert_stopped(end, outcome)
     await server.cancel(a)  # a stale-registry probe: must be a no-op
-    t0 = await server.send(follow := server.prompt_message(a, [{"say": "ok"}]))
+    follow, follow_turn = acp.prompt_message(a, [{"say": "ok"}])
+    t0 = await server.send(follow)
     first_chunk = await server.wait_for(chunk("ok"))
     assert server.arrival_time(first_chunk) - t0 <= T_START
-    assert (await server.response(follow["id"]))["result"] == {"stopReason": "end_turn"}
+    await acp.stopped(follow_turn, "end_turn")
+    if isinstance(acp, AcpV2):
+        assert acp.states(a).count("idle") == 2
     stats = await server.stats()
     assert stats["runningTurns"] == 0
     assert stats["queuedPrompts"] == 0
     assert stats["pendingClientRequests"] == 0
 
 
+# The request each version's fourth session leaves unanswered at EOF: v1 a client file read, v2 a permission question.
+UNANSWERED: dict[str, tuple[dict[str, Any], str]] = {
+    "v1": (
+        {"tool": "test_client_request", "args": {"method": "fs/read_text_file", "params": {"path": "/x"}}},
+        "fs/read_text_file",
+    ),
+    "v2": ({"tool": "run_command", "args": {"command": "true"}}, "session/request_permission"),
+}
+
+
 @pytest.mark.timeout(30)
-async def test_stdin_eof_cancels_every_turn_and_exits_in_time_leaving_no_process(start_server: StartServer) -> None:
-    """I17: EOF with a gated turn, a local process, a stubborn tool and an unanswered client request."""
-    server = await start_server()
-    await server.initialize()
-    a, b, c, d = [await server.new_session() for _ in range(4)]
-    await server.prompt(a, [{"gate": "gA"}])
-    await server.prompt(b, [{"tool": "test_local_proc", "args": {"command": "sleep 600"}}])
-    await server.prompt(c, [{"tool": "test_stubborn", "args": {"s": 30}}])
-    await server.prompt(
-        d, [{"tool": "test_client_request", "args": {"method": "fs/read_text_file", "params": {"path": "/x"}}}]
-    )
+async def test_stdin_eof_cancels_every_turn_and_exits_in_time_leaving_no_process(acp: Acp) -> None:
+    """I17: EOF with a gated turn (on v2 with a prompt held behind it), a local process, a stubborn tool and an
+    unanswered request to the client: exit 0 within T_EXIT, the local process's group gone, and on v1 every prompt
+    answered `cancelled`."""
+    server = acp.client
+    a, b, c, d = [await acp.new_session() for _ in range(4)]
+    unanswered, asked = UNANSWERED[acp.version]
+    turns = [await acp.prompt(a, [{"gate": "gA"}])]
+    if isinstance(acp, AcpV2):
+        await acp.inserted(turns[0])
+        await acp.prompt(a, [{"say": "held"}])  # held behind the gated work, never inserted
+    turns.append(await acp.prompt(b, [{"tool": "test_local_proc", "args": {"command": "sleep 600"}}]))
+    turns.append(await acp.prompt(c, [{"tool": "test_stubborn", "args": {"s": 30}}]))
+    turns.append(await acp.prompt(d, [unanswered]))
+    if isinstance(acp, AcpV2):
+        for turn in turns[1:]:
+            await acp.inserted(turn)
     await server.probe("gate_reached", sessionId=a)
     pid = (await server.probe("proc_started", sessionId=b))["params"]["pid"]
     await server.probe("tool_started", sessionId=c)
-    await server.wait_for(lambda m: m.get("method") == "fs/read_text_file")
+    await server.wait_for(lambda m: m.get("method") == asked)
     assert (await server.stats())["childProcesses"] == 1
     code, took = await server.close()
     assert code == 0
@@ -490,9 +558,10 @@ async def test_stdin_eof_cancels_every_turn_and_exits_in_time_leaving_no_process
             break
         assert time.monotonic() < deadline, f"process group {pid} survived the server"
         await asyncio.sleep(0.05)
-    answered = [m for m in server.received if "result" in m and m.get("result", {}).get("stopReason")]
-    assert len(answered) == 4
-    assert {m["result"]["stopReason"] for m in answered} == {"cancelled"}
+    if acp.version == "v1":
+        answered = [m for m in server.received if "result" in m and m.get("result", {}).get("stopReason")]
+        assert len(answered) == 4
+        assert {m["result"]["stopReason"] for m in answered} == {"cancelled"}
 
 
 @pytest.mark.timeout(30)
@@ -788,15 +857,20 @@ async def test_close_answers_the_running_turn_cancelled_before_its_own_result_an
     assert (await server.stats())["sessions"] == 0
 
 
-async def test_close_with_a_tool_ignoring_cancel_still_answers_both_within_the_deadline(server: RawClient) -> None:
-    a = await server.new_session()
-    prompt = await server.prompt(a, [{"tool": "test_stubborn", "args": {"s": 3}}])
+async def test_close_with_a_tool_ignoring_cancel_still_answers_both_within_the_deadline(acp: Acp) -> None:
+    """I20 (c) with uncooperative work: the work ends `cancelled` (v1: the prompt's answer, v2: the idle) before the
+    close's `{}`, which comes within T_ESC; nothing for the session after it."""
+    server = acp.client
+    a = await acp.new_session()
+    turn = await acp.prompt(a, [{"tool": "test_stubborn", "args": {"s": 3}}])
     await server.probe("tool_started", sessionId=a)
     t0 = await server.send({"id": "close-1", "method": "session/close", "params": {"sessionId": a}})
     closed = await server.response("close-1", timeout=T_ESC + 1)
-    cancelled = await server.response(prompt)
+    assert closed["result"] == {}
+    cancelled = await acp.stopped(turn, "cancelled")
     assert position(server, cancelled) < position(server, closed)
     assert server.arrival_time(closed) - t0 <= T_ESC
+    await server.quiet(0.3, lambda m: m in after(server, closed) and of_session(a)(m))
 
 
 @pytest.mark.timeout(60)
@@ -810,35 +884,41 @@ async def test_many_sessions_streaming_at_once_all_finish_under_backpressure(ser
 
 
 async def test_a_client_answering_our_request_with_request_cancelled_fails_the_tool_call_and_the_turn_goes_on(
-    server: RawClient,
+    acp: Acp,
 ) -> None:
     """I20(b) with `-32800`: the client gave up on one of our requests. That is an ordinary error answer, not a
-    cancel of the turn: the tool call fails with the code in its content, the model goes on, the turn ends
-    `end_turn`."""
-    a = await server.new_session()
-    read = {"method": "fs/read_text_file", "params": {"path": "/x"}}
-    prompt = await server.prompt(a, [{"tool": "test_client_request", "args": read}, {"say": "after"}])
-    held = await server.wait_for(lambda m: m.get("method") == "fs/read_text_file")
+    cancel of the work: the tool call ends `failed` (not `cancelled` on v2: nobody cancelled the work) with the code
+    in its content, the model goes on, the work ends `end_turn` (on v2 with one idle)."""
+    server = acp.client
+    a = await acp.new_session()
+    turn = await acp.prompt(a, [{"tool": "test_client_request", "args": acp.held_request}, {"say": "after"}])
+    held = await server.wait_for(lambda m: m.get("method") == acp.held_request["method"])
     await server.send({"id": held["id"], "error": {"code": -32800, "message": "Request cancelled"}})
-    response = await server.response(prompt)
-    assert response["result"] == {"stopReason": "end_turn"}
-    closing = [u for u in server.updates(a, "tool_call_update") if u.get("status") in ("completed", "failed")]
+    await acp.stopped(turn, "end_turn")
+    closing = [
+        u for u in server.updates(a, "tool_call_update") if u.get("status") in ("completed", "failed", "cancelled")
+    ]
     assert [u["status"] for u in closing] == ["failed"]
     assert "-32800" in orjson.dumps(closing[0].get("content")).decode()
     assert server.texts(a) == ["after"]
+    if isinstance(acp, AcpV2):
+        assert acp.states(a) == ["running", "idle"]
 
 
-async def test_a_cancel_naming_a_closed_session_is_silent_and_touches_no_other_turn(server: RawClient) -> None:
-    """I13 for a closed session's id: nothing answers the cancel and nothing happens to the turn still running (no
-    "the only running turn" fallback); the connection stays healthy."""
-    closed, running = await server.new_session(), await server.new_session()
+async def test_a_cancel_naming_a_closed_session_is_silent_and_touches_no_other_turn(acp: Acp) -> None:
+    """I13 for a closed session's id: nothing answers the cancel and nothing happens to the work still running (no
+    "the only running turn" fallback): nothing at all is written, nothing is refused; the connection stays healthy."""
+    server = acp.client
+    closed, running = await acp.new_session(), await acp.new_session()
     assert (await server.call("session/close", {"sessionId": closed}))["result"] == {}
     before = len(server.updates(closed))
-    prompt = await server.prompt(running, [{"gate": "g"}, {"say": "done"}])
+    turn = await acp.prompt(running, [{"gate": "g"}, {"say": "done"}])
     await server.probe("gate_reached", sessionId=running)
+    count = len(server.received)
     await server.cancel(closed)
-    await server.quiet(W_QUIET, lambda m: m.get("id") == prompt or "error" in m)  # still running, nothing refused
+    # Nothing at all but probes (so the prompt is not answered either on v1), and nothing refused, ever.
+    await server.quiet(W_QUIET, lambda m: (m in server.received[count:] and not_probe(m)) or "error" in m)
     await server.release(running, "g")
-    assert (await server.response(prompt))["result"] == {"stopReason": "end_turn"}
+    await acp.stopped(turn, "end_turn")
     assert server.texts(running) == ["done"]
     assert len(server.updates(closed)) == before

@@ -1,7 +1,8 @@
 """End-to-end proofs for cancel bugs that no test over the wire used to catch (issue 15, items 1-8; issue 21 below).
 
 Each bug was made by hand in the code, one at a time, and the suite stayed green (or only a unit test that looks at
-internal state, or a test about something else, went red). Every test here drives the real server over stdio and
+internal state, or a test about something else, went red). Every test here drives the real server (over each
+transport of TRANSPORTS, where it reaches it through the fixtures; a test that takes `version` runs as v1 and v2) and
 fails with its bug in place; the bugs are kept as patches in tests/mutations/ (`python -m tests.mutations.run`
 re-checks that each is still caught).
 
@@ -28,6 +29,7 @@ from tests.support.harness import (
     DEFAULT_ARGS,
     GRACE,
     LONG_GRACE,
+    LONG_GRACE_ARGS,
     T_ACK,
     T_ESC,
     T_EXIT,
@@ -38,7 +40,11 @@ from tests.support.harness import (
     isolated_env,
     server_command,
 )
+from tests.support.versions import VERSIONS
 from tests.support.wire_schema import WireValidator
+
+# The invariants hold on every transport: each test that reaches a server through the fixtures runs over each.
+pytestmark = pytest.mark.every_transport
 
 FS = {"fs": {"readTextFile": True, "writeTextFile": True}}
 
@@ -148,26 +154,33 @@ async def test_a_late_tool_result_of_an_abandoned_run_never_reaches_the_next_mod
 # --- 3. I19: a late finisher of a replaced run leaves the successor's registry entry alone ---
 
 
-async def test_a_replacement_stays_cancellable_after_the_replaced_turn_finishes_late(start_server: StartServer) -> None:
-    server = await start(start_server)
-    a = await server.new_session()
+async def test_a_replacement_stays_cancellable_after_the_replaced_turn_finishes_late(
+    start_server: StartServer, version: str
+) -> None:
+    """I19 under `interrupt`: P1's cleanup takes a while (far less than the deadline), P2 and P3 arrive together: P2
+    is claimed before it ran (v1 `cancelled`, v2 withdrawn `-32800`), P1 ends `cancelled` once its finalizer is done,
+    P3 runs alone after that; P1's late finish left P3's registry entry alone, so a cancel still finds P3 (its end
+    within T_ACK)."""
+    acp = VERSIONS[version](await start_server(*LONG_GRACE_ARGS, "--prompt-policy", "interrupt"))
+    await acp.initialize()
+    server = acp.client
+    a = await acp.new_session()
     # Its cleanup (a shielded finally) takes a while, but far less than the deadline: the run ends late, not abandoned.
-    old = await server.prompt(a, [{"tool": "test_hang_finalizer", "args": {"s": 30, "f": T_ACK}}])
+    old = await acp.prompt(a, [{"tool": "test_hang_finalizer", "args": {"s": 30, "f": T_ACK}}])
     await server.probe("tool_started", sessionId=a)
-    superseded = server.prompt_message(a, [{"say": "never"}])
-    successor = server.prompt_message(a, [{"say": "p3"}, {"gate": "g3"}, {"say": "p3-late"}])
-    await server.send(superseded, successor)  # interrupt: P2 replaces P1, then P3 replaces P2 before it started
-    assert (await server.response(superseded["id"]))["result"] == {"stopReason": "cancelled"}
-    old_response = await server.response(old)
-    assert old_response["result"] == {"stopReason": "cancelled"}
-    await server.probe("finalizer_exited", sessionId=a)
-    await server.probe("gate_reached", sessionId=a, prompt=successor["id"], gate="g3")
+    superseded_message, superseded = acp.prompt_message(a, [{"say": "never"}])
+    successor_message, successor = acp.prompt_message(a, [{"say": "p3"}, {"gate": "g3"}, {"say": "p3-late"}])
+    await server.send(superseded_message, successor_message)  # P2 replaces P1, then P3 replaces P2 before it started
+    await acp.claimed(superseded)
+    old_end = await acp.stopped(old, "cancelled")
+    finalized = await server.probe("finalizer_exited", sessionId=a)
+    assert position(server, finalized) < position(server, old_end)
+    await server.probe("gate_reached", sessionId=a, prompt=successor.request_id, gate="g3")
     t0 = await server.cancel(a)  # finds the successor: the old run's late finish left its entry alone
-    response = await server.response(successor["id"])
-    assert response["result"] == {"stopReason": "cancelled"}
-    assert server.arrival_time(response) - t0 <= T_ACK
-    started = probes(server, successor["id"], "step_started")
-    assert position(server, old_response) < position(server, started[0])  # and it ran alone, after P1's response
+    end = await acp.stopped(successor, "cancelled")
+    assert server.arrival_time(end) - t0 <= T_ACK
+    started = probes(server, successor.request_id, "step_started")
+    assert position(server, old_end) < position(server, started[0])  # and it ran alone, after P1's end
     assert server.texts(a) == ["p3"]
     assert_nothing_abandoned(server)
     stats = await server.stats()

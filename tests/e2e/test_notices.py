@@ -1,24 +1,32 @@
-"""Session notices and compactions (ACP v1 `notice`, `compaction_update`) for the clients that advertise them
-(`clientCapabilities.session.notices` / `.compaction`), today's text for the others; and a `session/load` whose
-replay holds everything: nothing follows its response.
+"""Session notices and compactions (`notice`, `compaction_update`): on v1 for the clients that advertise them
+(`clientCapabilities.session.notices` / `.compaction`), today's text for the others; on v2 for every client (the
+tests that hold for both take `version`: v1/v2); and a `session/load` whose replay holds everything: nothing follows
+its response.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.conftest import StartServer
-from tests.support.fake_openai import FakeOpenAI, text_reply
+from tests.e2e.test_interrupts import position
+from tests.support.fake_openai import FakeOpenAI, ServerReply, text_reply
 from tests.support.harness import W_QUIET, RawClient, is_response, scaled
+from tests.support.versions import VERSIONS, Acp, Turn
 
 NOTICES: dict[str, Any] = {"session": {"notices": {}}}
 COMPACTION: dict[str, Any] = {"session": {"notices": {}, "compaction": {}}}
 BROKEN_MCP = {"name": "broken", "command": "/nonexistent/acp-test-mcp-server", "args": [], "env": []}
+# What a client that shows notices and compactions says, by version: v1 asks for them, v2 gives them to every client
+# (ACP-V2.md §18); v2 names an MCP server's transport.
+SHOWS_NOTICES: dict[str, dict[str, Any]] = {"v1": NOTICES, "v2": {}}
+SHOWS_COMPACTION: dict[str, dict[str, Any]] = {"v1": COMPACTION, "v2": {}}
+BROKEN_MCP_OF: dict[str, dict[str, Any]] = {"v1": BROKEN_MCP, "v2": {"type": "stdio", **BROKEN_MCP}}
 
 
 @pytest.fixture
@@ -40,11 +48,16 @@ async def mcp_problem_turn(client: RawClient, tmp_path: Path) -> str:
 
 
 async def test_an_mcp_server_problem_is_a_warning_notice_for_a_client_that_shows_notices(
-    start_server: StartServer, tmp_path: Path
+    start_server: StartServer, version: str, tmp_path: Path
 ) -> None:
-    client = await start_server("--model", "scripted", "--test-mode")
-    await client.initialize(NOTICES)
-    session = await mcp_problem_turn(client, tmp_path)
+    """A broken MCP server is one `warning` notice, never words in the reply: on v1 for a client that advertises
+    `session.notices`, on v2 for every client (notices need no capability there)."""
+    acp = VERSIONS[version](await start_server("--model", "scripted", "--test-mode"))
+    await acp.initialize(SHOWS_NOTICES[version])
+    client = acp.client
+    response = await client.call("session/new", {"cwd": str(tmp_path), "mcpServers": [BROKEN_MCP_OF[version]]})
+    session: str = response["result"]["sessionId"]
+    await acp.stopped(await acp.prompt(session, [{"say": "hello"}]), "end_turn", timeout=scaled(20))
     [notice] = client.updates(session, "notice")
     assert notice["severity"] == "warning"
     assert "'broken'" in notice["title"] and "its tools are not available" in notice["title"]
@@ -64,32 +77,46 @@ async def test_an_mcp_server_problem_stays_text_for_a_client_without_notices(
 
 
 async def compacting_client(
-    start_server: StartServer, model: FakeOpenAI, tmp_path: Path, capabilities: dict[str, Any]
-) -> tuple[RawClient, str]:
-    """A session whose second prompt starts with the context 90% full, so it is compacted first."""
+    start_server: StartServer,
+    model: FakeOpenAI,
+    tmp_path: Path,
+    capabilities: dict[str, Any],
+    *,
+    version: str = "v1",
+    summary: ServerReply | None = None,
+    args: Sequence[str] = (),
+) -> tuple[Acp, str, Turn]:
+    """A session whose second prompt (sent here, its turn returned unended) starts with the context 90% full, so it
+    is compacted first; `summary` is the model's reply to the compaction request."""
     config = tmp_path / "config.toml"
     config.write_text("[providers.openai]\ncontext_window = 1000\n")
     model.script(
         text_reply("long answer", usage=(880, 20)),
         text_reply("title"),
-        text_reply("Summary: the user asked for a long answer."),
+        summary or text_reply("Summary: the user asked for a long answer."),
         text_reply("fresh reply"),
     )
     env = {"OPENAI_API_KEY": "sk-test", "ACP_SERVER_CONFIG": str(config)}
-    client = await start_server("--model", "openai:fake", "--base-url", model.base_url, env=env)
-    await client.initialize(capabilities)
-    session = await client.new_session(str(tmp_path))
-    await client.call("session/prompt", ask(session, "tell me everything"), timeout=scaled(30))
+    client = await start_server("--model", "openai:fake", "--base-url", model.base_url, *args, env=env)
+    acp = VERSIONS[version](client)
+    await acp.initialize(capabilities)
+    session = await acp.new_session(str(tmp_path))
+    await acp.end(await acp.prompt_with(ask(session, "tell me everything")), timeout=scaled(30))
     assert await model.wait_requests(2, timeout=scaled(10))
-    response = await client.call("session/prompt", ask(session, "and now?"), timeout=scaled(30))
-    assert response["result"] == {"stopReason": "end_turn"}
-    return client, session
+    return acp, session, await acp.prompt_with(ask(session, "and now?"))
 
 
 async def test_a_compaction_is_a_compaction_update_with_its_summary_for_a_client_that_shows_them(
-    start_server: StartServer, model: FakeOpenAI, tmp_path: Path
+    start_server: StartServer, model: FakeOpenAI, tmp_path: Path, version: str
 ) -> None:
-    client, session = await compacting_client(start_server, model, tmp_path, COMPACTION)
+    """One `compaction_update` entity per compaction (`in_progress`, then `completed` with its summary), never a
+    notice nor the text fallback, before the reply that goes on from it and inside the turn: on v1 for a client that
+    advertises `session.compaction`, on v2 for every client."""
+    acp, session, turn = await compacting_client(
+        start_server, model, tmp_path, SHOWS_COMPACTION[version], version=version
+    )
+    end = await acp.stopped(turn, "end_turn", timeout=scaled(30))
+    client = acp.client
     started, completed = client.updates(session, "compaction_update")
     assert started["status"] == "in_progress" and "summary" not in started
     assert completed["compactionId"] == started["compactionId"]
@@ -97,15 +124,24 @@ async def test_a_compaction_is_a_compaction_update_with_its_summary_for_a_client
     assert completed["summary"] == [{"type": "text", "text": "Summary: the user asked for a long answer."}]
     assert client.updates(session, "notice") == []
     assert not any("Context compacted" in text for text in client.texts(session))
-    # The compaction comes before the reply that goes on from it.
+    # The compaction comes before the reply that goes on from it, and inside the turn (before its end).
     kinds = [u["sessionUpdate"] for u in client.updates(session)]
-    assert kinds.index("compaction_update") < len(kinds) - 1 - kinds[::-1].index("agent_message_chunk")
+    last_reply = len(kinds) - 1 - kinds[::-1].index("agent_message_chunk")
+    assert kinds.index("compaction_update") < last_reply
+    assert position(client, end) > max(
+        i
+        for i, m in enumerate(client.received)
+        if m.get("params", {}).get("update", {}).get("sessionUpdate") == "compaction_update"
+    )
+    assert "fresh reply" in "".join(client.texts(session))
 
 
 async def test_a_compaction_is_a_notice_for_a_client_with_notices_but_no_compaction(
     start_server: StartServer, model: FakeOpenAI, tmp_path: Path
 ) -> None:
-    client, session = await compacting_client(start_server, model, tmp_path, NOTICES)
+    acp, session, turn = await compacting_client(start_server, model, tmp_path, NOTICES)
+    await acp.stopped(turn, "end_turn", timeout=scaled(30))
+    client = acp.client
     assert client.updates(session, "compaction_update") == []
     [notice] = client.updates(session, "notice")
     assert notice["title"] == "Context compacted" and notice["severity"] == "info"

@@ -36,8 +36,8 @@ from acp.schema import (
 )
 
 from tests.conftest import server_args
-from tests.support import sdk_client
-from tests.support.harness import DEFAULT_ARGS, T_ACK, T_ESC, T_WAIT, W_QUIET, scaled
+from tests.support import harness
+from tests.support.harness import DEFAULT_ARGS, T_ACK, T_ESC, T_WAIT, W_QUIET, Transport, scaled
 from tests.support.sdk_client import RecordingClient, SdkAgent, spawn_sdk_agent
 
 # Updates that belong to a session rather than to a turn (the commands announced after session/new, titles after
@@ -61,12 +61,13 @@ QUIET = W_QUIET
 
 
 @pytest.fixture
-async def start_agent() -> AsyncIterator[StartAgent]:
-    """Start SDK-driven servers; each one is closed and checked at teardown (see `spawn_sdk_agent`)."""
+async def start_agent(transport: type[Transport]) -> AsyncIterator[StartAgent]:
+    """Start SDK-driven servers over the test's transport; each one is closed and checked at teardown (see
+    `spawn_sdk_agent`)."""
     async with contextlib.AsyncExitStack() as stack:
 
         async def start(*args: str, client: RecordingClient | None = None) -> SdkAgent:
-            return await stack.enter_async_context(spawn_sdk_agent(*args, client=client))
+            return await stack.enter_async_context(spawn_sdk_agent(*args, client=client, transport=transport))
 
         yield start
 
@@ -616,7 +617,8 @@ sys.exit(3)
 @pytest.mark.timeout(15)
 async def test_the_sdk_tee_fails_on_a_non_json_line_a_red_flag_and_a_bad_exit(monkeypatch: pytest.MonkeyPatch) -> None:
     """The teardown checks above can fail: a fake server that breaks the rules trips every one of them."""
-    monkeypatch.setattr(sdk_client, "server_command", lambda *args: [sys.executable, "-c", FAKE_SERVER])
+    # The stdio transport builds the server's command line: a fake server in its place.
+    monkeypatch.setattr(harness, "server_command", lambda *args: [sys.executable, "-c", FAKE_SERVER])
     with pytest.raises(AssertionError) as failed:
         async with spawn_sdk_agent() as agent:
             response = await agent.conn.initialize(protocol_version=1)

@@ -46,7 +46,18 @@ from acp.schema import (
 )
 
 from tests.conftest import server_args
-from tests.support.harness import DEFAULT_ARGS, GRACE, T_ACK, T_ESC, T_EXIT, T_WAIT, TURN_SCOPED, W_QUIET, Entry
+from tests.support.harness import (
+    DEFAULT_ARGS,
+    GRACE,
+    T_ACK,
+    T_ESC,
+    T_EXIT,
+    T_WAIT,
+    TURN_SCOPED,
+    W_QUIET,
+    Entry,
+    Transport,
+)
 from tests.support.sdk_client import (
     NEVER,
     FakeTerminal,
@@ -70,14 +81,14 @@ TERMINAL_CLEANUP = ["terminal/create", "terminal/wait_for_exit", "terminal/kill"
 
 
 @pytest.fixture
-async def start_agent(request: pytest.FixtureRequest) -> AsyncIterator[StartAgent]:
+async def start_agent(request: pytest.FixtureRequest, transport: type[Transport]) -> AsyncIterator[StartAgent]:
     """Start SDK-driven servers (with LONG_GRACE under `@pytest.mark.at_once`); each one is closed and checked at
     teardown (see `spawn_sdk_agent`)."""
     args = server_args(request) or DEFAULT_ARGS
     async with contextlib.AsyncExitStack() as stack:
 
         async def start(client: RecordingClient, terminal: bool = True) -> SdkAgent:
-            agent = await stack.enter_async_context(spawn_sdk_agent(*args, client=client))
+            agent = await stack.enter_async_context(spawn_sdk_agent(*args, client=client, transport=transport))
             response = await agent.conn.initialize(
                 protocol_version=PROTOCOL_VERSION,
                 client_capabilities=ClientCapabilities(

@@ -14,10 +14,11 @@ from typing import Any
 import pytest
 
 from tests.conftest import StartServer
-from tests.e2e.test_interrupts import after, position
+from tests.e2e.test_interrupts import after, of_session, position
 from tests.support.harness import DEFAULT_ARGS, LONG_GRACE_ARGS, T_ACK, T_ESC, T_EXIT, T_WAIT, W_QUIET, RawClient
 
-pytestmark = pytest.mark.timeout(40)
+# The invariants hold on every transport: each test that reaches a server through the fixtures runs over each.
+pytestmark = [pytest.mark.timeout(40), pytest.mark.every_transport]
 
 
 def is_state(session_id: str, state: str) -> Any:
@@ -26,13 +27,6 @@ def is_state(session_id: str, state: str) -> Any:
             return False
         update = message["params"]["update"]
         return bool(update["sessionUpdate"] == "state_update" and update["state"] == state)
-
-    return matches
-
-
-def of_session(session_id: str) -> Any:
-    def matches(message: dict[str, Any]) -> bool:
-        return bool(message.get("method") == "session/update" and message["params"]["sessionId"] == session_id)
 
     return matches
 

@@ -1,11 +1,13 @@
-"""Drive `acp-server` over real stdio and check what crosses the wire.
+"""Drive `acp-server` over a real transport and check what crosses the wire.
 
-`RawClient` writes exact bytes (several messages in one write, malformed lines, odd ids) and records every line in
-both directions with a monotonic timestamp, in wire order. `check_wire` then applies the common checks of
-docs/interrupts.md to the log: C1 (one response per request, none to notifications), C2 (only valid JSON-RPC lines,
-each valid against the official schema), C3 (no turn-scoped update for a session with no unanswered prompt), C4 (no
-agent-to-client request for a session with no unanswered prompt), and, from stderr, C6.
-
+A `Transport` moves whole lines between a test and one connection of a server it started: `StdioTransport` is the
+subprocess over its stdin/stdout, the way an editor runs it; `TRANSPORTS` lists every transport by name, and a test
+marked `every_transport` (tests/conftest.py) runs once over each. `RawClient` writes exact bytes (several messages in
+one write, malformed lines, odd ids) and records every line in both directions with a monotonic timestamp, in wire
+order, validating each line the server writes against the schema as it arrives. `check_wire` then applies the common
+checks of docs/interrupts.md to the log: C1 (one response per request, none to notifications), C2 (only valid
+JSON-RPC lines, each valid against the official schema), C3 (no turn-scoped update for a session with no unanswered
+prompt), C4 (no agent-to-client request for a session with no unanswered prompt), and, from stderr, C6.
 A v2 connection (its `initialize` answered `protocolVersion: 2`) is checked against the v2 schema, and C3/C4 take
 their v2 reading (ACP-V2.md §20.7): the prompt is answered on acceptance, so turn-scoped updates and requests to the
 client belong between a session's `running` (or `requires_action`) `state_update` and its `idle`, or inside an open
@@ -28,7 +30,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, Protocol, Self
 
 import orjson
 
@@ -114,6 +116,121 @@ DEFAULT_ARGS = ("--model", "scripted", "--test-mode", "--cleanup-deadline", str(
 LONG_GRACE_ARGS = ("--model", "scripted", "--test-mode", "--cleanup-deadline", f"{LONG_GRACE:g}")
 
 
+# --- transports: how a test reaches a server ---
+
+
+class Transport(Protocol):
+    """One editor's connection to a server started for a test: what `RawClient` and the SDK tee need from the wire.
+
+    Everything above this seam (the log, the schema validation of every line the server writes, C1-C4, C6) is the
+    same on every transport; a transport only moves whole lines. stdio is the only one today; the remote-ACP issue
+    adds `websocket` and `http` as one class each (start `acp-server serve`, connect, map a frame or an SSE event to
+    a line), and one entry in `TRANSPORTS`, and every test that takes the `transport` fixture runs over it too.
+    """
+
+    name: ClassVar[str]
+
+    @classmethod
+    async def start(
+        cls,
+        args: Sequence[str],
+        *,
+        env: dict[str, str] | None = None,
+        cwd: str | None = None,
+        command: Sequence[str] | None = None,
+        line_limit: int = ...,
+    ) -> Self:
+        """Start a server with the settings `args` (as `acp-server ARGS` takes them) and connect to it. `env` is added
+        to the isolated environment; `command`, where a transport can honour it, replaces the whole command line;
+        `line_limit` bounds the longest line `receive` returns."""
+        ...
+
+    @property
+    def process(self) -> asyncio.subprocess.Process:
+        """The server process behind the connection (its stderr piped): for signals, RSS, exit status."""
+        ...
+
+    async def send(self, data: bytes) -> None:
+        """Write `data` exactly as given: one or more lines, in one write where the transport can."""
+        ...
+
+    async def receive(self) -> bytes:
+        """The next line the server wrote to this connection, with its newline; b"" once it will write no more."""
+        ...
+
+    @property
+    def at_eof(self) -> bool:
+        """Whether `receive` has nothing more to give."""
+        ...
+
+    async def close(self) -> None:
+        """End the connection as an editor does and let the server this transport started stop: stdin EOF does
+        both on stdio; a remote transport closes its connection (WebSocket close, HTTP `DELETE`), then asks its
+        server to drain (SIGTERM, REMOTE.md decision 9). The caller waits for `process` to exit, bounded."""
+        ...
+
+
+READ_LIMIT = 256 * 1024 * 1024  # the longest line a test reads: far above anything the server may write
+
+
+class StdioTransport:
+    """The server as an editor starts it: a subprocess (in its own process group) speaking over its stdin/stdout."""
+
+    name: ClassVar[str] = "stdio"
+
+    def __init__(self, process: asyncio.subprocess.Process) -> None:
+        assert process.stdin is not None and process.stdout is not None
+        self._process = process
+        self._stdin = process.stdin
+        self._stdout = process.stdout
+
+    @classmethod
+    async def start(
+        cls,
+        args: Sequence[str],
+        *,
+        env: dict[str, str] | None = None,
+        cwd: str | None = None,
+        command: Sequence[str] | None = None,
+        line_limit: int = READ_LIMIT,
+    ) -> StdioTransport:
+        process = await asyncio.create_subprocess_exec(
+            *(command if command is not None else server_command(*args)),
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            # A user's real config file never leaks into a test: point at one that does not exist unless told.
+            env={**os.environ, **isolated_env(), **(env or {})},
+            cwd=cwd,
+            limit=line_limit,
+            start_new_session=True,
+        )
+        return cls(process)
+
+    @property
+    def process(self) -> asyncio.subprocess.Process:
+        return self._process
+
+    async def send(self, data: bytes) -> None:
+        self._stdin.write(data)
+        await self._stdin.drain()
+
+    async def receive(self) -> bytes:
+        return await self._stdout.readline()
+
+    @property
+    def at_eof(self) -> bool:
+        return self._stdout.at_eof()
+
+    async def close(self) -> None:
+        self._stdin.close()
+
+
+# Every transport a test can be run over, by the id it shows in a test's name. The remote-ACP issue adds its
+# `websocket` and `http` classes here; tests taking the `transport` fixture (tests/conftest.py) then run over each.
+TRANSPORTS: dict[str, type[Transport]] = {StdioTransport.name: StdioTransport}
+
+
 @dataclass
 class Entry:
     seq: int
@@ -125,7 +242,10 @@ class Entry:
 
 @dataclass
 class RawClient:
-    process: asyncio.subprocess.Process
+    """A raw-line client over any `Transport`: exact bytes out, every line in both directions logged and the
+    server's lines validated against the schema of the connection's version."""
+
+    transport: Transport
     validator: WireValidator = field(default_factory=WireValidator)
     log: list[Entry] = field(default_factory=list)
     received: list[dict[str, Any]] = field(default_factory=list)
@@ -147,29 +267,29 @@ class RawClient:
         env: dict[str, str] | None = None,
         cwd: str | None = None,
         command: Sequence[str] | None = None,
+        transport: type[Transport] = StdioTransport,
     ) -> RawClient:
         """`command`: the server's command line instead of `server_command(*args)` (another user's interpreter,
-        behind `setpriv` or a wrapper shell)."""
-        process = await asyncio.create_subprocess_exec(
-            *(command if command is not None else server_command(*(args or DEFAULT_ARGS))),
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            # A user's real config file never leaks into a test: point at one that does not exist unless told.
-            env={**os.environ, **isolated_env(), **(env or {})},
-            cwd=cwd,
-            limit=256 * 1024 * 1024,
-            start_new_session=True,
-        )
-        client = cls(process)
+        behind `setpriv` or a wrapper shell). `transport`: how to reach it (stdio unless told)."""
+        client = cls(await transport.start(args or DEFAULT_ARGS, env=env, cwd=cwd, command=command))
         client._reader = asyncio.create_task(client._read_stdout())
-        assert process.stderr is not None
-        client._stderr_reader = asyncio.create_task(process.stderr.read())
+        stderr = client.process.stderr
+        assert stderr is not None
+        client._stderr_reader = asyncio.create_task(stderr.read())
         return client
 
+    @property
+    def process(self) -> asyncio.subprocess.Process:
+        """The server process (whatever the transport): for signals, RSS and its exit."""
+        return self.transport.process
+
+    @property
+    def at_eof(self) -> bool:
+        """Whether the server has written its last line to this connection."""
+        return self.transport.at_eof
+
     async def _read_stdout(self) -> None:
-        assert self.process.stdout is not None
-        while line := await self.process.stdout.readline():
+        while line := await self.transport.receive():
             message = self.validator.server_wrote(line)
             arrived = time.monotonic()
             self.log.append(Entry(next(self._seq), arrived, "out", message, line))
@@ -186,13 +306,11 @@ class RawClient:
 
     async def write_raw(self, data: bytes) -> float:
         """Write bytes exactly as given; returns the time the write was flushed."""
-        assert self.process.stdin is not None
         for line in data.splitlines():
             message = _parse_sent(line)
             self.validator.client_sent(message)
             self.log.append(Entry(next(self._seq), time.monotonic(), "in", message, line))
-        self.process.stdin.write(data)
-        await self.process.stdin.drain()
+        await self.transport.send(data)
         return time.monotonic()
 
     async def send(self, *messages: dict[str, Any]) -> float:
@@ -378,10 +496,10 @@ class RawClient:
     # --- ending ---
 
     async def close(self, timeout: float = T_EXIT) -> tuple[int, float]:
-        """Close stdin and wait for the process to exit; returns (exit code, seconds it took)."""
-        assert self.process.stdin is not None
+        """End the connection (stdio: close stdin) and wait for the server to exit; returns (exit code, seconds it
+        took)."""
         started = time.monotonic()
-        self.process.stdin.close()
+        await self.transport.close()
         try:
             code = await asyncio.wait_for(self.process.wait(), timeout)
         except TimeoutError:
@@ -465,7 +583,7 @@ def request_key(request_id: Any) -> tuple[str, Any]:
     return (type(request_id).__name__, request_id)
 
 
-def speaks_v2(client: RawClient) -> bool:
+def speaks_v2(client: WireRecord) -> bool:
     """Whether the server answered this connection's `initialize` with protocol version 2."""
     initializes = {
         request_key(e.msg["id"])
@@ -482,7 +600,7 @@ def speaks_v2(client: RawClient) -> bool:
     )
 
 
-def check_wire_v2(client: RawClient) -> list[str]:
+def check_wire_v2(client: WireRecord) -> list[str]:
     """C3/C4 in their v2 reading (see the module docstring), and ACP-STATE-201 (a completing idle follows work)."""
     problems: list[str] = []
     working: set[str] = set()  # sessions between running/requires_action and idle
@@ -526,7 +644,16 @@ def check_wire_v2(client: RawClient) -> list[str]:
     return problems
 
 
-def check_wire(client: RawClient) -> list[str]:
+class WireRecord(Protocol):
+    """What the common checks read: both directions in wire order, the schema verdicts, the server's stderr. A
+    `RawClient` is one; so is the SDK tee's `WireTap`."""
+
+    validator: WireValidator
+    log: list[Entry]
+    stderr_text: str
+
+
+def check_wire(client: WireRecord) -> list[str]:
     """C1-C4 over the whole wire log, plus schema violations and C6 over stderr."""
     problems = list(client.validator.violations)
     v2 = speaks_v2(client)

@@ -75,11 +75,10 @@ from tests.support.harness import (
     STDERR_RED_FLAGS,
     T_WAIT,
     Entry,
-    RawClient,
+    StdioTransport,
+    Transport,
     check_wire,
-    isolated_env,
     scaled,
-    server_command,
 )
 from tests.support.wire_schema import WireValidator
 
@@ -662,9 +661,7 @@ class SdkAgent:
 
         problems += wire.problems
         # C1-C4 and schema violations over the whole log, and the stderr red flags (check_wire only reads these).
-        problems += check_wire(
-            RawClient(self.process, validator=wire.validator, log=wire.log, stderr_text=wire.stderr_text)
-        )
+        problems += check_wire(wire)
         for flag in RED_FLAGS:
             if flag in wire.stderr_text and f"C6: stderr says {flag!r}" not in problems:
                 problems.append(f"stderr says {flag!r}")
@@ -686,20 +683,16 @@ class SdkAgent:
 
 
 async def _start(
-    args: tuple[str, ...], client: RecordingClient, env: dict[str, str] | None, cwd: str | None
+    args: tuple[str, ...],
+    client: RecordingClient,
+    env: dict[str, str] | None,
+    cwd: str | None,
+    transport_kind: type[Transport] = StdioTransport,
 ) -> SdkAgent:
     loop = asyncio.get_running_loop()
-    process = await asyncio.create_subprocess_exec(
-        *server_command(*args),
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env={**os.environ, **isolated_env(), **(env or {})},
-        cwd=cwd,
-        limit=LINE_LIMIT,
-        start_new_session=True,
-    )
-    assert process.stdin is not None and process.stdout is not None and process.stderr is not None
+    transport = await transport_kind.start(args, env=env, cwd=cwd, line_limit=LINE_LIMIT)
+    process = transport.process
+    assert process.stderr is not None
     wire = WireTap()
 
     # SDK -> pipe -> tee -> server stdin. The SDK needs a real asyncio.StreamWriter; a pipe gives it one.
@@ -714,8 +707,6 @@ async def _start(
     to_sdk = asyncio.StreamReader(limit=LINE_LIMIT)
 
     async def pump_to_server() -> None:
-        stdin = process.stdin
-        assert stdin is not None
         try:
             while line := await from_sdk.readline():
                 try:
@@ -726,19 +717,16 @@ async def _start(
                 wire.validator.client_sent(message)
                 wire.record("in", message, line.rstrip(b"\n"))
                 try:
-                    stdin.write(line)
-                    await stdin.drain()
+                    await transport.send(line)
                 except (BrokenPipeError, ConnectionResetError) as exc:
                     wire.problems.append(f"the server's stdin closed while the SDK was writing: {exc!r}")
                     return
         finally:
-            stdin.close()
+            await transport.close()
 
     async def pump_to_sdk() -> None:
-        stdout = process.stdout
-        assert stdout is not None
         try:
-            while line := await stdout.readline():
+            while line := await transport.receive():
                 message = wire.validator.server_wrote(line)
                 wire.record("out", message, line.rstrip(b"\n"))
                 to_sdk.feed_data(line)
@@ -762,13 +750,15 @@ async def spawn_sdk_agent(
     client: RecordingClient | None = None,
     env: dict[str, str] | None = None,
     cwd: str | None = None,
+    transport: type[Transport] = StdioTransport,
 ) -> AsyncIterator[SdkAgent]:
-    """Start `acp-server ARGS` with an SDK client attached; at exit close stdin and assert a clean wire and exit.
+    """Start `acp-server ARGS` with an SDK client attached over `transport` (stdio unless told); at exit end the
+    connection and assert a clean wire and exit.
 
     The body's own failure wins: if it raises, the server is still shut down (and killed if need be), but the
     teardown checks are not asserted on top of it.
     """
-    agent = await _start(args, client or RecordingClient(), env, cwd)
+    agent = await _start(args, client or RecordingClient(), env, cwd, transport)
     try:
         yield agent
     except BaseException:

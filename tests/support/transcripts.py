@@ -103,8 +103,7 @@ class RawPeer:
 
     @property
     def finished(self) -> bool:
-        stdout = self.client.process.stdout
-        return stdout is None or stdout.at_eof()
+        return self.client.at_eof
 
     async def write(self, data: bytes) -> None:
         try:
