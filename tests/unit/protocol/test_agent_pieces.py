@@ -39,7 +39,8 @@ async def test_the_session_table_answers_each_wrong_id_with_its_own_error() -> N
     with pytest.raises(RpcError) as before:
         handshake.require_initialized()  # what a connection asks first (EditorConnection.session)
     assert code_of(before) == ErrorCode.INVALID_REQUEST  # initialize comes first
-    edge, other_edge = object(), object()  # two connections, as the core sees them
+    edge: Any = object()  # two connections, as the core sees them
+    other_edge: Any = object()
     session = make_session()
     session.edge = edge
     table.add(session)

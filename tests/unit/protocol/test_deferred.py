@@ -217,7 +217,8 @@ async def test_the_warm_up_starts_nothing_once_the_input_has_ended() -> None:
     # initialize, then EOF (or a stop signal): the agent (stdio: its one connection) is ending when the warm-up
     # would begin.
     side: Deferred[Any] = Deferred(_one_step, lambda: "turns")
-    await warm_up_after_initialize(_Agent(side=side, ending=True, providers=types.SimpleNamespace(warm_ups_running=0)))
+    agent: Any = _Agent(side=side, ending=True, providers=types.SimpleNamespace(warm_ups_running=0))
+    await warm_up_after_initialize(agent)
     assert not side.built and not side.failed
     with anyio.move_on_after(0.05) as waiting:
         await side.ended()  # no load began
