@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import hmac
 import os
+import shutil
 import socket
 import ssl
 import stat
@@ -86,6 +87,8 @@ class EchoHandler:
                     "roots": list(peer.principal.roots),
                     "connectionId": peer.connection_id,
                 }
+                if message.get("method") == "initialize":  # what a v1 client needs to go on
+                    result |= {"protocolVersion": 1, "agentCapabilities": {}, "authMethods": []}
                 await sink.write(orjson.dumps({"jsonrpc": "2.0", "id": message["id"], "result": result}) + b"\n")
         except BrokenPipeError:
             seen.refused.set()
@@ -204,12 +207,15 @@ async def test_each_text_frame_is_one_message_both_ways_and_binary_frames_are_ig
         assert ws.response is not None and ws.response.status_code == 101
         connection = connection_id(ws)
         answer = await ask(ws, INITIALIZE)
-        assert answer["result"] == {
-            "method": "initialize",
-            "principal": "alice",
-            "roots": ["/srv/alice"],
-            "connectionId": connection,
-        }
+        assert (
+            answer["result"].items()
+            >= {
+                "method": "initialize",
+                "principal": "alice",
+                "roots": ["/srv/alice"],
+                "connectionId": connection,
+            }.items()
+        )
         await ws.send(b'{"jsonrpc":"2.0","id":99,"method":"binary"}')  # binary: never reaches the handler
         pretty = '{\n  "jsonrpc": "2.0",\n  "id": 1,\n  "method": "session/new"\n}'  # newlines inside one frame
         await ws.send(pretty)
@@ -596,6 +602,48 @@ async def test_a_handler_that_ignores_the_drain_is_cancelled_at_its_bound(tmp_pa
                 server.drain()
                 await cancelled.wait()
     assert still_listening == [True]
+
+
+# --- the official TypeScript SDK's WebSocket client ---
+
+TS_CLIENT = Path(__file__).resolve().parent.parent / "ts_client"
+
+
+async def run_ts_client(server: RemoteServer, token: str, how: str) -> dict[str, Any]:
+    node = shutil.which("node")
+    installed = (TS_CLIENT / "node_modules" / "ws" / "package.json").exists()
+    if node is None or not installed:
+        missing = "`node` is not on PATH" if node is None else f"run `npm ci --prefix {TS_CLIENT}`"
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"the TypeScript SDK's WebSocket client cannot run under CI: {missing}")
+        pytest.skip(f"the TypeScript SDK's WebSocket client cannot run: {missing}")
+    env = {**os.environ, "TS_FLOW_STEP_TIMEOUT_MS": f"{T_WAIT * 1000:.0f}"}
+    with anyio.fail_after(scaled(20)):
+        done = await anyio.run_process(
+            [node, str(TS_CLIENT / "remote_ws.mjs"), ws_url(server), token, how], env=env, check=False
+        )
+    assert done.returncode == 0, done.stderr.decode(errors="replace")[-3000:]
+    report = orjson.loads(done.stdout)
+    assert isinstance(report, dict)
+    return report
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("how", ["bearer", "subprotocol"])
+async def test_the_typescript_sdks_websocket_client_is_served(tmp_path: Path, how: str) -> None:
+    handler = EchoHandler()
+    async with running(settings_for(tmp_path), handler) as server:
+        report = await run_ts_client(server, BOB, how)
+        assert "error" not in report, report
+        assert report["initialize"]["protocolVersion"] == 1
+        assert report["initialize"]["principal"] == "bob"
+        assert report["next"]["method"] == "session/new"
+        assert report["next"]["connectionId"] == report["initialize"]["connectionId"]
+        refused = await run_ts_client(server, "nope" + "Q" * 30, how)
+        assert "401" in refused["error"] and "initialize" not in refused
+    (seen,) = handler.seen.values()
+    assert [line["method"] for line in seen.lines] == ["initialize", "session/new"]
+    assert seen.ended.is_set()
 
 
 def test_tokens_repr_names_principals_only() -> None:
