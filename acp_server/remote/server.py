@@ -163,8 +163,9 @@ async def serve_remote(
         finally:
             hypercorn_done.set()
 
-    async def watch_signals() -> None:
+    async def watch_signals(*, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         with anyio.open_signal_receiver(*stop_signals) as received:
+            task_status.started()  # handled from here on: a signal from now drains, never kills
             async for number in received:
                 log.info("received %s: draining", signal.Signals(number).name)
                 server.drain()
@@ -173,7 +174,7 @@ async def serve_remote(
     async with anyio.create_task_group() as group:
         group.start_soon(run_hypercorn)
         if stop_signals:
-            group.start_soon(watch_signals)
+            await group.start(watch_signals)
         if announce:
             _announce(url, token_file, made)
         log.info("serving remote ACP on %s (%d principal(s))", url, len(tokens.principals))

@@ -15,9 +15,11 @@ import base64
 import hmac
 import os
 import shutil
+import signal
 import socket
 import ssl
 import stat
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
@@ -25,6 +27,9 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import h2.config
+import h2.connection
+import h2.events
 import orjson
 import pytest
 from websockets.asyncio.client import ClientConnection, connect
@@ -550,6 +555,35 @@ async def test_healthz_and_routes_answer_without_a_token(tmp_path: Path) -> None
         assert (await raw_status(server, f"DELETE /acp HTTP/1.1\n{authorized}"))[0] == 405
 
 
+async def h2c_get(server: RemoteServer, path: str) -> tuple[int, bytes]:
+    """One HTTP/2 GET in cleartext with prior knowledge (h2c), as a load balancer speaking HTTP/2 sends it."""
+    client_side = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+    client_side.initiate_connection()
+    client_side.send_headers(
+        1, [(":method", "GET"), (":path", path), (":scheme", "http"), (":authority", "127.0.0.1")], end_stream=True
+    )
+    status, body = 0, b""
+    with anyio.fail_after(T_WAIT):
+        async with await anyio.connect_tcp("127.0.0.1", server.address[1]) as stream:
+            await stream.send(client_side.data_to_send())
+            while True:
+                for event in client_side.receive_data(await stream.receive()):
+                    if isinstance(event, h2.events.ResponseReceived):
+                        status = int(dict(event.headers or [])[b":status"])
+                    elif isinstance(event, h2.events.DataReceived):
+                        body += event.data or b""
+                    elif isinstance(event, h2.events.StreamEnded):
+                        return status, body
+                await stream.send(client_side.data_to_send())
+
+
+@pytest.mark.timeout(30)
+async def test_healthz_is_served_over_h2c_too(tmp_path: Path) -> None:
+    async with running(settings_for(tmp_path)) as server:
+        assert await h2c_get(server, "/healthz") == (200, b"ok\n")
+        assert (await h2c_get(server, "/acp"))[0] == 401
+
+
 @pytest.mark.timeout(30)
 async def test_a_drain_ends_every_connection_as_at_eof_and_refuses_new_ones(tmp_path: Path) -> None:
     handler = EchoHandler()
@@ -606,7 +640,8 @@ async def test_a_handler_that_ignores_the_drain_is_cancelled_at_its_bound(tmp_pa
 
 # --- the official TypeScript SDK's WebSocket client ---
 
-TS_CLIENT = Path(__file__).resolve().parent.parent / "ts_client"
+ROOT = Path(__file__).resolve().parents[2]
+TS_CLIENT = ROOT / "tests" / "ts_client"
 
 
 async def run_ts_client(server: RemoteServer, token: str, how: str) -> dict[str, Any]:
@@ -644,6 +679,48 @@ async def test_the_typescript_sdks_websocket_client_is_served(tmp_path: Path, ho
     (seen,) = handler.seen.values()
     assert [line["method"] for line in seen.lines] == ["initialize", "session/new"]
     assert seen.ended.is_set()
+
+
+# A process serving with the echo handler until SIGTERM drains it: it prints its port, then what it saw at the end.
+_SERVE_UNTIL_SIGTERM = """
+import signal, sys, anyio
+from pathlib import Path
+from tests.e2e.test_remote_transport import EchoHandler, settings_for
+
+async def main():
+    handler = EchoHandler()
+    async with anyio.create_task_group() as group:
+        from acp_server.remote.server import serve_remote
+        server = await group.start(
+            lambda task_status: serve_remote(
+                settings_for(Path(sys.argv[1])), handler, stop_signals=(signal.SIGTERM,), task_status=task_status
+            )
+        )
+        print(server.address[1], flush=True)
+    print("ended" if all(seen.ended.is_set() for seen in handler.seen.values()) else "not ended", flush=True)
+
+anyio.run(main)
+"""
+
+
+@pytest.mark.timeout(60)
+async def test_sigterm_drains_the_connections_and_the_process_exits(tmp_path: Path) -> None:
+    command = [sys.executable, "-c", _SERVE_UNTIL_SIGTERM, str(tmp_path)]
+    async with await anyio.open_process(command, cwd=ROOT) as process:
+        assert process.stdout is not None
+        with anyio.fail_after(T_WAIT):
+            port = int((await process.stdout.receive()).split()[0])
+        url = f"ws://127.0.0.1:{port}/acp"
+        async with connect(url, proxy=None, additional_headers=bearer(ALICE), open_timeout=T_WAIT) as ws:
+            await ask(ws, INITIALIZE)
+            process.send_signal(signal.SIGTERM)
+            assert await closed_with(ws) == 1001
+        with anyio.fail_after(T_WAIT):
+            assert await process.wait() == 0
+            rest = b""
+            async for data in process.stdout:
+                rest += data
+    assert rest.split() == [b"ended"]
 
 
 def test_tokens_repr_names_principals_only() -> None:
