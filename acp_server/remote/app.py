@@ -160,6 +160,7 @@ class RemoteApp:
             initialize_timeout=self._settings.initialize_timeout,
             max_message_bytes=self._settings.max_message_bytes,
             max_queued_bytes=self._settings.max_queued_bytes,
+            flush_timeout=self._settings.flush_timeout,
         )
         self._connections.add(connection)  # counted from here, before any await: the limit holds under a burst
         self._none_left = anyio.Event() if self._none_left.is_set() else self._none_left

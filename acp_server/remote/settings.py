@@ -73,6 +73,9 @@ class RemoteSettings:
     keepalive_interval: int = 10
     keepalive_count: int = 3
     user_timeout: float = 60.0
+    # Once a handler has returned (a drain ended its input), how long what it wrote last may take to reach the socket
+    # before the close.
+    flush_timeout: float = 1.0
     # How long a drain waits for the connections' handlers to end (their turns cancelled as at stdin EOF, bounded by
     # the cleanup deadline) before they are cancelled.
     drain_timeout: float = 5.0

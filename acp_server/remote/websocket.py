@@ -18,8 +18,10 @@ reader that stops holds back nothing but its own connection, and a turn's cancel
 holds at most `max_queued_bytes` plus one write. A TCP connection whose peer vanished is found by the kernel (TCP
 keepalive and TCP_USER_TIMEOUT on the socket, server.py) and reaches us as a disconnect.
 
-Ending from our side (`stop`: a drain) ends the handler's lines first, lets it answer what it can (it flushes into
-the queue as at EOF), sends what is queued within `FLUSH_TIMEOUT`, then closes with the stop's code.
+When the client goes (a close, a reset, the kernel's verdict on a dead peer), the handler's lines end and its
+writes fail from then on, as when an editor closes stdin and stdout. Ending from our side (`stop`: a drain) ends
+the handler's lines first, lets it answer what it can (it flushes into the queue as at EOF), sends what is queued
+within `flush_timeout`, then closes with the stop's code.
 """
 
 from __future__ import annotations
@@ -50,8 +52,6 @@ CLOSE_GOING_AWAY = 1001  # the server drains
 CLOSE_PROTOCOL_ERROR = 1002  # the first message is not `initialize`
 CLOSE_POLICY = 1008  # no `initialize` in time; a reader too slow (the SDK's server: a limit broken)
 CLOSE_TOO_BIG = 1009  # a message over the limit
-# After the handler has returned, how long what it wrote last may take to reach the socket before the close.
-FLUSH_TIMEOUT = 1.0
 # How long sending the close frame may take: a peer that reads nothing would hold it forever.
 CLOSE_TIMEOUT = 0.5
 
@@ -137,12 +137,14 @@ class WebSocketConnection:
         initialize_timeout: float,
         max_message_bytes: int,
         max_queued_bytes: int,
+        flush_timeout: float,
     ) -> None:
         self.peer = peer
         self._receive = receive
         self._send = send
         self._initialize_timeout = initialize_timeout
         self._max_message_bytes = max_message_bytes
+        self._flush_timeout = flush_timeout
         self._outgoing = _Outgoing(max_queued_bytes, self._dead_peer)
         # The reading of frames (one scope while waiting for `initialize`, a new one while serving): cancelled, the
         # handler's lines end.
@@ -198,6 +200,9 @@ class WebSocketConnection:
             message = await self._receive()
             if message["type"] == "websocket.disconnect":
                 self._client_gone = True
+                # Nobody reads what would be written now: writes fail from here on, as on a stdout the client
+                # closed, so the handler stops producing output for nobody.
+                self._outgoing.discard()
                 if not self._ending:
                     self._ending = True
                     self.why = f"the client closed the connection ({message.get('code', CLOSE_NORMAL)})"
@@ -257,7 +262,7 @@ class WebSocketConnection:
             finally:
                 self._outgoing.close()
                 input_scope.cancel()
-                with anyio.CancelScope(shield=True), anyio.move_on_after(FLUSH_TIMEOUT):
+                with anyio.CancelScope(shield=True), anyio.move_on_after(self._flush_timeout):
                     await lines.aclose()
                     if not self._client_gone:
                         await self._outgoing.flushed()

@@ -56,22 +56,26 @@ class Seen:
 
     peer: Peer
     lines: list[Any] = field(default_factory=list)
-    ended: anyio.Event = field(default_factory=anyio.Event)  # its LineSource ended (as at stdin EOF)
+    eof: anyio.Event = field(default_factory=anyio.Event)  # its LineSource ended (as at stdin EOF)
+    ended: anyio.Event = field(default_factory=anyio.Event)  # the handler is returning
     refused: anyio.Event = field(default_factory=anyio.Event)  # a write raised BrokenPipeError
     writes_done: int = 0
+    goodbye: str = ""  # what became of the write after its input ended: "written" or "refused"
 
 
 class EchoHandler:
     """Stands where the agent will be plugged in: answers every request with what it knows of the connection.
 
-    `flood` writes `count` messages of `size` bytes without waiting for anything; `hold` makes the handler, once its
-    input has ended, wait for `release` before returning (to watch a drain in progress)."""
+    `flood` writes `count` messages of `size` bytes without waiting for anything. Once its input has ended it writes
+    `goodbyes` messages; `hold` makes it wait for `release` before that (to watch a drain in progress)."""
 
     def __init__(self) -> None:
         self.seen: dict[str, Seen] = {}
         self.connected = anyio.Event()
         self.hold = False
         self.release = anyio.Event()
+        self.goodbyes = 1  # how many messages it writes once its input has ended, of how many bytes
+        self.goodbye_bytes = 16
 
     async def __call__(self, peer: Peer, source: LineSource, sink: LineSink) -> None:
         seen = self.seen[peer.connection_id] = Seen(peer)
@@ -95,13 +99,24 @@ class EchoHandler:
                 if message.get("method") == "initialize":  # what a v1 client needs to go on
                     result |= {"protocolVersion": 1, "agentCapabilities": {}, "authMethods": []}
                 await sink.write(orjson.dumps({"jsonrpc": "2.0", "id": message["id"], "result": result}) + b"\n")
+            # Its input has ended, as stdin's at EOF. Then (after `release` if held) its last messages, as a server
+            # answering what was in flight.
+            seen.eof.set()
+            if self.hold:
+                with anyio.move_on_after(T_WAIT):
+                    await self.release.wait()
+            try:
+                for number in range(self.goodbyes):
+                    text = base64.b64encode(os.urandom(self.goodbye_bytes * 3 // 4)).decode()
+                    goodbye = {"jsonrpc": "2.0", "method": "goodbye", "params": {"n": number, "text": text}}
+                    await sink.write(orjson.dumps(goodbye) + b"\n")
+                seen.goodbye = "written"
+            except BrokenPipeError:
+                seen.goodbye = "refused"
         except BrokenPipeError:
             seen.refused.set()
         finally:
             seen.ended.set()
-        if self.hold:
-            with anyio.move_on_after(T_WAIT):
-                await self.release.wait()
 
     async def _flood(self, seen: Seen, sink: LineSink, count: int, size: int) -> None:
         text = base64.b64encode(os.urandom(size * 3 // 4)).decode()  # incompressible: deflate cannot shrink it
@@ -503,7 +518,7 @@ async def test_a_disconnect_ends_only_that_connections_handler(tmp_path: Path) -
             gone = handler.seen[connection_id(leaving)]
         with anyio.fail_after(T_WAIT):
             await gone.ended.wait()
-        assert not gone.refused.is_set()
+        assert gone.goodbye == "refused"  # nobody reads it: refused, as on a stdout the client closed
         kept = handler.seen[connection_id(staying)]
         assert not kept.ended.is_set()
         answer = await ask(staying, {"jsonrpc": "2.0", "id": 3, "method": "still/here"})
@@ -584,26 +599,56 @@ async def test_healthz_is_served_over_h2c_too(tmp_path: Path) -> None:
         assert (await h2c_get(server, "/acp"))[0] == 401
 
 
+def small_buffer_socket(server: RemoteServer) -> socket.socket:
+    """A client socket with a small, fixed receive buffer (no autotuning): what it has not read holds back the
+    server's sending after a few KiB, not after the tens of MiB loopback's buffers grow to."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+    sock.connect(("127.0.0.1", server.address[1]))  # loopback: at once
+    return sock
+
+
 @pytest.mark.timeout(30)
 async def test_a_drain_ends_every_connection_as_at_eof_and_refuses_new_ones(tmp_path: Path) -> None:
     handler = EchoHandler()
     handler.hold = True  # each handler, once its input ended, waits: the drain is watched while it runs
+    # Once released, each writes 80 x 256 KiB to a client not reading yet (the sockets take less) and returns at
+    # once: the rest is still queued when the handler returns, and is flushed before the close.
+    handler.goodbyes, handler.goodbye_bytes = 80, 256 * 1024
+    settings = settings_for(tmp_path, flush_timeout=T_WAIT)
     async with anyio.create_task_group() as group:
-        server: RemoteServer = await group.start(serve_remote, settings_for(tmp_path), handler)
-        async with client(server) as one, client(server, headers=bearer(BOB)) as two:
+        server: RemoteServer = await group.start(serve_remote, settings, handler)
+        slow: dict[str, Any] = {"max_size": None, "max_queue": 1, "compression": None}
+        async with (
+            client(server, sock=small_buffer_socket(server), **slow) as one,
+            client(server, headers=bearer(BOB), sock=small_buffer_socket(server), **slow) as two,
+        ):
             await ask(one, INITIALIZE)
             await ask(two, INITIALIZE)
             assert await raw_status(server, "GET /healthz HTTP/1.1\nHost: 127.0.0.1\n") == (200, b"ok\n")
             server.drain()
             with anyio.fail_after(T_WAIT):
                 for seen in list(handler.seen.values()):
-                    await seen.ended.wait()  # both handlers saw EOF, as at stdin EOF
+                    await seen.eof.wait()  # both handlers saw EOF, as at stdin EOF
             assert (await raw_status(server, "GET /healthz HTTP/1.1\nHost: 127.0.0.1\n"))[0] == 503
             assert await refused_status(server) == 503
             handler.release.set()
-            assert await closed_with(one) == 1001
-            assert await closed_with(two) == 1001
-    assert not any(seen.refused.is_set() for seen in handler.seen.values())
+            await anyio.sleep(0.2)  # the handlers write it all and return while nobody reads
+            received: dict[int, list[int]] = {}
+            codes: dict[int, int | None] = {}
+
+            async def read_to_the_close(index: int, ws: ClientConnection) -> None:
+                received[index] = [orjson.loads(await ws.recv())["params"]["n"] for _ in range(80)]
+                codes[index] = await closed_with(ws)
+
+            with anyio.fail_after(T_WAIT):
+                async with anyio.create_task_group() as readers:
+                    readers.start_soon(read_to_the_close, 0, one)
+                    readers.start_soon(read_to_the_close, 1, two)
+            # What each handler wrote after its input ended arrived whole, in order, before the close.
+            assert received == {0: list(range(80)), 1: list(range(80))}
+            assert codes == {0: 1001, 1: 1001}
+    assert [seen.goodbye for seen in handler.seen.values()] == ["written", "written"]
 
 
 @pytest.mark.timeout(30)
