@@ -98,9 +98,9 @@ def bind_socket(settings: RemoteSettings) -> socket.socket:
     return sock
 
 
-def _tokens(settings: RemoteSettings) -> tuple[Path, Tokens, bool]:
+def _tokens(settings: RemoteSettings) -> tuple[Path, Tokens, bool | None]:
     if settings.token_file is not None:
-        return settings.token_file, read_token_file(settings.token_file), False
+        return settings.token_file, read_token_file(settings.token_file), None
     return default_tokens(settings.state_dir)
 
 
@@ -120,10 +120,11 @@ def _hypercorn_config(settings: RemoteSettings, fd: int) -> HypercornConfig:
     return config
 
 
-def _announce(url: str, token_file: Path, made: bool) -> None:
-    """On stderr, for the person who started `serve` (Jupyter's pattern, without the token: the file holds it)."""
-    how = "made now" if made else "kept from before"
-    sys.stderr.write(f"acp-server: serving {url}\nacp-server: token file {token_file} ({how}; mode 0600)\n")
+def _announce(url: str, token_file: Path, made: bool | None) -> None:
+    """On stderr, for the person who started `serve` (Jupyter's pattern, without the token: the file holds it).
+    `made`: None for a `--token-file`, else whether the default file was made now."""
+    how = "" if made is None else " (made now; mode 0600)" if made else " (kept from before; mode 0600)"
+    sys.stderr.write(f"acp-server: serving {url}\nacp-server: tokens in {token_file}{how}\n")
     sys.stderr.flush()
 
 
