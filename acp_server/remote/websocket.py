@@ -52,6 +52,7 @@ CLOSE_GOING_AWAY = 1001  # the server drains
 CLOSE_PROTOCOL_ERROR = 1002  # the first message is not `initialize`
 CLOSE_POLICY = 1008  # no `initialize` in time; a reader too slow (the SDK's server: a limit broken)
 CLOSE_TOO_BIG = 1009  # a message over the limit
+CLOSE_INTERNAL_ERROR = 1011  # the handler failed
 # How long sending the close frame may take: a peer that reads nothing would hold it forever.
 CLOSE_TIMEOUT = 0.5
 
@@ -189,7 +190,11 @@ class WebSocketConnection:
         with self._scope:
             first = await self._first_message()
             if first is not None:
-                await self._serve(handler, first)
+                try:
+                    await self._serve(handler, first)
+                except Exception:  # a defect in the handler: this connection ends, the server and the others go on
+                    log.exception("remote connection %s: the handler failed", self.peer.connection_id)
+                    self._end("the handler failed", CLOSE_INTERNAL_ERROR)
             with anyio.CancelScope(shield=True), anyio.move_on_after(CLOSE_TIMEOUT):
                 if not self._client_gone:
                     await self._send({"type": "websocket.close", "code": self._close_code})
@@ -264,6 +269,7 @@ class WebSocketConnection:
                 input_scope.cancel()
                 with anyio.CancelScope(shield=True), anyio.move_on_after(self._flush_timeout):
                     await lines.aclose()
+                    receive_lines.close()  # also when the handler left before the lines' stream was entered
                     if not self._client_gone:
                         await self._outgoing.flushed()
                 group.cancel_scope.cancel()

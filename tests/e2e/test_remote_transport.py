@@ -39,7 +39,7 @@ from websockets.typing import Subprotocol
 from acp_server.errors import ServeSetupError
 from acp_server.jsonrpc.transport import LineSink, LineSource
 from acp_server.remote import tokens as tokens_module
-from acp_server.remote.peer import Peer
+from acp_server.remote.peer import ConnectionHandler, Peer
 from acp_server.remote.server import RemoteServer, serve_remote
 from acp_server.remote.settings import RemoteSettings, check
 from acp_server.remote.tokens import Principal, Tokens, read_token_file
@@ -139,7 +139,7 @@ def settings_for(tmp_path: Path, **changes: Any) -> RemoteSettings:
 
 
 @asynccontextmanager
-async def running(settings: RemoteSettings, handler: EchoHandler | None = None) -> AsyncIterator[RemoteServer]:
+async def running(settings: RemoteSettings, handler: ConnectionHandler | None = None) -> AsyncIterator[RemoteServer]:
     handler = handler or EchoHandler()
     async with anyio.create_task_group() as group:
         server: RemoteServer = await group.start(serve_remote, settings, handler)
@@ -597,6 +597,34 @@ async def test_healthz_is_served_over_h2c_too(tmp_path: Path) -> None:
     async with running(settings_for(tmp_path)) as server:
         assert await h2c_get(server, "/healthz") == (200, b"ok\n")
         assert (await h2c_get(server, "/acp"))[0] == 401
+
+
+@pytest.mark.timeout(30)
+async def test_a_handler_that_fails_ends_only_its_connection_with_1011(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level("INFO")
+    echo = EchoHandler()
+
+    async def failing_for_bob(peer: Peer, source: LineSource, sink: LineSink) -> None:
+        if peer.principal.name == "bob":
+            async for _ in source:
+                raise RuntimeError("a defect")
+        await echo(peer, source, sink)
+
+    async with running(settings_for(tmp_path), failing_for_bob) as server, client(server) as alice:
+        await ask(alice, INITIALIZE)
+        async with client(server, headers=bearer(BOB)) as bob:
+            await bob.send(orjson.dumps(INITIALIZE).decode())
+            assert await closed_with(bob) == 1011
+        assert (await ask(alice, {"jsonrpc": "2.0", "id": 7, "method": "still/here"}))["id"] == 7
+        async with client(server, headers=bearer(BOB)) as again:  # the server still serves
+            await again.send(orjson.dumps(INITIALIZE).decode())
+            assert await closed_with(again) == 1011
+    failures = [r for r in caplog.records if r.levelname == "ERROR" and "the handler failed" in r.getMessage()]
+    assert len(failures) == 2 and all(r.exc_info for r in failures)  # said once each, with the defect's traceback
+    ended = [r.getMessage() for r in caplog.records if r.getMessage().endswith("ended: the handler failed")]
+    assert len(ended) == 2
 
 
 def small_buffer_socket(server: RemoteServer) -> socket.socket:
