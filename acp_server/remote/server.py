@@ -35,6 +35,7 @@ from anyio.abc import TaskStatus
 from hypercorn.asyncio import serve as hypercorn_serve
 from hypercorn.config import Config as HypercornConfig
 
+from acp_server.errors import ServeSetupError
 from acp_server.remote.app import ENDPOINT, RemoteApp
 from acp_server.remote.peer import ConnectionHandler
 from acp_server.remote.settings import RemoteSettings, check
@@ -150,7 +151,12 @@ async def serve_remote(
     try:
         config = _hypercorn_config(settings, sock.fileno())
         if settings.tls:
-            config.create_ssl_context()  # a certificate or key that cannot be loaded fails here, before we say we serve
+            try:  # a certificate or key that cannot be loaded fails here, before anything says it serves
+                config.create_ssl_context()
+            except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
+                raise ServeSetupError(
+                    f"cannot use the TLS certificate {settings.certfile} with the key {settings.keyfile}: {exc}"
+                ) from None
     except BaseException:
         sock.close()
         raise
@@ -163,6 +169,7 @@ async def serve_remote(
             await hypercorn_serve(cast(Any, app), config, shutdown_trigger=cast(Any, stopped.wait), mode="asgi")
         finally:
             hypercorn_done.set()
+            server._drain_requested.set()  # nothing listens any more: whatever ended it, end the rest
 
     async def watch_signals(*, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         with anyio.open_signal_receiver(*stop_signals) as received:

@@ -465,6 +465,29 @@ async def test_tls_with_certfile_and_keyfile_serves_wss(tmp_path: Path) -> None:
             assert (await ask(ws, INITIALIZE))["result"]["principal"] == "alice"
 
 
+@pytest.mark.timeout(30)
+async def test_a_certificate_that_cannot_be_loaded_stops_the_start_before_anything_listens(tmp_path: Path) -> None:
+    (tmp_path / "cert.pem").write_text("not a certificate\n")
+    settings = settings_for(tmp_path, certfile=str(tmp_path / "cert.pem"), keyfile=str(tmp_path / "missing.pem"))
+    with pytest.raises(ServeSetupError, match="cannot use the TLS certificate"), anyio.fail_after(T_WAIT):
+        await serve_remote(settings, EchoHandler())
+    assert not [name for name in os.listdir("/proc/self/fd") if _listens_on(int(name), settings)]
+
+
+def _listens_on(fd: int, settings: RemoteSettings) -> bool:
+    """Whether descriptor `fd` is a listening TCP socket bound to the settings' host (none may be left behind)."""
+    try:
+        candidate = socket.socket(fileno=os.dup(fd))
+    except OSError:
+        return False
+    with candidate:
+        try:
+            listening = candidate.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN) == 1
+            return listening and candidate.getsockname()[0] == settings.host
+        except OSError:
+            return False
+
+
 # --- limits (decision 8) and dead peers (decision 6) ---
 
 
