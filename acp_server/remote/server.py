@@ -113,6 +113,7 @@ def _hypercorn_config(settings: RemoteSettings, fd: int) -> HypercornConfig:
     # hypercorn counts a text message in characters, never more than its UTF-8 bytes: never stricter than our limit,
     # which websocket.py checks in bytes.
     config.websocket_max_message_size = settings.max_message_bytes
+    config.websocket_ping_interval = settings.ping_interval
     config.graceful_timeout = HYPERCORN_GRACE
     config.include_server_header = False  # no version for a scanner to match
     config.accesslog = None  # the app logs one line per connection; an access log would add nothing but volume

@@ -73,6 +73,10 @@ class RemoteSettings:
     keepalive_interval: int = 10
     keepalive_count: int = 3
     user_timeout: float = 60.0
+    # WebSocket pings every this many seconds (None: none), so proxies in between (nginx closes a silent one after
+    # 60 s) keep a quiet connection open, as the SSE profile's comments will. hypercorn sends them; it does not look
+    # at the pongs: dead peers are the kernel's to find (keepalive above).
+    ping_interval: float | None = 15.0
     # Once a handler has returned (a drain ended its input), how long what it wrote last may take to reach the socket
     # before the close.
     flush_timeout: float = 1.0

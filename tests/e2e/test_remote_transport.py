@@ -529,6 +529,7 @@ async def test_a_reader_that_stops_reading_is_ended_as_a_dead_peer_and_others_go
             await seen.ended.wait()
         assert 0 < seen.writes_done < 400
         assert (await ask(other, {"jsonrpc": "2.0", "id": 5, "method": "still/here"}))["id"] == 5
+        stalled.transport.abort()  # its closing handshake would wait behind all it never read
 
 
 @pytest.mark.timeout(30)
@@ -546,6 +547,23 @@ async def test_a_disconnect_ends_only_that_connections_handler(tmp_path: Path) -
         assert not kept.ended.is_set()
         answer = await ask(staying, {"jsonrpc": "2.0", "id": 3, "method": "still/here"})
         assert answer["result"]["principal"] == "alice"
+
+
+@pytest.mark.timeout(30)
+async def test_a_quiet_connection_is_pinged_so_proxies_keep_it_open(tmp_path: Path) -> None:
+    async with running(settings_for(tmp_path, ping_interval=0.2)) as server:
+        with anyio.fail_after(T_WAIT):
+            async with await anyio.connect_tcp("127.0.0.1", server.address[1]) as stream:
+                await stream.send(upgrade_request(f"127.0.0.1:{server.address[1]}").replace("\n", "\r\n").encode())
+                await stream.send(b"\r\n")
+                data = b""
+                while b"\r\n\r\n" not in data:
+                    data += await stream.receive()
+                head, _, frames = data.partition(b"\r\n\r\n")
+                assert head.startswith(b"HTTP/1.1 101")
+                while len(frames) < 2:
+                    frames += await stream.receive()
+                assert frames[0] == 0x89  # FIN + ping, the first thing sent on a connection nobody speaks on
 
 
 def accepted_socket(local: tuple[str, int], peer: tuple[str, int]) -> socket.socket:
