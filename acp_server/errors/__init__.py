@@ -27,7 +27,9 @@ AcpServerError                      the root; never a cancellation (anyio's is a
  ├── TurnFailedError                a turn failed without a cancel                                                -32603
  ├── TransitionError (RuntimeError) a run asked for a transition its state does not allow: a bug
  ├── TranscriptError (ValueError)   a transcript file that does not follow the format
- └── PeerGoneError                  the recorded agent stopped reading its stdin
+ ├── PeerGoneError                  the recorded agent stopped reading its stdin
+ └── ServeSetupError (ValueError)   remote ACP cannot start as set up: a token file that is not private, no TLS off
+                                    loopback
 
 StreamAbortedError (RuntimeError)   outside the root on purpose: the scripted model's stand-in for a library's error
 
@@ -62,6 +64,7 @@ __all__ = [
     "PromptRejectedError",
     "ProviderError",
     "ScriptError",
+    "ServeSetupError",
     "SessionBusyError",
     "SettingsError",
     "StateFileError",
@@ -224,3 +227,11 @@ class TranscriptError(AcpServerError, ValueError):
 
 class PeerGoneError(AcpServerError):
     """The agent stopped reading its stdin."""
+
+
+# --- remote ACP (the transport room, acp_server/remote) ---
+
+
+class ServeSetupError(AcpServerError, ValueError):
+    """Remote ACP cannot start as set up: a token file that is not a private regular file or holds a bad line, a
+    listen address off loopback without TLS, a certificate without its key. The message says what to change."""

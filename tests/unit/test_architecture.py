@@ -30,6 +30,9 @@ ALLOWED: dict[str, frozenset[str]] = {
     "agent": frozenset({"errors", "runtime", "store", "mcp_bridge", "settings"}),
     "protocol": frozenset({"", "errors", "agent", "runtime", "store", "mcp_bridge", "jsonrpc", "settings"}),
     "chat": frozenset({""}),  # another program: it reaches the agent over the protocol only
+    # Remote ACP's transport room: the network endpoint and its security, handing each connection to a handler
+    # through the stdio seam (jsonrpc's LineSource/LineSink); it knows no sessions.
+    "remote": frozenset({"errors", "jsonrpc", "settings"}),
     # The process's entry points: the command line, the composition roots, doctor, `acp-server sessions`.
     "cli": frozenset(
         {
@@ -478,6 +481,12 @@ HEAVY_AT_START_UP = (
     "acp_server.protocol.schema",
     "acp_server.protocol.v2.schema",
     "acp_server.protocol.testmode.gate_params",
+    # Remote ACP (`serve` only) and the ASGI server under it, with its HTTP/1.1, HTTP/2 and WebSocket machines.
+    "acp_server.remote",
+    "hypercorn",
+    "h11",
+    "h2",
+    "wsproto",
 )
 
 

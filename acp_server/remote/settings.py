@@ -1,0 +1,283 @@
+"""What `serve` is told (REMOTE.md decisions 1, 3, 6, 8): where to listen, who may connect, TLS, and the limits.
+
+Each setting comes from its flag, else its `ACP_SERVER_*` variable (not empty), else the config file's `[serve]`
+table, else its default, as every other setting does (settings/command_line.py). `add_arguments` adds the flags to
+the server's parser (`load(extend=...)`), `remote_settings` merges the three sources into a frozen `RemoteSettings`,
+and `check` refuses what must not start (no TLS off loopback). Self-contained: the `serve` subcommand will call
+these once the one Agent serves many connections (issue 22).
+
+The timing knobs that are not flags (keepalive, queue, drain) are fields with defaults, so tests can keep them short.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+from acp_server.errors import ServeSetupError
+
+__all__ = [
+    "DEFAULT_LISTEN",
+    "MAX_MESSAGE_BYTES",
+    "RemoteSettings",
+    "add_arguments",
+    "check",
+    "is_loopback",
+    "parse_listen",
+    "remote_settings",
+]
+
+T = TypeVar("T")
+
+DEFAULT_LISTEN = "127.0.0.1:8765"
+DEFAULT_MAX_CONNECTIONS = 256
+DEFAULT_INITIALIZE_TIMEOUT = 10.0
+# The TypeScript SDK's client drops a message over 32 MiB, and a prompt comes back inside a replayed update: what
+# comes in stays this far below, leaving room for the envelope it is replayed in (decision 8).
+MESSAGE_ENVELOPE_BYTES = 64 * 1024
+MAX_MESSAGE_BYTES = 32 * 1024 * 1024 - MESSAGE_ENVELOPE_BYTES
+# What a connection may hold for a reader that is not keeping up before it counts as a dead peer (the SDK's own
+# server holds `maxBufferedBytes`, 64 MiB, too); beyond one message, so a whole maximal message always fits.
+DEFAULT_MAX_QUEUED_BYTES = 64 * 1024 * 1024
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteSettings:
+    """Everything the transport room needs, frozen. `state_dir` is where the default token file lives."""
+
+    state_dir: Path
+    host: str = "127.0.0.1"
+    port: int = 8765
+    token_file: Path | None = None
+    allow_origins: tuple[str, ...] = ()
+    allow_hosts: tuple[str, ...] = ()  # beyond the listen address, localhost, 127.0.0.1 and [::1]
+    certfile: str | None = None
+    keyfile: str | None = None
+    insecure_no_tls: bool = False
+    max_connections: int = DEFAULT_MAX_CONNECTIONS
+    initialize_timeout: float = DEFAULT_INITIALIZE_TIMEOUT
+    max_message_bytes: int = MAX_MESSAGE_BYTES
+    max_queued_bytes: int = DEFAULT_MAX_QUEUED_BYTES
+    # A dead peer (decision 6): TCP keepalive probes after `keepalive_idle` s of silence, every
+    # `keepalive_interval` s, `keepalive_count` of them; and TCP_USER_TIMEOUT, how long sent data (or a zero window)
+    # may stay unacknowledged before the kernel ends the connection. Set on the listening socket, which the accepted
+    # ones inherit (Linux).
+    keepalive_idle: int = 30
+    keepalive_interval: int = 10
+    keepalive_count: int = 3
+    user_timeout: float = 60.0
+    # WebSocket pings every this many seconds (None: none), so proxies in between (nginx closes a silent one after
+    # 60 s) keep a quiet connection open, as the SSE profile's comments will. hypercorn sends them; it does not look
+    # at the pongs: dead peers are the kernel's to find (keepalive above).
+    ping_interval: float | None = 15.0
+    # Once a handler has returned (a drain ended its input), how long what it wrote last may take to reach the socket
+    # before the close.
+    flush_timeout: float = 1.0
+    # How long a drain waits for the connections' handlers to end (their turns cancelled as at stdin EOF, bounded by
+    # the cleanup deadline) before they are cancelled.
+    drain_timeout: float = 5.0
+
+    @property
+    def tls(self) -> bool:
+        return self.certfile is not None and self.keyfile is not None
+
+
+def is_loopback(host: str) -> bool:
+    """Whether a listen host is reachable from this machine only. A name other than `localhost` is not trusted to
+    be: it may resolve anywhere."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    """`HOST:PORT` (`[::1]:8765` for IPv6) into its parts; ValueError in words."""
+    host, colon, port_text = text.rpartition(":")
+    if not colon or not host:
+        raise ValueError(f"expected HOST:PORT, found {text!r}")
+    if host.startswith("["):
+        if not host.endswith("]"):
+            raise ValueError(f"an IPv6 address goes in brackets, [::1]:8765; found {text!r}")
+        host = host[1:-1]
+    elif ":" in host:
+        raise ValueError(f"an IPv6 address goes in brackets, [::1]:8765; found {text!r}")
+    try:
+        port = int(port_text)
+    except ValueError:
+        raise ValueError(f"not a port number: {port_text!r}") from None
+    if not 0 <= port <= 65535:
+        raise ValueError(f"a port is 0 to 65535, found {port}")
+    return host, port
+
+
+def check(settings: RemoteSettings) -> None:
+    """Refuse what must not start: ServeSetupError saying what to change."""
+    if (settings.certfile is None) != (settings.keyfile is None):
+        raise ServeSetupError("TLS needs both --certfile and --keyfile")
+    if not settings.tls and not settings.insecure_no_tls and not is_loopback(settings.host):
+        raise ServeSetupError(
+            f"refusing to serve on {settings.host} without TLS: tokens would cross the network in clear. Give "
+            "--certfile and --keyfile, or --insecure-no-tls when a TLS-terminating proxy in front does it"
+        )
+    if settings.max_connections < 1:
+        raise ServeSetupError("--max-connections must be at least 1")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The `serve` flags, on top of every setting the stdio server takes. Defaults are None, so a flag not given can
+    be told from one that was (precedence)."""
+    add = parser.add_argument
+    add(
+        "--listen",
+        metavar="HOST:PORT",
+        help=f"where to listen (default {DEFAULT_LISTEN}; env ACP_SERVER_LISTEN; file: [serve] listen)",
+    )
+    add(
+        "--token-file",
+        metavar="FILE",
+        help="`PRINCIPAL TOKEN [ROOT ...]` lines, mode 0600 (default: serve-token in "
+        "the state directory, made once; env ACP_SERVER_TOKEN_FILE; file: [serve] token_file)",
+    )
+    add(
+        "--allow-origin",
+        action="append",
+        metavar="ORIGIN",
+        help="a browser Origin allowed to connect, e.g. "
+        "https://app.example.com; repeat for more (env ACP_SERVER_ALLOW_ORIGIN, comma-separated; file: [serve] "
+        "allow_origin = [...])",
+    )
+    add(
+        "--allow-host",
+        action="append",
+        metavar="HOST",
+        help="a Host header allowed besides the listen address, "
+        "localhost, 127.0.0.1 and [::1]; repeat for more (env ACP_SERVER_ALLOW_HOST, comma-separated; file: [serve] "
+        "allow_host = [...])",
+    )
+    add("--certfile", metavar="FILE", help="TLS certificate chain (env ACP_SERVER_CERTFILE; file: [serve] certfile)")
+    add("--keyfile", metavar="FILE", help="TLS private key (env ACP_SERVER_KEYFILE; file: [serve] keyfile)")
+    add(
+        "--insecure-no-tls",
+        action="store_true",
+        default=None,
+        help="serve without TLS off loopback, behind a "
+        "TLS-terminating proxy (env ACP_SERVER_INSECURE_NO_TLS=1; file: [serve] insecure_no_tls = true)",
+    )
+    add(
+        "--max-connections",
+        type=int,
+        metavar="N",
+        help=f"connections at once; beyond, 503 (default "
+        f"{DEFAULT_MAX_CONNECTIONS}; env ACP_SERVER_MAX_CONNECTIONS; file: [serve] max_connections)",
+    )
+    add(
+        "--initialize-timeout",
+        type=float,
+        metavar="SECONDS",
+        help="how long a new connection has to send "
+        f"`initialize` (default {DEFAULT_INITIALIZE_TIMEOUT:g}; env ACP_SERVER_INITIALIZE_TIMEOUT; file: [serve] "
+        "initialize_timeout)",
+    )
+
+
+class _Pick:
+    """flag > environment > the file's `[serve]` table > default, one setting at a time."""
+
+    def __init__(self, env: Mapping[str, str], table: Mapping[str, Any]) -> None:
+        self.env = env
+        self.table = table
+
+    def __call__(self, flag: T | None, variable: str, key: str, default: T, parse: Callable[[Any], T]) -> T:
+        try:
+            if flag is not None:
+                return flag
+            if self.env.get(variable, "").strip():
+                return parse(self.env[variable].strip())
+            if key in self.table:
+                return parse(self.table[key])
+        except (ValueError, TypeError) as exc:
+            raise ServeSetupError(f"{variable} / [serve] {key}: {exc}") from None
+        return default
+
+
+def _switch(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in _TRUE or text in _FALSE:
+        return text in _TRUE
+    raise ValueError(f"expected true or false, found {value!r}")
+
+
+def _names(value: Any) -> tuple[str, ...]:
+    items = value.split(",") if isinstance(value, str) else value
+    if not isinstance(items, list | tuple) or not all(isinstance(item, str) for item in items):
+        raise ValueError("expected a list of names")
+    return tuple(item.strip() for item in items if item.strip())
+
+
+def _positive(kind: Callable[[Any], T]) -> Callable[[Any], T]:
+    def parse(value: Any) -> T:
+        if isinstance(value, bool):
+            raise ValueError(f"expected a number, found {value!r}")
+        number = kind(value)
+        if not (isinstance(number, int | float) and number > 0 and not math.isinf(number)):
+            raise ValueError(f"expected a number above zero, found {value!r}")
+        return number
+
+    return parse
+
+
+def remote_settings(
+    args: argparse.Namespace, env: Mapping[str, str], file_raw: Mapping[str, Any], state_dir: Path
+) -> RemoteSettings:
+    """The merged settings (checked with `check`); ServeSetupError for a value that cannot be used."""
+    table = file_raw.get("serve", {})
+    pick = _Pick(env, table if isinstance(table, dict) else {})
+    listen = pick(getattr(args, "listen", None), "ACP_SERVER_LISTEN", "listen", DEFAULT_LISTEN, str)
+    try:
+        host, port = parse_listen(listen)
+    except ValueError as exc:
+        raise ServeSetupError(f"--listen: {exc}") from None
+    token_file = pick(getattr(args, "token_file", None), "ACP_SERVER_TOKEN_FILE", "token_file", None, str)
+    origins: Sequence[str] | None = getattr(args, "allow_origin", None)
+    hosts: Sequence[str] | None = getattr(args, "allow_host", None)
+    settings = RemoteSettings(
+        state_dir=state_dir,
+        host=host,
+        port=port,
+        token_file=Path(token_file).expanduser() if token_file else None,
+        allow_origins=pick(tuple(origins) if origins else None, "ACP_SERVER_ALLOW_ORIGIN", "allow_origin", (), _names),
+        allow_hosts=pick(tuple(hosts) if hosts else None, "ACP_SERVER_ALLOW_HOST", "allow_host", (), _names),
+        certfile=pick(getattr(args, "certfile", None), "ACP_SERVER_CERTFILE", "certfile", None, str),
+        keyfile=pick(getattr(args, "keyfile", None), "ACP_SERVER_KEYFILE", "keyfile", None, str),
+        insecure_no_tls=pick(
+            getattr(args, "insecure_no_tls", None), "ACP_SERVER_INSECURE_NO_TLS", "insecure_no_tls", False, _switch
+        ),
+        max_connections=pick(
+            getattr(args, "max_connections", None),
+            "ACP_SERVER_MAX_CONNECTIONS",
+            "max_connections",
+            DEFAULT_MAX_CONNECTIONS,
+            _positive(int),
+        ),
+        initialize_timeout=pick(
+            getattr(args, "initialize_timeout", None),
+            "ACP_SERVER_INITIALIZE_TIMEOUT",
+            "initialize_timeout",
+            DEFAULT_INITIALIZE_TIMEOUT,
+            _positive(float),
+        ),
+    )
+    check(settings)
+    return settings

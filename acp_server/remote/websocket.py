@@ -1,0 +1,282 @@
+"""One accepted WebSocket connection, turned into the stdio seam: frames in become lines, lines out become frames.
+
+Every text frame is one JSON-RPC message both ways; binary frames are ignored. Before the handler starts, the first
+message must come within `initialize_timeout` and be an `initialize` (only its `method` is looked at: reading the
+rest is the protocol layer's job), else the connection is closed with 1008 (too late) or 1002 (not `initialize`).
+A message over `max_message_bytes` closes it with 1009: hypercorn counts a text message in characters
+(`websocket_max_message_size`, set to the same number, so never stricter than bytes) and drops a longer one itself;
+the UTF-8 bytes are counted here.
+
+Input is pulled: a frame is read from hypercorn only when the handler takes the one before, so a client writing
+faster than it is served fills its own socket, not our memory.
+
+Output never waits for the network (decision 8). `write` cuts what it is given into lines and queues them for this
+connection's sender task; it returns at once. When the queue already holds more than `max_queued_bytes` that the
+socket has not taken, the reader is too slow or gone: the connection ends as a dead peer (close 1008), that write and
+every later one raise BrokenPipeError (as a closed stdout does), and the handler's lines end as at stdin EOF. So a
+reader that stops holds back nothing but its own connection, and a turn's cancel never waits on its socket. The queue
+holds at most `max_queued_bytes` plus one write. A TCP connection whose peer vanished is found by the kernel (TCP
+keepalive and TCP_USER_TIMEOUT on the socket, server.py) and reaches us as a disconnect.
+
+When the client goes (a close, a reset, the kernel's verdict on a dead peer), the handler's lines end and its
+writes fail from then on, as when an editor closes stdin and stdout. Ending from our side (`stop`: a drain) ends
+the handler's lines first, lets it answer what it can (it flushes into the queue as at EOF), sends what is queued
+within `flush_timeout`, then closes with the stop's code.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import AsyncGenerator, Awaitable, Callable
+from typing import Any
+
+import anyio
+import anyio.lowlevel
+import orjson
+from anyio.streams.memory import MemoryObjectReceiveStream
+
+from acp_server.jsonrpc.transport import Oversized
+from acp_server.remote.peer import ConnectionHandler, Peer
+
+__all__ = ["CLOSE_GOING_AWAY", "Receive", "Send", "WebSocketConnection"]
+
+log = logging.getLogger(__name__)
+
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+# Close codes (RFC 6455 §7.4.1), as the TypeScript SDK's own server uses them.
+CLOSE_NORMAL = 1000
+CLOSE_GOING_AWAY = 1001  # the server drains
+CLOSE_PROTOCOL_ERROR = 1002  # the first message is not `initialize`
+CLOSE_POLICY = 1008  # no `initialize` in time; a reader too slow (the SDK's server: a limit broken)
+CLOSE_TOO_BIG = 1009  # a message over the limit
+CLOSE_INTERNAL_ERROR = 1011  # the handler failed
+# How long sending the close frame may take: a peer that reads nothing would hold it forever.
+CLOSE_TIMEOUT = 0.5
+
+
+class _Outgoing:
+    """The connection's `LineSink`: a queue of frames, bounded in bytes, that never makes `write` wait."""
+
+    def __init__(self, max_queued_bytes: int, on_overflow: Callable[[], None]) -> None:
+        self._max = max_queued_bytes
+        self._on_overflow = on_overflow
+        self._frames: deque[tuple[str, int]] = deque()
+        self.queued_bytes = 0
+        self._ready = anyio.Event()
+        self._empty = anyio.Event()
+        self._empty.set()
+        self.closed = False
+
+    async def write(self, data: bytes) -> None:
+        if self.closed:
+            raise BrokenPipeError("the remote connection is closed")
+        if self.queued_bytes > self._max:
+            self._on_overflow()
+            raise BrokenPipeError("the client is not reading: the connection was ended")
+        for line in data.split(b"\n"):
+            if line.strip():
+                self._frames.append((line.decode("utf-8", "replace"), len(line)))
+                self.queued_bytes += len(line)
+        if self._frames:
+            self._ready.set()
+            self._empty = anyio.Event() if self._empty.is_set() else self._empty
+        # One turn for the sender (and everyone else) per write: a connection writes a batch per loop iteration.
+        await anyio.lowlevel.checkpoint()
+
+    def close(self) -> None:
+        """No more writes; what is queued may still be sent (`flush`)."""
+        self.closed = True
+        self._ready.set()
+
+    def discard(self) -> None:
+        self.close()
+        self._frames.clear()
+        self.queued_bytes = 0
+        self._empty.set()
+
+    async def pump(self, send: Send) -> None:
+        """The sender task: frames to hypercorn, one at a time, in order."""
+        while True:
+            if not self._frames:
+                self._empty.set()
+                if self.closed:
+                    return
+                self._ready = anyio.Event()
+                await self._ready.wait()
+                continue
+            text, size = self._frames[0]
+            await send({"type": "websocket.send", "text": text})
+            if self._frames:  # `discard` may have emptied it meanwhile
+                self._frames.popleft()
+                self.queued_bytes -= size
+
+    async def flushed(self) -> None:
+        await self._empty.wait()
+
+
+def _is_initialize(data: bytes) -> bool:
+    """Whether the first message asks for `initialize` (only its method is looked at)."""
+    try:
+        message = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return False
+    return isinstance(message, dict) and message.get("method") == "initialize"
+
+
+class WebSocketConnection:
+    """One accepted connection, from its first message to its close. `stop` and `cancel` come from a drain."""
+
+    def __init__(
+        self,
+        peer: Peer,
+        receive: Receive,
+        send: Send,
+        *,
+        initialize_timeout: float,
+        max_message_bytes: int,
+        max_queued_bytes: int,
+        flush_timeout: float,
+    ) -> None:
+        self.peer = peer
+        self._receive = receive
+        self._send = send
+        self._initialize_timeout = initialize_timeout
+        self._max_message_bytes = max_message_bytes
+        self._flush_timeout = flush_timeout
+        self._outgoing = _Outgoing(max_queued_bytes, self._dead_peer)
+        # The reading of frames (one scope while waiting for `initialize`, a new one while serving): cancelled, the
+        # handler's lines end.
+        self._input_scope = anyio.CancelScope()
+        self._scope = anyio.CancelScope()  # everything of this connection (a drain's last resort)
+        self._sender_scope = anyio.CancelScope()
+        self._close_code = CLOSE_NORMAL
+        self.why = "the handler returned"
+        self._ending = False
+        self._client_gone = False
+
+    # --- ended from outside ---
+
+    def stop(self, why: str, code: int = CLOSE_GOING_AWAY) -> None:
+        """End the handler's input as at stdin EOF; once it has returned, flush and close with `code`."""
+        self._end(why, code)
+
+    def cancel(self) -> None:
+        """Past a drain's bound: stop everything of this connection now."""
+        self._scope.cancel()
+
+    def _end(self, why: str, code: int) -> None:
+        if not self._ending:
+            self._ending = True
+            self.why = why
+            self._close_code = code
+        self._input_scope.cancel()
+
+    def _dead_peer(self) -> None:
+        log.warning(
+            "remote connection %s: %d bytes queued and not read: ended as a dead peer",
+            self.peer.connection_id,
+            self._outgoing.queued_bytes,
+        )
+        self._end("dead peer: the client stopped reading", CLOSE_POLICY)
+        self._outgoing.discard()
+        self._sender_scope.cancel()  # it may wait on a socket nobody reads
+
+    # --- the connection's life ---
+
+    async def run(self, handler: ConnectionHandler) -> None:
+        with self._scope:
+            first = await self._first_message()
+            if first is not None:
+                try:
+                    await self._serve(handler, first)
+                except Exception:  # a defect in the handler: this connection ends, the server and the others go on
+                    log.exception("remote connection %s: the handler failed", self.peer.connection_id)
+                    self._end("the handler failed", CLOSE_INTERNAL_ERROR)
+            with anyio.CancelScope(shield=True), anyio.move_on_after(CLOSE_TIMEOUT):
+                if not self._client_gone:
+                    await self._send({"type": "websocket.close", "code": self._close_code})
+
+    async def _next_text(self) -> bytes | Oversized | None:
+        """The next text frame's bytes, skipping binary frames; None once the client has gone."""
+        while True:
+            message = await self._receive()
+            if message["type"] == "websocket.disconnect":
+                self._client_gone = True
+                # Nobody reads what would be written now: writes fail from here on, as on a stdout the client
+                # closed, so the handler stops producing output for nobody.
+                self._outgoing.discard()
+                if not self._ending:
+                    self._ending = True
+                    self.why = f"the client closed the connection ({message.get('code', CLOSE_NORMAL)})"
+                return None
+            text = message.get("text")
+            if message["type"] != "websocket.receive" or not isinstance(text, str):
+                continue  # a binary frame: ignored (the RFD)
+            data = text.encode("utf-8", "surrogatepass")
+            if len(data) > self._max_message_bytes:
+                return Oversized(len(data))
+            return data
+
+    def _new_input_scope(self) -> anyio.CancelScope:
+        self._input_scope = anyio.CancelScope()
+        if self._ending:
+            self._input_scope.cancel()
+        return self._input_scope
+
+    async def _first_message(self) -> bytes | None:
+        """The first message if it is an `initialize` in time; else the close code is chosen and None returned."""
+        with self._new_input_scope(), anyio.move_on_after(self._initialize_timeout) as deadline:
+            first = await self._next_text()
+            if isinstance(first, Oversized):
+                self._end(f"a message of {first.size} bytes, over the limit", CLOSE_TOO_BIG)
+                return None
+            if first is not None and not _is_initialize(first):
+                self._end("the first message is not `initialize`", CLOSE_PROTOCOL_ERROR)
+                return None
+            return first
+        if deadline.cancelled_caught:
+            self._end(f"no `initialize` within {self._initialize_timeout:g} s", CLOSE_POLICY)
+        return None
+
+    async def _serve(self, handler: ConnectionHandler, first: bytes) -> None:
+        send_lines, receive_lines = anyio.create_memory_object_stream[bytes](0)
+        input_scope = self._new_input_scope()
+        lines = _lines(first, receive_lines)
+        async with anyio.create_task_group() as group:
+
+            async def read_frames() -> None:
+                async with send_lines:
+                    with input_scope:
+                        while (data := await self._next_text()) is not None:
+                            if isinstance(data, Oversized):
+                                self._end(f"a message of {data.size} bytes, over the limit", CLOSE_TOO_BIG)
+                                return
+                            await send_lines.send(data)
+
+            async def send_frames() -> None:
+                with self._sender_scope:
+                    await self._outgoing.pump(self._send)
+
+            group.start_soon(read_frames)
+            group.start_soon(send_frames)
+            try:
+                await handler(self.peer, lines, self._outgoing)
+            finally:
+                self._outgoing.close()
+                input_scope.cancel()
+                with anyio.CancelScope(shield=True), anyio.move_on_after(self._flush_timeout):
+                    await lines.aclose()
+                    receive_lines.close()  # also when the handler left before the lines' stream was entered
+                    if not self._client_gone:
+                        await self._outgoing.flushed()
+                group.cancel_scope.cancel()
+
+
+async def _lines(first: bytes, rest: MemoryObjectReceiveStream[bytes]) -> AsyncGenerator[bytes | Oversized, None]:
+    yield first
+    async with rest:
+        async for data in rest:
+            yield data
