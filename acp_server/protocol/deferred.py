@@ -48,7 +48,7 @@ class Deferred(Generic[T]):
         self._load = load
         self._build = build
         self._on_loaded = on_loaded  # once the whole side is imported (the server freezes it out of the collector)
-        self._value: T | None = None
+        self._piece: T | None = None
         self._imported = False
         self._loading: anyio.Event | None = None
         self._waiters = 0  # requests waiting in `load` for the load, not yet gone on
@@ -60,7 +60,7 @@ class Deferred(Generic[T]):
 
     @property
     def built(self) -> bool:
-        return self._value is not None
+        return self._piece is not None
 
     @property
     def failed(self) -> bool:
@@ -111,18 +111,18 @@ class Deferred(Generic[T]):
 
     def get(self) -> T:
         """The piece, built now if it is not yet (importing the session side here if `load` has not)."""
-        if self._value is None:
+        if self._piece is None:
             self._raise_if_failed()
             try:
-                self._value = self._build()
+                self._piece = self._build()
             except Exception as exc:
                 self._failure = (load_failure(exc), exc)
                 self._end()
                 self._raise_if_failed()
             self._imported = True
             self._end()
-        assert self._value is not None
-        return self._value
+        assert self._piece is not None
+        return self._piece
 
     def _raise_if_failed(self) -> None:
         if self._failure is not None:
