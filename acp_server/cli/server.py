@@ -98,7 +98,7 @@ async def load_session_side() -> None:
     import acp_server.runtime.sandbox  # noqa: PLC0415 (start-up: a step of the session side's load)
 
     await checkpoint()
-    import acp_server.protocol.edge  # noqa: PLC0415 (start-up: a step of the session side's load)
+    import acp_server.protocol.acp_edge  # noqa: PLC0415 (start-up: a step of the session side's load)
 
     await checkpoint()
     import acp_server.runtime.tools  # noqa: PLC0415 (start-up: a step of the session side's load)
@@ -240,7 +240,7 @@ def build_agent(config: Config, *, owns_process: bool = False) -> tuple[Agent, S
 def _edge(editor: EditorConnection) -> Edge:
     """The editor's connection as the core's `Edge`, in the version it negotiated, with the sandbox the turn
     services hold: built with its first session, once the session side is loaded."""
-    from acp_server.protocol.edge import AcpEdge  # noqa: PLC0415 (start-up: the session side loads after `initialize`)
+    from acp_server.protocol.acp_edge import AcpEdge  # noqa: PLC0415 (start-up: the session side loads after `initialize`)
 
     agent = editor.agent
     return AcpEdge(editor.rpc, agent.config, agent.processes, editor.handshake, agent.turns.sandbox)

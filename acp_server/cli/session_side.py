@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from acp_server.agent.agent import Agent
 from acp_server.agent.sessions.services import TurnServices
-from acp_server.protocol.edge import AcpEdge  # noqa: F401 - the edge every connection builds with its first session
+from acp_server.protocol.acp_edge import AcpEdge  # noqa: F401 - the edge every connection builds with its first session
 from acp_server.protocol.plugins import Plugin, observer_of
 from acp_server.protocol.session_methods import SESSION_METHODS  # noqa: F401 - the session side's method tables
 from acp_server.runtime.sandbox import sandbox_for

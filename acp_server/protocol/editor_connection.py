@@ -3,7 +3,7 @@
 `EditorConnection` owns the JSON-RPC connection to the editor (`rpc`: its transport, fenced writer and pending
 requests to the client, jsonrpc/connection.py), what `initialize` negotiated (`Handshake`: the version and the
 client's capabilities), the table of its prompts by request id (what `$/cancel_request` names), the held v2 prompts
-a cancel already answered (`withdrawn`), and, once it opened a session, its edge (protocol/edge.py `AcpEdge`): the
+a cancel already answered (`withdrawn`), and, once it opened a session, its edge (protocol/acp_edge.py `AcpEdge`): the
 renderer of the core's events in its version, which the sessions it opened are attached to (`Session.edge`). Room
 is left for the principal a remote connection authenticates as (shared/design/REMOTE.md, decision 4).
 
@@ -87,8 +87,8 @@ class EditorConnection:
         make_edge: Callable[[EditorConnection], Edge],
         extension_notifications: tuple[str, ...] = (),
     ) -> None:
-        """`make_edge`: this connection as the core's `Edge` (protocol/edge.py `AcpEdge`, on the session side), built
-        by the composition root with the connection's first session."""
+        """`make_edge`: this connection as the core's `Edge` (protocol/acp_edge.py `AcpEdge`, on the session side),
+        built by the composition root with the connection's first session."""
         self.agent = agent
         self._make_edge = make_edge
         self.rpc = rpc
@@ -109,7 +109,7 @@ class EditorConnection:
 
     @property
     def edge(self) -> Edge:
-        """This connection as the core's `Edge` (protocol/edge.py): built with the first session it opens, when the
+        """This connection as the core's `Edge` (protocol/acp_edge.py): built with the first session it opens, when the
         session side (and the sandbox the turn services hold) is loaded."""
         if self._edge is None:
             self._edge = self._make_edge(self)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import unquote, urlparse
 
-from acp_server.agent.sessions.commands import Attachment, ClientTools, LinkedImage, Prompt
+from acp_server.agent.sessions.inputs import Attachment, ClientTools, LinkedImage, Prompt
 from acp_server.jsonrpc.rpc import ErrorCode, RpcError
 from acp_server.protocol.initialize import Capabilities
 from acp_server.protocol.schema import (

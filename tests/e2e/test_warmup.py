@@ -77,7 +77,7 @@ import sys
 
 class _Fail:
     def find_spec(self, name, path=None, target=None):
-        if name == "acp_server.protocol.edge":
+        if name == "acp_server.protocol.acp_edge":
             raise ImportError("simulated failure importing " + name)
         return None
 
@@ -98,7 +98,8 @@ async def test_a_session_side_that_cannot_be_imported_is_each_requests_answer_an
     )
     assert "result" in await client.response(101)
     expected = (
-        "the server could not load acp_server.protocol.edge: simulated failure importing acp_server.protocol.edge; "
+        "the server could not load acp_server.protocol.acp_edge: "
+        "simulated failure importing acp_server.protocol.acp_edge; "
         "reinstall acp-server"
     )
     for answer in (await client.response(102), await client.call("session/list", {})):

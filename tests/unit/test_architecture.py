@@ -466,7 +466,7 @@ HEAVY_AT_START_UP = (
     "acp_server.protocol.session_handlers",
     "acp_server.protocol.v2.sessions",
     "acp_server.protocol.v2.prompt",
-    "acp_server.protocol.edge",
+    "acp_server.protocol.acp_edge",
     "acp_server.agent.sessions.turn",
     "acp_server.agent.sessions.services",
     "acp_server.runtime.loop",

@@ -12,7 +12,7 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from acp_server.agent.sessions.commands import Prompt
+from acp_server.agent.sessions.inputs import Prompt
 from acp_server.agent.sessions.runs import RunContext, RunRegistry, RunState, Session
 from acp_server.agent.sessions.turn import _sealed_history
 from acp_server.errors import ScriptError, TransitionError

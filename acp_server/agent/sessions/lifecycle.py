@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import anyio
 
 from acp_server.agent.discovery import discover_models
-from acp_server.agent.sessions.commands import ClientTools
 from acp_server.agent.sessions.edge import ConfigChanged, Edge, ModeChanged, attached
+from acp_server.agent.sessions.inputs import ClientTools
 from acp_server.agent.sessions.options import MODE_OPTION, MODEL_OPTION, PROMPT_POLICY_OPTION, parse_command
 from acp_server.agent.sessions.runs import Session
 from acp_server.errors import InvalidArgumentError, SessionBusyError, UnknownSessionError

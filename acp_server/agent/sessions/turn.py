@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from acp_server.agent.sessions.commands import Prompt, RequestId
 from acp_server.agent.sessions.edge import TurnOutput, edge_of
+from acp_server.agent.sessions.inputs import Prompt, RequestId
 from acp_server.agent.sessions.options import parse_command
 from acp_server.agent.sessions.runs import RunContext, RunState, Session
 from acp_server.agent.sessions.services import TurnServices

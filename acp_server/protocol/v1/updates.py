@@ -17,7 +17,7 @@ from typing import Any
 from acp_server.agent.sessions.edge import CommandsAvailable, ConfigChanged, ModeChanged, SessionEvent, TitleChanged
 from acp_server.agent.sessions.runs import RunContext
 from acp_server.jsonrpc.connection import Connection
-from acp_server.protocol.options import available_commands, config_options
+from acp_server.protocol.option_shapes import available_commands, config_options
 from acp_server.protocol.store_log import StoreLog
 from acp_server.protocol.update_shapes import (
     compaction_update,

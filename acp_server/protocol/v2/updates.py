@@ -20,7 +20,7 @@ from acp_server.agent.sessions.edge import CommandsAvailable, ConfigChanged, Mod
 from acp_server.agent.sessions.options import SlashCommand
 from acp_server.agent.sessions.runs import RunContext
 from acp_server.jsonrpc.connection import Connection
-from acp_server.protocol.options import config_options
+from acp_server.protocol.option_shapes import config_options
 from acp_server.protocol.store_log import StoreLog
 from acp_server.protocol.update_shapes import (
     compaction_update,
