@@ -60,7 +60,7 @@ class Handshake:
 
     async def answered(self) -> None:
         """Once every `initialize` read so far is answered (at once if none is waiting): a request pipelined behind
-        one acts after it, and the session side is loaded after its answer, never before (protocol/deferred.py)."""
+        one acts after it, and the deferred side is loaded after its answer, never before (protocol/deferred.py)."""
         if self._answered is not None and not self._answered.is_set():
             await self._answered.wait()
 
@@ -87,7 +87,7 @@ class EditorConnection:
         make_edge: Callable[[EditorConnection], Edge],
         extension_notifications: tuple[str, ...] = (),
     ) -> None:
-        """`make_edge`: this connection as the core's `Edge` (protocol/acp_edge.py `AcpEdge`, on the session side),
+        """`make_edge`: this connection as the core's `Edge` (protocol/acp_edge.py `AcpEdge`, on the deferred side),
         built by the composition root with the connection's first session."""
         self.agent = agent
         self._make_edge = make_edge
@@ -110,7 +110,7 @@ class EditorConnection:
     @property
     def edge(self) -> Edge:
         """This connection as the core's `Edge` (protocol/acp_edge.py): built with the first session it opens, when the
-        session side (and the sandbox the turn services hold) is loaded."""
+        deferred side (and the sandbox the turn services hold) is loaded."""
         if self._edge is None:
             self._edge = self._make_edge(self)
         return self._edge

@@ -70,7 +70,7 @@ async def test_stdin_eof_while_the_provider_warms_up_ends_the_server_as_usual(
     assert code == 0
 
 
-# Loaded by the server's interpreter at start (PYTHONPATH): the import of one module of the session side fails, as
+# Loaded by the server's interpreter at start (PYTHONPATH): the import of one module of the deferred side fails, as
 # it would in a broken install.
 _FAIL_ONE_IMPORT = """
 import sys
@@ -85,14 +85,14 @@ sys.meta_path.insert(0, _Fail())
 """
 
 
-async def test_a_session_side_that_cannot_be_imported_is_each_requests_answer_and_the_server_exits_cleanly(
+async def test_a_deferred_side_that_cannot_be_imported_is_each_requests_answer_and_the_server_exits_cleanly(
     start_server: StartServer, tmp_path: Path
 ) -> None:
     (tmp_path / "sitecustomize.py").write_text(_FAIL_ONE_IMPORT)
     client = await start_server("--model", "scripted", "--test-mode", env={"PYTHONPATH": str(tmp_path)})
     initialize = {"protocolVersion": 1, "clientCapabilities": {}}
     new_session = {"cwd": str(tmp_path), "mcpServers": []}
-    await client.send(  # session/new waits for the session side, whose load begins once initialize is answered
+    await client.send(  # session/new waits for the deferred side, whose load begins once initialize is answered
         {"id": 101, "method": "initialize", "params": initialize},
         {"id": 102, "method": "session/new", "params": new_session},
     )
