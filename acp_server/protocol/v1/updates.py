@@ -14,7 +14,13 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from acp_server.agent.sessions.edge import CommandsAvailable, ConfigChanged, ModeChanged, SessionEvent, TitleChanged
+from acp_server.agent.sessions.edge import (
+    ConfigChanged,
+    ModeChanged,
+    SessionEvent,
+    SlashCommandsAvailable,
+    TitleChanged,
+)
 from acp_server.agent.sessions.runs import RunContext
 from acp_server.jsonrpc.connection import Connection
 from acp_server.protocol.option_shapes import available_commands, config_options
@@ -232,6 +238,6 @@ def session_update(event: SessionEvent) -> dict[str, Any]:
     if isinstance(event, ConfigChanged):
         options = config_options(event.model, event.mode, event.prompt_policy, event.models)
         return {"sessionUpdate": "config_option_update", "configOptions": options}
-    if isinstance(event, CommandsAvailable):
+    if isinstance(event, SlashCommandsAvailable):
         return {"sessionUpdate": "available_commands_update", "availableCommands": available_commands(event.commands)}
     raise TypeError(f"unknown session event {event!r}")  # pragma: no cover - the event union is closed
