@@ -1,4 +1,4 @@
-"""The ACP edge: the wire models, the request handlers (parsing requests into the core's commands), the client's side
+"""The ACP edge: the wire models, the request handlers (parsing requests into the core's inputs), the client's side
 as runtime ports, and the rendering of the core's events and the store's records into `session/update`s, by two
 sibling renderers, one per version (`v1/`, `v2/`; what both write the same way in `update_shapes.py`), with the
 store's records built from those events in one place (`store_log.py`): the `Edge` that agent/sessions/edge.py

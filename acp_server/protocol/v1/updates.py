@@ -1,6 +1,6 @@
 """The core's events as ACP v1 `session/update`s: a turn's (the v1 `TurnSink`: sent through the connection's fence,
 and handed to the turn's store log, protocol/store_log.py, which keeps them as the store's own records) and a session's
-own (title, mode, config options, commands).
+own (title, mode, config options, slash commands).
 
 v1's renderer, a sibling of v2's (protocol/v2/updates.py): what both write the same way comes from
 protocol/update_shapes.py. v1 has no append of tool call content, so an appended item is sent with everything the call
