@@ -6,5 +6,6 @@ its connection (protocol/editor_connection.py).
 
 This layer reaches neither the wire (protocol/) nor the JSON-RPC connection (jsonrpc/): it defines the ports it
 needs (sessions/edge.py: the `Edge` a session is attached to; agent.py: the `DeferredSide`, what is loaded after the
-first `initialize` answer) and the wire layer implements them. Its errors are the one tree's (acp_server/errors), worded for the wire in protocol/wire_errors.py.
+first `initialize` answer) and the wire layer implements them. Its errors are the one tree's (acp_server/errors),
+worded for the wire in protocol/wire_errors.py.
 """
