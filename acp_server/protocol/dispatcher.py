@@ -196,14 +196,17 @@ class AcpDispatcher:
             session = connection.session(prompt.session_id)  # this connection's own sessions only
             # The session exists, so the deferred side is loaded (protocol/deferred.py): these are look-ups.
             from acp_server.agent.sessions.turn import admit_prompt  # noqa: PLC0415 (start-up: the deferred side loads after `initialize`)
-            from acp_server.protocol.prompts import check_media, prompt_command  # noqa: PLC0415 (start-up: the deferred side loads after `initialize`)
+            from acp_server.protocol.prompts import check_media, prompt_input  # noqa: PLC0415 (start-up: the deferred side loads after `initialize`)
 
             accepts = self.agent.config.accepts(session.model)
             # An image for a model that takes none is never silently dropped: refused, naming the block and model.
             check_media(prompt, session.model, accepts)
-            command = prompt_command(prompt, accepts)
             context.run = admit_prompt(
-                self.agent.turns, context.request_id, prompt.session_id, command, connection.session
+                self.agent.turns,
+                context.request_id,
+                prompt.session_id,
+                prompt_input(prompt, accepts),
+                connection.session,
             )
             self._version.admitted(connection, context.run)
         # Refused (the prompt's handler raises it, answered as protocol/wire_errors.py says): by the session's policy,
