@@ -131,7 +131,7 @@ def time_no_config_file(loads: int = 100) -> float:
 def import_breakdown(args: Sequence[str] = ("--model", "scripted")) -> list[tuple[str, float]]:
     """Import self-time per package (acp_server per layer) of one start-up to the `initialize` answer, in ms.
 
-    Only what was imported before the answer was read counts: once it is out, the server goes on to load its session
+    Only what was imported before the answer was read counts: once it is out, the server goes on to load its deferred
     side (protocol/deferred.py), which is no part of start-up. stderr goes to a file, whose size when the answer is
     read marks where start-up's lines end."""
     command = [sys.executable, "-X", "importtime", "-m", "acp_server", *args]

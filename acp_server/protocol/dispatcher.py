@@ -66,7 +66,7 @@ class Version:
     notifications: Mapping[str, NotificationHandler]
     errors: Callable[[Exception], RpcError | None] = rpc_error
     admitted: Callable[[EditorConnection, RunContext], None] = lambda connection, run: None
-    # The methods the deferred side serves, by wire name (`later`), and their table, which comes with the session
+    # The methods the deferred side serves, by wire name (`later`), and their table, which comes with the deferred
     # side once it is loaded (`later_methods`: the composition root's plain import of protocol/deferred_methods.py).
     later: frozenset[str] = frozenset()
     later_methods: Callable[[], Mapping[str, Handler]] = dict

@@ -1,5 +1,5 @@
 """The method tables name their params models (protocol/params.py): every name is a real model, a model is imported
-only when a message needs it, one reader per model, and a model that cannot be imported is answered as the session
+only when a message needs it, one reader per model, and a model that cannot be imported is answered as the deferred
 side's would be."""
 
 from __future__ import annotations
