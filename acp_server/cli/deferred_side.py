@@ -1,11 +1,11 @@
 """The composition root's second half: the pieces a session needs and `initialize` does not (the turn services: the
 tools, the sandbox, the plug-ins' observer), and, imported with them, every module of the deferred side.
 
-`server.py` builds what answers `initialize`; this module is imported once that answer is out, the last step of
-`server.load_deferred_side` (protocol/deferred.py), so a fresh process answers the handshake without it. Its imports
-are the deferred side: the deferred side's method tables (protocol/deferred_methods.py, which import the session
-handlers) and the edge each connection builds with its first session are imported here too, so that one import loads
-them all.
+`cli/server.py` builds what answers `initialize`; this module is imported once that answer is out, the last step of
+`cli/server.py::load_deferred_side` (protocol/deferred.py), so a fresh process answers the handshake without it. Its
+imports are the deferred side: the deferred side's method tables (protocol/deferred_methods.py, which import the
+session handlers) and the edge each connection builds with its first session are imported here too, so that one
+import loads them all.
 """
 
 from __future__ import annotations
