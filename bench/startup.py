@@ -9,10 +9,10 @@ the import self-time of each package (acp_server by layer), largest first, with 
 times are inflated by the measurement itself; read them as proportions. The server's CPU time (all its threads, from
 /proc) is read with its memory: on a busy machine the wall time mostly measures the wait for a core, so compare CPU
 figures across changes. Both are read a moment after the answer, when the server may have begun loading its
-session side (protocol/deferred.py), so they lean high by that moment's work. `--protocol 2` opens every connection
+deferred side (protocol/deferred.py), so they lean high by that moment's work. `--protocol 2` opens every connection
 as an ACP v2 client (its figures are named `v2 startup: ...`; the settings and import figures do not depend on the
 version and are left to the v1 run). Each spawn then sends `session/new` as soon as the answer is read, as editors
-do, and times its answer from the spawn too (`first session/new`), with the CPU time then: the session side loads in
+do, and times its answer from the spawn too (`first session/new`), with the CPU time then: the deferred side loads in
 between. Run alone: `python -m bench.startup [--spawns N] [--breakdown N] [--protocol 2]`.
 """
 
@@ -55,7 +55,7 @@ class StartupResult:
     imports: list[tuple[str, float]] = field(default_factory=list)
     protocol: int = 1
     # per spawn: spawn -> the answer to a `session/new` sent as soon as the `initialize` answer was read (what an
-    # editor does), and the server's CPU time then: the session side (protocol/deferred.py) loads in between
+    # editor does), and the server's CPU time then: the deferred side (protocol/deferred.py) loads in between
     first_new_ms: list[float] = field(default_factory=list)
     first_new_cpu_ms: list[float] = field(default_factory=list)
 
@@ -131,7 +131,7 @@ def time_no_config_file(loads: int = 100) -> float:
 def import_breakdown(args: Sequence[str] = ("--model", "scripted")) -> list[tuple[str, float]]:
     """Import self-time per package (acp_server per layer) of one start-up to the `initialize` answer, in ms.
 
-    Only what was imported before the answer was read counts: once it is out, the server goes on to load its session
+    Only what was imported before the answer was read counts: once it is out, the server goes on to load its deferred
     side (protocol/deferred.py), which is no part of start-up. stderr goes to a file, whose size when the answer is
     read marks where start-up's lines end."""
     command = [sys.executable, "-X", "importtime", "-m", "acp_server", *args]

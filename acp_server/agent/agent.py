@@ -2,14 +2,14 @@
 
 It owns the frozen config, the session store, the providers and authentication, the model choices (and their
 discovery), the run registry and the table of open sessions, the MCP servers, the process table, the bodies of
-cancellable tool calls and, once the session side is loaded, the turn services (the tools, the sandbox, the plug-ins'
+cancellable tool calls and, once the deferred side is loaded, the turn services (the tools, the sandbox, the plug-ins'
 observer). Its background work (the store's flusher and pruning, model discovery, warm-ups, titles, MCP connections)
 runs in a task group of its own (`running`), which outlives every connection.
 
 What one editor has (its JSON-RPC connection, the version it chose, its prompts by request id) is its connection's
 (protocol/editor_connection.py); a session is attached to one connection (`Session.edge`), and the agent reaches
 the editor only through that edge. Cheap to build: nothing heavy is imported here (tests/unit/test_architecture.py,
-`test_answering_initialize_imports_nothing_heavy`); the session side arrives through the `SessionSide` port.
+`test_answering_initialize_imports_nothing_heavy`); the deferred side arrives through the `DeferredSide` port.
 """
 
 from __future__ import annotations
@@ -38,14 +38,14 @@ if TYPE_CHECKING:
     from acp_server.agent.sessions.services import TurnServices
     from acp_server.store.migration import ReadLegacy
 
-__all__ = ["Agent", "SessionSide"]
+__all__ = ["Agent", "DeferredSide"]
 
 # How much longer than the cleanup deadline the agent's own end may take (the store's last commit, MCP shutdowns).
 CLOSE_SLACK = 2.0
 
 
-class SessionSide(Protocol):
-    """The session side of the process (the turn, its tools, the sandbox): imported after the first `initialize` is
+class DeferredSide(Protocol):
+    """The deferred side of the process (the turn, its tools, the sandbox): imported after the first `initialize` is
     answered, the turn services built on first use. protocol/deferred.py `Deferred` is the one implementation."""
 
     @property
@@ -75,13 +75,13 @@ class Agent:
         config: Config,
         *,
         open_model: Callable[[str], Provider],
-        side: Callable[[Agent], SessionSide],
+        side: Callable[[Agent], DeferredSide],
         read_legacy: ReadLegacy,
         prepare_first_prompt: Callable[[], None] = lambda: None,
         start_detached: Callable[[Callable[[], Coroutine[Any, Any, None]]], None],
         owns_process: bool = False,
     ) -> None:
-        """`side`: the session side for this agent (it builds the turn services from it); `read_legacy`: how a
+        """`side`: the deferred side for this agent (it builds the turn services from it); `read_legacy`: how a
         schema-1 store's v1 updates are read on upgrade; `prepare_first_prompt`: what a warm-up builds for the first
         prompt's request (its validator); `owns_process`: the agent is the whole process (the CLI), so at exit it may
         kill every descendant. All three callables are the protocol edge's, handed in so this layer knows no wire
@@ -110,7 +110,7 @@ class Agent:
 
     @property
     def turns(self) -> TurnServices:
-        """What a turn needs (the tools, the sandbox, ...): the session side, built on first use."""
+        """What a turn needs (the tools, the sandbox, ...): the deferred side, built on first use."""
         return self.side.get()
 
     # --- the agent's own task group ---
@@ -155,7 +155,7 @@ class Agent:
 
     def warm_up(self, spec: str) -> None:
         """Warm `spec`'s model in the background (agent/warmup.py), once per spec."""
-        from acp_server.agent.warmup import warm_up  # noqa: PLC0415 (start-up: the session side loads after `initialize`)
+        from acp_server.agent.warmup import warm_up  # noqa: PLC0415 (start-up: the deferred side loads after `initialize`)
 
         self.spawn(warm_up, self.providers, self.turns.tools, spec, self._prepare_first_prompt)
 

@@ -33,8 +33,8 @@ def announce_models_to(agent: Agent, session: Session) -> None:
     offered = agent.models.offered(session.model)
     if offered != session.offered_models and session.edge is not None:
         session.offered_models = offered
-        # A session exists, so the session side is loaded (protocol/deferred.py): a look-up.
-        from acp_server.agent.sessions.edge import ConfigChanged, edge_of  # noqa: PLC0415 (start-up: the session side loads after `initialize`)
+        # A session exists, so the deferred side is loaded (protocol/deferred.py): a look-up.
+        from acp_server.agent.sessions.edge import ConfigChanged, edge_of  # noqa: PLC0415 (start-up: the deferred side loads after `initialize`)
 
         event = ConfigChanged(session.model, session.mode, session.prompt_policy, offered)
         edge_of(session).session_event(session.session_id, event)

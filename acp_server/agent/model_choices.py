@@ -46,7 +46,7 @@ class ModelChoices:
         spawn: Spawn,
         refresh_after: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
-        # What a refresh waits for before it asks (the session side's load, protocol/deferred.py): its provider SDK
+        # What a refresh waits for before it asks (the deferred side's load, protocol/deferred.py): its provider SDK
         # is imported in a worker thread, which must not run beside the loop's imports.
         self._refresh_after = refresh_after
         self.configured: tuple[str, ...] = tuple(dict.fromkeys([config.model, *config.models]))

@@ -27,10 +27,10 @@ from acp_server.jsonrpc.transport import LineSink, LineSource, open_stdio, start
 from acp_server.protocol.deferred import Deferred
 from acp_server.protocol.dispatcher import AcpDispatcher, Version
 from acp_server.protocol.editor_connection import EditorConnection, EditorConnections
-from acp_server.protocol.handlers import METHODS, NOTIFICATIONS, SESSION_SIDE_METHODS
+from acp_server.protocol.handlers import DEFERRED_SIDE_METHODS, METHODS, NOTIFICATIONS
 from acp_server.protocol.plugins import Plugin
 from acp_server.protocol.testmode.gates import GATES
-from acp_server.protocol.v2.handlers import METHODS_V2, NOTIFICATIONS_V2, SESSION_SIDE_METHODS_V2
+from acp_server.protocol.v2.handlers import DEFERRED_SIDE_METHODS_V2, METHODS_V2, NOTIFICATIONS_V2
 from acp_server.protocol.v2.withdrawals import admitted_v2
 from acp_server.protocol.wire_errors import rpc_error_v2
 from acp_server.runtime.model import Provider
@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from acp_server.store import TurnEntry
     from acp_server.transcripts.record import Recorder
 
-__all__ = ["Served", "build_agent", "build_server", "connect", "load_session_side", "serve", "serve_stdio"]
+__all__ = ["Served", "build_agent", "build_server", "connect", "load_deferred_side", "serve", "serve_stdio"]
 
 log = logging.getLogger(__name__)
 
@@ -65,70 +65,70 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
 GC_THRESHOLD = 50_000
 
 
-async def load_session_side() -> None:
-    """The session side (protocol/deferred.py), imported once `initialize` is answered, a step at a time with a
-    checkpoint after each, so the loop goes on serving between two steps: `acp_server.cli.session_side`, the last,
+async def load_deferred_side() -> None:
+    """The deferred side (protocol/deferred.py), imported once `initialize` is answered, a step at a time with a
+    checkpoint after each, so the loop goes on serving between two steps: `acp_server.cli.deferred_side`, the last,
     imports all of it; the steps before it, in the order they are needed, only cut the load into steps of a few
     milliseconds each. jsonrpcserver comes first: every request but a process's first `initialize` is dispatched
     through it (jsonrpc/rpc.py, in three steps of its own). pydantic comes next (the wire models, protocol/params.py),
     in three steps: it is the largest part."""
     await load_jsonrpcserver()
     await checkpoint()
-    import pydantic_core  # noqa: PLC0415, F401 (start-up: a step of the session side's load)
+    import pydantic_core  # noqa: PLC0415, F401 (start-up: a step of the deferred side's load)
 
     await checkpoint()
-    import pydantic.main  # noqa: PLC0415, F401 (start-up: a step of the session side's load)
+    import pydantic.main  # noqa: PLC0415, F401 (start-up: a step of the deferred side's load)
 
     await checkpoint()
-    import acp_server.protocol.schema  # noqa: PLC0415 (start-up: a step of the session side's load)
+    import acp_server.protocol.schema  # noqa: PLC0415 (start-up: a step of the deferred side's load)
 
     await checkpoint()
-    import acp_server.runtime.ports  # noqa: PLC0415 (start-up: a step of the session side's load)
+    import acp_server.runtime.ports  # noqa: PLC0415 (start-up: a step of the deferred side's load)
 
     await checkpoint()
-    import acp_server.protocol.editor  # noqa: PLC0415 (start-up: a step of the session side's load)
+    import acp_server.protocol.editor  # noqa: PLC0415 (start-up: a step of the deferred side's load)
 
     await checkpoint()
-    import acp_server.protocol.v1.updates  # noqa: PLC0415 (start-up: a step of the session side's load)
+    import acp_server.protocol.v1.updates  # noqa: PLC0415 (start-up: a step of the deferred side's load)
 
     await checkpoint()
-    import acp_server.protocol.v2.updates  # noqa: PLC0415 (start-up: a step of the session side's load)
+    import acp_server.protocol.v2.updates  # noqa: PLC0415 (start-up: a step of the deferred side's load)
 
     await checkpoint()
-    import acp_server.runtime.sandbox  # noqa: PLC0415 (start-up: a step of the session side's load)
+    import acp_server.runtime.sandbox  # noqa: PLC0415 (start-up: a step of the deferred side's load)
 
     await checkpoint()
-    import acp_server.protocol.edge  # noqa: PLC0415 (start-up: a step of the session side's load)
+    import acp_server.protocol.acp_edge  # noqa: PLC0415 (start-up: a step of the deferred side's load)
 
     await checkpoint()
-    import acp_server.runtime.tools  # noqa: PLC0415 (start-up: a step of the session side's load)
+    import acp_server.runtime.tools  # noqa: PLC0415 (start-up: a step of the deferred side's load)
 
     await checkpoint()
-    import acp_server.runtime.tools.files  # noqa: PLC0415 (start-up: a step of the session side's load)
+    import acp_server.runtime.tools.files  # noqa: PLC0415 (start-up: a step of the deferred side's load)
 
     await checkpoint()
-    import acp_server.runtime.tools.commands  # noqa: PLC0415 (start-up: a step of the session side's load)
+    import acp_server.runtime.tools.commands  # noqa: PLC0415 (start-up: a step of the deferred side's load)
 
     await checkpoint()
-    import acp_server.runtime.tools.ask  # noqa: PLC0415 (start-up: a step of the session side's load)
+    import acp_server.runtime.tools.ask  # noqa: PLC0415 (start-up: a step of the deferred side's load)
 
     await checkpoint()
-    import acp_server.protocol.session_handlers  # noqa: PLC0415 (start-up: a step of the session side's load)
+    import acp_server.protocol.session_handlers  # noqa: PLC0415 (start-up: a step of the deferred side's load)
 
     await checkpoint()
-    import acp_server.runtime.loop  # noqa: PLC0415 (start-up: a step of the session side's load)
+    import acp_server.runtime.loop  # noqa: PLC0415 (start-up: a step of the deferred side's load)
 
     await checkpoint()
-    import acp_server.agent.sessions.turn  # noqa: PLC0415 (start-up: a step of the session side's load)
+    import acp_server.agent.sessions.turn  # noqa: PLC0415 (start-up: a step of the deferred side's load)
 
     await checkpoint()
-    import acp_server.protocol.v2.sessions  # noqa: PLC0415 (start-up: a step of the session side's load)
+    import acp_server.protocol.v2.sessions  # noqa: PLC0415 (start-up: a step of the deferred side's load)
 
     await checkpoint()
-    import acp_server.protocol.v2.prompt  # noqa: PLC0415 (start-up: a step of the session side's load)
+    import acp_server.protocol.v2.prompt  # noqa: PLC0415 (start-up: a step of the deferred side's load)
 
     await checkpoint()
-    import acp_server.cli.session_side  # noqa: PLC0415, F401 (start-up: the last step of the session side's load)
+    import acp_server.cli.deferred_side  # noqa: PLC0415, F401 (start-up: the last step of the deferred side's load)
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,18 +149,18 @@ def _read_legacy(update: Any) -> TurnEntry | None:
     return entry_of(update)
 
 
-def _session_methods() -> Mapping[str, Handler]:
-    """The session side's v1 methods (`Version.later_methods`), asked for once it is loaded: a look-up then."""
-    from acp_server.protocol.session_methods import SESSION_METHODS  # noqa: PLC0415 (start-up: the session side loads after `initialize`)
+def _deferred_methods() -> Mapping[str, Handler]:
+    """The deferred side's v1 methods (`Version.later_methods`), asked for once it is loaded: a look-up then."""
+    from acp_server.protocol.deferred_methods import DEFERRED_METHODS  # noqa: PLC0415 (start-up: the deferred side loads after `initialize`)
 
-    return SESSION_METHODS
+    return DEFERRED_METHODS
 
 
-def _session_methods_v2() -> Mapping[str, Handler]:
-    """The session side's v2 methods, as `_session_methods`."""
-    from acp_server.protocol.session_methods import SESSION_METHODS_V2  # noqa: PLC0415 (start-up: the session side loads after `initialize`)
+def _deferred_methods_v2() -> Mapping[str, Handler]:
+    """The deferred side's v2 methods, as `_deferred_methods`."""
+    from acp_server.protocol.deferred_methods import DEFERRED_METHODS_V2  # noqa: PLC0415 (start-up: the deferred side loads after `initialize`)
 
-    return SESSION_METHODS_V2
+    return DEFERRED_METHODS_V2
 
 
 def _prepare_first_prompt() -> None:
@@ -193,7 +193,7 @@ def build_agent(config: Config, *, owns_process: bool = False) -> tuple[Agent, S
     methods_v2 = {**METHODS_V2}
     notifications_v2 = {**NOTIFICATIONS_V2}
     for plugin in plugins:
-        taken = methods.keys() | SESSION_SIDE_METHODS | methods_v2.keys() | SESSION_SIDE_METHODS_V2
+        taken = methods.keys() | DEFERRED_SIDE_METHODS | methods_v2.keys() | DEFERRED_SIDE_METHODS_V2
         replaced = (plugin.methods.keys() & taken) | (plugin.notifications.keys() & notifications.keys())
         if replaced:
             raise ValueError(f"a plug-in may not replace {', '.join(sorted(replaced))}")
@@ -204,13 +204,13 @@ def build_agent(config: Config, *, owns_process: bool = False) -> tuple[Agent, S
 
     def side(agent: Agent) -> Deferred[TurnServices]:
         def build_turns() -> TurnServices:
-            from acp_server.cli.session_side import build_turns  # noqa: PLC0415 (start-up: the session side loads after `initialize`)
+            from acp_server.cli.deferred_side import build_turns  # noqa: PLC0415 (start-up: the deferred side loads after `initialize`)
 
             return build_turns(agent, plugins)
 
-        # The turn services and the rest of the session side: loaded once `initialize` is answered. What start-up
-        # froze out of the collector's sight (`_tune_gc`) is frozen again with the session side, for the same reason.
-        return Deferred(load_session_side, build_turns, gc.freeze if owns_process else lambda: None)
+        # The turn services and the rest of the deferred side: loaded once `initialize` is answered. What start-up
+        # froze out of the collector's sight (`_tune_gc`) is frozen again with the deferred side, for the same reason.
+        return Deferred(load_deferred_side, build_turns, gc.freeze if owns_process else lambda: None)
 
     agent = Agent(
         config,
@@ -222,14 +222,14 @@ def build_agent(config: Config, *, owns_process: bool = False) -> tuple[Agent, S
         owns_process=owns_process,
     )
     served = Served(
-        v1=Version(methods, notifications, later=SESSION_SIDE_METHODS, later_methods=_session_methods),
+        v1=Version(methods, notifications, later=DEFERRED_SIDE_METHODS, later_methods=_deferred_methods),
         v2=Version(
             methods_v2,
             notifications_v2,
             rpc_error_v2,
             admitted_v2,
-            later=SESSION_SIDE_METHODS_V2,
-            later_methods=_session_methods_v2,
+            later=DEFERRED_SIDE_METHODS_V2,
+            later_methods=_deferred_methods_v2,
         ),
         extension_notifications=tuple(method for method in notifications if method.startswith("_")),
         editors=editors,
@@ -239,8 +239,8 @@ def build_agent(config: Config, *, owns_process: bool = False) -> tuple[Agent, S
 
 def _edge(editor: EditorConnection) -> Edge:
     """The editor's connection as the core's `Edge`, in the version it negotiated, with the sandbox the turn
-    services hold: built with its first session, once the session side is loaded."""
-    from acp_server.protocol.edge import AcpEdge  # noqa: PLC0415 (start-up: the session side loads after `initialize`)
+    services hold: built with its first session, once the deferred side is loaded."""
+    from acp_server.protocol.acp_edge import AcpEdge  # noqa: PLC0415 (start-up: the deferred side loads after `initialize`)
 
     agent = editor.agent
     return AcpEdge(editor.rpc, agent.config, agent.processes, editor.handshake, agent.turns.sandbox)

@@ -11,7 +11,7 @@ So a process's first `initialize` is answered before it is loaded, as it is answ
 start-up): while jsonrpcserver is not loaded, `dispatch` answers an `initialize` by calling that method's error
 boundary itself (`_answer_directly`), the boundary the method jsonrpcserver calls runs, with the same response
 (tests/unit/jsonrpc/test_rpc.py). jsonrpcserver is then imported once that answer is out, first thing in the
-background load of the session side (`load_jsonrpcserver`, from cli/server.py `load_session_side`); any other request
+background load of the deferred side (`load_jsonrpcserver`, from cli/server.py `load_deferred_side`); any other request
 that comes before the load reached it imports it where it is dispatched, once the answer queued before it has been
 handed to the writer.
 
@@ -318,14 +318,14 @@ def _check_envelope(message: Any) -> Any:
 async def load_jsonrpcserver() -> None:
     """Import jsonrpcserver on the event loop in three steps, a checkpoint after each, so the loop goes on serving
     between them: its package imports http.server (a toy HTTP server) and jsonschema (its default validator), which
-    are most of it. The first steps of the session side's load (cli/server.py `load_session_side`)."""
-    import http.server  # noqa: PLC0415, F401 (start-up: a step of the session side's load, after `initialize`)
+    are most of it. The first steps of the deferred side's load (cli/server.py `load_deferred_side`)."""
+    import http.server  # noqa: PLC0415, F401 (start-up: a step of the deferred side's load, after `initialize`)
 
     await anyio.lowlevel.checkpoint()
-    import jsonschema  # noqa: PLC0415, F401 (start-up: a step of the session side's load, after `initialize`)
+    import jsonschema  # noqa: PLC0415, F401 (start-up: a step of the deferred side's load, after `initialize`)
 
     await anyio.lowlevel.checkpoint()
-    import jsonrpcserver  # noqa: PLC0415, F401 (start-up: a step of the session side's load, after `initialize`)
+    import jsonrpcserver  # noqa: PLC0415, F401 (start-up: a step of the deferred side's load, after `initialize`)
 
 
 async def _answer_directly(request: IncomingRequest, call: Call, context: Any) -> dict[str, Any]:

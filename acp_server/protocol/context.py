@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-# Types only: importing this module must not import the pieces (most are on the session side, protocol/deferred.py).
+# Types only: importing this module must not import the pieces (most are on the deferred side, protocol/deferred.py).
 if TYPE_CHECKING:
     from acp_server.agent.agent import Agent
     from acp_server.agent.sessions.runs import RunContext

@@ -1,17 +1,17 @@
-"""The session side of the server, loaded after `initialize` is answered: the start-up path answers the handshake
+"""The deferred side of the server, loaded after `initialize` is answered: the start-up path answers the handshake
 with the handshake's modules only.
 
 Most of the package (the session handlers, the turn and its tools, the edge to the editor, the sandbox) is needed
 by no request before the first session, so a fresh process leaves it out of the path to its first answer (issue 14:
 start-up). It is imported once `initialize` is answered, while the editor gets ready to open a session, on the event
-loop, by a function of plain imports with a checkpoint after each (cli/server.py `load_session_side`): the loop goes
+loop, by a function of plain imports with a checkpoint after each (cli/server.py `load_deferred_side`): the loop goes
 on serving (and, at an EOF right behind `initialize`, flushes the answer) between two steps, and no thread imports
 beside the loop's (two threads importing the same modules can deadlock on their import locks, and an import thread
 left running at exit would hold the interpreter lock while the answer is flushed).
 
-The methods it serves are in its own tables (protocol/session_methods.py), imported with it; the start-up tables
-list them by wire name only (`SESSION_SIDE_METHODS` in protocol/handlers.py and protocol/v2/handlers.py), and the
-dispatcher sends a request for one to the session side's table once the load is over, the request waiting for that
+The methods it serves are in its own tables (protocol/deferred_methods.py), imported with it; the start-up tables
+list them by wire name only (`DEFERRED_SIDE_METHODS` in protocol/handlers.py and protocol/v2/handlers.py), and the
+dispatcher sends a request for one to the deferred side's table once the load is over, the request waiting for that
 one load (`Deferred.load`). The waiters go on in the order they came, so requests pipelined behind `initialize` take
 effect in their order.
 
@@ -36,7 +36,7 @@ T = TypeVar("T")
 
 
 class Deferred(Generic[T]):
-    """The session side: imported once (`load`, the composition root's step-wise import), and built on first use
+    """The deferred side: imported once (`load`, the composition root's step-wise import), and built on first use
     (`get`) from what `build` returns. Long-lived and one per process: the agent's (`Agent.side`).
 
     `build` imports what it builds from with a plain import: after a load that is a look-up; after a load cut short
@@ -80,7 +80,7 @@ class Deferred(Generic[T]):
             self._ended.set()
 
     async def load(self) -> None:
-        """Import the session side, once; a caller that comes while it runs waits for it (the waiters go on in the
+        """Import the deferred side, once; a caller that comes while it runs waits for it (the waiters go on in the
         order they came). Raises the `RpcError` every request then answers when it failed."""
         self._raise_if_failed()
         if self._imported and not self._waiters:
@@ -110,7 +110,7 @@ class Deferred(Generic[T]):
         self._on_loaded()
 
     def get(self) -> T:
-        """The piece, built now if it is not yet (importing the session side here if `load` has not)."""
+        """The piece, built now if it is not yet (importing the deferred side here if `load` has not)."""
         if self._piece is None:
             self._raise_if_failed()
             try:
@@ -132,7 +132,8 @@ class Deferred(Generic[T]):
 
 def load_failure(exc: Exception) -> str:
     """What a request that needs what failed to load is answered (-32603), naming the module that failed
-    (`failed_module`), or the session side when no import failed (its build)."""
+    (`failed_module`), or the deferred side when no import failed (its build). The answer still says "the session
+    side", as it did before the deferred side had its name: a message clients have seen is not changed by a rename."""
     return f"the server could not load {failed_module(exc) or 'the session side'}: {exc}; reinstall acp-server"
 
 

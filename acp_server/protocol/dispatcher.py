@@ -8,8 +8,8 @@ protocol/editor_connection.py); the handlers get the same two, never this object
 connection, by `initialize`: from then on the connection is served that version's `Version` (its method tables,
 what admission adds, how the errors are worded), and no handler asks which version it speaks. The request handlers
 live in `handlers.py`, `session_handlers.py` and `v2/`; their tables are handed in, so this module depends on no
-handler: the start-up side's as tables, the session side's by wire name only (`Version.later`; their table comes
-once the session side is loaded, `Version.later_methods`, and a request for one of them waits for that load:
+handler: the start-up side's as tables, the deferred side's by wire name only (`Version.later`; their table comes
+once the deferred side is loaded, `Version.later_methods`, and a request for one of them waits for that load:
 protocol/deferred.py).
 
 At its end a connection cancels only its own sessions' turns (`closing`); the agent's own end (its store, its
@@ -66,8 +66,8 @@ class Version:
     notifications: Mapping[str, NotificationHandler]
     errors: Callable[[Exception], RpcError | None] = rpc_error
     admitted: Callable[[EditorConnection, RunContext], None] = lambda connection, run: None
-    # The methods the session side serves, by wire name (`later`), and their table, which comes with the session
-    # side once it is loaded (`later_methods`: the composition root's plain import of protocol/session_methods.py).
+    # The methods the deferred side serves, by wire name (`later`), and their table, which comes with the deferred
+    # side once it is loaded (`later_methods`: the composition root's plain import of protocol/deferred_methods.py).
     later: frozenset[str] = frozenset()
     later_methods: Callable[[], Mapping[str, Handler]] = dict
 
@@ -96,7 +96,7 @@ class AcpDispatcher:
         # The version served: v1 until an `initialize` chooses v2 (`_handshake`), then that one for good.
         self._methods: Methods
         self._methods, self._version = self._v1
-        # Each version's session-side table, once the session side is loaded and a request for it came.
+        # Each version's deferred-side table, once the deferred side is loaded and a request for it came.
         self._later_tables: dict[int, Methods] = {}
         self._on_exit = on_exit
         self._ends_agent = ends_agent
@@ -194,16 +194,19 @@ class AcpDispatcher:
         connection = self.connection
         try:
             session = connection.session(prompt.session_id)  # this connection's own sessions only
-            # The session exists, so the session side is loaded (protocol/deferred.py): these are look-ups.
-            from acp_server.agent.sessions.turn import admit_prompt  # noqa: PLC0415 (start-up: the session side loads after `initialize`)
-            from acp_server.protocol.prompts import check_media, prompt_command  # noqa: PLC0415 (start-up: the session side loads after `initialize`)
+            # The session exists, so the deferred side is loaded (protocol/deferred.py): these are look-ups.
+            from acp_server.agent.sessions.turn import admit_prompt  # noqa: PLC0415 (start-up: the deferred side loads after `initialize`)
+            from acp_server.protocol.prompts import check_media, prompt_input  # noqa: PLC0415 (start-up: the deferred side loads after `initialize`)
 
             accepts = self.agent.config.accepts(session.model)
             # An image for a model that takes none is never silently dropped: refused, naming the block and model.
             check_media(prompt, session.model, accepts)
-            command = prompt_command(prompt, accepts)
             context.run = admit_prompt(
-                self.agent.turns, context.request_id, prompt.session_id, command, connection.session
+                self.agent.turns,
+                context.request_id,
+                prompt.session_id,
+                prompt_input(prompt, accepts),
+                connection.session,
             )
             self._version.admitted(connection, context.run)
         # Refused (the prompt's handler raises it, answered as protocol/wire_errors.py says): by the session's policy,
@@ -255,13 +258,13 @@ class AcpDispatcher:
             later = request.method in version.later
         if later:
             try:
-                methods = await self._session_side(version)
+                methods = await self._deferred_side(version)
             except RpcError as exc:  # a broken install: this request is told, and the connection goes on
                 return error_message(request.id, exc.code, exc.message)
         return await dispatch(request, methods, context)
 
-    async def _session_side(self, version: Version) -> Methods:
-        """The session side's methods of `version`, once it is loaded: a request for one waits for that one load,
+    async def _deferred_side(self, version: Version) -> Methods:
+        """The deferred side's methods of `version`, once it is loaded: a request for one waits for that one load,
         behind the requests that waited before it (protocol/deferred.py), so pipelined requests take effect in
         order."""
         await self.agent.side.load()
@@ -276,8 +279,8 @@ class AcpDispatcher:
             prompts = self.connection.prompts
             if prompts.get(context.request_id) is run:
                 del prompts[context.request_id]
-            from acp_server.agent.sessions.turn import release_prompt  # noqa: PLC0415 (start-up: the session side loads after `initialize`)
-            from acp_server.agent.titles import title_session  # noqa: PLC0415 (start-up: the session side loads after `initialize`)
+            from acp_server.agent.sessions.turn import release_prompt  # noqa: PLC0415 (start-up: the deferred side loads after `initialize`)
+            from acp_server.agent.titles import title_session  # noqa: PLC0415 (start-up: the deferred side loads after `initialize`)
 
             first_prompt = release_prompt(self.agent.turns, run)
             if first_prompt is not None:

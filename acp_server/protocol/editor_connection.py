@@ -3,7 +3,7 @@
 `EditorConnection` owns the JSON-RPC connection to the editor (`rpc`: its transport, fenced writer and pending
 requests to the client, jsonrpc/connection.py), what `initialize` negotiated (`Handshake`: the version and the
 client's capabilities), the table of its prompts by request id (what `$/cancel_request` names), the held v2 prompts
-a cancel already answered (`withdrawn`), and, once it opened a session, its edge (protocol/edge.py `AcpEdge`): the
+a cancel already answered (`withdrawn`), and, once it opened a session, its edge (protocol/acp_edge.py `AcpEdge`): the
 renderer of the core's events in its version, which the sessions it opened are attached to (`Session.edge`). Room
 is left for the principal a remote connection authenticates as (shared/design/REMOTE.md, decision 4).
 
@@ -60,7 +60,7 @@ class Handshake:
 
     async def answered(self) -> None:
         """Once every `initialize` read so far is answered (at once if none is waiting): a request pipelined behind
-        one acts after it, and the session side is loaded after its answer, never before (protocol/deferred.py)."""
+        one acts after it, and the deferred side is loaded after its answer, never before (protocol/deferred.py)."""
         if self._answered is not None and not self._answered.is_set():
             await self._answered.wait()
 
@@ -87,8 +87,8 @@ class EditorConnection:
         make_edge: Callable[[EditorConnection], Edge],
         extension_notifications: tuple[str, ...] = (),
     ) -> None:
-        """`make_edge`: this connection as the core's `Edge` (protocol/edge.py `AcpEdge`, on the session side), built
-        by the composition root with the connection's first session."""
+        """`make_edge`: this connection as the core's `Edge` (protocol/acp_edge.py `AcpEdge`, on the deferred side),
+        built by the composition root with the connection's first session."""
         self.agent = agent
         self._make_edge = make_edge
         self.rpc = rpc
@@ -109,8 +109,8 @@ class EditorConnection:
 
     @property
     def edge(self) -> Edge:
-        """This connection as the core's `Edge` (protocol/edge.py): built with the first session it opens, when the
-        session side (and the sandbox the turn services hold) is loaded."""
+        """This connection as the core's `Edge` (protocol/acp_edge.py): built with the first session it opens, when the
+        deferred side (and the sandbox the turn services hold) is loaded."""
         if self._edge is None:
             self._edge = self._make_edge(self)
         return self._edge

@@ -3,8 +3,8 @@
 Requests are small typed `(context, params)` functions; jsonrpcserver dispatches them (see `rpc.py`). Notifications
 are handled inline by the reader, in arrival order, and never answered, even when invalid. `session/prompt` is
 special in one way only: it is admitted in `AcpDispatcher.prepare`, synchronously, when its line is read. These are
-the start-up side's methods; the session lifecycle's (`session_handlers.py`) are served by the session side once it is
-loaded, from its own table (`session_methods.py`), and listed here by wire name only (`SESSION_SIDE_METHODS`). What
+the start-up side's methods; the session lifecycle's (`session_handlers.py`) are served by the deferred side once it is
+loaded, from its own table (`deferred_methods.py`), and listed here by wire name only (`DEFERRED_SIDE_METHODS`). What
 both versions do alike is in `shared_methods.py`.
 """
 
@@ -31,7 +31,7 @@ if TYPE_CHECKING:  # the models are imported on first use (protocol/params.py)
         PromptRequest,
     )
 
-__all__ = ["METHODS", "NOTIFICATIONS", "SESSION_SIDE_METHODS", "authenticate", "logout"]
+__all__ = ["DEFERRED_SIDE_METHODS", "METHODS", "NOTIFICATIONS", "authenticate", "logout"]
 
 PROTOCOL_VERSION = 1
 
@@ -105,7 +105,7 @@ async def session_prompt(context: RequestContext, params: PromptRequest) -> dict
         raise context.admission_error
     assert context.run is not None, "a valid prompt is always admitted or refused in prepare()"
     context.agent.auth.require_for(context.run.session.model)  # a model that takes no key is never refused
-    from acp_server.agent.sessions.turn import execute_prompt  # noqa: PLC0415 (start-up: the session side loads after `initialize`)
+    from acp_server.agent.sessions.turn import execute_prompt  # noqa: PLC0415 (start-up: the deferred side loads after `initialize`)
 
     # A turn that fails raises `TurnFailedError`, answered as protocol/wire_errors.py says.
     stop_reason = await execute_prompt(context.agent.turns, context.run)
@@ -120,10 +120,10 @@ METHODS: dict[str, Handler] = {
     "_acp_server/stats": (NO_PARAMS, stats),
 }
 
-# Served by the session side once it is loaded (protocol/session_methods.py `SESSION_METHODS`: their params and
+# Served by the deferred side once it is loaded (protocol/deferred_methods.py `DEFERRED_METHODS`: their params and
 # handlers), listed here by wire name only: a request for one waits for that load (protocol/deferred.py).
 # `authenticate` and `logout` are start-up code served there, in order behind the requests pipelined before them.
-SESSION_SIDE_METHODS = frozenset(
+DEFERRED_SIDE_METHODS = frozenset(
     {
         "authenticate",
         "logout",

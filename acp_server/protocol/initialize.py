@@ -9,7 +9,7 @@ So they accept only what the models accept (strict JSON types, camelCase keys, `
 test_initialize_params.py checks both on many params, valid and not.
 
 What `initialize` records (the client's capabilities, `Capabilities`) is a plain immutable record with the attribute
-names of the model's `ClientCapabilities`, so the session side reads it the same way whichever reader made it.
+names of the model's `ClientCapabilities`, so the deferred side reads it the same way whichever reader made it.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ tables are.
 A fresh process answers `initialize` before it has read anything else, and pydantic (its import, then its first
 validator build with the plug-in loader it runs) was the largest part of that path (issue 14: start-up). So the
 tables hold class names, `initialize` is read without pydantic (`initialize.py`, `INITIALIZE`), and pydantic is first
-imported with the session side (protocol/deferred.py), or by the first message that needs a model: the schema
+imported with the deferred side (protocol/deferred.py), or by the first message that needs a model: the schema
 modules are imported by a plain import in `_schema` and `_schema_v2`, the functions that first need them.
 
 Each is a `Params` (jsonrpc/rpc.py): `validate` gives what the handler is given, or raises the -32602 `RpcError`
@@ -70,7 +70,7 @@ class WireParams:
         if self._model is None:
             try:
                 model: type[BaseModel] = getattr(self.schema(), self.name)
-            except Exception as exc:  # a broken install, answered as the session side's would be (deferred.py)
+            except Exception as exc:  # a broken install, answered as the deferred side's would be (deferred.py)
                 raise RpcError(ErrorCode.INTERNAL_ERROR, load_failure(exc)) from exc
             self._model = model
         return self._model

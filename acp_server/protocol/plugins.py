@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from acp_server.protocol.context import Handler, NotificationHandler
 
-if TYPE_CHECKING:  # types only: the tools and the turn are the session side's (protocol/deferred.py)
+if TYPE_CHECKING:  # types only: the tools and the turn are the deferred side's (protocol/deferred.py)
     from acp_server.agent.sessions.runs import RunContext
     from acp_server.agent.sessions.services import Observer
     from acp_server.runtime.tools import Tool

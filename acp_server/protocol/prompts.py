@@ -1,4 +1,4 @@
-"""A `session/prompt` request as the core's `Prompt` command: its content blocks as text for the model (every
+"""A `session/prompt` request as the core's `Prompt` input: its content blocks as text for the model (every
 block represented, none silently dropped), the images and sounds it shows a model that takes them, and the blocks
 as the store keeps them.
 """
@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import unquote, urlparse
 
-from acp_server.agent.sessions.commands import Attachment, ClientTools, LinkedImage, Prompt
+from acp_server.agent.sessions.inputs import Attachment, ClientTools, LinkedImage, Prompt
 from acp_server.jsonrpc.rpc import ErrorCode, RpcError
 from acp_server.protocol.initialize import Capabilities
 from acp_server.protocol.schema import (
@@ -22,14 +22,14 @@ from acp_server.protocol.schema import (
 from acp_server.runtime.media import validate_media
 from acp_server.runtime.model import TEXT_ONLY, Media
 
-__all__ = ["check_media", "client_tools", "prompt_attachments", "prompt_command", "prompt_text"]
+__all__ = ["check_media", "client_tools", "prompt_attachments", "prompt_input", "prompt_text"]
 
 # The image formats both providers take (OpenAI and Anthropic: PNG, JPEG, GIF, WebP), by file name ending.
 IMAGE_ENDINGS = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".gif": "image/gif"}
 IMAGE_ENDINGS[".webp"] = "image/webp"
 
 
-def prompt_command(request: PromptRequest, accepts: frozenset[str] = TEXT_ONLY) -> Prompt:
+def prompt_input(request: PromptRequest, accepts: frozenset[str] = TEXT_ONLY) -> Prompt:
     """`accepts`: what the session's model takes ("image", "audio" besides text), see `Config.accepts`."""
     blocks = request.prompt
     return Prompt(

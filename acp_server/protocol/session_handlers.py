@@ -12,13 +12,13 @@ from typing import TYPE_CHECKING, Any
 
 from acp_server.agent.discovery import announce_models_to
 from acp_server.agent.sessions import lifecycle
-from acp_server.agent.sessions.edge import CommandsAvailable, TitleChanged
+from acp_server.agent.sessions.edge import SlashCommandsAvailable, TitleChanged
 from acp_server.agent.sessions.options import SLASH_COMMANDS
 from acp_server.agent.sessions.runs import Session
 from acp_server.errors import InvalidArgumentError
 from acp_server.protocol.context import RequestContext
 from acp_server.protocol.initialize import NO_CAPABILITIES
-from acp_server.protocol.options import config_options, modes
+from acp_server.protocol.option_shapes import config_options, modes
 from acp_server.protocol.prompts import client_tools
 from acp_server.protocol.schema import (
     CloseSessionRequest,
@@ -31,7 +31,7 @@ from acp_server.protocol.schema import (
 )
 
 if TYPE_CHECKING:
-    from acp_server.agent.sessions.commands import ClientTools
+    from acp_server.agent.sessions.inputs import ClientTools
     from acp_server.store import LoadedSession
 
 __all__ = [
@@ -73,12 +73,12 @@ def _opened(context: RequestContext, session: Session, *, replayed: bool = False
     edge = context.connection.edge
     if replayed:
         # The replay holds what the client is told of the session: nothing follows a load's response.
-        edge.session_event(session.session_id, CommandsAvailable(SLASH_COMMANDS))
+        edge.session_event(session.session_id, SlashCommandsAvailable(SLASH_COMMANDS))
         if session.title is not None:
             edge.session_event(session.session_id, TitleChanged(session.title))
         session.offered_models = answered
     else:
-        context.after.append(lambda: edge.session_event(session.session_id, CommandsAvailable(SLASH_COMMANDS)))
+        context.after.append(lambda: edge.session_event(session.session_id, SlashCommandsAvailable(SLASH_COMMANDS)))
         context.after.append(lambda: _offered(context, session, answered))
     # The session's model, warmed while the person types its first prompt (agent/warmup.py).
     context.after.append(lambda: agent.warm_up(session.model))

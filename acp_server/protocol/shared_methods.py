@@ -1,5 +1,5 @@
 """What v1's and v2's handlers do the same way, in one place so neither version's module calls the other's: the
-steps of `initialize` before its answer (model discovery) and after it (the session side loaded, the default model
+steps of `initialize` before its answer (model discovery) and after it (the deferred side loaded, the default model
 warmed), logging in and out (v1 `authenticate`/`logout`, v2 `auth/login`/`auth/logout`), and the `_acp_server/stats`
 extension, served on both versions alike, and what a turn's end says when its commit failed (`not_saved`).
 """
@@ -38,23 +38,23 @@ NO_PARAMS = wire("NoParams")
 async def taken_media(context: RequestContext) -> frozenset[str]:
     """What both versions' `initialize` does before it answers: start model discovery (the cached lists read in a
     worker thread, awaited: a short local read, off the event loop; a refresh in the background, never awaited; a
-    session/new right behind offers them), and, once the answer is out, load the session side and warm the default
+    session/new right behind offers them), and, once the answer is out, load the deferred side and warm the default
     model. Returns what any model a session may pick takes in a prompt (images, sounds): a prompt for one that does
     not is refused then."""
     agent = context.agent
     discover_models(agent)
     await agent.models.ready()
-    # Once this answer is out: the session side loaded (protocol/deferred.py), then the default model warmed
+    # Once this answer is out: the deferred side loaded (protocol/deferred.py), then the default model warmed
     # (agent/warmup.py); a session on another model warms its own when it opens.
     context.after.append(lambda: agent.spawn(warm_up_after_initialize, agent))
     return frozenset().union(*(agent.config.accepts(spec) for spec in agent.models.current))
 
 
 async def warm_up_after_initialize(agent: Agent) -> None:
-    """Load the session side, then warm the default model (agent/warmup.py). Counted as a warm-up throughout
+    """Load the deferred side, then warm the default model (agent/warmup.py). Counted as a warm-up throughout
     (`_acp_server/stats`), so a test that waits for the warm-ups to end waits for the load too.
 
-    Nothing is started once the agent is ending (stdio: its connection is shutting down). A session side that
+    Nothing is started once the agent is ending (stdio: its connection is shutting down). A deferred side that
     cannot be loaded is said once on stderr and ends this task alone: the connection goes on, answering each request
     that needs the side that error (protocol/deferred.py)."""
     if agent.ending:

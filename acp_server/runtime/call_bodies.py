@@ -12,7 +12,7 @@ behind, logged, and never waited for.
 
 At most `MAX_LINGERING_CALLS` abandoned bodies may still run per session: beyond it a new cancellable call is refused
 before its body starts (`has_room`), so a tool that keeps ignoring cancels cannot pile up work the user cannot stop.
-Light at start-up: the connection builds it before the session side is loaded.
+Light at start-up: the connection builds it before the deferred side is loaded.
 """
 
 from __future__ import annotations

@@ -5,8 +5,8 @@ A package of small modules, one job each, from the plain values up to the store 
 - `turn_records`: what a turn showed the client, as the project's own records (text, thoughts, tool calls, plans),
   and the row format they are stored in;
 - `records`: the frozen records handed out, `TurnStatus`, the model history as JSON;
-- `replay`: the records replayed on `session/load` (the protocol edge renders them) and the rebuilt model history
-  (docs/interrupts.md decision 6);
+- `restore`: what a stored session is restored from (load, resume): the records to replay (the protocol edge
+  renders them) and the rebuilt model history (docs/interrupts.md decision 6);
 - `leases`: which process owns a running turn, and whether it is still there;
 - `turn_log`: the in-memory buffer each turn appends to, and the row format a flush writes;
 - `sqlite_file`: where the file lives, its schema, opening it without ever damaging it;
@@ -36,7 +36,7 @@ from acp_server.store.records import (
     message_from_json,
     message_to_json,
 )
-from acp_server.store.replay import ReplayEntry, TurnClosed, replay_entries
+from acp_server.store.restore import ReplayEntry, TurnClosed, replay_entries
 from acp_server.store.sqlite_file import STORE_FILENAME, default_state_dir
 from acp_server.store.store import FLUSH_INTERVAL_S, STALE_AFTER_S, SessionStore
 from acp_server.store.turn_log import TurnLog

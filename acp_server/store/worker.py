@@ -39,7 +39,7 @@ from acp_server.store.records import (
     utc_now,
     utc_stamp,
 )
-from acp_server.store.replay import rebuild_history
+from acp_server.store.restore import rebuild_history
 from acp_server.store.sqlite_file import HOLD, HOLDS_SCHEMA, SCHEMA_VERSION, SESSION_COLUMNS, create_schema, validate
 from acp_server.store.turn_log import Batch, decode_row, new_turn_id, update_rows
 from acp_server.store.turn_records import TurnEntry, decode_entry

@@ -106,7 +106,7 @@ async def test_after_logout_a_session_switched_to_a_model_without_a_key_keeps_wo
 async def test_requests_pipelined_behind_initialize_take_effect_in_their_order(
     start_server: StartServer, model: FakeOpenAI, tmp_path: Path, session_first: bool
 ) -> None:
-    # session/new waits for the session side, loaded once `initialize` is answered; a logout written after it in
+    # session/new waits for the deferred side, loaded once `initialize` is answered; a logout written after it in
     # the same write must not overtake it (nor one written before it be overtaken).
     env = {**NO_KEYS, "OPENAI_API_KEY": "sk-test-not-real", "OPENAI_BASE_URL": model.base_url}
     server = await start_server("--model", "openai:fake-model", env=env)

@@ -91,7 +91,7 @@ def _unprivileged() -> User | str:
                 "probe",
                 python,
                 "-c",
-                "import acp_server.cli.session_side, landlockpy",
+                "import acp_server.cli.deferred_side, landlockpy",
             ],
             env={"PYTHONPATH": pythonpath, "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": "/"},
             cwd="/",

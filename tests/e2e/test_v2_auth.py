@@ -91,7 +91,7 @@ async def test_with_no_auth_methods_offered_login_and_logout_are_method_not_foun
 async def test_login_session_new_and_logout_pipelined_behind_initialize_take_effect_in_their_order(
     start_server: StartServer, model: FakeOpenAI, tmp_path: Path
 ) -> None:
-    # session/new waits for the session side, loaded once `initialize` is answered; the login before it and the
+    # session/new waits for the deferred side, loaded once `initialize` is answered; the login before it and the
     # logout after it, written in the same write, must neither overtake it nor be overtaken.
     config = tmp_path / "config.toml"
     server = await start_server("--model", "openai:fake-model", env={**NO_KEYS, "ACP_SERVER_CONFIG": str(config)})

@@ -70,14 +70,14 @@ async def test_stdin_eof_while_the_provider_warms_up_ends_the_server_as_usual(
     assert code == 0
 
 
-# Loaded by the server's interpreter at start (PYTHONPATH): the import of one module of the session side fails, as
+# Loaded by the server's interpreter at start (PYTHONPATH): the import of one module of the deferred side fails, as
 # it would in a broken install.
 _FAIL_ONE_IMPORT = """
 import sys
 
 class _Fail:
     def find_spec(self, name, path=None, target=None):
-        if name == "acp_server.protocol.edge":
+        if name == "acp_server.protocol.acp_edge":
             raise ImportError("simulated failure importing " + name)
         return None
 
@@ -85,20 +85,21 @@ sys.meta_path.insert(0, _Fail())
 """
 
 
-async def test_a_session_side_that_cannot_be_imported_is_each_requests_answer_and_the_server_exits_cleanly(
+async def test_a_deferred_side_that_cannot_be_imported_is_each_requests_answer_and_the_server_exits_cleanly(
     start_server: StartServer, tmp_path: Path
 ) -> None:
     (tmp_path / "sitecustomize.py").write_text(_FAIL_ONE_IMPORT)
     client = await start_server("--model", "scripted", "--test-mode", env={"PYTHONPATH": str(tmp_path)})
     initialize = {"protocolVersion": 1, "clientCapabilities": {}}
     new_session = {"cwd": str(tmp_path), "mcpServers": []}
-    await client.send(  # session/new waits for the session side, whose load begins once initialize is answered
+    await client.send(  # session/new waits for the deferred side, whose load begins once initialize is answered
         {"id": 101, "method": "initialize", "params": initialize},
         {"id": 102, "method": "session/new", "params": new_session},
     )
     assert "result" in await client.response(101)
     expected = (
-        "the server could not load acp_server.protocol.edge: simulated failure importing acp_server.protocol.edge; "
+        "the server could not load acp_server.protocol.acp_edge: "
+        "simulated failure importing acp_server.protocol.acp_edge; "
         "reinstall acp-server"
     )
     for answer in (await client.response(102), await client.call("session/list", {})):

@@ -346,12 +346,12 @@ def test_the_loads_by_name_finder_finds_each_spelling() -> None:
     assert loads_by_name(ast.parse(code)) == found
 
 
-def test_every_module_the_session_side_loads_is_an_edge_of_the_import_graph() -> None:
-    """The session side is loaded by plain imports inside functions (cli/server.py `load_session_side`), which the
+def test_every_module_the_deferred_side_loads_is_an_edge_of_the_import_graph() -> None:
+    """The deferred side is loaded by plain imports inside functions (cli/server.py `load_deferred_side`), which the
     import graph counts like any other."""
     graph = dependencies()
-    assert {"acp_server.cli.session_side", "acp_server.protocol.v2.prompt"} <= graph["acp_server.cli.server"]
-    assert "acp_server.protocol.session_methods" in graph["acp_server.cli.session_side"]
+    assert {"acp_server.cli.deferred_side", "acp_server.protocol.v2.prompt"} <= graph["acp_server.cli.server"]
+    assert "acp_server.protocol.deferred_methods" in graph["acp_server.cli.deferred_side"]
     assert {"acp_server.cli.doctor", "acp_server.transcripts.replay_cli"} <= graph[LOADS_BY_NAME]
 
 
@@ -441,9 +441,10 @@ def test_no_module_globals_hold_mutable_run_state() -> None:
 # in the background once `initialize` is answered), MCP, the test client, jsonrpcserver with its JSON-schema validator
 # and toy HTTP server (the first `initialize` is answered before it is loaded, jsonrpc/rpc.py), the TOML parser and
 # the config file's checks (only when a config file exists), the session store (opened on first need), and the
-# session side: the session handlers, the turn, the tools, the edge to the editor and the sandbox (protocol/deferred.py:
-# loaded once `initialize` is answered), and pydantic with the wire models and what its plug-in loader imports
-# (`initialize` is read without it, protocol/initialize.py; the method tables name their models, protocol/params.py).
+# deferred side: the session handlers, the turn, the tools, the edge to the editor and the sandbox
+# (protocol/deferred.py: loaded once `initialize` is answered), and pydantic with the wire models and what its
+# plug-in loader imports (`initialize` is read without it, protocol/initialize.py; the method tables name their
+# models, protocol/params.py).
 HEAVY_AT_START_UP = (
     "openai",
     "anthropic",
@@ -461,12 +462,12 @@ HEAVY_AT_START_UP = (
     "sqlite3",
     "acp_server.store",
     "acp_server.settings.checks",
-    "acp_server.cli.session_side",
-    "acp_server.protocol.session_methods",
+    "acp_server.cli.deferred_side",
+    "acp_server.protocol.deferred_methods",
     "acp_server.protocol.session_handlers",
     "acp_server.protocol.v2.sessions",
     "acp_server.protocol.v2.prompt",
-    "acp_server.protocol.edge",
+    "acp_server.protocol.acp_edge",
     "acp_server.agent.sessions.turn",
     "acp_server.agent.sessions.services",
     "acp_server.runtime.loop",

@@ -12,7 +12,7 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from acp_server.agent.sessions.commands import Prompt
+from acp_server.agent.sessions.inputs import Prompt
 from acp_server.agent.sessions.runs import RunContext, RunRegistry, RunState, Session
 from acp_server.agent.sessions.turn import _sealed_history
 from acp_server.errors import ScriptError, TransitionError
@@ -25,7 +25,7 @@ from acp_server.jsonrpc.rpc import (
     classify,
 )
 from acp_server.jsonrpc.transport import LINES_PER_BATCH, Oversized, _InputLines, _LineSplitter
-from acp_server.protocol.prompts import prompt_command
+from acp_server.protocol.prompts import prompt_input
 from acp_server.protocol.schema import PromptRequest
 from acp_server.runtime.model import Message, StopReason, ToolCall
 from acp_server.runtime.providers.echo import _chunks
@@ -119,7 +119,7 @@ def make_session(name: str = "s") -> Session:
 
 def prompt(session: Session) -> Prompt:
     """An empty prompt (the core's command; the protocol edge parses `session/prompt` into these)."""
-    return prompt_command(PromptRequest.model_validate({"sessionId": session.session_id, "prompt": []}))
+    return prompt_input(PromptRequest.model_validate({"sessionId": session.session_id, "prompt": []}))
 
 
 async def test_interrupt_marks_stopping_cancels_the_scope_and_is_idempotent() -> None:

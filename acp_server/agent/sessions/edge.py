@@ -1,7 +1,7 @@
 """The core's side of the protocol edge: its outgoing vocabulary, and the interfaces `protocol/` implements.
 
 A turn reports the runtime's `TurnEvent`s (text, thought, tool call started/updated/finished, plan, usage, notice);
-a session adds the events below (title, mode, config options, commands). The core emits these typed events and
+a session adds the events below (title, mode, config options, slash commands). The core emits these typed events and
 never a wire shape: the protocol edge renders them (protocol/v1/ and protocol/v2/, sibling renderers, one per
 version; the store's records are built from them in protocol/store_log.py) and the composition root hands an `Edge`
 in with the `TurnServices`, so nothing here knows which version a connection speaks.
@@ -30,12 +30,12 @@ if TYPE_CHECKING:
     from acp_server.agent.sessions.runs import RunContext, Session
 
 __all__ = [
-    "CommandsAvailable",
     "ConfigChanged",
     "Edge",
     "ModeChanged",
     "Ports",
     "SessionEvent",
+    "SlashCommandsAvailable",
     "TitleChanged",
     "TurnOutput",
     "TurnSink",
@@ -65,11 +65,13 @@ class ConfigChanged:
 
 
 @dataclass(frozen=True, slots=True)
-class CommandsAvailable:
+class SlashCommandsAvailable:
+    """The slash commands a session offers (on the wire: `available_commands_update`)."""
+
     commands: Sequence[SlashCommand]
 
 
-SessionEvent = TitleChanged | ModeChanged | ConfigChanged | CommandsAvailable
+SessionEvent = TitleChanged | ModeChanged | ConfigChanged | SlashCommandsAvailable
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,9 +23,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import anyio
 
 from acp_server.agent.discovery import discover_models
-from acp_server.agent.sessions.commands import ClientTools
 from acp_server.agent.sessions.edge import ConfigChanged, Edge, ModeChanged, attached
-from acp_server.agent.sessions.options import MODE_OPTION, MODEL_OPTION, PROMPT_POLICY_OPTION, parse_command
+from acp_server.agent.sessions.inputs import ClientTools
+from acp_server.agent.sessions.options import MODE_OPTION, MODEL_OPTION, PROMPT_POLICY_OPTION, parse_slash_command
 from acp_server.agent.sessions.runs import Session
 from acp_server.errors import InvalidArgumentError, SessionBusyError, UnknownSessionError
 from acp_server.mcp_bridge import merge_servers
@@ -190,7 +190,7 @@ async def restore_session(
 def _turns_started(loaded: LoadedSession) -> int:
     """How many ordinary turns the stored session ran (`Session.turns_started`, which the scripted model's turn
     counter reads): a loaded, resumed or forked session goes on counting from them, not from 0."""
-    return sum(1 for turn in loaded.turns if turn.ran and parse_command(turn.prompt_text) is None)
+    return sum(1 for turn in loaded.turns if turn.ran and parse_slash_command(turn.prompt_text) is None)
 
 
 async def fork_session(

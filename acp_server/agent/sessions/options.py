@@ -21,7 +21,7 @@ __all__ = [
     "SLASH_COMMANDS",
     "Choice",
     "SlashCommand",
-    "parse_command",
+    "parse_slash_command",
 ]
 
 MODEL_OPTION = "model"
@@ -70,8 +70,8 @@ SLASH_COMMANDS: tuple[SlashCommand, ...] = (
 _COMMAND_NAMES = frozenset(command.name for command in SLASH_COMMANDS)
 
 
-def parse_command(text: str) -> tuple[str, str] | None:
-    """`/name argument` for one of our commands, else None (the text is an ordinary prompt)."""
+def parse_slash_command(text: str) -> tuple[str, str] | None:
+    """`/name argument` for one of our slash commands, else None (the text is an ordinary prompt)."""
     if not text.startswith("/"):
         return None
     name, _, argument = text[1:].partition(" ")

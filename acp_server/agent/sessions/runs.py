@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 
-from acp_server.agent.sessions.commands import ClientTools, Prompt, RequestId
+from acp_server.agent.sessions.inputs import ClientTools, Prompt, RequestId
 from acp_server.errors import PromptRejectedError, TransitionError
 from acp_server.runtime.call_stops import CallStop
 from acp_server.runtime.model import Message, StopReason

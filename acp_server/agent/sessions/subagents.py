@@ -17,7 +17,7 @@ from datetime import date
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from acp_server.agent.sessions.commands import Prompt
+from acp_server.agent.sessions.inputs import Prompt
 from acp_server.agent.sessions.runs import RunContext, Session
 from acp_server.agent.sessions.turn_tools import tool_context, tool_ports
 from acp_server.errors import ToolError

@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from acp_server.agent.sessions.commands import Prompt, RequestId
 from acp_server.agent.sessions.edge import TurnOutput, edge_of
-from acp_server.agent.sessions.options import parse_command
+from acp_server.agent.sessions.inputs import Prompt, RequestId
+from acp_server.agent.sessions.options import parse_slash_command
 from acp_server.agent.sessions.runs import RunContext, RunState, Session
 from acp_server.agent.sessions.services import TurnServices
 from acp_server.agent.sessions.slash_commands import prompt_title, run_slash_command
@@ -70,7 +70,7 @@ def admit_prompt(
     and hands it to the run registry, which applies the session's prompt policy.
     """
     session = session_of(session_id)
-    command = parse_command(prompt.text) if prompt.block_count == 1 else None
+    command = parse_slash_command(prompt.text) if prompt.block_count == 1 else None
     if command is None:  # a slash command never reaches the model, so the model has nothing to check
         problem = services.providers(session.model).check_turn(prompt.meta, session.turns_started)
         if problem is not None:

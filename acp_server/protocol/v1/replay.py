@@ -1,5 +1,5 @@
 """A stored session as ACP v1 `session/update`s, for `session/load` (`replay_updates`): the store's records
-(store/turn_records.py, with the closing of turns that did not complete, store/replay.py) rendered the way v1 showed
+(store/turn_records.py, with the closing of turns that did not complete, store/restore.py) rendered the way v1 showed
 them live (protocol/v1/updates.py), so the client sees the conversation it saw. v1's replay, a sibling of v2's
 (protocol/v2/replay.py): both render the same records, whichever version stored them. Loaded with the store, never at
 start-up.
@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from acp_server.protocol.schema import notice_update
 from acp_server.protocol.update_shapes import plan_entries, text_chunk, tool_call_update, usage_update
 from acp_server.protocol.v1.updates import tool_content
-from acp_server.store.replay import ReplayEntry, TurnClosed, replay_entries
+from acp_server.store.restore import ReplayEntry, TurnClosed, replay_entries
 from acp_server.store.turn_records import (
     AgentText,
     AgentThought,

@@ -1,6 +1,6 @@
 """The core's events as ACP v1 `session/update`s: a turn's (the v1 `TurnSink`: sent through the connection's fence,
 and handed to the turn's store log, protocol/store_log.py, which keeps them as the store's own records) and a session's
-own (title, mode, config options, commands).
+own (title, mode, config options, slash commands).
 
 v1's renderer, a sibling of v2's (protocol/v2/updates.py): what both write the same way comes from
 protocol/update_shapes.py. v1 has no append of tool call content, so an appended item is sent with everything the call
@@ -14,10 +14,16 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from acp_server.agent.sessions.edge import CommandsAvailable, ConfigChanged, ModeChanged, SessionEvent, TitleChanged
+from acp_server.agent.sessions.edge import (
+    ConfigChanged,
+    ModeChanged,
+    SessionEvent,
+    SlashCommandsAvailable,
+    TitleChanged,
+)
 from acp_server.agent.sessions.runs import RunContext
 from acp_server.jsonrpc.connection import Connection
-from acp_server.protocol.options import available_commands, config_options
+from acp_server.protocol.option_shapes import available_commands, config_options
 from acp_server.protocol.store_log import StoreLog
 from acp_server.protocol.update_shapes import (
     compaction_update,
@@ -232,6 +238,6 @@ def session_update(event: SessionEvent) -> dict[str, Any]:
     if isinstance(event, ConfigChanged):
         options = config_options(event.model, event.mode, event.prompt_policy, event.models)
         return {"sessionUpdate": "config_option_update", "configOptions": options}
-    if isinstance(event, CommandsAvailable):
+    if isinstance(event, SlashCommandsAvailable):
         return {"sessionUpdate": "available_commands_update", "availableCommands": available_commands(event.commands)}
     raise TypeError(f"unknown session event {event!r}")  # pragma: no cover - the event union is closed

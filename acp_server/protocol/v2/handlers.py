@@ -4,8 +4,8 @@
 cancels as v1's does and then answers the held prompts it withdrew (protocol/v2/withdrawals.py); `$/cancel_request` is
 v2's own, acting only on a held prompt (see protocol/v2/prompt.py for what a withdrawn held prompt answers).
 
-The start-up side's methods are in `METHODS_V2`; the session side's are in its own table
-(protocol/session_methods.py `SESSION_METHODS_V2`), listed here by wire name (`SESSION_SIDE_METHODS_V2`).
+The start-up side's methods are in `METHODS_V2`; the deferred side's are in its own table
+(protocol/deferred_methods.py `DEFERRED_METHODS_V2`), listed here by wire name (`DEFERRED_SIDE_METHODS_V2`).
 """
 
 from __future__ import annotations
@@ -22,15 +22,15 @@ from acp_server.protocol.v2.withdrawals import session_cancel_v2, withdraw
 if TYPE_CHECKING:  # imported on first use (protocol/params.py)
     from acp_server.protocol.schema import CancelRequestNotification, PromptRequest
 
-__all__ = ["METHODS_V2", "NOTIFICATIONS_V2", "SESSION_SIDE_METHODS_V2"]
+__all__ = ["DEFERRED_SIDE_METHODS_V2", "METHODS_V2", "NOTIFICATIONS_V2"]
 
 
 async def session_prompt(context: RequestContext, params: PromptRequest) -> dict[str, Any]:
     """`session/prompt` on v2 (protocol/v2/prompt.py). Admitted or refused as its line is read, like v1's: a refused
-    one is answered at once; an admitted one names an open session, so the session side is loaded."""
+    one is answered at once; an admitted one names an open session, so the deferred side is loaded."""
     if context.admission_error is not None:
         raise context.admission_error
-    from acp_server.protocol.v2.prompt import session_prompt_v2  # noqa: PLC0415 (start-up: the session side, loaded once a session is open)
+    from acp_server.protocol.v2.prompt import session_prompt_v2  # noqa: PLC0415 (start-up: the deferred side, loaded once a session is open)
 
     return await session_prompt_v2(context, params)
 
@@ -41,10 +41,10 @@ METHODS_V2: dict[str, Handler] = {
     "_acp_server/stats": (NO_PARAMS, stats),
 }
 
-# Served by the session side once it is loaded (protocol/session_methods.py `SESSION_METHODS_V2`: their params and
+# Served by the deferred side once it is loaded (protocol/deferred_methods.py `DEFERRED_METHODS_V2`: their params and
 # handlers), listed here by wire name only: a request for one waits for that load (protocol/deferred.py).
 # `auth/login` and `auth/logout` are start-up code served there, in order behind the requests pipelined before them.
-SESSION_SIDE_METHODS_V2 = frozenset(
+DEFERRED_SIDE_METHODS_V2 = frozenset(
     {
         "auth/login",
         "auth/logout",

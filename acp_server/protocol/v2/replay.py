@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from acp_server.protocol.update_shapes import tool_call_update, usage_update
 from acp_server.protocol.v2.updates import plan_update, tool_content_v2
-from acp_server.store.replay import TurnClosed, replay_entries
+from acp_server.store.restore import TurnClosed, replay_entries
 from acp_server.store.turn_records import (
     AgentText,
     AgentThought,
@@ -30,7 +30,7 @@ from acp_server.store.turn_records import (
 
 if TYPE_CHECKING:
     from acp_server.store import LoadedSession
-    from acp_server.store.replay import ReplayEntry
+    from acp_server.store.restore import ReplayEntry
 
 __all__ = ["replay_updates_v2"]
 

@@ -29,7 +29,7 @@ from acp_server.agent.sessions.runs import Session
 from acp_server.errors import InvalidArgumentError, UnknownSessionError
 from acp_server.protocol.context import RequestContext
 from acp_server.protocol.initialize import NO_CAPABILITIES
-from acp_server.protocol.options import config_options
+from acp_server.protocol.option_shapes import config_options
 from acp_server.protocol.prompts import client_tools
 from acp_server.protocol.schema import (
     CloseSessionRequest,
@@ -43,7 +43,7 @@ from acp_server.protocol.v2.withdrawals import withdraw_held
 from acp_server.settings.choices import PromptPolicy
 
 if TYPE_CHECKING:
-    from acp_server.agent.sessions.commands import ClientTools
+    from acp_server.agent.sessions.inputs import ClientTools
     from acp_server.store import LoadedSession
 
 __all__ = [

@@ -16,11 +16,17 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from acp_server.agent.sessions.edge import CommandsAvailable, ConfigChanged, ModeChanged, SessionEvent, TitleChanged
+from acp_server.agent.sessions.edge import (
+    ConfigChanged,
+    ModeChanged,
+    SessionEvent,
+    SlashCommandsAvailable,
+    TitleChanged,
+)
 from acp_server.agent.sessions.options import SlashCommand
 from acp_server.agent.sessions.runs import RunContext
 from acp_server.jsonrpc.connection import Connection
-from acp_server.protocol.options import config_options
+from acp_server.protocol.option_shapes import config_options
 from acp_server.protocol.store_log import StoreLog
 from acp_server.protocol.update_shapes import (
     compaction_update,
@@ -299,7 +305,7 @@ def session_update_v2(event: SessionEvent) -> dict[str, Any] | None:
     if isinstance(event, ConfigChanged):
         options = config_options(event.model, event.mode, event.prompt_policy, event.models, id_key="configId")
         return {"sessionUpdate": "config_option_update", "configOptions": options}
-    if isinstance(event, CommandsAvailable):
+    if isinstance(event, SlashCommandsAvailable):
         return {
             "sessionUpdate": "available_commands_update",
             "availableCommands": available_commands_v2(event.commands),

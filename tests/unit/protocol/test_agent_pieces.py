@@ -15,7 +15,7 @@ from acp_server.errors import MissingCredentialsError, ScriptError, UnknownModel
 from acp_server.jsonrpc.rpc import ErrorCode, RpcError
 from acp_server.protocol.editor_connection import Handshake
 from acp_server.protocol.plugins import Plugin, observer_of
-from acp_server.protocol.prompts import prompt_command
+from acp_server.protocol.prompts import prompt_input
 from acp_server.protocol.schema import PromptRequest
 from acp_server.protocol.wire_errors import rpc_error
 from acp_server.runtime.model import Provider
@@ -56,7 +56,7 @@ async def test_the_session_table_answers_each_wrong_id_with_its_own_error() -> N
     )
     child_session = make_session("child")
     child_session.edge = edge
-    request = prompt_command(PromptRequest.model_validate({"sessionId": "child", "prompt": []}))
+    request = prompt_input(PromptRequest.model_validate({"sessionId": "child", "prompt": []}))
     agent.register_child(RunContext(child_session, 1, request, parent_session_id="s"))
     with pytest.raises(Exception) as child:
         table.require("child", edge)
@@ -124,7 +124,7 @@ def test_a_bad_default_model_stops_the_server_at_start() -> None:
 async def test_the_plugins_observers_are_told_in_registration_order() -> None:
     heard: list[tuple[str, str, dict[str, Any]]] = []
     session = make_session()
-    run = RunContext(session, 1, prompt_command(PromptRequest.model_validate({"sessionId": "s", "prompt": []})))
+    run = RunContext(session, 1, prompt_input(PromptRequest.model_validate({"sessionId": "s", "prompt": []})))
 
     def observer(name: str) -> Plugin:
         return Plugin(observer=lambda run, event, fields: heard.append((name, event, fields)))

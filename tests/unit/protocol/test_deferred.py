@@ -1,4 +1,4 @@
-"""The session side, loaded after `initialize` (protocol/deferred.py): one load however many requests wait for it,
+"""The deferred side, loaded after `initialize` (protocol/deferred.py): one load however many requests wait for it,
 built once, a load that imports every method the start-up tables leave to it, a request for one of those methods
 routed by the dispatcher once the load is over, and a side that cannot be loaded answered as such while the
 connection goes on."""
@@ -27,7 +27,7 @@ pytestmark = pytest.mark.timeout(30)
 
 
 async def _three_steps() -> None:
-    """Stand-ins for the session side's modules, imported a step at a time (cli/server.py `load_session_side`)."""
+    """Stand-ins for the deferred side's modules, imported a step at a time (cli/server.py `load_deferred_side`)."""
     import colorsys  # noqa: F401
 
     await anyio.lowlevel.checkpoint()
@@ -55,10 +55,10 @@ async def _a_missing_module() -> None:
     import acp_server._no_such_module  # type: ignore[import-not-found]  # noqa: F401
 
 
-async def test_requests_that_come_while_the_session_side_loads_wait_for_that_one_load(
+async def test_requests_that_come_while_the_deferred_side_loads_wait_for_that_one_load(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # Stand-ins for the session side's modules, not imported yet: the load imports them one per step.
+    # Stand-ins for the deferred side's modules, not imported yet: the load imports them one per step.
     for module in ("colorsys", "netrc", "tabnanny"):
         monkeypatch.delitem(sys.modules, module, raising=False)
     built: list[str] = []
@@ -138,7 +138,7 @@ async def _never_called(context: Any, params: Any) -> Any:
 
 
 def _dispatcher(side: Deferred[Any], handler: Any = _never_called) -> AcpDispatcher:
-    """An editor's dispatcher on an agent whose session side is `side`, serving `x/later` (v1) from that side with
+    """An editor's dispatcher on an agent whose deferred side is `side`, serving `x/later` (v1) from that side with
     `handler`."""
     agent, served = build_agent(Config(model="scripted"))
     agent.side = side
@@ -153,7 +153,7 @@ async def _ask(dispatcher: AcpDispatcher, method: str = "x/later") -> dict[str, 
     return await dispatcher.answer(request, RequestContext(dispatcher.agent, dispatcher.connection, 1))
 
 
-async def test_a_session_side_that_cannot_be_imported_leaves_the_connection_serving_and_each_request_told_why(
+async def test_a_deferred_side_that_cannot_be_imported_leaves_the_connection_serving_and_each_request_told_why(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     side: Deferred[Any] = Deferred(_a_missing_module, lambda: "turns")
@@ -248,28 +248,26 @@ async def test_what_waits_for_the_load_to_end_goes_on_once_it_has_and_the_loaded
 
 _TABLES = """
 import sys, anyio
-from acp_server.protocol.handlers import METHODS, SESSION_SIDE_METHODS
-from acp_server.protocol.v2.handlers import METHODS_V2, SESSION_SIDE_METHODS_V2
-from acp_server.cli.server import load_session_side
+from acp_server.protocol.handlers import METHODS, DEFERRED_SIDE_METHODS
+from acp_server.protocol.v2.handlers import METHODS_V2, DEFERRED_SIDE_METHODS_V2
+from acp_server.cli.server import load_deferred_side
 
-TABLES = "acp_server.protocol.session_methods"
+TABLES = "acp_server.protocol.deferred_methods"
 before = TABLES in sys.modules
-anyio.run(load_session_side)
+anyio.run(load_deferred_side)
 loaded = TABLES in sys.modules
-from acp_server.protocol.session_methods import SESSION_METHODS, SESSION_METHODS_V2
+from acp_server.protocol.deferred_methods import DEFERRED_METHODS, DEFERRED_METHODS_V2
 
-same = SESSION_METHODS.keys() == SESSION_SIDE_METHODS, SESSION_METHODS_V2.keys() == SESSION_SIDE_METHODS_V2
-apart = not METHODS.keys() & SESSION_SIDE_METHODS, not METHODS_V2.keys() & SESSION_SIDE_METHODS_V2
-print(before, loaded, *same, *apart, len(SESSION_METHODS) >= 5 and len(SESSION_METHODS_V2) >= 5)
+same = DEFERRED_METHODS.keys() == DEFERRED_SIDE_METHODS, DEFERRED_METHODS_V2.keys() == DEFERRED_SIDE_METHODS_V2
+apart = not METHODS.keys() & DEFERRED_SIDE_METHODS, not METHODS_V2.keys() & DEFERRED_SIDE_METHODS_V2
+print(before, loaded, *same, *apart, len(DEFERRED_METHODS) >= 5 and len(DEFERRED_METHODS_V2) >= 5)
 """
 
 
-def test_loading_the_session_side_imports_its_tables_which_serve_exactly_the_methods_the_start_up_tables_leave_it() -> (
-    None
-):
+def test_loading_the_deferred_side_imports_tables_that_serve_exactly_the_methods_the_start_up_tables_leave_it() -> None:
     result = subprocess.run([sys.executable, "-c", _TABLES], capture_output=True, text=True, timeout=25, check=False)
     assert result.returncode == 0, result.stderr
-    # Not loaded by the start-up tables, loaded by the session side, and naming each method the start-up side
+    # Not loaded by the start-up tables, loaded by the deferred side, and naming each method the start-up side
     # leaves to it (and none it serves itself).
     assert result.stdout.split() == ["False", *["True"] * 6]
 
@@ -284,14 +282,14 @@ async def main(owns_process):
     gc.freeze()  # what the CLI's start-up does (server._tune_gc)
     frozen = gc.get_freeze_count()
     await agent.side.load()
-    return "acp_server.cli.session_side" in sys.modules, gc.get_freeze_count() > frozen
+    return "acp_server.cli.deferred_side" in sys.modules, gc.get_freeze_count() > frozen
 
 print(anyio.run(main, sys.argv[1] == "owns"))
 """
 
 
 @pytest.mark.parametrize(("owns", "frozen"), [("owns", True), ("embedded", False)])
-def test_the_session_side_is_frozen_out_of_the_collectors_sight_like_start_up_when_the_server_owns_the_process(
+def test_the_deferred_side_is_frozen_out_of_the_collectors_sight_like_start_up_when_the_server_owns_the_process(
     owns: str, frozen: bool
 ) -> None:
     command = [sys.executable, "-c", _FREEZE, owns]
@@ -303,7 +301,7 @@ def test_the_session_side_is_frozen_out_of_the_collectors_sight_like_start_up_wh
 async def test_a_request_pipelined_behind_initialize_waits_for_its_answer_once_then_for_the_load_then_acts(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """An `auth/login` read right behind `initialize` once ran (and started the session side's load) while the
+    """An `auth/login` read right behind `initialize` once ran (and started the deferred side's load) while the
     `initialize` handler still awaited the models list: it found no authentication offered, and was answered first.
     What waits for the load now waits for every `initialize` read before it to be answered, once (the dispatcher
     alone waits: the `tool_call/cancel` path once awaited it twice, issue 22 item 3)."""

@@ -13,7 +13,7 @@ from acp_server.agent.providers import AuthState, ProviderCache, close_providers
 from acp_server.agent.sessions.runs import RunRegistry, Session
 from acp_server.errors import MissingCredentialsError
 from acp_server.jsonrpc.rpc import ErrorCode
-from acp_server.protocol.prompts import prompt_command
+from acp_server.protocol.prompts import prompt_input
 from acp_server.protocol.schema import PromptRequest
 from acp_server.protocol.wire_errors import rpc_error
 from acp_server.runtime.model import Provider
@@ -74,7 +74,7 @@ async def test_the_dropped_clients_are_closed_once_the_turns_running_at_logout_h
     client = provider._client  # type: ignore[attr-defined]
     session = Session("s", Path("/tmp"), (), ())
     request = PromptRequest.model_validate({"sessionId": "s", "prompt": []})
-    run = RunRegistry().admit(session, 1, prompt_command(request))
+    run = RunRegistry().admit(session, 1, prompt_input(request))
     dropped = cache.forget_credentials()
     async with anyio.create_task_group() as tasks:
         tasks.start_soon(close_providers, dropped, [run], 5.0)
@@ -91,7 +91,7 @@ async def test_a_cancelled_close_task_still_closes_the_clients() -> None:
     client = provider._client  # type: ignore[attr-defined]
     session = Session("s", Path("/tmp"), (), ())
     request = PromptRequest.model_validate({"sessionId": "s", "prompt": []})
-    run = RunRegistry().admit(session, 1, prompt_command(request))
+    run = RunRegistry().admit(session, 1, prompt_input(request))
     async with anyio.create_task_group() as tasks:
         tasks.start_soon(close_providers, cache.forget_credentials(), [run], 5.0)
         await anyio.wait_all_tasks_blocked()

@@ -93,7 +93,7 @@ async def test_a_stale_list_is_offered_at_once_and_dropped_when_the_endpoint_fai
 
 
 async def test_a_refresh_asks_the_endpoint_only_once_what_it_waits_for_has_ended(tmp_path: Path) -> None:
-    # The server's refresh waits for the session side's load (protocol/deferred.py): the provider SDK it imports in
+    # The server's refresh waits for the deferred side's load (protocol/deferred.py): the provider SDK it imports in
     # a worker thread must not be imported beside the loop's imports.
     state = tmp_path / "state"
     write_cache(state, ["cached-model"], age=LIST_TTL + 1)

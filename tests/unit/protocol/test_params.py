@@ -1,5 +1,5 @@
 """The method tables name their params models (protocol/params.py): every name is a real model, a model is imported
-only when a message needs it, one reader per model, and a model that cannot be imported is answered as the session
+only when a message needs it, one reader per model, and a model that cannot be imported is answered as the deferred
 side's would be."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import pytest
 from pydantic import BaseModel
 
 from acp_server.jsonrpc.rpc import ErrorCode, RpcError
+from acp_server.protocol.deferred_methods import DEFERRED_METHODS, DEFERRED_METHODS_V2
 from acp_server.protocol.handlers import METHODS, NOTIFICATIONS
 from acp_server.protocol.params import FastParams, WireParams, wire, wire_v2
-from acp_server.protocol.session_methods import SESSION_METHODS, SESSION_METHODS_V2
 from acp_server.protocol.testmode.gates import GATES
 from acp_server.protocol.v2.handlers import METHODS_V2, NOTIFICATIONS_V2
 
@@ -26,8 +26,8 @@ def test_every_method_table_names_a_model_that_exists() -> None:
         NOTIFICATIONS,
         METHODS_V2,
         NOTIFICATIONS_V2,
-        SESSION_METHODS,
-        SESSION_METHODS_V2,
+        DEFERRED_METHODS,
+        DEFERRED_METHODS_V2,
         GATES.methods,
         GATES.notifications,
     )
@@ -79,6 +79,6 @@ def test_a_model_is_imported_with_the_first_message_that_needs_it() -> None:
 def test_each_model_has_one_reader_so_what_admission_read_is_not_read_again() -> None:
     """The dispatcher reads a prompt as its line is read, and the method table's reader knows it for its own."""
     assert wire("PromptRequest") is wire("PromptRequest") is METHODS["session/prompt"][0]
-    assert wire_v2("CancelToolCallRequest") is SESSION_METHODS_V2["tool_call/cancel"][0]
+    assert wire_v2("CancelToolCallRequest") is DEFERRED_METHODS_V2["tool_call/cancel"][0]
     read = wire("PromptRequest").validate({"sessionId": "s", "prompt": []})
     assert METHODS_V2["session/prompt"][0].holds(read)

@@ -14,7 +14,7 @@ import pytest
 from anyio.abc import TaskGroup
 
 from acp_server.agent.sessions.runs import RunContext, RunRegistry, RunState, Session
-from acp_server.protocol.prompts import prompt_command
+from acp_server.protocol.prompts import prompt_input
 from acp_server.protocol.schema import PromptRequest
 from acp_server.protocol.v2.prompt import _joined_work
 from acp_server.settings.choices import PromptPolicy
@@ -63,7 +63,7 @@ class _Editor:
 
 
 def _prompt() -> Any:
-    return prompt_command(PromptRequest.model_validate({"sessionId": "s", "prompt": []}))
+    return prompt_input(PromptRequest.model_validate({"sessionId": "s", "prompt": []}))
 
 
 def _state(run: RunContext) -> RunState:

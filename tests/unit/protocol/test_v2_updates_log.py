@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from acp_server.agent.sessions.commands import ClientTools
+from acp_server.agent.sessions.inputs import ClientTools
 from acp_server.protocol.v1.legacy import entry_of
 from acp_server.protocol.v1.replay import render
 from acp_server.protocol.v1.updates import TurnUpdates

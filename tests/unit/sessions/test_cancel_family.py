@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from acp_server.agent.sessions.commands import Prompt
+from acp_server.agent.sessions.inputs import Prompt
 from acp_server.agent.sessions.runs import RunContext, RunRegistry, RunState, Session
 from acp_server.runtime.call_stops import CallStop
 from acp_server.settings.choices import PromptPolicy

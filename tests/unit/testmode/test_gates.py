@@ -7,7 +7,7 @@ from pathlib import Path
 import anyio
 
 from acp_server.agent.sessions.runs import RunContext, RunRegistry, Session
-from acp_server.protocol.prompts import prompt_command
+from acp_server.protocol.prompts import prompt_input
 from acp_server.protocol.schema import PromptRequest
 from acp_server.protocol.testmode.gate_params import ScriptedReleaseNotification
 from acp_server.protocol.testmode.gates import GATES as GATES_PLUGIN
@@ -42,7 +42,7 @@ def release(editor: _Editor, session_id: str, gate: str) -> None:
 async def test_an_early_release_opens_its_gate_until_the_running_turn_ends() -> None:
     agent, session = RunRegistry(), Session("s", Path("/tmp"), (), ())
     editor = _Editor({"s": session}, agent)
-    run = agent.admit(session, 1, prompt_command(PromptRequest.model_validate({"sessionId": "s", "prompt": []})))
+    run = agent.admit(session, 1, prompt_input(PromptRequest.model_validate({"sessionId": "s", "prompt": []})))
     release(editor, "s", "g")  # before any gate board exists: made for it
     assert GATES in session.services
     with anyio.fail_after(1):
@@ -56,7 +56,7 @@ async def test_an_early_release_opens_its_gate_until_the_running_turn_ends() -> 
 
 async def test_a_release_finds_a_subagents_session_in_the_run_registry() -> None:
     agent, child = RunRegistry(), Session("child", Path("/tmp"), (), ())
-    request = prompt_command(PromptRequest.model_validate({"sessionId": "child", "prompt": []}))
+    request = prompt_input(PromptRequest.model_validate({"sessionId": "child", "prompt": []}))
     agent.register_child(RunContext(child, 1, request, parent_session_id="s"))
     release(_Editor({}, agent), "child", "g")
     with anyio.fail_after(1):

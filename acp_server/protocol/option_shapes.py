@@ -1,7 +1,8 @@
-"""A session's options as ACP shows them: its modes, its config options and its slash commands.
+"""A session's options in their wire shape: its modes, its config options and its slash commands.
 
-The definitions are typed in `sessions/options.py`; this is their v1 wire shape, in responses (`session/new`,
-`session/set_config_option`) and in the updates that announce a change.
+The definitions are typed in `agent/sessions/options.py`; this is their wire shape, in responses (`session/new`,
+`session/set_config_option`) and in the updates that announce a change (both versions: `config_options` takes what
+the version calls an option's id).
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
-"""The methods the session side serves, by wire name, with their params and handlers: a plain table per version,
-imported with the session side (cli/session_side.py) once `initialize` is answered (protocol/deferred.py).
+"""The methods the deferred side serves, by wire name, with their params and handlers: a plain table per version,
+imported with the deferred side (cli/deferred_side.py) once `initialize` is answered (protocol/deferred.py).
 
 The start-up tables (protocol/handlers.py, protocol/v2/handlers.py) list these methods by wire name only
-(`SESSION_SIDE_METHODS`): the dispatcher sends a request for one here once the session side is loaded, the request
+(`DEFERRED_SIDE_METHODS`): the dispatcher sends a request for one here once the deferred side is loaded, the request
 waiting for that load. `authenticate` and `logout` (v2: `auth/login`, `auth/logout`) are start-up code, served from
-here so that they too take effect after the session side's requests pipelined before them (`initialize; session/new;
+here so that they too take effect after the deferred side's requests pipelined before them (`initialize; session/new;
 logout` in one write opens the session, then logs out).
 """
 
@@ -36,9 +36,9 @@ from acp_server.protocol.v2.sessions import (
 )
 from acp_server.protocol.v2.terminals import terminal_cancel
 
-__all__ = ["SESSION_METHODS", "SESSION_METHODS_V2"]
+__all__ = ["DEFERRED_METHODS", "DEFERRED_METHODS_V2"]
 
-SESSION_METHODS: dict[str, Handler] = {
+DEFERRED_METHODS: dict[str, Handler] = {
     "authenticate": (wire("AuthenticateRequest"), authenticate),
     "logout": (wire("LogoutRequest"), logout),
     "session/new": (wire("NewSessionRequest"), session_new),
@@ -52,7 +52,7 @@ SESSION_METHODS: dict[str, Handler] = {
     "session/fork": (wire("LoadSessionRequest"), session_fork),
 }
 
-SESSION_METHODS_V2: dict[str, Handler] = {
+DEFERRED_METHODS_V2: dict[str, Handler] = {
     "auth/login": (wire("AuthenticateRequest"), auth_login),
     "auth/logout": (wire("LogoutRequest"), auth_logout),
     "session/new": (wire_v2("NewSessionRequestV2"), session_new_v2),

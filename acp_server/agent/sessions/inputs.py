@@ -1,5 +1,6 @@
-"""What the core is asked to do, in its own terms: the protocol edge parses wire requests into these, so nothing in
-`sessions/` reads a wire model.
+"""The core's inputs: what a request gives the core, in its own types (a prompt, its attachments, the client's
+tools). The protocol edge parses wire requests into these, so nothing in `agent/` reads a wire model. (Not
+"commands": in this project a command is a shell command line; see docs/architecture.md, "Words".)
 """
 
 from __future__ import annotations

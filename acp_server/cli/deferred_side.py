@@ -1,11 +1,11 @@
 """The composition root's second half: the pieces a session needs and `initialize` does not (the turn services: the
-tools, the sandbox, the plug-ins' observer), and, imported with them, every module of the session side.
+tools, the sandbox, the plug-ins' observer), and, imported with them, every module of the deferred side.
 
-`server.py` builds what answers `initialize`; this module is imported once that answer is out, the last step of
-`server.load_session_side` (protocol/deferred.py), so a fresh process answers the handshake without it. Its imports
-are the session side: the session side's method tables (protocol/session_methods.py, which import the session
-handlers) and the edge each connection builds with its first session are imported here too, so that one import loads
-them all.
+`cli/server.py` builds what answers `initialize`; this module is imported once that answer is out, the last step of
+`cli/server.py::load_deferred_side` (protocol/deferred.py), so a fresh process answers the handshake without it. Its
+imports are the deferred side: the deferred side's method tables (protocol/deferred_methods.py, which import the
+session handlers) and the edge each connection builds with its first session are imported here too, so that one
+import loads them all.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from collections.abc import Sequence
 
 from acp_server.agent.agent import Agent
 from acp_server.agent.sessions.services import TurnServices
-from acp_server.protocol.edge import AcpEdge  # noqa: F401 - the edge every connection builds with its first session
+from acp_server.protocol.acp_edge import AcpEdge  # noqa: F401 - the edge every connection builds with its first session
+from acp_server.protocol.deferred_methods import DEFERRED_METHODS  # noqa: F401 - the deferred side's method tables
 from acp_server.protocol.plugins import Plugin, observer_of
-from acp_server.protocol.session_methods import SESSION_METHODS  # noqa: F401 - the session side's method tables
 from acp_server.runtime.sandbox import sandbox_for
 from acp_server.runtime.tools import ToolBox
 from acp_server.runtime.tools.ask import ASK_TOOLS

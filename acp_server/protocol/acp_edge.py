@@ -1,7 +1,7 @@
 """The protocol side of the core's `Edge` (agent/sessions/edge.py) for one connection: where a turn's events are
 rendered and sent, and the editor's side of its tools. The connection's version, chosen by its `initialize`, picks
 the sibling that renders (protocol/v1/ or protocol/v2/: `Version`), once, here; nothing below it asks again. The
-composition root (cli/session_side.py) builds it and hands it to the core inside the `TurnServices`.
+composition root (cli/deferred_side.py) builds it and hands it to the core inside the `TurnServices`.
 """
 
 from __future__ import annotations

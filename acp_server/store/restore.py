@@ -1,4 +1,4 @@
-"""What a loaded session looks like again: the records to replay to the client, and the model history to continue.
+"""Restoring a stored session: the records to replay to the client, and the model history to continue.
 
 History keeps what happened (docs/interrupts.md decision 6): `replay_entries` closes a cancelled, interrupted or
 failed turn (a `TurnClosed` after it, and a failed change for each tool call it left open), and the model history
