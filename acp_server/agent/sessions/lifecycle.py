@@ -31,6 +31,7 @@ from acp_server.agent.sessions.runs import Session
 from acp_server.errors import InvalidArgumentError, SessionBusyError, UnknownSessionError
 from acp_server.mcp_bridge import merge_servers
 from acp_server.settings.choices import PermissionMode, PromptPolicy
+from acp_server.store.records import OWNER_KEY, owner_in
 
 if TYPE_CHECKING:
     from acp_server.agent.agent import Agent
@@ -143,7 +144,7 @@ async def new_session(
             additional_directories=list(place.additional_directories),
             mcp_servers=list(place.mcp_servers),
             mode=session.mode,
-            config={MODEL_OPTION: session.model, PROMPT_POLICY_OPTION: session.prompt_policy},
+            config={MODEL_OPTION: session.model, PROMPT_POLICY_OPTION: session.prompt_policy, **_owned_by(owner.name)},
         )
     )
     agent.owners.record(session_id, owner)
@@ -168,8 +169,9 @@ async def restore_session(
     principal is taken over: its running turn is cancelled as at that connection's end (REMOTE.md decision 4)."""
     agent.auth.require()
     _check_directories(place, owner)
-    foreign = not agent.owners.owns(owner, session_id)
     current = agent.sessions.get(session_id)
+    # An open session's owner is known here; a stored one's is in its record (read below).
+    foreign = current is not None and not agent.owners.owns(owner, session_id)
     if not foreign and current is not None and not current.closed:
         running = agent.runs.running(session_id)
         if current.edge is not None and current.edge is not edge:
@@ -182,6 +184,11 @@ async def restore_session(
     loaded = await store.load(session_id, hold=True)  # held before the read: pruning leaves it
     if loaded is None:
         raise UnknownSessionError(session_id)
+    if owner_in(loaded.session.config) != owner.name:
+        if current is None:
+            store.release(session_id)  # nobody here has it open: the hold taken for the read goes
+        raise UnknownSessionError(session_id)
+    agent.owners.record(session_id, owner)
     await agent.models.ready()  # a model discovery found in the cache keeps the stored model (`accepts`)
     record = loaded.session
     stored_model = record.config.get(MODEL_OPTION)
@@ -241,7 +248,7 @@ async def fork_session(
     agent.auth.require()
     _check_directories(place, owner)  # before the copy: no half-made fork
     store = await agent.store.require()
-    if not agent.owners.owns(owner, source_id):
+    if not await _stored_owns(agent, owner, source_id):
         raise UnknownSessionError(source_id)
     new_id = f"sess_{uuid.uuid4().hex}"
     copied = await store.fork(
@@ -253,7 +260,6 @@ async def fork_session(
     )
     if not copied:
         raise UnknownSessionError(source_id)
-    agent.owners.record(new_id, owner)
     return await restore_session(
         agent, edge, new_id, place=place, client=client, default_policy=default_policy, replay=None, owner=owner
     )
@@ -267,7 +273,7 @@ async def list_stored(agent: Agent, cwd: str | None, cursor: str | None, owner: 
         page = await store.list_sessions(cwd=cwd, cursor=cursor)
     except ValueError:
         raise InvalidArgumentError("cursor: not a cursor this server gave") from None
-    owned = [summary for summary in page.sessions if agent.owners.owns(owner, summary.session_id)]
+    owned = [summary for summary in page.sessions if summary.owner == owner.name]
     if len(owned) != len(page.sessions):
         page = replace(page, sessions=owned)
     return page
@@ -277,12 +283,28 @@ async def delete_session(agent: Agent, session_id: str, open_session: Session | 
     """Deleted sessions leave the list and cannot be loaded; an unknown id succeeds silently (ACP). A session open
     here (`open_session`, the caller's to look up) is closed first, exactly as a close would. Another principal's
     session is left alone, answered as an unknown id is: a deletion of an id that exists nowhere."""
-    if not agent.owners.owns(owner, session_id):
+    await agent.store.open()
+    if not await _stored_owns(agent, owner, session_id):
         session_id, open_session = f"sess_{uuid.uuid4().hex}", None
     if open_session is not None and not open_session.closed:
         await close_session(agent, open_session)
     await agent.store.open()
     await agent.store.save(lambda store: store.delete(session_id))  # an error if the deletion was not saved
+
+
+def _owned_by(name: str) -> dict[str, str]:
+    """What a session's stored config says of its owner: nothing for `local` (stdio's sessions, as before)."""
+    return {} if name == LOCAL.name else {OWNER_KEY: name}
+
+
+async def _stored_owns(agent: Agent, owner: Owner, session_id: str) -> bool:
+    """Whether `session_id` is not another principal's: as the open session's owner says, else its stored record
+    (an id stored nowhere is nobody's: it gets the unknown id's answer anyway)."""
+    if session_id in agent.sessions:
+        return agent.owners.owns(owner, session_id)
+    store = agent.store.current
+    loaded = None if store is None else await store.load(session_id)
+    return loaded is None or owner_in(loaded.session.config) == owner.name
 
 
 async def close_session(agent: Agent, session: Session) -> None:
@@ -401,5 +423,5 @@ async def set_option(agent: Agent, session: Session, config_id: str, value: str)
 
 async def _save_options(agent: Agent, session: Session, model: str, policy: PromptPolicy) -> None:
     """The session's stored option values as they will be, committed (an error when not) before they are applied."""
-    options = {MODEL_OPTION: model, PROMPT_POLICY_OPTION: policy}
+    options = {MODEL_OPTION: model, PROMPT_POLICY_OPTION: policy, **_owned_by(agent.owners.name_of(session.session_id))}
     await agent.store.save(lambda store: store.set_config(session.session_id, options))

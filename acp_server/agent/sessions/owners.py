@@ -2,9 +2,9 @@
 
 A remote connection authenticates as a principal (remote/tokens.py) with the directories it may work in; stdio's one
 connection is the principal `local`, which no token maps to, and may work anywhere. A session belongs to the
-principal that created it (new or fork). The owner is kept in the agent's memory (`SessionOwners`), not in the
-store: a session created before this process started, or over stdio, belongs to `local`, so after a restart of
-`serve` a remote principal cannot load what it created before (the store has no owner column yet).
+principal that created it (new or fork): stored in its config (store/records.py `OWNER_KEY`, absent for `local`),
+and kept in the agent's memory (`SessionOwners`) while the session is open here, so a look-up of an open session
+reads no store.
 """
 
 from __future__ import annotations
@@ -59,8 +59,8 @@ LOCAL = Owner("local")
 
 
 class SessionOwners:
-    """Session id -> its owner's name, for the sessions a remote principal created in this process; every other
-    session is `local`'s. Only remote owners are kept, so stdio's sessions cost nothing here."""
+    """Session id -> its owner's name, for the open sessions of remote principals (created, forked, loaded or
+    resumed here); every other open session is `local`'s. Only remote owners are kept, so stdio's cost nothing."""
 
     def __init__(self) -> None:
         self._owners: dict[str, str] = {}
@@ -70,7 +70,10 @@ class SessionOwners:
             self._owners[session_id] = owner.name
 
     def owns(self, owner: Owner, session_id: str) -> bool:
-        return self._owners.get(session_id, LOCAL.name) == owner.name
+        return self.name_of(session_id) == owner.name
+
+    def name_of(self, session_id: str) -> str:
+        return self._owners.get(session_id, LOCAL.name)
 
     def forget(self, session_id: str) -> None:
         self._owners.pop(session_id, None)
