@@ -46,7 +46,7 @@ class Server:
 
 
 @asynccontextmanager
-async def serving(tmp_path: Path, *extra: str) -> AsyncIterator[Server]:
+async def serving(tmp_path: Path, *extra: str, env: dict[str, str] | None = None) -> AsyncIterator[Server]:
     """`acp-server serve` in `tmp_path/work` (its default workspace root), alice and bob in its token file."""
     workspace = tmp_path / "work"
     workspace.mkdir(exist_ok=True)
@@ -58,7 +58,7 @@ async def serving(tmp_path: Path, *extra: str) -> AsyncIterator[Server]:
         stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.DEVNULL,
         stderr=asyncio.subprocess.PIPE,
-        env={**os.environ, **isolated_env()},
+        env={**os.environ, **isolated_env(), **(env or {})},
         cwd=workspace,
         start_new_session=True,
     )
@@ -290,6 +290,31 @@ async def test_another_principals_session_is_answered_exactly_as_an_unknown_id(t
         await alice.probe("gate_reached", session)
         await alice.notify("_scripted/release", {"sessionId": session, "gate": "ga"})
         assert (await alice.response(turn))["result"] == {"stopReason": "end_turn"}
+
+
+async def test_a_sessions_owner_outlives_a_restart_of_serve(tmp_path: Path) -> None:
+    state = {"ACP_SERVER_STATE_DIR": str(tmp_path / "state")}
+    async with serving(tmp_path, env=state) as server, editor(server, ALICE, "alice") as alice:
+        session = await new_session(alice, server.workspace)
+        # A changed option rewrites the stored config: the owner stays in it.
+        changed = await alice.call("session/set_mode", {"sessionId": session, "modeId": "default"})
+        assert "result" in changed, changed
+        changed = await alice.call(
+            "session/set_config_option", {"sessionId": session, "configId": "model", "value": "scripted"}
+        )
+        assert "result" in changed, changed
+    load = {"sessionId": session, "cwd": str(server.workspace), "mcpServers": []}
+    async with (
+        serving(tmp_path, env=state) as server,
+        editor(server, BOB, "bob") as bob,
+        editor(server, ALICE, "alice") as alice,
+    ):
+        assert (await bob.call("session/list", {}))["result"]["sessions"] == []
+        assert (await bob.call("session/load", load))["error"]["code"] == -32002
+        assert [entry["sessionId"] for entry in (await alice.call("session/list", {}))["result"]["sessions"]] == [
+            session
+        ]
+        assert "result" in await alice.call("session/load", load)
 
 
 async def test_a_load_from_a_second_connection_of_the_same_principal_takes_the_session_over(tmp_path: Path) -> None:
