@@ -22,6 +22,7 @@ import anyio
 
 from acp_server.agent.model_choices import ModelChoices
 from acp_server.agent.providers import AuthState, ProviderCache
+from acp_server.agent.sessions.owners import SessionOwners
 from acp_server.agent.sessions.runs import RunRegistry
 from acp_server.agent.sessions.table import SessionTable
 from acp_server.agent.store_access import StoreAccess
@@ -96,6 +97,8 @@ class Agent:
         self.calls = CallBodies(start_detached)
         self.runs = RunRegistry()
         self.sessions = SessionTable(self.runs)
+        # Which principal each session belongs to (REMOTE.md decision 4): shared by every connection.
+        self.owners = SessionOwners()
         self.providers = ProviderCache(open_model)
         # Builds the default model's provider now: a bad spec or script stops the server here (the CLI exits 2).
         self.auth = AuthState(self.providers, config.model)

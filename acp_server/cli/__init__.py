@@ -24,6 +24,7 @@ SUBCOMMANDS: dict[str, str] = {
     "chat": "acp_server.chat.app",
     "replay": "acp_server.transcripts.replay_cli",
     "sessions": "acp_server.cli.stored_sessions",
+    "serve": "acp_server.cli.serve",
 }
 
 # What a bare `acp-server` says when its stdin is a terminal.

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from anyio.lowlevel import checkpoint
 
 from acp_server.agent.agent import Agent
+from acp_server.agent.sessions.owners import LOCAL, Owner
 from acp_server.jsonrpc.connection import Connection
 from acp_server.jsonrpc.rpc import load_jsonrpcserver
 from acp_server.jsonrpc.transport import LineSink, LineSource, open_stdio, start_detached
@@ -247,12 +248,18 @@ def _edge(editor: EditorConnection) -> Edge:
 
 
 def connect(
-    agent: Agent, served: Served, on_exit: Callable[[], None] = lambda: None, *, ends_agent: bool = False
+    agent: Agent,
+    served: Served,
+    on_exit: Callable[[], None] = lambda: None,
+    *,
+    ends_agent: bool = False,
+    principal: Owner = LOCAL,
 ) -> tuple[Connection, AcpDispatcher]:
     """One editor's connection to `agent`: the JSON-RPC connection and the ACP side it serves, in the version its
-    `initialize` will choose. `ends_agent`: the connection's end is the agent's (stdio's one connection)."""
+    `initialize` will choose. `ends_agent`: the connection's end is the agent's (stdio's one connection);
+    `principal`: who it acts for (stdio: `local`)."""
     rpc = Connection(agent.config.cleanup_deadline)
-    editor = EditorConnection(agent, rpc, _edge, served.extension_notifications)
+    editor = EditorConnection(agent, rpc, _edge, served.extension_notifications, principal)
     served.editors.add(editor)
 
     def exiting() -> None:

@@ -35,7 +35,7 @@ from acp_server.jsonrpc.connection import STORE_WAIT_TIMEOUT
 from acp_server.jsonrpc.rpc import ErrorCode, IncomingRequest, RpcError, dispatch, error_message, method_table
 from acp_server.protocol.context import Handler, NotificationHandler, RequestContext
 from acp_server.protocol.editor_connection import EditorConnection
-from acp_server.protocol.initialize import Capabilities
+from acp_server.protocol.initialize import NO_CAPABILITIES, Capabilities
 from acp_server.protocol.params import INITIALIZE, INITIALIZE_V2, wire
 from acp_server.protocol.v2.negotiation import negotiate
 from acp_server.protocol.wire_errors import rpc_error
@@ -182,7 +182,12 @@ class AcpDispatcher:
         except RpcError:
             return  # the handler validates again and answers -32602
         context.validated_params = initialize_request
-        handshake.client_capabilities = initialize_request.client_capabilities
+        capabilities = initialize_request.client_capabilities
+        if self.connection.principal.remote:
+            # A remote client's files and terminals are on its own machine: the agent works on the server's, with its
+            # own tools, within the principal's roots (REMOTE.md decision 5).
+            capabilities = capabilities._replace(fs=NO_CAPABILITIES.fs, terminal=False)
+        handshake.client_capabilities = capabilities
         handshake.auth_problem = self.agent.auth.problem
 
     def _admit(self, context: RequestContext, params: dict[str, Any]) -> None:

@@ -4,8 +4,9 @@
 requests to the client, jsonrpc/connection.py), what `initialize` negotiated (`Handshake`: the version and the
 client's capabilities), the table of its prompts by request id (what `$/cancel_request` names), the held v2 prompts
 a cancel already answered (`withdrawn`), and, once it opened a session, its edge (protocol/acp_edge.py `AcpEdge`): the
-renderer of the core's events in its version, which the sessions it opened are attached to (`Session.edge`). Room
-is left for the principal a remote connection authenticates as (shared/design/REMOTE.md, decision 4).
+renderer of the core's events in its version, which the sessions it opened are attached to (`Session.edge`), and
+the principal it acts for (`principal`: stdio's is `local`; a remote one's comes from its token, REMOTE.md decision
+4), which owns the sessions it creates and bounds the directories they may use.
 
 Named so it is not confused with `jsonrpc.connection.Connection` (the wire, which knows nothing of ACP): an
 "editor connection" is that wire plus what ACP negotiated on it. stdio is the transport with exactly one of these.
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING
 
 import anyio
 
+from acp_server.agent.sessions.owners import LOCAL, Owner
 from acp_server.jsonrpc.rpc import ErrorCode, RpcError
 from acp_server.protocol.initialize import Capabilities
 
@@ -86,6 +88,7 @@ class EditorConnection:
         rpc: Connection,
         make_edge: Callable[[EditorConnection], Edge],
         extension_notifications: tuple[str, ...] = (),
+        principal: Owner = LOCAL,
     ) -> None:
         """`make_edge`: this connection as the core's `Edge` (protocol/acp_edge.py `AcpEdge`, on the deferred side),
         built by the composition root with the connection's first session."""
@@ -103,8 +106,8 @@ class EditorConnection:
         self.withdrawn: set[RunContext] = set()
         # The notifications beyond ACP's that this server handles (advertised in `initialize`).
         self.extension_notifications = extension_notifications
-        # Who the editor is, once a remote transport authenticates it (REMOTE.md decision 4); None over stdio.
-        self.principal: str | None = None
+        # Who the editor acts for (REMOTE.md decision 4): `local` over stdio, a token's principal over the network.
+        self.principal = principal
         self._edge: Edge | None = None
 
     @property

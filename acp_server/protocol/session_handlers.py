@@ -60,7 +60,9 @@ async def session_new(context: RequestContext, params: NewSessionRequest) -> dic
     connection.handshake.require_initialized()
     agent = context.agent
     policy = agent.config.prompt_policy
-    session = await lifecycle.new_session(agent, connection.edge, _place(params), _client(context), policy)
+    session = await lifecycle.new_session(
+        agent, connection.edge, _place(params), _client(context), policy, owner=connection.principal
+    )
     return {"sessionId": session.session_id, **_opened(context, session)}
 
 
@@ -120,6 +122,7 @@ async def _restore(context: RequestContext, params: LoadSessionRequest, *, repla
         client=_client(context),
         default_policy=agent.config.prompt_policy,
         replay=replay_v1 if replay else None,
+        owner=connection.principal,
     )
 
 
@@ -144,13 +147,14 @@ async def session_fork(context: RequestContext, params: LoadSessionRequest) -> d
         place=_place(params),
         client=_client(context),
         default_policy=agent.config.prompt_policy,
+        owner=connection.principal,
     )
     return {"sessionId": session.session_id, **_opened(context, session)}
 
 
 async def session_list(context: RequestContext, params: ListSessionsRequest) -> dict[str, Any]:
     context.connection.handshake.require_initialized()
-    page = await lifecycle.list_stored(context.agent, params.cwd, params.cursor)
+    page = await lifecycle.list_stored(context.agent, params.cwd, params.cursor, context.connection.principal)
     sessions = []
     for summary in page.sessions:
         entry: dict[str, Any] = {
@@ -176,7 +180,7 @@ async def session_delete(context: RequestContext, params: DeleteSessionRequest) 
     open_session = context.agent.sessions.get(params.session_id)
     if open_session is not None and not connection.owns(open_session):
         open_session = None
-    await lifecycle.delete_session(context.agent, params.session_id, open_session)
+    await lifecycle.delete_session(context.agent, params.session_id, open_session, connection.principal)
     return {}
 
 

@@ -241,7 +241,8 @@ class _Paths:
         return self.path(value)
 
 
-_TABLES = ("providers", "mcp_servers", "tools")
+# `[serve]` is read by `acp-server serve` (remote/settings.py, cli/serve.py).
+_TABLES = ("providers", "mcp_servers", "tools", "serve")
 _TOOLS_KEYS = ("env_deny",)
 # An environment variable's name, or a shell-style pattern of names (`AWS_*`, `*_TOKEN`).
 _ENV_PATTERN = re.compile(r"[A-Za-z0-9_*?\[\]!-]+")

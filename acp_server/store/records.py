@@ -23,6 +23,7 @@ from acp_server.store.turn_records import TurnEntry
 
 __all__ = [
     "EMPTY_SESSION_GRACE_S",
+    "OWNER_KEY",
     "LoadedSession",
     "Pruned",
     "Retention",
@@ -38,6 +39,7 @@ __all__ = [
     "encode_messages",
     "message_from_json",
     "message_to_json",
+    "owner_in",
     "utc_now",
 ]
 
@@ -101,6 +103,7 @@ class SessionSummary:
     additional_directories: tuple[str, ...]
     title: str | None
     updated_at: str  # ISO 8601, UTC
+    owner: str = "local"  # the principal the session belongs to (`owner_in` its config)
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,3 +229,14 @@ def utc_now() -> str:
 def utc_stamp(moment: datetime) -> str:
     """`moment` (aware) as the records carry it; such strings order as the moments do."""
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+# The key of a session's stored config that names the principal it belongs to (shared/design/REMOTE.md, decision 4);
+# absent for stdio's sessions, which belong to `local`.
+OWNER_KEY = "owner"
+
+
+def owner_in(config: Any) -> str:
+    """The principal a session's stored config names as its owner (`local` when none)."""
+    owner = config.get(OWNER_KEY) if isinstance(config, dict) else None
+    return owner if isinstance(owner, str) else "local"

@@ -36,6 +36,7 @@ from acp_server.store.records import (
     TurnStatus,
     encode_cursor,
     encode_messages,
+    owner_in,
     utc_now,
     utc_stamp,
 )
@@ -291,11 +292,14 @@ class StoreWorker:
             where += " AND (updated_at, id) < (?, ?)"
             params += after
         rows = self._conn.execute(
-            f"SELECT id, cwd, additional_directories, title, updated_at FROM sessions WHERE {where}"
+            f"SELECT id, cwd, additional_directories, title, updated_at, config FROM sessions WHERE {where}"
             " ORDER BY updated_at DESC, id DESC LIMIT ?",
             (*params, limit + 1),
         ).fetchall()
-        page = [SessionSummary(r[0], r[1], tuple(orjson.loads(r[2])), r[3], r[4]) for r in rows[:limit]]
+        page = [
+            SessionSummary(r[0], r[1], tuple(orjson.loads(r[2])), r[3], r[4], owner_in(orjson.loads(r[5])))
+            for r in rows[:limit]
+        ]
         more = len(rows) > limit
         return SessionPage(page, encode_cursor(page[-1].updated_at, page[-1].session_id) if more else None)
 

@@ -23,6 +23,7 @@ import math
 import os
 import re
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -33,6 +34,8 @@ from pathlib import Path
 from typing import Any, ClassVar, Protocol, Self
 
 import orjson
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed
 
 from tests.support.wire_schema import WireValidator
 
@@ -226,9 +229,96 @@ class StdioTransport:
         self._stdin.close()
 
 
-# Every transport a test can be run over, by the id it shows in a test's name. The remote-ACP issue adds its
-# `websocket` and `http` classes here; tests taking the `transport` fixture (tests/conftest.py) then run over each.
-TRANSPORTS: dict[str, type[Transport]] = {StdioTransport.name: StdioTransport}
+# The token `WebSocketTransport` connects with (base64url, 216 bits), for its principal `editor`.
+WEBSOCKET_TOKEN = "editor-" + "E" * 30
+
+
+class WebSocketTransport:
+    """The server as `acp-server serve` (a subprocess in its own process group, on 127.0.0.1 port 0) and one
+    authenticated WebSocket connection to it (the `websockets` client): a line sent is one text frame, a frame
+    received is one line. Its workspace root is `/`, given explicitly: the invariant tests' sessions live in temp
+    directories, and roots are tests/e2e/test_serve.py's to test. `close` drains the server (SIGTERM, REMOTE.md
+    decision 9): the connection's input ends as stdin's does at EOF, and its last answers still arrive before the
+    server closes it and exits."""
+
+    name: ClassVar[str] = "websocket"
+
+    def __init__(self, process: asyncio.subprocess.Process, ws: ClientConnection) -> None:
+        self._process = process
+        self._ws = ws
+        self._partial = b""
+        self._eof = False
+
+    @classmethod
+    async def start(
+        cls,
+        args: Sequence[str],
+        *,
+        env: dict[str, str] | None = None,
+        cwd: str | None = None,
+        command: Sequence[str] | None = None,
+        line_limit: int = READ_LIMIT,
+    ) -> WebSocketTransport:
+        del command, line_limit  # a wrapper command line is stdio's; a frame is never split into lines
+        tokens = Path(tempfile.mkdtemp(prefix="acp-server-test-tokens-")) / "tokens"
+        tokens.write_text(f"editor {WEBSOCKET_TOKEN}\n")
+        tokens.chmod(0o600)
+        serve = ("serve", "--listen", "127.0.0.1:0", "--token-file", str(tokens), "--workspace-root", "/")
+        process = await asyncio.create_subprocess_exec(
+            *server_command(*serve, *args),
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.PIPE,
+            env={**os.environ, **isolated_env(), **(env or {})},
+            cwd=cwd,
+            start_new_session=True,
+        )
+        assert process.stderr is not None
+        announced = b""
+        async with asyncio.timeout(T_START * 8):
+            while (found := re.search(rb"serving (ws://\S+)", announced)) is None:
+                line = await process.stderr.readline()
+                assert line, f"serve ended before it listened: {announced.decode(errors='replace')}"
+                announced += line
+        headers = {"Authorization": f"Bearer {WEBSOCKET_TOKEN}"}
+        ws = await connect(found.group(1).decode(), additional_headers=headers, max_size=None)
+        return cls(process, ws)
+
+    @property
+    def process(self) -> asyncio.subprocess.Process:
+        return self._process
+
+    async def send(self, data: bytes) -> None:
+        *lines, self._partial = (self._partial + data).split(b"\n")
+        for line in lines:
+            await self._ws.send(line.decode(errors="surrogateescape"))
+
+    async def receive(self) -> bytes:
+        try:
+            frame = await self._ws.recv()
+        except ConnectionClosed:
+            self._eof = True
+            return b""
+        return (frame.encode() if isinstance(frame, str) else frame) + b"\n"
+
+    @property
+    def at_eof(self) -> bool:
+        return self._eof
+
+    async def close(self) -> None:
+        # A drain is this transport's stdin EOF: the connection's input ends, its turns are cancelled and answered,
+        # what it wrote is flushed, then the server closes the connection and exits. A client-side close first would
+        # lose those answers, which stdio's half-closed pipe still delivers (C1).
+        if self._process.returncode is None:
+            self._process.send_signal(signal.SIGTERM)
+
+
+# Every transport a test can be run over, by the id it shows in a test's name (`http` joins them with the Streamable
+# HTTP profile); tests taking the `transport` fixture (tests/conftest.py) then run over each.
+TRANSPORTS: dict[str, type[Transport]] = {
+    StdioTransport.name: StdioTransport,
+    WebSocketTransport.name: WebSocketTransport,
+}
 
 
 @dataclass

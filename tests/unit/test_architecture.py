@@ -33,11 +33,13 @@ ALLOWED: dict[str, frozenset[str]] = {
     # Remote ACP's transport room: the network endpoint and its security, handing each connection to a handler
     # through the stdio seam (jsonrpc's LineSource/LineSink); it knows no sessions.
     "remote": frozenset({"errors", "jsonrpc", "settings"}),
-    # The process's entry points: the command line, the composition roots, doctor, `acp-server sessions`.
+    # The process's entry points: the command line, the composition roots (stdio's, and `serve`'s, which hands each
+    # remote connection to the agent), doctor, `acp-server sessions`.
     "cli": frozenset(
         {
             "",
             "errors",
+            "remote",
             "settings",
             "jsonrpc",
             "runtime",

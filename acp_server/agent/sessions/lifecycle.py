@@ -16,7 +16,7 @@ import functools
 import os
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -26,10 +26,12 @@ from acp_server.agent.discovery import discover_models
 from acp_server.agent.sessions.edge import ConfigChanged, Edge, ModeChanged, attached
 from acp_server.agent.sessions.inputs import ClientTools
 from acp_server.agent.sessions.options import MODE_OPTION, MODEL_OPTION, PROMPT_POLICY_OPTION, parse_slash_command
+from acp_server.agent.sessions.owners import LOCAL, Owner
 from acp_server.agent.sessions.runs import Session
 from acp_server.errors import InvalidArgumentError, SessionBusyError, UnknownSessionError
 from acp_server.mcp_bridge import merge_servers
 from acp_server.settings.choices import PermissionMode, PromptPolicy
+from acp_server.store.records import OWNER_KEY, owner_in
 
 if TYPE_CHECKING:
     from acp_server.agent.agent import Agent
@@ -71,9 +73,10 @@ class Place:
 Replay = Callable[["LoadedSession", Session], None]
 
 
-def _check_directories(place: Place) -> None:
+def _check_directories(place: Place, owner: Owner = LOCAL) -> None:
     """A session's roots must be usable before anything of the session exists (registered, stored, forked): a
-    client's bad path is its own error (-32602), never an internal one later, when a tool first uses it."""
+    client's bad path is its own error (-32602), never an internal one later, when a tool first uses it. A remote
+    principal's must lie within its roots, and its MCP servers may not be commands (REMOTE.md decision 5)."""
     for where, directory in [("cwd", place.cwd), *(("additionalDirectories", d) for d in place.additional_directories)]:
         if "\0" in directory:
             raise InvalidArgumentError(f"{where}: a path cannot hold NUL: {directory!r}")
@@ -81,6 +84,8 @@ def _check_directories(place: Place) -> None:
             raise InvalidArgumentError(f"paths must be absolute: {directory!r}")
         if not os.path.isdir(directory):
             raise InvalidArgumentError(f"{where}: not a directory: {directory!r}")
+        owner.check_directory(where, directory)
+    owner.check_servers(place.mcp_servers)
 
 
 def _register(agent: Agent, session: Session, edge: Edge) -> None:
@@ -106,12 +111,18 @@ def offered_models(agent: Agent, session: Session) -> tuple[str, ...]:
 
 
 async def new_session(
-    agent: Agent, edge: Edge, place: Place, client: ClientTools, prompt_policy: PromptPolicy
+    agent: Agent,
+    edge: Edge,
+    place: Place,
+    client: ClientTools,
+    prompt_policy: PromptPolicy,
+    *,
+    owner: Owner = LOCAL,
 ) -> Session:
     """A new session, stored (committed before the client learns its id: a kill -9 after the answer keeps it; a
     failed commit is an error and the session is never registered), registered and attached to `edge`."""
     agent.auth.require()
-    _check_directories(place)
+    _check_directories(place, owner)
     discover_models(agent)  # a due refresh in the background, never awaited here
     await agent.models.ready()  # the cached lists, if their read (in a worker thread) is still running
     session_id = f"sess_{uuid.uuid4().hex}"
@@ -133,9 +144,10 @@ async def new_session(
             additional_directories=list(place.additional_directories),
             mcp_servers=list(place.mcp_servers),
             mode=session.mode,
-            config={MODEL_OPTION: session.model, PROMPT_POLICY_OPTION: session.prompt_policy},
+            config={MODEL_OPTION: session.model, PROMPT_POLICY_OPTION: session.prompt_policy, **_owned_by(owner.name)},
         )
     )
+    agent.owners.record(session_id, owner)
     _register(agent, session, edge)
     return session
 
@@ -149,18 +161,34 @@ async def restore_session(
     client: ClientTools,
     default_policy: PromptPolicy,
     replay: Replay | None,
+    owner: Owner = LOCAL,
 ) -> Session:
     """`session/load` and `session/resume`: rebuild the session from the store, send `replay(loaded, session)` (the
-    version's rendering of its history) if given, then register it, attached to `edge`."""
+    version's rendering of its history) if given, then register it, attached to `edge`. Another principal's session
+    is answered as an unknown one, at the point an unknown one is; one attached to another connection of the same
+    principal is taken over: its running turn is cancelled as at that connection's end (REMOTE.md decision 4)."""
     agent.auth.require()
-    _check_directories(place)
+    _check_directories(place, owner)
     current = agent.sessions.get(session_id)
-    if current is not None and not current.closed and agent.runs.running(session_id) is not None:
-        raise SessionBusyError("the session has a prompt running; cancel it first")
+    # An open session's owner is known here; a stored one's is in its record (read below).
+    foreign = current is not None and not agent.owners.owns(owner, session_id)
+    if not foreign and current is not None and not current.closed:
+        running = agent.runs.running(session_id)
+        if current.edge is not None and current.edge is not edge:
+            await _take_over(agent, current)
+        elif running is not None:
+            raise SessionBusyError("the session has a prompt running; cancel it first")
     store = await agent.store.require()
+    if foreign:
+        raise UnknownSessionError(session_id)
     loaded = await store.load(session_id, hold=True)  # held before the read: pruning leaves it
     if loaded is None:
         raise UnknownSessionError(session_id)
+    if owner_in(loaded.session.config) != owner.name:
+        if current is None:
+            store.release(session_id)  # nobody here has it open: the hold taken for the read goes
+        raise UnknownSessionError(session_id)
+    agent.owners.record(session_id, owner)
     await agent.models.ready()  # a model discovery found in the cache keeps the stored model (`accepts`)
     record = loaded.session
     stored_model = record.config.get(MODEL_OPTION)
@@ -187,6 +215,18 @@ async def restore_session(
     return session
 
 
+async def _take_over(agent: Agent, session: Session) -> None:
+    """Detach `session` from the connection it is attached to, as that connection's end would: its running turn
+    cancelled (answered there as cancelled) and waited for within the cleanup deadline; from now on that connection
+    gets the unknown-session answer for it (its edge is no longer the session's)."""
+    running = agent.runs.running(session.session_id)
+    agent.runs.interrupt(session.session_id)
+    session.edge = None
+    if running is not None:
+        with anyio.move_on_after(agent.config.cleanup_deadline + 1):
+            await running.wait_ended()
+
+
 def _turns_started(loaded: LoadedSession) -> int:
     """How many ordinary turns the stored session ran (`Session.turns_started`, which the scripted model's turn
     counter reads): a loaded, resumed or forked session goes on counting from them, not from 0."""
@@ -194,13 +234,22 @@ def _turns_started(loaded: LoadedSession) -> int:
 
 
 async def fork_session(
-    agent: Agent, edge: Edge, source_id: str, *, place: Place, client: ClientTools, default_policy: PromptPolicy
+    agent: Agent,
+    edge: Edge,
+    source_id: str,
+    *,
+    place: Place,
+    client: ClientTools,
+    default_policy: PromptPolicy,
+    owner: Owner = LOCAL,
 ) -> Session:
     """A new session that starts with a copy of another's conversation (a running turn in the source is copied as
-    interrupted), restored without a replay; the source is untouched."""
+    interrupted), restored without a replay; the source is untouched. Another principal's source is unknown."""
     agent.auth.require()
-    _check_directories(place)  # before the copy: no half-made fork
+    _check_directories(place, owner)  # before the copy: no half-made fork
     store = await agent.store.require()
+    if not await _stored_owns(agent, owner, source_id):
+        raise UnknownSessionError(source_id)
     new_id = f"sess_{uuid.uuid4().hex}"
     copied = await store.fork(
         source_id,
@@ -212,26 +261,50 @@ async def fork_session(
     if not copied:
         raise UnknownSessionError(source_id)
     return await restore_session(
-        agent, edge, new_id, place=place, client=client, default_policy=default_policy, replay=None
+        agent, edge, new_id, place=place, client=client, default_policy=default_policy, replay=None, owner=owner
     )
 
 
-async def list_stored(agent: Agent, cwd: str | None, cursor: str | None) -> SessionPage:
-    """A page of the stored sessions (in `cwd`, if given), from `cursor`."""
+async def list_stored(agent: Agent, cwd: str | None, cursor: str | None, owner: Owner = LOCAL) -> SessionPage:
+    """A page of `owner`'s stored sessions (in `cwd`, if given), from `cursor`. Another principal's are left out
+    of the page (which may then hold fewer, even none, with a cursor for more)."""
     store = await agent.store.require()
     try:
-        return await store.list_sessions(cwd=cwd, cursor=cursor)
+        page = await store.list_sessions(cwd=cwd, cursor=cursor)
     except ValueError:
         raise InvalidArgumentError("cursor: not a cursor this server gave") from None
+    owned = [summary for summary in page.sessions if summary.owner == owner.name]
+    if len(owned) != len(page.sessions):
+        page = replace(page, sessions=owned)
+    return page
 
 
-async def delete_session(agent: Agent, session_id: str, open_session: Session | None) -> None:
+async def delete_session(agent: Agent, session_id: str, open_session: Session | None, owner: Owner = LOCAL) -> None:
     """Deleted sessions leave the list and cannot be loaded; an unknown id succeeds silently (ACP). A session open
-    here (`open_session`, the caller's to look up) is closed first, exactly as a close would."""
+    here (`open_session`, the caller's to look up) is closed first, exactly as a close would. Another principal's
+    session is left alone, answered as an unknown id is: a deletion of an id that exists nowhere."""
+    await agent.store.open()
+    if not await _stored_owns(agent, owner, session_id):
+        session_id, open_session = f"sess_{uuid.uuid4().hex}", None
     if open_session is not None and not open_session.closed:
         await close_session(agent, open_session)
     await agent.store.open()
     await agent.store.save(lambda store: store.delete(session_id))  # an error if the deletion was not saved
+
+
+def _owned_by(name: str) -> dict[str, str]:
+    """What a session's stored config says of its owner: nothing for `local` (stdio's sessions, as before)."""
+    return {} if name == LOCAL.name else {OWNER_KEY: name}
+
+
+async def _stored_owns(agent: Agent, owner: Owner, session_id: str) -> bool:
+    """Whether `session_id` is not another principal's: as the open session's owner says, else its stored record
+    (an id stored nowhere is nobody's: it gets the unknown id's answer anyway)."""
+    if session_id in agent.sessions:
+        return agent.owners.owns(owner, session_id)
+    store = agent.store.current
+    loaded = None if store is None else await store.load(session_id)
+    return loaded is None or owner_in(loaded.session.config) == owner.name
 
 
 async def close_session(agent: Agent, session: Session) -> None:
@@ -350,5 +423,5 @@ async def set_option(agent: Agent, session: Session, config_id: str, value: str)
 
 async def _save_options(agent: Agent, session: Session, model: str, policy: PromptPolicy) -> None:
     """The session's stored option values as they will be, committed (an error when not) before they are applied."""
-    options = {MODEL_OPTION: model, PROMPT_POLICY_OPTION: policy}
+    options = {MODEL_OPTION: model, PROMPT_POLICY_OPTION: policy, **_owned_by(agent.owners.name_of(session.session_id))}
     await agent.store.save(lambda store: store.set_config(session.session_id, options))

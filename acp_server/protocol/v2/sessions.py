@@ -97,14 +97,16 @@ async def session_new_v2(context: RequestContext, params: NewSessionRequestV2) -
     connection = context.connection
     connection.handshake.require_initialized()
     policy = default_prompt_policy(context)
-    session = await lifecycle.new_session(context.agent, connection.edge, _place(params), _client(context), policy)
+    session = await lifecycle.new_session(
+        context.agent, connection.edge, _place(params), _client(context), policy, owner=connection.principal
+    )
     return {"sessionId": session.session_id, **_opened(context, session)}
 
 
 async def session_list_v2(context: RequestContext, params: ListSessionsRequest) -> dict[str, Any]:
     context.connection.handshake.require_initialized()
     if context.agent.config.store:
-        page = await lifecycle.list_stored(context.agent, params.cwd, params.cursor)
+        page = await lifecycle.list_stored(context.agent, params.cwd, params.cursor, context.connection.principal)
         stored = []
         for summary in page.sessions:
             entry: dict[str, Any] = {
@@ -175,6 +177,7 @@ async def session_resume_v2(context: RequestContext, params: ResumeSessionReques
         client=_client(context),
         default_policy=default_prompt_policy(context),
         replay=replay,
+        owner=connection.principal,
     )
     result = _opened(context, session)
     _snapshot(context, params.session_id, last_stop[0])
@@ -271,7 +274,7 @@ async def session_delete_v2(context: RequestContext, params: DeleteSessionReques
     open_session = context.agent.sessions.get(params.session_id)
     if open_session is not None and not connection.owns(open_session):
         open_session = None
-    await lifecycle.delete_session(context.agent, params.session_id, open_session)
+    await lifecycle.delete_session(context.agent, params.session_id, open_session, connection.principal)
     return {}
 
 
