@@ -29,6 +29,7 @@ from acp_server.protocol.schema import (
     SetSessionConfigOptionRequest,
     SetSessionModeRequest,
 )
+from acp_server.protocol.shared_methods import session_page
 
 if TYPE_CHECKING:
     from acp_server.agent.sessions.inputs import ClientTools
@@ -154,22 +155,9 @@ async def session_fork(context: RequestContext, params: LoadSessionRequest) -> d
 
 async def session_list(context: RequestContext, params: ListSessionsRequest) -> dict[str, Any]:
     context.connection.handshake.require_initialized()
-    page = await lifecycle.list_stored(context.agent, params.cwd, params.cursor, context.connection.principal)
-    sessions = []
-    for summary in page.sessions:
-        entry: dict[str, Any] = {
-            "sessionId": summary.session_id,
-            "cwd": summary.cwd,
-            "additionalDirectories": list(summary.additional_directories),
-            "updatedAt": summary.updated_at,
-        }
-        if summary.title is not None:
-            entry["title"] = summary.title
-        sessions.append(entry)
-    result: dict[str, Any] = {"sessions": sessions}
-    if page.next_cursor is not None:
-        result["nextCursor"] = page.next_cursor
-    return result
+    return session_page(
+        await lifecycle.list_stored(context.agent, params.cwd, params.cursor, context.connection.principal)
+    )
 
 
 async def session_delete(context: RequestContext, params: DeleteSessionRequest) -> dict[str, Any]:

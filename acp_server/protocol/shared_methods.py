@@ -19,8 +19,18 @@ from acp_server.protocol.params import wire
 
 if TYPE_CHECKING:
     from acp_server.agent.agent import Agent
+    from acp_server.store import SessionPage
 
-__all__ = ["NO_PARAMS", "log_in", "log_out", "not_saved", "stats", "taken_media", "warm_up_after_initialize"]
+__all__ = [
+    "NO_PARAMS",
+    "log_in",
+    "log_out",
+    "not_saved",
+    "session_page",
+    "stats",
+    "taken_media",
+    "warm_up_after_initialize",
+]
 
 log = logging.getLogger(__name__)
 
@@ -126,3 +136,22 @@ def _traced_bytes() -> dict[str, int]:
     import tracemalloc  # noqa: PLC0415 (start-up: tracemalloc only for the stats request)
 
     return {"tracedBytes": tracemalloc.get_traced_memory()[0]} if tracemalloc.is_tracing() else {}
+
+
+def session_page(page: SessionPage) -> dict[str, Any]:
+    """A `session/list` result of stored sessions, the same shape on both versions."""
+    sessions = []
+    for summary in page.sessions:
+        entry: dict[str, Any] = {
+            "sessionId": summary.session_id,
+            "cwd": summary.cwd,
+            "additionalDirectories": list(summary.additional_directories),
+            "updatedAt": summary.updated_at,
+        }
+        if summary.title is not None:
+            entry["title"] = summary.title
+        sessions.append(entry)
+    result: dict[str, Any] = {"sessions": sessions}
+    if page.next_cursor is not None:
+        result["nextCursor"] = page.next_cursor
+    return result

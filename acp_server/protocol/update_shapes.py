@@ -9,16 +9,21 @@ shows a tool call's content: the versions differ on a diff). Plain dicts: the te
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from acp_server.protocol.schema import notice_update
 from acp_server.runtime.model import Compaction, Notice, PlanEntry, ToolContent
+
+if TYPE_CHECKING:
+    from acp_server.agent.sessions.runs import RunContext
+    from acp_server.jsonrpc.connection import Connection
 
 __all__ = [
     "ContentShape",
     "compaction_update",
     "notice_of",
     "plan_entries",
+    "send_text_chunk",
     "text_chunk",
     "text_content",
     "tool_call_update",
@@ -32,6 +37,23 @@ ContentShape = Callable[[ToolContent], dict[str, Any]]
 def text_chunk(kind: str, text: str, message_id: str) -> dict[str, Any]:
     """`agent_message_chunk` / `agent_thought_chunk` / `user_message_chunk` of one plain text block."""
     return {"sessionUpdate": kind, "content": {"type": "text", "text": text}, "messageId": message_id}
+
+
+async def send_text_chunk(
+    connection: Connection, run: RunContext, session_id: str, message_id: str, text: str, *, thought: bool
+) -> None:
+    """A streamed message (or thought) chunk, the same on both versions: sent, then straight to its row in the turn's
+    store log, no record built. The hot path, one per streamed chunk: written out in full."""
+    update = {
+        "sessionUpdate": "agent_thought_chunk" if thought else "agent_message_chunk",
+        "content": {"type": "text", "text": text},
+        "messageId": message_id,
+    }
+    message = {"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": session_id, "update": update}}
+    if await connection.send_fenced(message, run):
+        turn_log = run.turn_log
+        if turn_log is not None:
+            turn_log.append_text(message_id, text, thought)
 
 
 def notice_of(event: Notice) -> dict[str, Any]:

@@ -17,7 +17,9 @@ client belong between a session's `running` (or `requires_action`) `state_update
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
+import functools
 import itertools
 import math
 import os
@@ -95,13 +97,24 @@ STDERR_RED_FLAGS = (
 )
 
 
+@functools.cache
+def _scratch_root() -> str:
+    """One directory per test process for every server's state directory and log file, removed when the process
+    exits: a state directory per server started once leaked into the temp directory (thousands per run, tens of MB
+    each), and the demo turn's `list_files` of `/tmp` slowed with them."""
+    root = tempfile.mkdtemp(prefix="acp-server-tests-")
+    atexit.register(shutil.rmtree, root, ignore_errors=True)
+    return root
+
+
 def isolated_env() -> dict[str, str]:
     """No user's real config file, session store or log file is touched by a test: a config path that does not
-    exist, and a fresh state directory and log file for every server started."""
+    exist, and a fresh state directory and log file for every server started (under `_scratch_root`)."""
+    root = _scratch_root()
     return {
         "ACP_SERVER_CONFIG": "/nonexistent/acp-server-test/config.toml",
-        "ACP_SERVER_STATE_DIR": tempfile.mkdtemp(prefix="acp-server-test-state-"),
-        "ACP_SERVER_LOG_FILE": os.path.join(tempfile.mkdtemp(prefix="acp-server-test-log-"), "acp-server.log"),
+        "ACP_SERVER_STATE_DIR": tempfile.mkdtemp(prefix="state-", dir=root),
+        "ACP_SERVER_LOG_FILE": os.path.join(tempfile.mkdtemp(prefix="log-", dir=root), "acp-server.log"),
         # A Python MCP server takes seconds to start on a loaded machine: the turn's wait for it scales too.
         "ACP_SERVER_MCP_START_WAIT": f"{scaled(10):g}",
     }

@@ -29,6 +29,7 @@ from acp_server.protocol.update_shapes import (
     compaction_update,
     notice_of,
     plan_entries,
+    send_text_chunk,
     text_chunk,
     text_content,
     tool_call_update,
@@ -84,40 +85,11 @@ class TurnUpdates:
 
     async def send(self, event: TurnEvent) -> None:
         run = self._run
-        if type(event) is TextDelta:
-            # The hot path, one per streamed chunk: the chunk, then straight to its row in the store (no record).
-            message_id = self._message_id
-            update: dict[str, Any] = {
-                "sessionUpdate": "agent_message_chunk",
-                "content": {"type": "text", "text": event.text},
-                "messageId": message_id,
-            }
-            message = {
-                "jsonrpc": "2.0",
-                "method": "session/update",
-                "params": {"sessionId": self._session_id, "update": update},
-            }
-            if await self._connection.send_fenced(message, run):
-                turn_log = run.turn_log
-                if turn_log is not None:
-                    turn_log.append_text(message_id, event.text)
+        if type(event) is TextDelta:  # the hot path, one per streamed chunk
+            await send_text_chunk(self._connection, run, self._session_id, self._message_id, event.text, thought=False)
             return
         if type(event) is ThoughtDelta:
-            thought_id = self._thought_id
-            thought: dict[str, Any] = {
-                "sessionUpdate": "agent_thought_chunk",
-                "content": {"type": "text", "text": event.text},
-                "messageId": thought_id,
-            }
-            message = {
-                "jsonrpc": "2.0",
-                "method": "session/update",
-                "params": {"sessionId": self._session_id, "update": thought},
-            }
-            if await self._connection.send_fenced(message, run):
-                turn_log = run.turn_log
-                if turn_log is not None:
-                    turn_log.append_text(thought_id, event.text, True)
+            await send_text_chunk(self._connection, run, self._session_id, self._thought_id, event.text, thought=True)
             return
         text = self._as_message(event)
         if text is not None:

@@ -37,6 +37,7 @@ from acp_server.protocol.schema import (
     ListSessionsRequest,
     SetSessionConfigOptionRequest,
 )
+from acp_server.protocol.shared_methods import session_page
 from acp_server.protocol.v2.schema import NewSessionRequestV2, ResumeSessionRequestV2
 from acp_server.protocol.v2.updates import available_commands_v2, config_options_v2, idle, requires_action, running
 from acp_server.protocol.v2.withdrawals import withdraw_held
@@ -106,22 +107,9 @@ async def session_new_v2(context: RequestContext, params: NewSessionRequestV2) -
 async def session_list_v2(context: RequestContext, params: ListSessionsRequest) -> dict[str, Any]:
     context.connection.handshake.require_initialized()
     if context.agent.config.store:
-        page = await lifecycle.list_stored(context.agent, params.cwd, params.cursor, context.connection.principal)
-        stored = []
-        for summary in page.sessions:
-            entry: dict[str, Any] = {
-                "sessionId": summary.session_id,
-                "cwd": summary.cwd,
-                "additionalDirectories": list(summary.additional_directories),
-                "updatedAt": summary.updated_at,
-            }
-            if summary.title is not None:
-                entry["title"] = summary.title
-            stored.append(entry)
-        result: dict[str, Any] = {"sessions": stored}
-        if page.next_cursor is not None:
-            result["nextCursor"] = page.next_cursor
-        return result
+        return session_page(
+            await lifecycle.list_stored(context.agent, params.cwd, params.cursor, context.connection.principal)
+        )
     if params.cursor is not None:
         raise InvalidArgumentError("cursor: not a cursor this server gave")
     sessions = []
