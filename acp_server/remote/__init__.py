@@ -1,4 +1,4 @@
-"""Remote ACP's transport room (docs: /work/shared/design/REMOTE.md): the network endpoint `/acp`, its security
+"""Remote ACP's transport room (design: shared/design/REMOTE.md): the network endpoint `/acp`, its security
 (tokens mapped to principals, the Origin and Host allow-lists, TLS off loopback), its limits and `/healthz`.
 
 It knows nothing of ACP's sessions. It hands each accepted, authenticated connection to a handler the composition
