@@ -11,6 +11,7 @@ output outside a turn, C3); and shutdown with the session and at EOF, leaving no
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sys
 import time
 from collections.abc import AsyncIterator
@@ -130,6 +131,10 @@ async def http_server(request: pytest.FixtureRequest) -> AsyncIterator[tuple[str
     finally:
         if process.returncode is None:
             process.kill()
+        # Read the pipe to its end: asyncio closes the transport only then, and one still open when this test's
+        # event loop closes is collected in a later test, which fails on its ResourceWarning.
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(process.stdout.read(), T_MCP)
         await process.wait()
 
 
