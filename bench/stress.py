@@ -233,6 +233,33 @@ def _settle(future: asyncio.Future[dict[str, Any]], since: int, index: int, mess
     return True
 
 
+async def _steer_once(client: RawClient, states: _States, session: str, tag: str, v2: bool) -> list[str]:
+    """A steering prompt that provably arrives before a model-call boundary: the running turn waits at a gate, the
+    second prompt is sent, and only then is the gate released (the server reads the two in that order); the tool
+    call that follows ends a model call, where the turn must hand over. `tag`: the session's text tag (see
+    `crossed_sessions`). What went wrong, if anything."""
+    since = len(client.received)
+    held = await client.prompt(session, [{"gate": "steer", "timeout": 60}, {"tool": "test_sleep", "args": {"s": 0}}])
+    await client.probe("gate_reached", timeout=15, sessionId=session, gate="steer")
+    steered = await client.prompt(session, [{"say": f"{tag}steered "}])
+    await client.release(session, "steer")
+    problems = []
+    for prompt in (held, steered):
+        response = await client.response(prompt, timeout=15)
+        if "result" not in response:
+            problems.append(f"steering prompt {prompt}: {response}")
+    if v2:  # answered at acceptance: the work ends with the session's idle
+        await states.idle_after(session, since, 15)
+    handed = [
+        m
+        for m in client.received[since:]
+        if m.get("method") == "_scripted/probe" and m["params"]["event"] == "handed_over"
+    ]
+    if not handed:
+        problems.append(f"{session} (steer): the prompt sent before a model-call boundary was not handed over to")
+    return problems
+
+
 async def run(
     sessions: int = 50,
     rounds: int = 20,
@@ -270,11 +297,15 @@ async def run(
         else:
             await client.initialize()
             ids = [await client.new_session(workdir) for _ in range(sessions)]
-        for session in ids:
-            policy = rng.choice(POLICIES)
+        policies = {session: rng.choice(POLICIES) for session in ids}
+        for session, policy in policies.items():
             await client.call(
                 "session/set_config_option", {"sessionId": session, "configId": "prompt_policy", "value": policy}
             )
+        steering = [session for session, policy in policies.items() if policy == "steer"]
+        if steering:  # one hand-over whatever the machine's load: the random rounds may not give one
+            problems += await _steer_once(client, states, steering[0], f"s{ids.index(steering[0])}r", v2)
+            prompts += 2
         cpu_before = process_cpu_ticks(client.process.pid)
         updates_before = len(client.received)
         for round_index in range(rounds):

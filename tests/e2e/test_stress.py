@@ -21,7 +21,7 @@ async def test_a_randomized_busy_workload_keeps_every_promise_and_leaks_nothing(
     assert result.problems == []
     assert result.prompts >= 40
     assert result.cancel_ms, "the run cancelled nothing"
-    if seed == 3:  # the default seed is chosen to exercise a steering hand-over; another seed may have none
+    if seed == 3:  # the default seed gives a session the steer policy (the run then hands over at least once)
         assert result.hand_overs > 0
 
 
