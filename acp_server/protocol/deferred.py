@@ -134,7 +134,7 @@ def load_failure(exc: Exception) -> str:
     """What a request that needs what failed to load is answered (-32603), naming the module that failed
     (`failed_module`), or the deferred side when no import failed (its build). The answer still says "the session
     side", as it did before the deferred side had its name: a message clients have seen is not changed by a rename."""
-    return f"the server could not load {failed_module(exc) or 'the session side'}: {exc}; reinstall acp-server"
+    return f"the server could not load {failed_module(exc) or 'the deferred side'}: {exc}; reinstall acp-server"
 
 
 def failed_module(exc: Exception) -> str | None:

@@ -195,7 +195,7 @@ async def test_a_module_that_fails_as_it_is_imported_is_the_one_named(
     expected = "the server could not load acp_test_broken_step: a broken module; reinstall acp-server"
     assert (raised.value.code, raised.value.message) == (ErrorCode.INTERNAL_ERROR, expected)
     assert load_failure(ValueError("no sandbox")) == (
-        "the server could not load the session side: no sandbox; reinstall acp-server"
+        "the server could not load the deferred side: no sandbox; reinstall acp-server"
     )
 
 
@@ -210,7 +210,7 @@ async def test_turn_services_that_fail_to_build_leave_the_connection_serving_and
     assert side.failed and dispatcher.agent.providers.warm_ups_running == 0
     answer = await _ask(dispatcher)
     assert answer is not None
-    assert answer["error"]["message"] == "the server could not load the session side: no sandbox; reinstall acp-server"
+    assert answer["error"]["message"] == "the server could not load the deferred side: no sandbox; reinstall acp-server"
 
 
 async def test_the_warm_up_starts_nothing_once_the_input_has_ended() -> None:
