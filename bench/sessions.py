@@ -44,7 +44,12 @@ def _spawn(state: str, *args: str) -> Server:
 
 
 def run(news: int = 200, messages: int = 1000, chunks: int = 10_000) -> SessionsResult:
-    state = tempfile.mkdtemp(prefix="acp-server-bench-sessions-")
+    with tempfile.TemporaryDirectory(prefix="acp-server-bench-sessions-") as state:
+        return _run(state, news, messages, chunks)
+
+
+def _run(state: str, news: int, messages: int, chunks: int) -> SessionsResult:
+    """`run` in the state directory `state`, removed afterwards by the caller."""
     with _spawn(state) as server:
         server.initialize()
         server.new_session()  # warm-up: opens the store
@@ -70,7 +75,7 @@ def run(news: int = 200, messages: int = 1000, chunks: int = 10_000) -> Sessions
             replayed = messages  # prompts and replies, each one update
     rates = {}
     for label, args in (("stored", ()), ("unstored", ("--no-store",))):
-        with _spawn(tempfile.mkdtemp(prefix="acp-server-bench-sessions-"), *args) as server:
+        with tempfile.TemporaryDirectory(prefix="acp-server-bench-sessions-") as other, _spawn(other, *args) as server:
             server.initialize()
             sid = server.new_session()
             script: list[dict[str, object]] = [{"say": "x", "repeat": chunks}]

@@ -273,8 +273,12 @@ async def run(
 ) -> StressResult:
     """`validate=False` skips the per-message schema check (the wire checks stay), so the figures are the server's.
     `rate` paces every say/think step at that many chunks/s; `store=False` runs the server with `--no-store`."""
+    if workdir is None:  # write_file writes here; a directory of our own is removed at the end
+        with tempfile.TemporaryDirectory(prefix="acp-server-stress-") as own:
+            return await run(
+                sessions, rounds, seed, workdir=own, validate=validate, rate=rate, store=store, protocol=protocol
+            )
     rng = random.Random(seed)
-    workdir = workdir or tempfile.mkdtemp(prefix="acp-server-stress-")  # write_file writes here
     # The harness's environment points the store at a fresh temporary state directory, never the user's.
     args = ("--model", "scripted", "--test-mode", "--cleanup-deadline", "0.5", *(() if store else ("--no-store",)))
     client = await RawClient.start(*args)
