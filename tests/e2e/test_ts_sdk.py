@@ -113,8 +113,8 @@ def run_flows(group: str, transport: str = "stdio") -> tuple[dict[str, Any], str
     assert installed == pinned_sdk_version(), f"installed SDK {installed}, lockfile pins {pinned_sdk_version()}"
     env = {**os.environ, **isolated_env(), "TS_FLOW_STEP_TIMEOUT_MS": f"{T_WAIT * 1000:.0f}"}
     script = [node, str(CLIENT_DIR / "flows.mjs"), group]
-    with tempfile.TemporaryDirectory(prefix="acp-ts-flows-") as cwd:
-        cwd = os.path.realpath(cwd)  # the session's directory must lie inside the server's root once resolved
+    with tempfile.TemporaryDirectory(prefix="acp-ts-flows-") as scratch:
+        cwd = os.path.realpath(scratch)  # the session's directory must lie inside the server's root once resolved
         if transport == "stdio":
             done = run_script([*script, "--", *server_command(*DEFAULT_ARGS)], cwd, env)
             stderr = done.stderr.decode(errors="replace")
