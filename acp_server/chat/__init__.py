@@ -1,8 +1,9 @@
 """`acp-server chat`: a terminal ACP client, so a person can talk to acp-server (or any ACP agent) without an editor.
 
 It is a separate program that happens to ship in this package: it talks to the agent only over the protocol, through
-the agent's stdin/stdout (or, with `--connect URL`, a WebSocket to `acp-server serve`), never by importing the server. `acp_server.chat.app.main` is its entry point (see
-`acp_server.cli.SUBCOMMANDS`); the modules beside this one each do one job:
+the agent's stdin/stdout (or, with `--connect URL`, a WebSocket to `acp-server serve`), never by importing the
+server. `acp_server.chat.app.main` is its entry point (see `acp_server.cli.SUBCOMMANDS`); the modules beside this one
+each do one job:
 
 - `arguments`: the chat client's command line.
 - `agent_child`: the agent as the chat's child process (`AgentChild`): started in its own process group, its

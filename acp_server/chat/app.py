@@ -171,6 +171,7 @@ async def _converse_remotely(
     """The conversation, over as many connections as it takes: each drop is followed by a reconnection and the
     session taken up again, until the person leaves (or a one-shot question is lost with its connection)."""
     first = True
+    lost_since: float | None = None  # when the session was last lost and not yet taken up again
     while True:
         try:
             async with anyio.create_task_group() as tasks:
@@ -179,6 +180,7 @@ async def _converse_remotely(
                     await conversation.open(options.startup_timeout)
                 else:
                     await conversation.reopen(options.startup_timeout)
+                    lost_since = None
                     renderer.notice("reconnected: the session goes on")
                 code = await (conversation.one_shot(question) if question is not None else conversation.repl(first))
                 conversation.rpc.closing()
@@ -196,6 +198,12 @@ async def _converse_remotely(
             renderer.notice("connection lost: the running turn was cancelled by the server")
         renderer.notice("connection lost; reconnecting…")
         await link.pipe.close(CLOSE_WAIT)
+        if lost_since is None:
+            lost_since = anyio.current_time()
+        else:  # a new connection dropped before the session was taken up: no quicker than a failed try, and bounded
+            if anyio.current_time() - lost_since > options.reconnect_timeout:
+                raise ChatError(f"could not take the session up again within {options.reconnect_timeout:g} s")
+            await anyio.sleep(RECONNECT_MAX_DELAY)
         link.pipe = await _reconnect(link.agent, options)
         conversation.reattach(link.pipe.stdin, link.pipe.stdout)
         first = False

@@ -153,10 +153,12 @@ def test_chat_connect_streams_answers_a_permission_and_ctrl_c_cancels_a_turn_on_
 class Relay:
     """A WebSocket relay on 127.0.0.1 in a thread of its own: each connection is passed on to `upstream` with the
     client's Authorization, the first answer sets `AFFINITY`, every upgrade's Cookie header is kept, and `drop()`
-    closes the live connection on both sides (the server sees this connection end)."""
+    closes the live connection on both sides (the server sees this connection end). With `only_first`, every later
+    connection is closed as soon as it is accepted (a server that keeps dropping the chat)."""
 
-    def __init__(self, upstream: str) -> None:
+    def __init__(self, upstream: str, only_first: bool = False) -> None:
         self.upstream = upstream
+        self.only_first = only_first
         self.cookies: list[str | None] = []
         self.loop = asyncio.new_event_loop()
         self._server: Server | None = None
@@ -178,6 +180,9 @@ class Relay:
         return response
 
     async def _relay(self, client: ServerConnection) -> None:
+        if self.only_first and len(self.cookies) > 1:
+            await client.close(1011)
+            return
         auth = client.request.headers["Authorization"] if client.request is not None else ""
         async with connect(self.upstream, additional_headers=Headers(Authorization=auth), max_size=None) as server:
             self._live.append(client)
@@ -219,8 +224,8 @@ class Relay:
 def relay() -> Iterator[Any]:
     made: list[Relay] = []
 
-    def start(upstream: str) -> Relay:
-        made.append(Relay(upstream))
+    def start(upstream: str, only_first: bool = False) -> Relay:
+        made.append(Relay(upstream, only_first))
         return made[-1]
 
     yield start
@@ -261,6 +266,23 @@ def test_a_dropped_connection_is_reconnected_with_its_cookies_and_the_session_go
     assert "never shown" not in session.text
     # The cookie the first answer set came back on the reconnection, and only then.
     assert hop.cookies == [None, AFFINITY]
+
+
+def test_a_server_that_keeps_dropping_the_chat_is_given_up_on_after_the_reconnect_timeout(
+    chat: Any, start_serve: Any, relay: Any
+) -> None:
+    server = start_serve([{"say": "first answer"}])
+    hop = relay(server.url, only_first=True)
+    session = chat("--connect", hop.url, "--token-file", str(server.token_file), "--reconnect-timeout", "1")
+    session.expect("> ")
+    session.type_line("hello")
+    session.expect("first answer")
+    session.expect("> ")  # the turn has ended: the drop finds the chat idle
+    hop.drop()
+    assert session.wait(scaled(10)) == 2
+    assert "running turn" not in session.text
+    assert "could not take the session up again within 1 s" in session.text
+    assert 3 <= len(hop.cookies) <= 6, "a few tries, each after a pause, not a busy loop"
 
 
 def test_a_refused_token_is_said_plainly_and_never_shown(chat: Any, start_serve: Any, tmp_path: Path) -> None:
