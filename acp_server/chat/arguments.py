@@ -17,6 +17,12 @@ class ChatOptions:
     question: str | None  # one-shot: ask this, print the answer, exit
     # How long the agent may take to answer `initialize` and `session/new` before the chat gives up on it.
     startup_timeout: float = 30.0
+    # --connect: a remote agent's WebSocket URL (then `agent` is unused), the token's file (None: ACP_SERVER_TOKEN),
+    # the session's directory on the agent's machine, and how long to keep trying after the connection drops.
+    connect: str | None = None
+    token_file: str | None = None
+    cwd: str | None = None
+    reconnect_timeout: float = 60.0
 
 
 # The server's flags the chat passes on to the built-in agent (flag, metavar, help). Checked by the agent itself, which
@@ -59,6 +65,26 @@ def parse_options(argv: Sequence[str]) -> ChatOptions:
         metavar="CMD",
         help="the agent to run, as a shell-like command line (default: this acp-server)",
     )
+    remote = parser.add_argument_group(
+        "a remote agent", "talk to `acp-server serve` over a WebSocket instead of running an agent here"
+    )
+    remote.add_argument("--connect", metavar="URL", help="the server's URL, ws://HOST:PORT/acp or wss://...")
+    remote.add_argument(
+        "--token-file",
+        metavar="FILE",
+        help="a private file (mode 0600) holding the token alone, or its `PRINCIPAL TOKEN` line "
+        "(default: the token in ACP_SERVER_TOKEN; never on the command line, where `ps` shows it)",
+    )
+    remote.add_argument(
+        "--cwd", metavar="DIR", help="the session's directory on the server's machine (default: this directory)"
+    )
+    remote.add_argument(
+        "--reconnect-timeout",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="after the connection drops, keep trying to reconnect for this long (default 60)",
+    )
     server = parser.add_argument_group(
         "the built-in agent's flags", "passed on to `acp-server` as they are (`acp-server --help`); not with --agent"
     )
@@ -80,6 +106,14 @@ def parse_options(argv: Sequence[str]) -> ChatOptions:
         if value is not None:
             forwarded += [flag, value]
     forwarded += [flag for flag, _ in SERVER_SWITCHES if getattr(args, _dest(flag))]
+    if args.connect is not None and (args.agent is not None or forwarded):
+        parser.error("--connect talks to a running server: --agent and the built-in agent's flags do not apply")
+    if args.connect is None:
+        for flag in ("token_file", "cwd"):
+            if getattr(args, flag) is not None:
+                parser.error(f"--{flag.replace('_', '-')} goes with --connect")
+    if not args.reconnect_timeout >= 0:
+        parser.error("--reconnect-timeout must be 0 seconds or more")
     if args.agent is not None and forwarded:
         parser.error(f"{forwarded[0]} is a flag of the built-in agent; with --agent, put the agent's flags in CMD")
     if args.agent is not None:
@@ -94,4 +128,12 @@ def parse_options(argv: Sequence[str]) -> ChatOptions:
     question = " ".join(args.question) if args.question else None
     if not args.startup_timeout > 0:
         parser.error("--startup-timeout must be more than 0 seconds")
-    return ChatOptions(agent=agent, question=question, startup_timeout=args.startup_timeout)
+    return ChatOptions(
+        agent=agent,
+        question=question,
+        startup_timeout=args.startup_timeout,
+        connect=args.connect,
+        token_file=args.token_file,
+        cwd=args.cwd,
+        reconnect_timeout=args.reconnect_timeout,
+    )

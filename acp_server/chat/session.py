@@ -27,16 +27,14 @@ Versions: `initialize` asks for ACP 2 and the agent's answer decides (ACP-V2.md 
 
 from __future__ import annotations
 
-import os
 import signal
 from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
-from anyio.abc import TaskStatus
+from anyio.abc import ByteReceiveStream, ByteSendStream, TaskStatus
 
 from acp_server import __version__
-from acp_server.chat.agent_child import AgentChild
 from acp_server.chat.permissions import Questions
 from acp_server.chat.render import Renderer
 from acp_server.chat.rpc_client import ResponseError, RpcClient
@@ -82,9 +80,15 @@ class _Turn:
 
 
 class Conversation:
-    def __init__(self, agent: AgentChild, renderer: Renderer, lines: LineInput) -> None:
-        self.rpc = RpcClient(agent.stdin, agent.stdout, self._on_request, self._on_notification)
+    def __init__(
+        self, renderer: Renderer, lines: LineInput, send: ByteSendStream, receive: ByteReceiveStream, cwd: str
+    ) -> None:
+        self.rpc = self._rpc(send, receive)
         self.started = False  # the session exists: a failure from now on is "stopped", not "did not start"
+        self.cwd = cwd  # the session's directory, on the agent's machine
+        self._replaying = False  # a reload's replay of what was already shown: not drawn again
+        # A turn began and has not come to its end here: when the connection drops, that turn is lost with it.
+        self.turn_open = False
         self._renderer = renderer
         self._lines = lines
         self._questions = Questions(renderer, lines)
@@ -92,6 +96,15 @@ class Conversation:
         self._agent_name = "the agent"
         self._turn: _Turn | None = None
         self._v2: V2Updates | None = None  # set when the agent answered `initialize` with version 2
+
+    def _rpc(self, send: ByteSendStream, receive: ByteReceiveStream) -> RpcClient:
+        return RpcClient(send, receive, self._on_request, self._on_notification)
+
+    def reattach(self, send: ByteSendStream, receive: ByteReceiveStream) -> None:
+        """A new connection to the agent (`--connect` after a drop): `reopen` loads the session on it."""
+        self.rpc = self._rpc(send, receive)
+        self._turn = None
+        self._questions.cancel_all()  # a question of the lost connection can no longer be answered
 
     # --- Ctrl-C ---
 
@@ -121,7 +134,7 @@ class Conversation:
     def _on_notification(self, method: str, params: Any) -> None:
         if not isinstance(params, dict):
             return
-        if method == "session/update" and params.get("sessionId") == self._session_id:
+        if method == "session/update" and params.get("sessionId") == self._session_id and not self._replaying:
             update = params.get("update")
             if self._v2 is None:
                 self._renderer.update(update)
@@ -186,7 +199,7 @@ class Conversation:
         if isinstance(info, dict):
             self._agent_name = str(info.get("title") or info.get("name") or self._agent_name)
         try:
-            session = await self.rpc.request("session/new", {"cwd": os.getcwd(), "mcpServers": []})
+            session = await self.rpc.request("session/new", {"cwd": self.cwd, "mcpServers": []})
         except ResponseError as exc:
             if exc.code == AUTH_REQUIRED:
                 raise ChatError(_auth_advice(init.get("authMethods"))) from None
@@ -196,10 +209,39 @@ class Conversation:
         self._session_id = session["sessionId"]
         self.started = True
 
+    async def reopen(self, timeout: float) -> None:
+        """On a new connection: `initialize` again, then take the session up where the lost connection left it.
+        v2 resumes it without a replay; v1 loads it, and the replay (all of it: v1 has no other way) is not drawn
+        again. The version may differ from the last connection's (another replica, an upgrade)."""
+        with anyio.move_on_after(timeout) as waiting:
+            await self._reopen()
+        if waiting.cancelled_caught:
+            raise ChatError(f"the agent did not reload the session within {timeout:g} s")
+
+    async def _reopen(self) -> None:
+        assert self._session_id is not None
+        try:
+            init = await self.rpc.request("initialize", _initialize_params())
+        except ResponseError as exc:
+            raise ChatError(f"the agent refused to initialize: {exc.message}") from None
+        version = init.get("protocolVersion") if isinstance(init, dict) else None
+        if type(version) is not int or version not in SUPPORTED_VERSIONS:
+            raise ChatError(f"the agent speaks ACP version {version!r}; this client speaks 1 and 2")
+        self._v2 = V2Updates(self._renderer) if version == 2 else None
+        params = {"sessionId": self._session_id, "cwd": self.cwd, "mcpServers": []}
+        self._replaying = True
+        try:
+            await self.rpc.request("session/resume" if version == 2 else "session/load", params)
+        except ResponseError as exc:
+            raise ChatError(f"the agent could not reload the session: {exc.message}") from None
+        finally:
+            self._replaying = False
+
     async def turn(self, text: str) -> str | None:
         """One prompt turn; its stop reason, or None when the agent answered with an error."""
         assert self._session_id is not None
         turn = self._turn = _Turn(self._session_id)
+        self.turn_open = True
         self._questions.turn_started()
 
         def answered() -> None:
@@ -215,6 +257,7 @@ class Conversation:
                 # Answered on insertion ({messageId}); the work goes on until its `idle`.
                 await turn.ended.wait()
         except ResponseError as exc:  # nothing was inserted (v2), or the turn failed (v1)
+            self.turn_open = False  # answered: the turn came to its end
             if turn.cancelling and exc.code == REQUEST_CANCELLED:
                 self._renderer.turn_end("cancelled")  # our cancel took effect (v2: a held prompt, nothing ran)
                 return "cancelled"
@@ -222,6 +265,7 @@ class Conversation:
             return None
         finally:
             self._turn = None
+        self.turn_open = False
         if self._v2 is not None:
             if turn.error is not None:
                 self._renderer.error(f"error: {turn.error}")
@@ -239,14 +283,15 @@ class Conversation:
             return 0
         return EXIT_INTERRUPTED if stop == "cancelled" else 1
 
-    async def repl(self) -> int:
+    async def repl(self, greet: bool = True) -> int:
         style = self._renderer.style
-        self._renderer.line(
-            style.paint(
-                f"Chatting with {self._agent_name} in {os.getcwd()}. /quit or Ctrl-D leaves; Ctrl-C cancels a turn.",
-                "dim",
+        if greet:
+            self._renderer.line(
+                style.paint(
+                    f"Chatting with {self._agent_name} in {self.cwd}. /quit or Ctrl-D leaves; Ctrl-C cancels a turn.",
+                    "dim",
+                )
             )
-        )
         while True:
             self._renderer.prompt()
             line = await self._lines.next_line()

@@ -8,6 +8,12 @@ is an EOF for it alone: its turns are cancelled and its sessions detached, still
 
 Only this subcommand imports acp_server.remote and hypercorn (an extra: `pip install 'acp-server[remote]'`); plain
 `acp-server` never loads this module (cli/__init__.py imports a subcommand only when it is asked for).
+
+`--record DIR` (the stdio server's `--record FILE`, per connection): each connection's lines in and out go to
+`DIR/<connection id>.jsonl` in the transcript format stdio writes (transcripts/record.py), so `acp-server replay`
+replays it. The file is made new (never through a link, never over another), private (0600), in a directory made
+private if `serve` makes it. Provider keys are removed as on stdio, and so are the server's tokens, should a client
+ever write one into a message (they travel in headers, which a transcript never holds).
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ import argparse
 import logging
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +38,7 @@ if TYPE_CHECKING:
     from acp_server.remote.peer import Peer, Principal
     from acp_server.remote.settings import RemoteSettings
     from acp_server.settings.config import Config
+    from acp_server.transcripts.record import Recorder
 
 __all__ = ["INSTALL_HINT", "main", "workspace_root"]
 
@@ -47,6 +54,13 @@ def _add_flags(parser: argparse.ArgumentParser) -> None:
     from acp_server.remote.settings import add_arguments  # noqa: PLC0415 (only once hypercorn is known to be there)
 
     add_arguments(parser)
+    for action in parser._actions:  # the shared `--record FILE` means a directory here: one transcript per connection
+        if "--record" in action.option_strings:
+            action.metavar = "DIR"
+            action.help = (
+                "write each connection's lines in and out to DIR/CONNECTION-ID.jsonl as a transcript, secrets and "
+                "tokens removed (env ACP_SERVER_RECORD)"
+            )
     parser.add_argument(
         "--workspace-root",
         metavar="DIR",
@@ -84,34 +98,96 @@ def owner_of(principal: Principal, default_root: str) -> Owner:
     return Owner(principal.name, roots)
 
 
+def record_dir(path: str) -> Path:
+    """`--record DIR`, made (0700) if it does not exist; ServeSetupError when it cannot be a directory."""
+    directory = Path(path).expanduser()
+    try:
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except FileExistsError:
+        pass  # something that is no directory: said below
+    except OSError as exc:
+        raise ServeSetupError(f"--record: cannot use {path} as the directory of transcripts: {exc.strerror}") from None
+    if not directory.is_dir():
+        raise ServeSetupError(f"--record: {path} is not a directory (serve writes one transcript per connection)")
+    return directory
+
+
+class _Transcripts:
+    """`--record DIR`: one private transcript per connection, secrets and the server's tokens removed."""
+
+    def __init__(self, directory: Path, token_file: Callable[[], tuple[Path, bool]]) -> None:
+        self.directory = directory
+        self._token_file = token_file
+        self._tokens: tuple[str, ...] | None = None
+
+    def open(self, connection_id: str) -> Recorder | None:
+        """The connection's recorder; None (and an error logged) when its file cannot be made: a transcript is
+        never worth refusing the connection for."""
+        from acp_server.remote.tokens import token_values  # noqa: PLC0415 (loaded already: serve runs)
+        from acp_server.transcripts.record import BUFFER_BYTES, Recorder  # noqa: PLC0415 (only with --record)
+        from acp_server.transcripts.secrets import Redactor, provider_secrets  # noqa: PLC0415 (only with --record)
+
+        path = self.directory / f"{connection_id}.jsonl"
+        try:
+            if self._tokens is None:  # read once, at the first connection: the default token file exists by then
+                token_file, follow = self._token_file()
+                self._tokens = token_values(token_file, follow=follow)
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+            file = os.fdopen(os.open(path, flags, 0o600), "wb", buffering=BUFFER_BYTES)
+        except (OSError, ServeSetupError) as exc:
+            log.error("cannot record connection %s to %s: %s", connection_id, path, exc)
+            return None
+        return Recorder(file, Redactor([*provider_secrets(os.environ), *self._tokens]), env=os.environ)
+
+
 class _Connections:
     """Serves each remote connection on the one agent (the transport room's `ConnectionHandler`)."""
 
-    def __init__(self, agent: Agent, served: Served, default_root: str) -> None:
+    def __init__(
+        self, agent: Agent, served: Served, default_root: str, transcripts: _Transcripts | None = None
+    ) -> None:
         self.agent = agent
         self.served = served
         self.default_root = default_root
+        self.transcripts = transcripts
 
     async def serve(self, peer: Peer, lines: LineSource, sink: LineSink) -> None:
         from acp_server.cli.server import connect  # noqa: PLC0415 (loaded already: `_run` built the agent with it)
 
         rpc, dispatcher = connect(self.agent, self.served, principal=owner_of(peer.principal, self.default_root))
         connections_log.info("connection %s opened", peer.describe())
+        recorder = self.transcripts.open(peer.connection_id) if self.transcripts is not None else None
         try:
-            await rpc.serve(dispatcher, lines, sink)
+            if recorder is None:
+                await rpc.serve(dispatcher, lines, sink)
+            else:
+                await rpc.serve(dispatcher, recorder.source(lines), recorder.sink(sink))
         finally:
+            if recorder is not None:
+                recorder.close()
             handshake = dispatcher.connection.handshake
             version = f"ACP v{handshake.version}" if handshake.client_capabilities is not None else "not initialized"
             connections_log.info("connection %s ended (%s)", peer.describe(), version)
 
 
-async def _run(config: Config, settings: RemoteSettings, default_root: str) -> None:
+async def _run(config: Config, settings: RemoteSettings, default_root: str, records: Path | None) -> None:
     from acp_server.cli.server import STOP_SIGNALS, build_agent  # noqa: PLC0415 (start-up: after the flags are read)
     from acp_server.remote.server import serve_remote  # noqa: PLC0415 (start-up: after the flags are read)
+    from acp_server.remote.tokens import DEFAULT_TOKEN_FILE  # noqa: PLC0415 (start-up: after the flags are read)
 
     agent, served = build_agent(config, owns_process=True)
+    transcripts = None
+    if records is not None:
+
+        def token_file() -> tuple[Path, bool]:  # the default file is the server's own: never followed through a link
+            if settings.token_file is not None:
+                return settings.token_file, True
+            return settings.state_dir / DEFAULT_TOKEN_FILE, False
+
+        transcripts = _Transcripts(records, token_file)
+    connections = _Connections(agent, served, default_root, transcripts)
     async with agent.running():
-        await serve_remote(settings, _Connections(agent, served, default_root).serve, stop_signals=STOP_SIGNALS)
+        await serve_remote(settings, connections.serve, stop_signals=STOP_SIGNALS)
 
 
 def _state_dir(config: Config) -> Path:
@@ -144,7 +220,8 @@ def main(argv: Sequence[str]) -> int:
     try:
         settings = remote_settings(loaded.args, os.environ, loaded.file.raw, _state_dir(config))
         default_root = workspace_root(loaded.args.workspace_root, os.environ, loaded.file.raw, os.getcwd())
-        anyio.run(_run, config, settings, default_root, backend="asyncio")
+        records = record_dir(config.record) if config.record is not None else None
+        anyio.run(_run, config, settings, default_root, records, backend="asyncio")
     except (ServeSetupError, ModelSpecError) as exc:
         log.error("%s", exc)
         return 2

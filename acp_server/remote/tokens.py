@@ -38,6 +38,7 @@ __all__ = [
     "parse_tokens",
     "read_token_file",
     "token_problem",
+    "token_values",
 ]
 
 # The file `serve` makes in the state directory when no token file is given, and the principal it names.
@@ -176,6 +177,13 @@ def _read_private(path: Path, *, follow: bool) -> str:
 def read_token_file(path: Path) -> Tokens:
     """The principals of `--token-file` (which may be a symbolic link: the user named it)."""
     return parse_tokens(_read_private(path, follow=True), str(path))
+
+
+def token_values(path: Path, *, follow: bool) -> tuple[str, ...]:
+    """The tokens themselves, for what must never hold them (a transcript's redactor: `serve --record`); read with the
+    same checks as for serving. Nothing else keeps them: `Tokens` holds digests only."""
+    text = _read_private(path, follow=follow)
+    return tuple(fields[1] for fields in (line.split() for line in text.splitlines()) if len(fields) >= 2)
 
 
 def default_tokens(state_dir: Path) -> tuple[Path, Tokens, bool]:

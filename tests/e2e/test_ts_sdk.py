@@ -6,21 +6,41 @@ flows and prints what it saw as JSON. The SDK is `@agentclientprotocol/sdk`, pin
 tests skip and say how to install it. One Node process runs a whole group, so the suite pays one server start per
 group. Every message the server wrote must pass the SDK's own zod schemas (its connection checks what it handles, the
 script checks the responses) and the official JSON schema (tests/support/wire_schema.py, fed the same wire).
+
+Each flow group runs over both transports the SDK has a client for here, the same script with a transport argument:
+stdio (the script spawns the server) and WebSocket (`createWebSocketStream` with the pinned `ws`, against an
+`acp-server serve` this file starts with a token file, the flows' directory as its workspace root, and stops with
+SIGTERM, its drain, which must end it with status 0). Under CI=true a missing `node` or SDK install fails instead.
 """
 
 from __future__ import annotations
 
 import os
+import re
+import select
 import shutil
+import signal
 import subprocess
 import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
 
-from tests.support.harness import DEFAULT_ARGS, STDERR_RED_FLAGS, T_WAIT, isolated_env, scaled, server_command
+from tests.support.harness import (
+    DEFAULT_ARGS,
+    STDERR_RED_FLAGS,
+    T_START,
+    T_WAIT,
+    WEBSOCKET_TOKEN,
+    isolated_env,
+    scaled,
+    server_command,
+)
 from tests.support.wire_schema import WireValidator
 
 CLIENT_DIR = Path(__file__).resolve().parent.parent / "ts_client"
@@ -36,32 +56,92 @@ def pinned_sdk_version() -> str:
     return version
 
 
-def run_flows(group: str) -> tuple[dict[str, Any], str]:
-    """Run one flow group in Node against a fresh server; its JSON report and the combined stderr."""
+TRANSPORTS = ("stdio", "websocket")
+
+
+def unavailable(why: str) -> None:
+    """A missing Node or SDK install: a skip that says how to install it, a failure under CI (where `.ci/run` has
+    installed both, so a missing one is a broken run, not a choice)."""
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"the TypeScript SDK tests cannot run under CI: {why}")
+    pytest.skip(why)
+
+
+@contextmanager
+def serving(cwd: str, env: dict[str, str]) -> Iterator[tuple[str, subprocess.Popen[bytes], list[bytes]]]:
+    """`acp-server serve` on 127.0.0.1 (a free port) for the flows in `cwd`: its URL, its process, and its stderr
+    (read to the end once it has stopped). Stopped with SIGTERM, its drain; killed only past the bound."""
+    tokens = Path(cwd).parent / f"{Path(cwd).name}-tokens"
+    tokens.write_text(f"editor {WEBSOCKET_TOKEN}\n")
+    tokens.chmod(0o600)
+    command = server_command(
+        "serve", "--listen", "127.0.0.1:0", "--token-file", str(tokens), "--workspace-root", cwd, *DEFAULT_ARGS
+    )
+    process = subprocess.Popen(command, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    assert process.stderr is not None
+    stderr = [b""]
+    try:
+        deadline = time.monotonic() + T_START * 8
+        while (found := re.search(rb"serving (ws://\S+)", stderr[0])) is None:
+            assert time.monotonic() < deadline, f"serve did not listen: {stderr[0].decode(errors='replace')}"
+            if select.select([process.stderr], [], [], 0.1)[0]:
+                line = process.stderr.readline()
+                assert line, f"serve ended before it listened: {stderr[0].decode(errors='replace')}"
+                stderr[0] += line
+        yield found.group(1).decode(), process, stderr
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+        try:
+            stderr[0] += process.communicate(timeout=scaled(10))[1]
+        except subprocess.TimeoutExpired:
+            process.kill()
+            stderr[0] += process.communicate()[1]
+        tokens.unlink()
+
+
+def run_flows(group: str, transport: str = "stdio") -> tuple[dict[str, Any], str]:
+    """Run one flow group in Node against a fresh server over `transport`; its JSON report and the combined
+    stderr (the script's and, over WebSocket, the server's)."""
     node = shutil.which("node")
     if node is None:
-        pytest.skip("`node` is not on PATH: the TypeScript SDK tests need Node 20 (`.ci/run` has it)")
+        unavailable("`node` is not on PATH: the TypeScript SDK tests need Node 20 (`.ci/run` has it)")
     if not SDK_PACKAGE.exists():
-        pytest.skip(f"the TypeScript SDK is not installed: run `npm ci --prefix {CLIENT_DIR}` (`.ci/run` does)")
+        unavailable(f"the TypeScript SDK is not installed: run `npm ci --prefix {CLIENT_DIR}` (`.ci/run` does)")
+    assert node is not None
     installed = orjson.loads(SDK_PACKAGE.read_text())["version"]
     assert installed == pinned_sdk_version(), f"installed SDK {installed}, lockfile pins {pinned_sdk_version()}"
     env = {**os.environ, **isolated_env(), "TS_FLOW_STEP_TIMEOUT_MS": f"{T_WAIT * 1000:.0f}"}
-    with tempfile.TemporaryDirectory(prefix="acp-ts-flows-") as cwd:
-        done = subprocess.run(
-            [node, str(CLIENT_DIR / "flows.mjs"), group, "--", *server_command(*DEFAULT_ARGS)],
-            cwd=cwd,
-            env=env,
-            capture_output=True,
-            timeout=scaled(40),
-            check=False,
-        )
-    stderr = done.stderr.decode(errors="replace")
+    script = [node, str(CLIENT_DIR / "flows.mjs"), group]
+    with tempfile.TemporaryDirectory(prefix="acp-ts-flows-") as scratch:
+        cwd = os.path.realpath(scratch)  # the session's directory must lie inside the server's root once resolved
+        if transport == "stdio":
+            done = run_script([*script, "--", *server_command(*DEFAULT_ARGS)], cwd, env)
+            stderr = done.stderr.decode(errors="replace")
+            report = report_of(done, stderr)
+        else:
+            with serving(cwd, env) as (url, server, server_stderr):
+                done = run_script([*script, "--ws", url], cwd, {**env, "ACP_FLOWS_TOKEN": WEBSOCKET_TOKEN})
+                report = report_of(done, done.stderr.decode(errors="replace"))
+                assert report["exit"] is None
+                server.send_signal(signal.SIGTERM)
+                server.wait(timeout=scaled(10))
+            stderr = done.stderr.decode(errors="replace") + server_stderr[0].decode(errors="replace")
+            report["exit"] = {"code": server.returncode, "signal": None}  # the drain ends serve as EOF ends stdio
+    return report, stderr
+
+
+def run_script(command: list[str], cwd: str, env: dict[str, str]) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, timeout=scaled(40), check=False)
+
+
+def report_of(done: subprocess.CompletedProcess[bytes], stderr: str) -> dict[str, Any]:
     assert done.stdout, f"flows.mjs printed nothing (exit {done.returncode}); stderr:\n{stderr[-3000:]}"
     report = orjson.loads(done.stdout)
     assert isinstance(report, dict)
     assert "fatal" not in report, f"{report['fatal']}\n{report.get('data')}\nstderr:\n{stderr[-3000:]}"
     assert done.returncode == 0, stderr[-3000:]
-    return report, stderr
+    return report
 
 
 def wire_problems(wire: list[dict[str, Any]]) -> list[str]:
@@ -81,12 +161,13 @@ def assert_clean(report: dict[str, Any], stderr: str) -> None:
     assert wire_problems(report["wire"]) == []
     for complaint in (*SDK_COMPLAINTS, *STDERR_RED_FLAGS):
         assert complaint not in stderr, stderr[-3000:]
-    assert report["exit"] == {"code": 0, "signal": None}, "closing stdin ends the server with exit 0"
+    assert report["exit"] == {"code": 0, "signal": None}, "closing stdin (or a drain) ends the server with exit 0"
 
 
 @pytest.mark.timeout(60)
-def test_the_typescript_sdk_runs_the_v1_flows_and_accepts_every_message() -> None:
-    report, stderr = run_flows("v1")
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_the_typescript_sdk_runs_the_v1_flows_and_accepts_every_message(transport: str) -> None:
+    report, stderr = run_flows("v1", transport)
     assert_clean(report, stderr)
 
     init = report["initialize"]
@@ -127,7 +208,10 @@ def test_the_typescript_sdk_runs_the_v1_flows_and_accepts_every_message() -> Non
 
 
 @pytest.mark.timeout(60)
-def test_the_typescript_sdk_v2_entry_runs_held_prompts_permissions_three_cancels_a_list_and_a_resume() -> None:
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_the_typescript_sdk_v2_entry_runs_held_prompts_permissions_three_cancels_a_list_and_a_resume(
+    transport: str,
+) -> None:
     """`@agentclientprotocol/sdk/experimental/v2`, the SDK's v2 draft (ACP-V2.md): `initialize` at version 2, a
     prompt answered with its `messageId` while still held at a gate, its work between `running` and `idle end_turn`,
     `session/cancel` ending a turn `idle cancelled`, `tool_call/cancel` and `terminal/cancel` each stopping one thing
@@ -135,7 +219,7 @@ def test_the_typescript_sdk_v2_entry_runs_held_prompts_permissions_three_cancels
     subject, a command subject) answered by the SDK's handler between `requires_action` and `running`,
     `session/list`, then `session/close` and `session/resume` from the start replaying the history as whole
     messages."""
-    report, stderr = run_flows("v2")
+    report, stderr = run_flows("v2", transport)
     assert_clean(report, stderr)
     assert report["initialize"]["protocolVersion"] == 2
     assert report["initialize"]["info"]["name"] == "acp-server"

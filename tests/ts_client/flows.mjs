@@ -5,12 +5,17 @@
 // connection validates incoming requests and notifications; responses it passes on unchecked, so they are checked
 // here with the same generated schemas), and `wire`, every message each way in order (the pytest side checks it
 // against the official JSON schema too). Judging is left to the pytest side; this script only records.
+// `node flows.mjs GROUP --ws URL` runs the same flows over the SDK's WebSocket client (`createWebSocketStream`, with
+// the pinned `ws` package) against an `acp-server serve` the caller started, with the token from ACP_FLOWS_TOKEN (not
+// an argument: `ps` shows those); `exit` is then null, the server being the caller's to stop.
 import { spawn } from "node:child_process";
 import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { Readable, Writable } from "node:stream";
 import * as acp from "@agentclientprotocol/sdk";
 import * as acpV2 from "@agentclientprotocol/sdk/experimental/v2";
+import { createWebSocketStream } from "@agentclientprotocol/sdk/experimental/ws-client";
+import WebSocket from "ws";
 
 // The SDK's generated zod schemas: not in its package exports, so imported by file (the very module the connection
 // validates with).
@@ -57,11 +62,24 @@ function withTimeout(promise, what) {
   return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
 }
 
-/** Spawn the server and wrap its stdio in the SDK's ndjson stream, checking every message the agent sends. */
-function spawnAgent(sdk, command, responses, fromAgent, out) {
-  const { schemaErrors, wire } = out;
+/** The agent's stream: a spawned server's stdio in the SDK's ndjson stream, or the SDK's WebSocket stream to a
+ * running `serve`; `exited` is the spawned server's exit (null over WebSocket: the caller stops its server). */
+function agentStream(sdk, target) {
+  if (target.url !== undefined) {
+    const headers = { Authorization: `Bearer ${target.token}` };
+    return { child: null, stream: createWebSocketStream(target.url, { WebSocket, headers }), exited: null };
+  }
+  const { command } = target;
   const child = spawn(command[0], command.slice(1), { stdio: ["pipe", "pipe", "inherit"] });
   const stream = sdk.ndJsonStream(Writable.toWeb(child.stdin), Readable.toWeb(child.stdout));
+  const exited = new Promise((resolve) => child.on("exit", (code, signal) => resolve({ code, signal })));
+  return { child, stream, exited };
+}
+
+/** Connect to the agent (`agentStream`), checking every message the agent sends. */
+function spawnAgent(sdk, target, responses, fromAgent, out) {
+  const { schemaErrors, wire } = out;
+  const { child, stream, exited } = agentStream(sdk, target);
   const sentMethods = new Map();
   const check = (schema, value, what) => {
     if (!schema) return;
@@ -94,7 +112,6 @@ function spawnAgent(sdk, command, responses, fromAgent, out) {
       return writer.close();
     },
   });
-  const exited = new Promise((resolve) => child.on("exit", (code, signal) => resolve({ code, signal })));
   return { child, stream: { readable, writable }, exited };
 }
 
@@ -139,10 +156,19 @@ function textsOf(updates, sessionId, kind = "agent_message_chunk") {
     .map((n) => n.update.content.text);
 }
 
-async function v1Flows(command) {
+/** How a spawned server ended once its stdin closed (killed when it does not); null over WebSocket. */
+function serverExit(exited, child) {
+  if (exited === null) return null;
+  return withTimeout(exited, "the server to exit").catch((error) => {
+    child.kill("SIGKILL");
+    return { error: String(error) };
+  });
+}
+
+async function v1Flows(target) {
   const out = { schemaChecked: 0, schemaErrors: [], wire: [] };
   const rec = recorder();
-  const { stream, exited, child } = spawnAgent(acp, command, V1_RESPONSES, V1_FROM_AGENT, out);
+  const { stream, exited, child } = spawnAgent(acp, target, V1_RESPONSES, V1_FROM_AGENT, out);
   const app = acp
     .client({ name: "acp-server-ts-flows" })
     .onNotification(acp.methods.client.session.update, ({ params }) => rec.addUpdate(params))
@@ -231,18 +257,15 @@ async function v1Flows(command) {
     out.finalClose = await req("session/close", { sessionId });
   });
   // connectWith closed the connection (the server's stdin): it exits on its own.
-  out.exit = await withTimeout(exited, "the server to exit").catch((error) => {
-    child.kill("SIGKILL");
-    return { error: String(error) };
-  });
+  out.exit = await serverExit(exited, child);
   return out;
 }
 
 /** The v2 draft through the SDK's experimental/v2 entry: the prompt is answered on acceptance, the turn ends idle. */
-async function v2Flows(command) {
+async function v2Flows(target) {
   const out = { schemaChecked: 0, schemaErrors: [], wire: [] };
   const rec = recorder();
-  const { stream, exited, child } = spawnAgent(acpV2, command, V2_RESPONSES, V2_FROM_AGENT, out);
+  const { stream, exited, child } = spawnAgent(acpV2, target, V2_RESPONSES, V2_FROM_AGENT, out);
   const app = acpV2
     .client({ name: "acp-server-ts-flows" })
     .onNotification(acpV2.methods.client.session.update, ({ params }) => rec.addUpdate(params))
@@ -441,22 +464,26 @@ async function v2Flows(command) {
       last: replay.at(-1)?.update,
     };
   });
-  out.exit = await withTimeout(exited, "the server to exit").catch((error) => {
-    child.kill("SIGKILL");
-    return { error: String(error) };
-  });
+  out.exit = await serverExit(exited, child);
   return out;
 }
 
 const GROUPS = { v1: v1Flows, v2: v2Flows };
 
-const [group, separator, ...command] = process.argv.slice(2);
-if (!GROUPS[group] || separator !== "--" || command.length === 0) {
-  console.error(`usage: node flows.mjs (${Object.keys(GROUPS).join("|")}) -- SERVER_COMMAND...`);
+const [group, separator, ...rest] = process.argv.slice(2);
+const target =
+  separator === "--" && rest.length > 0
+    ? { command: rest }
+    : separator === "--ws" && rest.length === 1 && process.env.ACP_FLOWS_TOKEN
+      ? { url: rest[0], token: process.env.ACP_FLOWS_TOKEN }
+      : null;
+if (!GROUPS[group] || target === null) {
+  const groups = Object.keys(GROUPS).join("|");
+  console.error(`usage: node flows.mjs (${groups}) -- SERVER_COMMAND... | --ws URL (token in ACP_FLOWS_TOKEN)`);
   process.exit(2);
 }
 try {
-  const result = await GROUPS[group](command);
+  const result = await GROUPS[group](target);
   process.stdout.write(JSON.stringify(result) + "\n");
 } catch (error) {
   process.stdout.write(JSON.stringify({ fatal: String(error?.stack ?? error), data: error?.data }) + "\n");

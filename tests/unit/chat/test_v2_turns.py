@@ -9,6 +9,7 @@ What a `-32800` answer to the prompt means is checked here on v1 too (the cancel
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -48,7 +49,8 @@ class Outcome:
 async def v2_chat(version: int = 2) -> AsyncIterator[Chat]:
     """A conversation with the scripted agent, past `initialize` (answered `version`) and `session/new`."""
     agent, screen, keyboard = ScriptedAgent(), Screen(), Keyboard()
-    conversation = Conversation(cast(AgentChild, agent), Renderer(screen), cast(LineInput, keyboard))
+    child = cast(AgentChild, agent)
+    conversation = Conversation(Renderer(screen), cast(LineInput, keyboard), child.stdin, child.stdout, os.getcwd())
     try:
         with anyio.fail_after(scaled(10)):  # a safety bound: a turn that never ends fails here, not at the timeout
             async with anyio.create_task_group() as tasks:
