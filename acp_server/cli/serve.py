@@ -54,19 +54,6 @@ def _add_flags(parser: argparse.ArgumentParser) -> None:
     from acp_server.remote.settings import add_arguments  # noqa: PLC0415 (only once hypercorn is known to be there)
 
     add_arguments(parser)
-    for action in parser._actions:  # the shared `--record FILE` means a directory here: one transcript per connection
-        if "--record" in action.option_strings:
-            action.metavar = "DIR"
-            action.help = (
-                "write each connection's lines in and out to DIR/CONNECTION-ID.jsonl as a transcript, secrets and "
-                "tokens removed (env ACP_SERVER_RECORD)"
-            )
-    parser.add_argument(
-        "--workspace-root",
-        metavar="DIR",
-        help="the directory a principal whose token line names no roots may use (default: the directory serve "
-        "started in, unless that is / or your home; env ACP_SERVER_WORKSPACE_ROOT; file: [serve] workspace_root)",
-    )
 
 
 def workspace_root(flag: str | None, env: Mapping[str, str], file_raw: Mapping[str, Any], start: str) -> str:

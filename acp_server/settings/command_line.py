@@ -226,8 +226,9 @@ def _parser(
     add("--no-log-file", dest="log_file", action="store_const", const=False, help="log to stderr only")
     add(
         "--record",
-        metavar="FILE",
-        help="write every line in and out to FILE as a transcript, secrets removed (env ACP_SERVER_RECORD)",
+        metavar="PATH",
+        help="write every line in and out as a transcript, secrets removed: to the file PATH, or in serve to "
+        "PATH/CONNECTION-ID.jsonl, one per connection (env ACP_SERVER_RECORD)",
     )
     add(
         "--test-mode",
