@@ -54,6 +54,12 @@ def _add_flags(parser: argparse.ArgumentParser) -> None:
     from acp_server.remote.settings import add_arguments  # noqa: PLC0415 (only once hypercorn is known to be there)
 
     add_arguments(parser)
+    parser.add_argument(
+        "--workspace-root",
+        metavar="DIR",
+        help="the directory a principal whose token line names no roots may use (default: the directory serve "
+        "started in, unless that is / or your home; env ACP_SERVER_WORKSPACE_ROOT; file: [serve] workspace_root)",
+    )
 
 
 def workspace_root(flag: str | None, env: Mapping[str, str], file_raw: Mapping[str, Any], start: str) -> str:
