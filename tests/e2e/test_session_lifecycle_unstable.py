@@ -111,6 +111,10 @@ async def test_set_title_refuses_an_empty_title_and_answers_an_unknown_id_as_unk
     unknown = await acp.client.call("session/set_title", {"sessionId": UNKNOWN, "title": "x"})
     assert unknown["error"]["code"] == -32002
     assert [title for _, title, _ in await listed(acp.client)] == [None]  # nothing was stored
+    # Control characters are left out: a title is shown in lists and terminals.
+    escaped = await acp.client.call("session/set_title", {"sessionId": session, "title": "\x1b[31mred\x07 \x00"})
+    assert escaped["result"] == {"title": "[31mred"}
+    assert [title for _, title, _ in await listed(acp.client)] == ["[31mred"]
 
 
 async def test_status_is_open_in_memory_saved_when_only_stored_unknown_otherwise_and_changes_nothing(

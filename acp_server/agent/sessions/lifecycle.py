@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import unicodedata
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
@@ -330,9 +331,11 @@ async def _listed(agent: Agent, owner: Owner, session_id: str) -> SessionSummary
 
 
 def _normalized_title(title: str) -> str:
-    """A client's title as stored: its whitespace runs (line breaks too) one space, trimmed, at most
-    `MAX_TITLE_CHARS` (as `/title`'s). Empty after that is the client's error."""
-    normalized = " ".join(title.split())[:MAX_TITLE_CHARS].rstrip()
+    """A client's title as stored: its whitespace runs (line breaks too) one space, other control characters (an
+    escape sequence's ESC, say) left out, trimmed, at most `MAX_TITLE_CHARS` (as `/title`'s): it is shown in lists and
+    terminals. Empty after that is the client's error."""
+    printable = "".join(ch for ch in " ".join(title.split()) if unicodedata.category(ch) != "Cc")
+    normalized = printable.strip()[:MAX_TITLE_CHARS].rstrip()
     if not normalized:
         raise InvalidArgumentError("title: empty (after trimming its whitespace)")
     return normalized
