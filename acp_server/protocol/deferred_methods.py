@@ -14,6 +14,7 @@ from acp_server.protocol.context import Handler
 from acp_server.protocol.handlers import authenticate, logout
 from acp_server.protocol.params import wire, wire_v2
 from acp_server.protocol.session_handlers import (
+    session_archive,
     session_close,
     session_delete,
     session_fork,
@@ -23,16 +24,24 @@ from acp_server.protocol.session_handlers import (
     session_resume,
     session_set_config_option,
     session_set_mode,
+    session_set_title,
+    session_status,
+    session_unarchive,
 )
 from acp_server.protocol.v2.auth import auth_login, auth_logout
 from acp_server.protocol.v2.cancels import tool_call_cancel
 from acp_server.protocol.v2.sessions import (
+    session_archive_v2,
     session_close_v2,
     session_delete_v2,
+    session_fork_v2,
     session_list_v2,
     session_new_v2,
     session_resume_v2,
     session_set_config_option_v2,
+    session_set_title_v2,
+    session_status_v2,
+    session_unarchive_v2,
 )
 from acp_server.protocol.v2.terminals import terminal_cancel
 
@@ -50,6 +59,11 @@ DEFERRED_METHODS: dict[str, Handler] = {
     "session/list": (wire("ListSessionsRequest"), session_list),
     "session/delete": (wire("DeleteSessionRequest"), session_delete),
     "session/fork": (wire("LoadSessionRequest"), session_fork),
+    # Unstable in ACP v1 (schema.unstable.json), as `session/fork` is.
+    "session/set_title": (wire("SetSessionTitleRequest"), session_set_title),
+    "session/status": (wire("SessionIdRequest"), session_status),
+    "session/archive": (wire("SessionIdRequest"), session_archive),
+    "session/unarchive": (wire("SessionIdRequest"), session_unarchive),
 }
 
 DEFERRED_METHODS_V2: dict[str, Handler] = {
@@ -61,6 +75,12 @@ DEFERRED_METHODS_V2: dict[str, Handler] = {
     "session/resume": (wire_v2("ResumeSessionRequestV2"), session_resume_v2),
     "session/list": (wire("ListSessionsRequest"), session_list_v2),
     "session/delete": (wire("DeleteSessionRequest"), session_delete_v2),
+    # Unstable in the v2 draft (v2/schema.unstable.json).
+    "session/fork": (wire_v2("ForkSessionRequestV2"), session_fork_v2),
+    "session/set_title": (wire("SetSessionTitleRequest"), session_set_title_v2),
+    "session/status": (wire("SessionIdRequest"), session_status_v2),
+    "session/archive": (wire("SessionIdRequest"), session_archive_v2),
+    "session/unarchive": (wire("SessionIdRequest"), session_unarchive_v2),
     "tool_call/cancel": (wire_v2("CancelToolCallRequest"), tool_call_cancel),
     "terminal/cancel": (wire_v2("CancelTerminalRequest"), terminal_cancel),
 }

@@ -60,8 +60,13 @@ async def initialize(context: RequestContext, params: InitializeParams) -> dict[
             "sessionCapabilities": {
                 "additionalDirectories": {},
                 "close": {},
-                # `fork` is unstable in ACP v1 (schema.unstable.json); clients that do not know it ignore it.
-                **({"list": {}, "resume": {}, "delete": {}, "fork": {}} if stored else {}),
+                # `fork`, `archive`, `status` and `title` are unstable in ACP v1 (schema.unstable.json); clients that
+                # do not know them ignore them. `archive` also means `session/list`'s filter and `archived` flag.
+                **(
+                    {"list": {}, "resume": {}, "delete": {}, "fork": {}, "archive": {}, "status": {}, "title": {}}
+                    if stored
+                    else {}
+                ),
             },
             "_meta": {
                 "acpServer": {
@@ -136,6 +141,10 @@ DEFERRED_SIDE_METHODS = frozenset(
         "session/list",
         "session/delete",
         "session/fork",
+        "session/set_title",
+        "session/status",
+        "session/archive",
+        "session/unarchive",
     }
 )
 

@@ -63,8 +63,10 @@ __all__ = [
     "PromptRequest",
     "RequestId",
     "ResourceLink",
+    "SessionIdRequest",
     "SetSessionConfigOptionRequest",
     "SetSessionModeRequest",
+    "SetSessionTitleRequest",
     "TextContent",
     "notice_update",
     "session_update",
@@ -236,6 +238,21 @@ class LoadSessionRequest(WireModel):
 class ListSessionsRequest(WireModel):
     cwd: str | None = None
     cursor: str | None = None
+    # Unstable (`sessionCapabilities.archive`): `exclude` (as omitted), `include` or `only`; any other is -32602.
+    archived: str | None = None
+
+
+class SetSessionTitleRequest(WireModel):
+    """Unstable `session/set_title` (both versions' shape)."""
+
+    session_id: str
+    title: str
+
+
+class SessionIdRequest(WireModel):
+    """Unstable `session/status`, `session/archive`, `session/unarchive` (both versions): a session id alone."""
+
+    session_id: str
 
 
 class DeleteSessionRequest(WireModel):

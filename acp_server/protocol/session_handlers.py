@@ -1,5 +1,6 @@
 """The v1 session methods: `session/new`, `load`, `resume`, `fork`, `list`, `delete`, `close`, `set_mode`,
-`set_config_option`, registered in `handlers.METHODS`.
+`set_config_option`, and the unstable `set_title`, `status`, `archive`, `unarchive`, served by the deferred side
+(`deferred_methods.DEFERRED_METHODS`).
 
 Each reads its v1 params, calls the session lifecycle (agent/sessions/lifecycle.py, version-neutral) and renders
 the v1 result: `modes` and `configOptions`, and after the response the session's commands and its offered models
@@ -15,7 +16,8 @@ from acp_server.agent.sessions import lifecycle
 from acp_server.agent.sessions.edge import SlashCommandsAvailable, TitleChanged
 from acp_server.agent.sessions.options import SLASH_COMMANDS
 from acp_server.agent.sessions.runs import Session
-from acp_server.errors import InvalidArgumentError
+from acp_server.errors import InvalidArgumentError, UnknownSessionError
+from acp_server.jsonrpc.rpc import ErrorCode, RpcError
 from acp_server.protocol.context import RequestContext
 from acp_server.protocol.initialize import NO_CAPABILITIES
 from acp_server.protocol.option_shapes import config_options, modes
@@ -26,8 +28,10 @@ from acp_server.protocol.schema import (
     ListSessionsRequest,
     LoadSessionRequest,
     NewSessionRequest,
+    SessionIdRequest,
     SetSessionConfigOptionRequest,
     SetSessionModeRequest,
+    SetSessionTitleRequest,
 )
 from acp_server.protocol.shared_methods import session_page
 
@@ -36,6 +40,7 @@ if TYPE_CHECKING:
     from acp_server.store import LoadedSession
 
 __all__ = [
+    "session_archive",
     "session_close",
     "session_delete",
     "session_fork",
@@ -45,6 +50,9 @@ __all__ = [
     "session_resume",
     "session_set_config_option",
     "session_set_mode",
+    "session_set_title",
+    "session_status",
+    "session_unarchive",
 ]
 
 
@@ -156,7 +164,9 @@ async def session_fork(context: RequestContext, params: LoadSessionRequest) -> d
 async def session_list(context: RequestContext, params: ListSessionsRequest) -> dict[str, Any]:
     context.connection.handshake.require_initialized()
     return session_page(
-        await lifecycle.list_stored(context.agent, params.cwd, params.cursor, context.connection.principal)
+        await lifecycle.list_stored(
+            context.agent, params.cwd, params.cursor, context.connection.principal, params.archived
+        )
     )
 
 
@@ -194,4 +204,49 @@ async def session_close(context: RequestContext, params: CloseSessionRequest) ->
     agent = context.agent
     await lifecycle.close_session(agent, context.connection.session(params.session_id))
     await lifecycle.release_session(agent, params.session_id)
+    return {}
+
+
+# --- unstable in ACP v1 (schema.unstable.json), advertised under `sessionCapabilities` when sessions are stored ---
+
+
+async def session_set_title(context: RequestContext, params: SetSessionTitleRequest) -> dict[str, Any]:
+    """Any session `session/list` would show this principal, open or not; answered with the title as stored."""
+    connection = context.connection
+    connection.handshake.require_initialized()
+    stored = await lifecycle.set_title(context.agent, params.session_id, params.title, connection.principal)
+    return {"title": stored}
+
+
+async def session_status(context: RequestContext, params: SessionIdRequest) -> dict[str, Any]:
+    """`open` or `saved`, changing nothing. An unknown id is -32002 with the id in `data`, as the schema asks of
+    this method (v1's other unknown-session answers carry none)."""
+    connection = context.connection
+    connection.handshake.require_initialized()
+    try:
+        status = await lifecycle.session_status(context.agent, params.session_id, connection.principal)
+    except UnknownSessionError as exc:
+        raise RpcError(ErrorCode.RESOURCE_NOT_FOUND, str(exc), {"sessionId": exc.session_id}) from None
+    return {"status": status}
+
+
+async def session_archive(context: RequestContext, params: SessionIdRequest) -> dict[str, Any]:
+    """Hidden from the default list, loaded and resumed no more until unarchived; a session open here is closed
+    first as `session/close` closes it (its prompts answered `cancelled` before this response)."""
+    connection = context.connection
+    connection.handshake.require_initialized()
+    agent = context.agent
+
+    async def close(session: Session) -> None:
+        await lifecycle.close_session(agent, session)
+        await lifecycle.release_session(agent, session.session_id)
+
+    await lifecycle.archive_session(agent, params.session_id, close, connection.principal)
+    return {}
+
+
+async def session_unarchive(context: RequestContext, params: SessionIdRequest) -> dict[str, Any]:
+    connection = context.connection
+    connection.handshake.require_initialized()
+    await lifecycle.unarchive_session(context.agent, params.session_id, connection.principal)
     return {}

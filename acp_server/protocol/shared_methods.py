@@ -147,6 +147,8 @@ def session_page(page: SessionPage) -> dict[str, Any]:
             "cwd": summary.cwd,
             "additionalDirectories": list(summary.additional_directories),
             "updatedAt": summary.updated_at,
+            # Every listed session says it: both versions advertise `archive` wherever sessions are stored.
+            "archived": summary.archived,
         }
         if summary.title is not None:
             entry["title"] = summary.title

@@ -9,6 +9,9 @@ Schema 3 adds records (the display terminals of ACP v2) and changes none: a sche
 its upgrade only bumps `user_version`, so that an acp-server of schema 2 refuses the store instead of failing on a
 session that holds a record it does not know.
 
+Schema 4 adds the `sessions.archived` column (0 for every session a schema-3 store holds: none was archived), so
+that an acp-server of schema 3, which would list and load an archived session as any other, refuses the store.
+
 Reading a schema-1 item means reading the wire format of that time, which only the protocol edge knows, so the
 caller hands in `read_legacy` (protocol/v1/legacy.py's `entry_of`); without it a schema-1 store is refused untouched.
 """
@@ -48,7 +51,18 @@ def upgrade(conn: sqlite3.Connection, path: Path, version: int, read_legacy: Rea
         version = 2
     if version == 2:
         version = 3  # new records only: every schema-2 row reads as it is
+    if version == 3:
+        _add_archived(conn)
+        version = 4
     conn.execute(f"PRAGMA user_version = {version}")
+
+
+def _add_archived(conn: sqlite3.Connection) -> None:
+    """The archive flag, every session not archived. Only when the column is missing: a store whose version was set
+    back by hand (the upgrade tests do) may have it already, and adding it twice is an error."""
+    columns = {row[1] for row in conn.execute("PRAGMA table_info(sessions)")}
+    if "archived" not in columns:
+        conn.execute("ALTER TABLE sessions ADD COLUMN archived INTEGER NOT NULL DEFAULT 0")
 
 
 def _update_rows(conn: sqlite3.Connection) -> Iterator[tuple[int, bytes]]:

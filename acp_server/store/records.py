@@ -22,6 +22,7 @@ from acp_server.runtime.model import Media, Message, ToolCall
 from acp_server.store.turn_records import TurnEntry
 
 __all__ = [
+    "ARCHIVE_FILTERS",
     "EMPTY_SESSION_GRACE_S",
     "OWNER_KEY",
     "LoadedSession",
@@ -64,6 +65,7 @@ class SessionRecord:
     config: dict[str, Any]
     parent_session_id: str | None
     forked_from: str | None
+    archived: bool = False  # hidden from the default `session/list`; not loaded or resumed until unarchived
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +106,12 @@ class SessionSummary:
     title: str | None
     updated_at: str  # ISO 8601, UTC
     owner: str = "local"  # the principal the session belongs to (`owner_in` its config)
+    archived: bool = False  # `session/archive` hid it from the default list
+
+
+# `session/list`'s archive filter (ACP unstable `SessionArchiveFilter`): not archived (the default), both, or only
+# archived ones.
+ARCHIVE_FILTERS = ("exclude", "include", "only")
 
 
 @dataclass(frozen=True, slots=True)

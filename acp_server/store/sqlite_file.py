@@ -7,8 +7,9 @@ persistence. The file is ours only when it says so (`application_id`), and a new
 Layout: `sessions` (one row per session; `deleted` is a tombstone, content rows are removed), `turns` (status, stop
 reason, the prompt as the model saw it, and the messages the turn added to the model history), `updates` (per turn,
 JSON arrays of turn records in commit order, zlib-compressed from 4 KiB), `owners` (the leases), `holds` (which owner
-has which session open, so pruning leaves it alone). Schema 3; a store of
-schema 1 (which kept `session/update` payloads instead of records) or 2 is upgraded when it is opened (migration.py).
+has which session open, so pruning leaves it alone). `archived` marks a session `session/archive` hid from the
+default `session/list`. Schema 4; a store of schema 1 (which kept `session/update` payloads instead of records), 2 or
+3 is upgraded when it is opened (migration.py).
 """
 
 from __future__ import annotations
@@ -39,8 +40,10 @@ STORE_FILENAME = "sessions.sqlite3"
 
 _APPLICATION_ID = 0x41435053  # "ACPS": tells our file from somebody else's SQLite database
 # 2: turn records (turn_records.py) instead of update objects; 3: the display terminal records, which an
-# acp-server of schema 2 cannot read (it refuses the store as newer instead of failing on the sessions that hold one)
-SCHEMA_VERSION = 3
+# acp-server of schema 2 cannot read (it refuses the store as newer instead of failing on the sessions that hold one);
+# 4: `sessions.archived` (ACP's unstable `session/archive`), which an acp-server of schema 3 would ignore, listing and
+# loading archived sessions as if they were not
+SCHEMA_VERSION = 4
 _BUSY_TIMEOUT_S = 5.0
 
 _SCHEMA = """
@@ -56,7 +59,8 @@ CREATE TABLE IF NOT EXISTS sessions (
     config BLOB NOT NULL,
     parent_id TEXT,
     forked_from TEXT,
-    deleted INTEGER NOT NULL DEFAULT 0
+    deleted INTEGER NOT NULL DEFAULT 0,
+    archived INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS sessions_recent ON sessions (updated_at, id) WHERE deleted = 0 AND parent_id IS NULL;
 CREATE INDEX IF NOT EXISTS sessions_cwd ON sessions (cwd, updated_at, id) WHERE deleted = 0 AND parent_id IS NULL;

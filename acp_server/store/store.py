@@ -53,11 +53,13 @@ from acp_server.runtime.model import Message
 from acp_server.store.leases import Identity, own_identity
 from acp_server.store.migration import ReadLegacy
 from acp_server.store.records import (
+    ARCHIVE_FILTERS,
     LoadedSession,
     Pruned,
     Retention,
     SessionOverview,
     SessionPage,
+    SessionSummary,
     TurnStatus,
     decode_cursor,
     encode_messages,
@@ -322,6 +324,11 @@ class SessionStore:
             )
         )
 
+    def set_archived(self, session_id: str, archived: bool) -> None:
+        """`session/archive` (True) and `session/unarchive` (False): the session leaves (or rejoins) the default
+        `session/list`. Its activity time is left as it was, so it keeps its place in the list."""
+        self._ops.append(("UPDATE sessions SET archived = ? WHERE id = ? AND deleted = 0", (int(archived), session_id)))
+
     def set_mode(self, session_id: str, mode: str) -> None:
         self._ops.append(
             ("UPDATE sessions SET mode = ?, updated_at = ? WHERE id = ? AND deleted = 0", (mode, utc_now(), session_id))
@@ -436,14 +443,24 @@ class SessionStore:
         await self.flush()
         return await self._locked(self._worker.overview, cwd, limit)
 
-    async def list_sessions(self, cwd: str | None = None, cursor: str | None = None, limit: int = 50) -> SessionPage:
-        """A page of sessions, most recently updated first (children and deleted sessions left out). Pass the
-        page's `next_cursor` for the next page; an invalid cursor raises ValueError."""
+    async def list_sessions(
+        self, cwd: str | None = None, cursor: str | None = None, limit: int = 50, archived: str = "exclude"
+    ) -> SessionPage:
+        """A page of sessions, most recently updated first (children and deleted sessions left out; archived ones
+        as `archived` says, one of `ARCHIVE_FILTERS`). Pass the page's `next_cursor` for the next page; an invalid
+        cursor or filter raises ValueError."""
         if limit < 1:
             raise ValueError("limit must be at least 1")
+        if archived not in ARCHIVE_FILTERS:
+            raise ValueError(f"unknown archive filter {archived!r}")
         after = decode_cursor(cursor) if cursor is not None else None
         await self.flush()
-        return await self._locked(self._worker.list_page, cwd, after, limit)
+        return await self._locked(self._worker.list_page, cwd, after, limit, archived)
+
+    async def summary(self, session_id: str) -> SessionSummary | None:
+        """One session as `session/list` would show it (archived or not); None when the list never would."""
+        await self.flush()
+        return await self._locked(self._worker.summary, session_id)
 
     async def fork(
         self,

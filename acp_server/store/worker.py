@@ -224,7 +224,7 @@ class StoreWorker:
         # A write transaction when it holds (no prune or delete between the read and the hold), else a read snapshot.
         with self._transaction("BEGIN IMMEDIATE" if hold else "BEGIN"):
             row = conn.execute(
-                f"SELECT {SESSION_COLUMNS} FROM sessions WHERE id = ? AND deleted = 0", (session_id,)
+                f"SELECT {SESSION_COLUMNS}, archived FROM sessions WHERE id = ? AND deleted = 0", (session_id,)
             ).fetchone()
             if row is None:
                 return None
@@ -282,8 +282,15 @@ class StoreWorker:
             else:
                 yield decode_entry(item)
 
-    def list_page(self, cwd: str | None, after: tuple[str, str] | None, limit: int) -> SessionPage:
+    def list_page(
+        self, cwd: str | None, after: tuple[str, str] | None, limit: int, archived: str = "exclude"
+    ) -> SessionPage:
         where = "deleted = 0 AND parent_id IS NULL"
+        # The archive filter applies before the page is cut (ACP: "applies before pagination").
+        if archived == "exclude":
+            where += " AND archived = 0"
+        elif archived == "only":
+            where += " AND archived != 0"
         params: list[Any] = []
         if cwd is not None:
             where += " AND cwd = ?"
@@ -292,16 +299,23 @@ class StoreWorker:
             where += " AND (updated_at, id) < (?, ?)"
             params += after
         rows = self._conn.execute(
-            f"SELECT id, cwd, additional_directories, title, updated_at, config FROM sessions WHERE {where}"
+            f"SELECT id, cwd, additional_directories, title, updated_at, config, archived FROM sessions WHERE {where}"
             " ORDER BY updated_at DESC, id DESC LIMIT ?",
             (*params, limit + 1),
         ).fetchall()
-        page = [
-            SessionSummary(r[0], r[1], tuple(orjson.loads(r[2])), r[3], r[4], owner_in(orjson.loads(r[5])))
-            for r in rows[:limit]
-        ]
+        page = [_summary(r) for r in rows[:limit]]
         more = len(rows) > limit
         return SessionPage(page, encode_cursor(page[-1].updated_at, page[-1].session_id) if more else None)
+
+    def summary(self, session_id: str) -> SessionSummary | None:
+        """The `session/list` entry of one session, whether archived or not; None for one the list never shows
+        (unknown, deleted, a subagent's)."""
+        row = self._conn.execute(
+            "SELECT id, cwd, additional_directories, title, updated_at, config, archived FROM sessions"
+            " WHERE id = ? AND deleted = 0 AND parent_id IS NULL",
+            (session_id,),
+        ).fetchone()
+        return None if row is None else _summary(row)
 
     def fork(self, source: str, new_id: str, overrides: tuple[str | None, bytes | None, bytes | None]) -> bool:
         now = utc_now()
@@ -444,6 +458,13 @@ class StoreWorker:
         return [SessionOverview(r[0], r[1], r[2], r[3], r[4], int(r[5]), bool(r[6])) for r in rows]
 
 
+def _summary(row: Sequence[Any]) -> SessionSummary:
+    """A `sessions` row read as id, cwd, additional_directories, title, updated_at, config, archived."""
+    return SessionSummary(
+        row[0], row[1], tuple(orjson.loads(row[2])), row[3], row[4], owner_in(orjson.loads(row[5])), bool(row[6])
+    )
+
+
 def _session_record(row: Sequence[Any]) -> SessionRecord:
     return SessionRecord(
         session_id=row[0],
@@ -457,4 +478,5 @@ def _session_record(row: Sequence[Any]) -> SessionRecord:
         config=orjson.loads(row[8]),
         parent_session_id=row[9],
         forked_from=row[10],
+        archived=bool(row[11]),
     )

@@ -21,23 +21,33 @@ from referencing import Registry, Resource
 
 SCHEMA_PATH = Path(__file__).resolve().parents[2] / "fixtures" / "acp-schema" / "schema.json"
 SCHEMA_V2_PATH = Path(__file__).resolve().parents[2] / "fixtures" / "acp-schema" / "v2" / "schema.json"
+# The unstable schemas of the same SDK: only for the unstable methods' responses, which the stable ones lack.
+UNSTABLE_PATHS = {
+    1: SCHEMA_PATH.with_name("schema.unstable.json"),
+    2: SCHEMA_V2_PATH.with_name("schema.unstable.json"),
+}
+# The unstable methods whose responses are validated against the unstable schema of the connection's version.
+UNSTABLE_METHODS = frozenset(
+    {"session/set_title", "session/status", "session/archive", "session/unarchive", "session/fork"}
+)
 
 
 @cache
-def _schema(version: int = 1) -> dict[str, Any]:
-    loaded: dict[str, Any] = orjson.loads((SCHEMA_V2_PATH if version == 2 else SCHEMA_PATH).read_bytes())
+def _schema(version: int = 1, unstable: bool = False) -> dict[str, Any]:
+    path = UNSTABLE_PATHS[version] if unstable else SCHEMA_V2_PATH if version == 2 else SCHEMA_PATH
+    loaded: dict[str, Any] = orjson.loads(path.read_bytes())
     return loaded
 
 
 @cache
-def _registry(version: int = 1) -> Registry:
-    registry: Registry = Registry().with_resource("urn:acp", Resource.from_contents(_schema(version)))
+def _registry(version: int = 1, unstable: bool = False) -> Registry:
+    registry: Registry = Registry().with_resource("urn:acp", Resource.from_contents(_schema(version, unstable)))
     return registry
 
 
 @cache
-def _validator(definition: str, version: int = 1) -> Draft202012Validator:
-    return Draft202012Validator({"$ref": f"urn:acp#/$defs/{definition}"}, registry=_registry(version))
+def _validator(definition: str, version: int = 1, unstable: bool = False) -> Draft202012Validator:
+    return Draft202012Validator({"$ref": f"urn:acp#/$defs/{definition}"}, registry=_registry(version, unstable))
 
 
 def validate_v2(definition: str, instance: Any) -> list[str]:
@@ -46,19 +56,15 @@ def validate_v2(definition: str, instance: Any) -> list[str]:
 
 
 @cache
-def _definitions_by_method(version: int = 1) -> dict[tuple[str, str], str]:
+def _definitions_by_method(version: int = 1, unstable: bool = False) -> dict[tuple[str, str], str]:
     """(method, 'request'|'response') -> $defs name."""
     table: dict[tuple[str, str], str] = {}
-    for name, definition in _schema(version)["$defs"].items():
+    for name, definition in _schema(version, unstable)["$defs"].items():
         method = definition.get("x-method")
         if method:
             table[(method, "response" if name.endswith("Response") else "request")] = name
     return table
 
-
-# Unstable v1 methods we implement, which the stable schema lacks: checked against the stable type of the same shape
-# (schema.unstable.json gives session/fork's response exactly NewSessionResponse's fields).
-UNSTABLE_RESPONSES = {"session/fork": "NewSessionResponse"}
 
 AGENT_TO_CLIENT = {
     "session/update",
@@ -131,17 +137,18 @@ class WireValidator:
             self.version = 2 if message["result"].get("protocolVersion") == 2 else 1
         if method is None:
             self._fail(line, "a result for a request the client never sent")
+        elif method in UNSTABLE_METHODS and (method, "response") not in _definitions_by_method(self.version):
+            definition = _definitions_by_method(self.version, unstable=True)[(method, "response")]
+            self._validate(definition, message["result"], line, unstable=True)
         elif not method.startswith("_"):
             definition = _definitions_by_method(self.version).get((method, "response"))
-            if definition is None and self.version == 1:
-                definition = UNSTABLE_RESPONSES.get(method)
             if definition is None:
                 self._fail(line, f"a result for {method}, which has no response type")
             else:
                 self._validate(definition, message["result"], line)
 
-    def _validate(self, definition: str, instance: Any, line: bytes) -> None:
-        for error in _validator(definition, self.version).iter_errors(instance):
+    def _validate(self, definition: str, instance: Any, line: bytes, *, unstable: bool = False) -> None:
+        for error in _validator(definition, self.version, unstable).iter_errors(instance):
             self._fail(line, f"{definition}: {error.message} at {list(error.absolute_path)}")
 
     def _fail(self, line: bytes, why: str) -> None:

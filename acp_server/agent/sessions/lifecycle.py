@@ -1,5 +1,6 @@
 """The session lifecycle, in the agent's own terms: open a new session, restore one from the store (load, resume),
-fork one, list the stored ones, delete, close, and change a session's settings (mode, model, prompt policy).
+fork one, list the stored ones, delete, close, archive and unarchive, title one, tell whether one is open, and change
+a session's settings (mode, model, prompt policy).
 
 Version-neutral: each function takes typed arguments (`Place`, ids, values) and the connection a session is
 attached to (its `Edge`), returns a `Session` or a store page, and raises errors of the one tree (acp_server/errors:
@@ -14,8 +15,9 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import unicodedata
 import uuid
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -23,23 +25,25 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import anyio
 
 from acp_server.agent.discovery import discover_models
-from acp_server.agent.sessions.edge import ConfigChanged, Edge, ModeChanged, attached
+from acp_server.agent.sessions.edge import ConfigChanged, Edge, ModeChanged, TitleChanged, attached
 from acp_server.agent.sessions.inputs import ClientTools
 from acp_server.agent.sessions.options import MODE_OPTION, MODEL_OPTION, PROMPT_POLICY_OPTION, parse_slash_command
 from acp_server.agent.sessions.owners import LOCAL, Owner
 from acp_server.agent.sessions.runs import Session
+from acp_server.agent.sessions.slash_commands import MAX_TITLE_CHARS
 from acp_server.errors import InvalidArgumentError, SessionBusyError, UnknownSessionError
 from acp_server.mcp_bridge import merge_servers
 from acp_server.settings.choices import PermissionMode, PromptPolicy
-from acp_server.store.records import OWNER_KEY, owner_in
+from acp_server.store.records import ARCHIVE_FILTERS, OWNER_KEY, owner_in
 
 if TYPE_CHECKING:
     from acp_server.agent.agent import Agent
-    from acp_server.store import LoadedSession, SessionPage
+    from acp_server.store import LoadedSession, SessionPage, SessionSummary
 
 __all__ = [
     "Place",
     "Replay",
+    "archive_session",
     "close_session",
     "delete_session",
     "fork_session",
@@ -49,8 +53,11 @@ __all__ = [
     "offered_models",
     "release_session",
     "restore_session",
+    "session_status",
     "set_mode",
     "set_option",
+    "set_title",
+    "unarchive_session",
 ]
 
 
@@ -188,6 +195,12 @@ async def restore_session(
         if current is None:
             store.release(session_id)  # nobody here has it open: the hold taken for the read goes
         raise UnknownSessionError(session_id)
+    if loaded.session.archived:
+        # An archived session was freed as a close frees it, and stays so: a client continues it after
+        # `session/unarchive` (which "never loads or resumes"; the schema tells clients to unarchive first).
+        if current is None:
+            store.release(session_id)
+        raise InvalidArgumentError(f"sessionId: session {session_id} is archived; unarchive it first")
     agent.owners.record(session_id, owner)
     await agent.models.ready()  # a model discovery found in the cache keeps the stored model (`accepts`)
     record = loaded.session
@@ -265,12 +278,19 @@ async def fork_session(
     )
 
 
-async def list_stored(agent: Agent, cwd: str | None, cursor: str | None, owner: Owner = LOCAL) -> SessionPage:
-    """A page of `owner`'s stored sessions (in `cwd`, if given), from `cursor`. Another principal's are left out
-    of the page (which may then hold fewer, even none, with a cursor for more)."""
+async def list_stored(
+    agent: Agent, cwd: str | None, cursor: str | None, owner: Owner = LOCAL, archived: str | None = None
+) -> SessionPage:
+    """A page of `owner`'s stored sessions (in `cwd`, if given), from `cursor`; archived ones as `archived` says
+    (one of `ARCHIVE_FILTERS`; None is `exclude`, ACP's default; another value is refused, never read as
+    `exclude`). Another principal's are left out of the page (which may then hold fewer, even none, with a cursor
+    for more)."""
+    archived = "exclude" if archived is None else archived
+    if archived not in ARCHIVE_FILTERS:
+        raise InvalidArgumentError(f"archived: unsupported filter {archived!r} ({', '.join(ARCHIVE_FILTERS)})")
     store = await agent.store.require()
     try:
-        page = await store.list_sessions(cwd=cwd, cursor=cursor)
+        page = await store.list_sessions(cwd=cwd, cursor=cursor, archived=archived)
     except ValueError:
         raise InvalidArgumentError("cursor: not a cursor this server gave") from None
     owned = [summary for summary in page.sessions if summary.owner == owner.name]
@@ -290,6 +310,91 @@ async def delete_session(agent: Agent, session_id: str, open_session: Session | 
         await close_session(agent, open_session)
     await agent.store.open()
     await agent.store.save(lambda store: store.delete(session_id))  # an error if the deletion was not saved
+
+
+def _open_for(agent: Agent, owner: Owner, session_id: str) -> Session | None:
+    """The session, if it is open in this process (on any connection) and `owner`'s."""
+    session = agent.sessions.get(session_id)
+    if session is None or session.closed or not agent.owners.owns(owner, session_id):
+        return None
+    return session
+
+
+async def _listed(agent: Agent, owner: Owner, session_id: str) -> SessionSummary:
+    """The session as `session/list` shows it (archived or not), or `UnknownSessionError`: for an id stored
+    nowhere, deleted, a subagent's, or another principal's (answered exactly as an unknown one)."""
+    store = await agent.store.require()
+    summary = await store.summary(session_id)
+    if summary is None or summary.owner != owner.name:
+        raise UnknownSessionError(session_id)
+    return summary
+
+
+def _normalized_title(title: str) -> str:
+    """A client's title as stored: its whitespace runs (line breaks too) one space, other control characters (an
+    escape sequence's ESC, say) left out, trimmed, at most `MAX_TITLE_CHARS` (as `/title`'s): it is shown in lists and
+    terminals. Empty after that is the client's error."""
+    printable = "".join(ch for ch in " ".join(title.split()) if unicodedata.category(ch) != "Cc")
+    normalized = printable.strip()[:MAX_TITLE_CHARS].rstrip()
+    if not normalized:
+        raise InvalidArgumentError("title: empty (after trimming its whitespace)")
+    return normalized
+
+
+async def set_title(agent: Agent, session_id: str, title: str, owner: Owner = LOCAL) -> str:
+    """`session/set_title`: the title stored (committed before this returns) and, for a session open here, held and
+    announced to its connection; what was stored is returned. No generated title replaces it afterwards: an open
+    session holds it from before the commit (a model title arriving meanwhile sees a title and stays out), and a
+    stored one is restored with `title_requested` set."""
+    normalized = _normalized_title(title)
+    await _listed(agent, owner, session_id)
+    session = _open_for(agent, owner, session_id)
+    previous = None if session is None else session.title
+    if session is not None:
+        session.title, session.title_requested = normalized, True
+    try:
+        await agent.store.save(lambda store: store.set_title(session_id, normalized))
+    except BaseException:
+        if session is not None and session.title == normalized:
+            session.title = previous  # not stored: the client was told it failed
+        raise
+    edge = None if session is None else attached(session)
+    if edge is not None:
+        edge.session_event(session_id, TitleChanged(normalized))
+    return normalized
+
+
+async def session_status(agent: Agent, session_id: str, owner: Owner = LOCAL) -> str:
+    """`session/status`, without side effects: `open` when the session is in memory here (on any connection),
+    `saved` when it is only stored (an archived one too: it is known, and resumable once unarchived)."""
+    if _open_for(agent, owner, session_id) is not None:
+        return "open"
+    if session_id in agent.sessions and not agent.owners.owns(owner, session_id):
+        raise UnknownSessionError(session_id)
+    await _listed(agent, owner, session_id)
+    return "saved"
+
+
+# What a version does to close a session it archives (v2 answers the held prompts first); given the open session.
+Close = Callable[[Session], Awaitable[None]]
+
+
+async def archive_session(agent: Agent, session_id: str, close: Close, owner: Owner = LOCAL) -> None:
+    """`session/archive`: the session leaves the default `session/list` and cannot be loaded or resumed until it
+    is unarchived; its id and history stay. The flag is committed first (a failed commit changes nothing), then a
+    session open here is closed by `close` as `session/close` would (its work cancelled, its resources freed). An
+    archived session archives again silently."""
+    await _listed(agent, owner, session_id)
+    await agent.store.save(lambda store: store.set_archived(session_id, True))
+    session = _open_for(agent, owner, session_id)
+    if session is not None:
+        await close(session)
+
+
+async def unarchive_session(agent: Agent, session_id: str, owner: Owner = LOCAL) -> None:
+    """`session/unarchive`: back in the default `session/list`, loadable again; it loads or resumes nothing."""
+    await _listed(agent, owner, session_id)
+    await agent.store.save(lambda store: store.set_archived(session_id, False))
 
 
 def _owned_by(name: str) -> dict[str, str]:

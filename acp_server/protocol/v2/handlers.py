@@ -1,6 +1,7 @@
 """The methods a v2 connection serves, by wire name (ACP-V2.md §21.1). v1-only methods (`authenticate`, `logout`,
-`session/load`, `session/set_mode`, `session/fork`) are absent, so they are `-32601` on v2 (`auth/login` and
-`auth/logout` replace the first two); `session/cancel`
+`session/load`, `session/set_mode`) are absent, so they are `-32601` on v2 (`auth/login` and `auth/logout` replace
+the first two); `session/fork`, `set_title`, `status`, `archive` and `unarchive` are the draft's unstable ones
+(v2/schema.unstable.json); `session/cancel`
 cancels as v1's does and then answers the held prompts it withdrew (protocol/v2/withdrawals.py); `$/cancel_request` is
 v2's own, acting only on a held prompt (see protocol/v2/prompt.py for what a withdrawn held prompt answers).
 
@@ -54,6 +55,11 @@ DEFERRED_SIDE_METHODS_V2 = frozenset(
         "session/resume",
         "session/list",
         "session/delete",
+        "session/fork",
+        "session/set_title",
+        "session/status",
+        "session/archive",
+        "session/unarchive",
         "tool_call/cancel",
         "terminal/cancel",
     }

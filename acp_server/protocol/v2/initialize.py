@@ -1,7 +1,8 @@
 """The v2 `initialize` result (ACP-V2.md §3): `info`, and every capability an object marker.
 
 `capabilities.session` commits to the baseline (new, list, resume, close, prompt, cancel, update); `delete` and
-`additionalDirectories` are advertised beside it. Images and audio are advertised when a configured model takes
+`additionalDirectories` are advertised beside it, and where sessions are stored the unstable `fork`, `archive`,
+`status` and `title`. Images and audio are advertised when a configured model takes
 them, else left out (never `false`). `authMethods` holds the `agent` key method while the default model's key is
 missing, else it is `[]` (§16; the methods themselves are in `auth.py`).
 """
@@ -44,6 +45,9 @@ def initialize_result(connection: EditorConnection, config: Config, taken: froze
                 "mcp": {"stdio": {}, "http": {}},
                 "delete": {},
                 "additionalDirectories": {},
+                # Unstable (v2/schema.unstable.json), where sessions are stored: `archive` also means
+                # `session/list`'s filter and `archived` flag.
+                **({"fork": {}, "archive": {}, "status": {}, "title": {}} if config.store else {}),
             },
             "_meta": {
                 "acpServer": {

@@ -14,6 +14,7 @@ from acp_server.protocol.schema import KeptObject, KeptValue, WireModel
 __all__ = [
     "CancelTerminalRequest",
     "CancelToolCallRequest",
+    "ForkSessionRequestV2",
     "InitializeRequestV2",
     "NewSessionRequestV2",
     "ResumeSessionRequestV2",
@@ -55,6 +56,17 @@ class ResumeSessionRequestV2(WireModel):
     additional_directories: list[str] = []
     # `{"type": "start"}` replays everything before the response; omitted or null replays nothing.
     replay_from: KeptObject | None = Field(default=None)
+
+    _servers = field_validator("mcp_servers")(_typed_servers)
+
+
+class ForkSessionRequestV2(WireModel):
+    """Unstable `session/fork` (`session.fork`): the source's id and the fork's place, read as `session/new`'s."""
+
+    session_id: str
+    cwd: str
+    mcp_servers: list[KeptObject] = []
+    additional_directories: list[str] = []
 
     _servers = field_validator("mcp_servers")(_typed_servers)
 

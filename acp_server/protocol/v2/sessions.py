@@ -14,6 +14,9 @@ same v1's handlers call) run, and v2's result rendered around it.
   is sent twice.
 - `session/close` of an unknown or closed session succeeds (`{}`); an open one ends its work first: held prompts
   `-32800`, the running work's `idle cancelled`, then `{}`.
+- Unstable (schema.unstable.json), advertised under `capabilities.session` when sessions are stored: `session/fork`
+  (v1's fork, answered as v2's `session/new`), `set_title`, `status`, `archive` (an open session closed as
+  `session/close` closes it) and `unarchive`.
 """
 
 from __future__ import annotations
@@ -35,10 +38,12 @@ from acp_server.protocol.schema import (
     CloseSessionRequest,
     DeleteSessionRequest,
     ListSessionsRequest,
+    SessionIdRequest,
     SetSessionConfigOptionRequest,
+    SetSessionTitleRequest,
 )
 from acp_server.protocol.shared_methods import session_page
-from acp_server.protocol.v2.schema import NewSessionRequestV2, ResumeSessionRequestV2
+from acp_server.protocol.v2.schema import ForkSessionRequestV2, NewSessionRequestV2, ResumeSessionRequestV2
 from acp_server.protocol.v2.updates import available_commands_v2, config_options_v2, idle, requires_action, running
 from acp_server.protocol.v2.withdrawals import withdraw_held
 from acp_server.settings.choices import PromptPolicy
@@ -48,12 +53,17 @@ if TYPE_CHECKING:
     from acp_server.store import LoadedSession
 
 __all__ = [
+    "session_archive_v2",
     "session_close_v2",
     "session_delete_v2",
+    "session_fork_v2",
     "session_list_v2",
     "session_new_v2",
     "session_resume_v2",
     "session_set_config_option_v2",
+    "session_set_title_v2",
+    "session_status_v2",
+    "session_unarchive_v2",
 ]
 
 
@@ -67,7 +77,7 @@ def _client(context: RequestContext) -> ClientTools:
     return client_tools(context.connection.handshake.client_capabilities or NO_CAPABILITIES)
 
 
-def _place(params: NewSessionRequestV2 | ResumeSessionRequestV2) -> lifecycle.Place:
+def _place(params: NewSessionRequestV2 | ResumeSessionRequestV2 | ForkSessionRequestV2) -> lifecycle.Place:
     return lifecycle.Place(params.cwd, params.additional_directories, params.mcp_servers)
 
 
@@ -104,11 +114,30 @@ async def session_new_v2(context: RequestContext, params: NewSessionRequestV2) -
     return {"sessionId": session.session_id, **_opened(context, session)}
 
 
+async def session_fork_v2(context: RequestContext, params: ForkSessionRequestV2) -> dict[str, Any]:
+    """A new session that starts with a copy of another's conversation (the lifecycle's fork, as v1's), answered
+    as `session/new` is: its id, config options and commands; the source is untouched."""
+    connection = context.connection
+    connection.handshake.require_initialized()
+    session = await lifecycle.fork_session(
+        context.agent,
+        connection.edge,
+        params.session_id,
+        place=_place(params),
+        client=_client(context),
+        default_policy=default_prompt_policy(context),
+        owner=connection.principal,
+    )
+    return {"sessionId": session.session_id, **_opened(context, session)}
+
+
 async def session_list_v2(context: RequestContext, params: ListSessionsRequest) -> dict[str, Any]:
     context.connection.handshake.require_initialized()
     if context.agent.config.store:
         return session_page(
-            await lifecycle.list_stored(context.agent, params.cwd, params.cursor, context.connection.principal)
+            await lifecycle.list_stored(
+                context.agent, params.cwd, params.cursor, context.connection.principal, params.archived
+            )
         )
     if params.cursor is not None:
         raise InvalidArgumentError("cursor: not a cursor this server gave")
@@ -279,3 +308,42 @@ async def session_set_config_option_v2(
     offered = lifecycle.offered_models(context.agent, session)
     options = config_options(session.model, session.mode, session.prompt_policy, offered)
     return {"configOptions": config_options_v2(options)}
+
+
+async def session_set_title_v2(context: RequestContext, params: SetSessionTitleRequest) -> dict[str, Any]:
+    """Any session `session/list` would show this principal, open or not; answered with the title as stored."""
+    connection = context.connection
+    connection.handshake.require_initialized()
+    stored = await lifecycle.set_title(context.agent, params.session_id, params.title, connection.principal)
+    return {"title": stored}
+
+
+async def session_status_v2(context: RequestContext, params: SessionIdRequest) -> dict[str, Any]:
+    """`open` or `saved`, changing nothing; an unknown id is -32002 with the id in `data` (v2's answer for one)."""
+    connection = context.connection
+    connection.handshake.require_initialized()
+    return {"status": await lifecycle.session_status(context.agent, params.session_id, connection.principal)}
+
+
+async def session_archive_v2(context: RequestContext, params: SessionIdRequest) -> dict[str, Any]:
+    """Hidden from the default list, resumed no more until unarchived; a session open here is closed first as
+    `session/close` closes it (on this connection its held prompts answered -32800 first)."""
+    agent, connection = context.agent, context.connection
+    connection.handshake.require_initialized()
+
+    async def close(session: Session) -> None:
+        if connection.owns(session):
+            agent.runs.interrupt(session.session_id)
+            withdraw_held(connection, session)
+        await lifecycle.close_session(agent, session)
+        await lifecycle.release_session(agent, session.session_id)
+
+    await lifecycle.archive_session(agent, params.session_id, close, connection.principal)
+    return {}
+
+
+async def session_unarchive_v2(context: RequestContext, params: SessionIdRequest) -> dict[str, Any]:
+    connection = context.connection
+    connection.handshake.require_initialized()
+    await lifecycle.unarchive_session(context.agent, params.session_id, connection.principal)
+    return {}

@@ -1327,9 +1327,10 @@ async def test_a_schema_1_store_is_upgraded_in_one_transaction_when_opened(db: P
         await reopened.aclose()
 
 
-async def test_a_schema_2_store_opens_as_schema_3_with_its_rows_as_they_were(db: Path) -> None:
+async def test_a_schema_2_store_opens_as_todays_schema_with_its_rows_as_they_were(db: Path) -> None:
     """Schema 3 only adds records (v2's display terminals): the upgrade bumps the version, so an acp-server of schema
-    2 refuses the store rather than failing on a session it cannot read, and rewrites nothing."""
+    2 refuses the store rather than failing on a session it cannot read, and rewrites nothing; schema 4's archive
+    column is there already (the store was made today), and is not added twice."""
     store = SessionStore.open(db)
     store.create_session("s", "/w")
     turn = store.begin_turn("s", [], "")
@@ -1344,7 +1345,7 @@ async def test_a_schema_2_store_opens_as_schema_3_with_its_rows_as_they_were(db:
     before = update_rows_of(db)
     reopened = SessionStore.open(db)
     try:
-        assert count_rows(db, "PRAGMA user_version") == 3
+        assert count_rows(db, "PRAGMA user_version") == SCHEMA_VERSION == 4
         assert update_rows_of(db) == before
         assert (await loaded(reopened, "s")).turns[0].entries == [AgentText("msg_1", "kept")]
     finally:
