@@ -117,8 +117,9 @@ class StdioLink:
 
 
 class WebSocketLink:
-    """One authenticated WebSocket connection to `serve`, as a client library opens it (compression as offered by
-    `websockets` by default, which hypercorn accepts: what the TypeScript SDK's `ws` client does too)."""
+    """One authenticated WebSocket connection to `serve`, as a client library opens it: permessage-deflate offered
+    (as `websockets` and the TypeScript SDK's `ws` client do by default; hypercorn accepts it) unless `compress` is
+    False."""
 
     name = "websocket"
 
@@ -126,11 +127,18 @@ class WebSocketLink:
         self._ws = ws
 
     @classmethod
-    async def open(cls, url: str, token: str) -> WebSocketLink:
+    async def open(cls, url: str, token: str, *, compress: bool = True) -> WebSocketLink:
         from websockets.asyncio.client import connect  # only the remote benchmarks need it
 
         headers = {"Authorization": f"Bearer {token}"}
-        ws = await connect(url, additional_headers=headers, max_size=None, proxy=None, open_timeout=60)
+        ws = await connect(
+            url,
+            additional_headers=headers,
+            max_size=None,
+            proxy=None,
+            open_timeout=60,
+            compression="deflate" if compress else None,
+        )
         return cls(ws)
 
     async def send(self, *messages: Message) -> int:
@@ -165,8 +173,13 @@ class HttpLink:
 
         self._url = url
         limits = httpx2.Limits(max_connections=None, max_keepalive_connections=None)
+        # Over plain http no certificate is checked: without `verify=False` the client loads the system's trust store
+        # when made (~200-500 ms here), which a connect-time figure would count as the transport's.
         self._http = httpx2.AsyncClient(
-            headers={"Authorization": f"Bearer {token}"}, timeout=httpx2.Timeout(60.0, read=None), limits=limits
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=httpx2.Timeout(60.0, read=None),
+            limits=limits,
+            verify=url.startswith("https:"),
         )
         self._connection_id: str | None = None
         self._incoming: asyncio.Queue[tuple[list[bytes], int]] = asyncio.Queue()
@@ -357,6 +370,7 @@ class Spawned:
 
     def __init__(self, transport: str, process: asyncio.subprocess.Process, stderr: IO[bytes], workdir: str) -> None:
         self.transport = transport
+        self.compress = True  # WebSocket connections offer permessage-deflate
         self.process = process
         self.stderr = stderr
         self.workdir = workdir  # the sessions' cwd (and serve's workspace root)
@@ -365,7 +379,7 @@ class Spawned:
         self._stdio_taken = False
 
     @classmethod
-    async def start(cls, transport: str, *args: str) -> Spawned:
+    async def start(cls, transport: str, *args: str, compress: bool = True) -> Spawned:
         workdir = tempfile.mkdtemp(prefix="acp-bench-remote-")
         stderr = tempfile.TemporaryFile()  # noqa: SIM115 (closed in stop())
         model = ("--model", "scripted", "--test-mode", *args)
@@ -389,6 +403,7 @@ class Spawned:
         )
         spawned = cls(transport, process, stderr, workdir)
         spawned.token = token
+        spawned.compress = compress
         if transport != "stdio":
             await spawned._wait_for_announce()
         return spawned
@@ -431,7 +446,7 @@ class Spawned:
             self._stdio_taken = True
             return StdioLink(self.process)
         if kind == "websocket":
-            return await WebSocketLink.open(self.ws_url, self.token)
+            return await WebSocketLink.open(self.ws_url, self.token, compress=self.compress)
         return HttpLink(self.http_url, self.token)
 
     async def client(self, transport: str | None = None) -> Client:

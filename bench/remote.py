@@ -13,10 +13,12 @@ streaming `--rate` (20) chunks/s, `{"say": "x", "repeat": N, "every": 0.05}` aft
   2 ms, from this run).
 - the same with `--busy` (100) busy connections (stdio: 100 busy sessions on its one connection), for `--seconds`
   with cancels at up to 20/s (one per session every 2 s at most), each cancelled session prompted again at once, as
-  bench.scale does. Goal: p99 <= 25 ms over the network transports.
+  bench.scale does. Goal: p99 <= 25 ms over the network transports. Beside it, the chunks/s read in that window
+  (busy x rate when the server keeps up) and the server's CPU per chunk.
 - chunks/s per connection and in total with `--levels` (1, 10, 100) connections each streaming a turn flat out
   (`{"say": "x", "repeat": N}`, `--chunks` in all per level), from the prompts' write to the last response's read;
-  server CPU per chunk from /proc/<pid>/stat (utime + stime). Goal: WebSocket's one-connection rate >= 70 % of
+  server CPU per chunk from /proc/<pid>/stat (utime + stime), and the client's (this process's) beside it, so a
+  rate the client held down can be told from one the server did. Goal: WebSocket's one-connection rate >= 70 % of
   stdio's.
 - `--idle` (1,000) idle authenticated WebSocket connections (each one `initialize`d) on one `serve
   --max-connections 1100`: 0 errors; RSS per idle connection (VmRSS after minus before, / 1,000) <= 64 KB, measured
@@ -25,8 +27,12 @@ streaming `--rate` (20) chunks/s, `{"say": "x", "repeat": N, "every": 0.05}` aft
   `--connects` (50) fresh connections. Goal: <= 5 ms on loopback.
 
 The client is Python too, on the same machine: its own cost is in every wall-clock figure (the same code for every
-transport, so the difference is the transports'). `--quick` shrinks every count (tests/e2e/test_bench_smoke.py).
-Run alone: `python -m bench.remote [--quick] [--http] [--busy 100] [--levels 1,10,100] [--idle 1000]`.
+transport, so the difference is the transports'). WebSocket clients offer permessage-deflate, as `websockets` and
+the TypeScript SDK's `ws` client do by default (hypercorn accepts it); `--no-compression` offers none. `--quick`
+shrinks every count (tests/e2e/test_bench_smoke.py); a phase is skipped with `--cancels 0` (then only warm-up
+cancels run), `--busy 0`, `--levels ""`, `--idle 0`, `--connects 0`.
+Run alone: `python -m bench.remote [--quick] [--http] [--no-compression] [--busy 100] [--levels 1,10,100]
+[--idle 1000]`.
 """
 
 from __future__ import annotations
@@ -63,7 +69,8 @@ class Stream:
     connections: int
     chunks: int
     seconds: float
-    cpu_ticks: int
+    cpu_ticks: int  # the server's
+    client_cpu_s: float  # this process's (the client's) over the same turns
 
     @property
     def total_rate(self) -> float:
@@ -73,13 +80,36 @@ class Stream:
     def cpu_us_per_chunk(self) -> float:
         return self.cpu_ticks / CLOCK_TICKS / self.chunks * 1e6
 
+    @property
+    def client_us_per_chunk(self) -> float:
+        return self.client_cpu_s / self.chunks * 1e6
+
+
+@dataclass(frozen=True, slots=True)
+class Busy:
+    """One busy window: its cancels, and whether the server kept up with the paced streams meanwhile."""
+
+    cancel_ms: list[float]
+    chunks: int
+    seconds: float
+    cpu_ticks: int
+
+    @property
+    def rate(self) -> float:
+        return self.chunks / self.seconds
+
+    @property
+    def cpu_us_per_chunk(self) -> float:
+        return self.cpu_ticks / CLOCK_TICKS / self.chunks * 1e6 if self.chunks else 0.0
+
 
 @dataclass
 class RemoteResult:
     transports: list[str]
     busy: int
     one_ms: dict[str, list[float]] = field(default_factory=dict)  # transport -> cancels of one busy session
-    busy_ms: dict[str, list[float]] = field(default_factory=dict)  # transport -> cancels with `busy` busy
+    busy_levels: dict[str, Busy] = field(default_factory=dict)  # transport -> its window with `busy` busy
+    rate: float = 20.0
     streams: list[Stream] = field(default_factory=list)
     idle: int = 0
     idle_errors: int = 0
@@ -100,14 +130,26 @@ class RemoteResult:
                     Figure(f"{name}, p99", percentile(samples, 99), "ms", "<=" if bound else None, bound),
                 ]
         for transport in self.transports:
-            samples = self.busy_ms.get(transport)
-            if samples:
+            busy = self.busy_levels.get(transport)
+            if busy is not None and busy.cancel_ms:
                 what = "sessions" if transport == "stdio" else "connections"
                 name = f"remote: cancel -> cancelled, {self.busy} busy {what}, {transport}"
                 target = None if transport == "stdio" else CANCEL_BUSY_P99_MS
+                samples = busy.cancel_ms
                 figures += [
                     Figure(f"{name}, p50", statistics.median(samples), "ms"),
                     Figure(f"{name}, p99", percentile(samples, 99), "ms", "<=" if target else None, target),
+                    # Whether the server kept up meanwhile: busy x rate when it did.
+                    Figure(
+                        f"remote: {self.busy} busy {what}, {transport}, chunks/s (of {self.busy * self.rate:g})",
+                        busy.rate,
+                        "chunks/s",
+                    ),
+                    Figure(
+                        f"remote: {self.busy} busy {what}, {transport}, server CPU per chunk",
+                        busy.cpu_us_per_chunk,
+                        "µs",
+                    ),
                 ]
         stdio_single = next((s for s in self.streams if s.transport == "stdio" and s.connections == 1), None)
         for stream in self.streams:
@@ -122,6 +164,7 @@ class RemoteResult:
                 Figure(f"{name}, chunks/s per {what}", per, "chunks/s", ">=" if bound else None, bound),
                 Figure(f"{name}, chunks/s in total", stream.total_rate, "chunks/s"),
                 Figure(f"{name}, server CPU per chunk", stream.cpu_us_per_chunk, "µs"),
+                Figure(f"{name}, client CPU per chunk", stream.client_us_per_chunk, "µs"),
             ]
         if self.idle:
             name = f"remote: {self.idle:,} idle websocket connections"
@@ -197,7 +240,7 @@ async def _cancel_once(client: Client, session: str, rng: random.Random, rate: f
     return (t_read - t_cancel) / 1e6
 
 
-async def _busy_level(streams: Streams, rng: random.Random, rate: float, seconds: float) -> list[float]:
+async def _busy_level(streams: Streams, rng: random.Random, rate: float, seconds: float) -> Busy:
     """bench.scale's level over any transport: every stream busy, cancels at up to 20/s in a `seconds` window."""
     pairs = streams.pairs
     cancels_per_s = min(20.0, len(pairs) / 2)
@@ -233,8 +276,11 @@ async def _busy_level(streams: Streams, rng: random.Random, rate: float, seconds
         client, session = pairs[index]
         await client.streamed(session, base[index] + 1, timeout=120)
     await asyncio.sleep(max(0.0, warm_until - time.monotonic()))
-    t_end = time.monotonic() + seconds
-    next_cancel = time.monotonic()
+    chunks = streams.chunks()
+    cpu = process_cpu_ticks(streams.server.pid)
+    t_start = time.monotonic()
+    t_end = t_start + seconds
+    next_cancel = t_start
     while (now := time.monotonic()) < t_end:
         if now < next_cancel:
             await asyncio.sleep(min(next_cancel, t_end) - now)
@@ -247,10 +293,13 @@ async def _busy_level(streams: Streams, rng: random.Random, rate: float, seconds
             task = asyncio.create_task(cancel(victim, True))
             tasks.add(task)
             task.add_done_callback(tasks.discard)
+    cpu = process_cpu_ticks(streams.server.pid) - cpu
+    chunks = streams.chunks() - chunks
+    window = time.monotonic() - t_start
     await asyncio.gather(*tasks)
     # The end: every turn cancelled and answered.
     await asyncio.gather(*(cancel(index, False) for index in range(len(pairs))))
-    return samples
+    return Busy(samples, chunks, window, cpu)
 
 
 async def _stream_level(streams: Streams, connections: int, chunks: int) -> Stream:
@@ -259,18 +308,20 @@ async def _stream_level(streams: Streams, connections: int, chunks: int) -> Stre
     repeat = max(1, chunks // connections)
     before = streams.chunks()
     cpu = process_cpu_ticks(streams.server.pid)
+    client_cpu = time.process_time()
     t_start = time.perf_counter_ns()
     sent = await asyncio.gather(*(client.request("session/prompt", _flat_prompt(s, repeat)) for client, s in pairs))
     answers = await asyncio.gather(*(asyncio.wait_for(future, 300) for future, _ in sent))
     t_end = max(t_read for _, t_read in answers)
     cpu = process_cpu_ticks(streams.server.pid) - cpu
+    client_cpu = time.process_time() - client_cpu
     for message, _ in answers:
         if message.get("result") != {"stopReason": "end_turn"}:
             raise WireError(f"a streaming turn ended {message}")
     got = streams.chunks() - before
     if got != repeat * connections:
         raise WireError(f"{connections} streams: {got} chunks read, {repeat * connections} sent")
-    return Stream(streams.server.transport, connections, got, (t_end - t_start) / 1e9, cpu)
+    return Stream(streams.server.transport, connections, got, (t_end - t_start) / 1e9, cpu, client_cpu)
 
 
 async def _connect_times(server: Spawned, count: int) -> list[float]:
@@ -286,9 +337,9 @@ async def _connect_times(server: Spawned, count: int) -> list[float]:
     return samples
 
 
-async def _idle(count: int, connects: int) -> tuple[int, float, list[float]]:
+async def _idle(count: int, connects: int, compress: bool) -> tuple[int, float, list[float]]:
     """(errors, RSS KB per idle connection, connect ms) on a `serve --max-connections count + 100`."""
-    async with await Spawned.start("websocket", "--max-connections", str(count + 100)) as server:
+    async with await Spawned.start("websocket", "--max-connections", str(count + 100), compress=compress) as server:
         warm = await server.client()  # runs a prompt first, so nothing lazy is still to load
         session = await warm.new_session(server.workdir)
         await warm.call("session/prompt", _flat_prompt(session, 100))
@@ -357,16 +408,18 @@ async def run(
     connects: int = 50,
     rate: float = 20.0,
     seed: int = 7,
+    compress: bool = True,
 ) -> RemoteResult:
     rng = random.Random(seed)
-    _raise_fd_limit(2 * idle + 4 * max(busy, *levels) + 256)
+    sessions = max(1, busy, *levels)
+    _raise_fd_limit(2 * idle + 4 * sessions + 256)
     transports = ["stdio", "websocket", *(["http"] if http else [])]
-    result = RemoteResult(transports, busy)
+    result = RemoteResult(transports, busy, rate=rate)
     servers: dict[str, Spawned] = {}
     opened: dict[str, Streams] = {}
     try:
         for transport in transports:
-            servers[transport] = await Spawned.start(transport)
+            servers[transport] = await Spawned.start(transport, compress=compress)
         if http:
             why = await _http_served(servers["http"])
             if why is not None:
@@ -376,7 +429,7 @@ async def run(
                 transports.remove("http")
                 await servers.pop("http").stop()
         for transport in transports:
-            opened[transport] = await Streams.open(servers[transport], max(busy, *levels))
+            opened[transport] = await Streams.open(servers[transport], sessions)
             # A process's first prompt pays for loading the turn's code: not what is measured.
             client, session = opened[transport].pairs[0]
             await client.call("session/prompt", _flat_prompt(session, 100))
@@ -387,15 +440,15 @@ async def run(
                 ms = await _cancel_once(client, session, rng, rate)
                 if index >= WARM_UP_CANCELS:
                     result.one_ms.setdefault(transport, []).append(ms)
-        for transport in transports:
-            result.busy_ms[transport] = await _busy_level(
+        for transport in transports if busy else ():
+            result.busy_levels[transport] = await _busy_level(
                 Streams(servers[transport], opened[transport].pairs[:busy]), rng, rate, seconds
             )
         for level in levels:
             for transport in transports:
                 result.streams.append(await _stream_level(opened[transport], level, chunks))
         for transport in transports:
-            if transport != "stdio":
+            if transport != "stdio" and connects:
                 result.connect_ms[transport] = await _connect_times(servers[transport], connects)
     finally:
         for streams in opened.values():
@@ -404,7 +457,7 @@ async def run(
             await server.stop()
     if idle:
         result.idle = idle
-        result.idle_errors, result.idle_kb, ws_connect = await _idle(idle, connects)
+        result.idle_errors, result.idle_kb, ws_connect = await _idle(idle, connects, compress)
         result.connect_ms["websocket"] = [*result.connect_ms.get("websocket", []), *ws_connect]
     return result
 
@@ -421,6 +474,11 @@ def main(argv: Sequence[str] | None = None) -> RemoteResult:
     parser.add_argument("--idle", type=int, default=1000, help="idle WebSocket connections (default 1000; 0 skips)")
     parser.add_argument("--connects", type=int, default=50, help="timed fresh connections (default 50)")
     parser.add_argument("--rate", type=float, default=20.0, help="chunks/s of a busy turn (default 20)")
+    parser.add_argument(
+        "--no-compression",
+        action="store_true",
+        help="WebSocket clients offer no permessage-deflate (by default they do, as websockets and ws clients do)",
+    )
     options = parser.parse_args(argv)
     if options.quick:  # smaller counts, unless given on the command line
         small = {"cancels": 5, "busy": 5, "seconds": 1.0, "levels": "1,3", "chunks": 600, "idle": 20, "connects": 5}
@@ -440,9 +498,11 @@ def main(argv: Sequence[str] | None = None) -> RemoteResult:
             idle=options.idle,
             connects=options.connects,
             rate=options.rate,
+            compress=not options.no_compression,
         )
     )
-    print(f"remote: {', '.join(result.transports)} in {time.monotonic() - started:.1f} s")
+    deflate = "offered" if not options.no_compression else "not offered"
+    print(f"remote: {', '.join(result.transports)} in {time.monotonic() - started:.1f} s (WebSocket deflate {deflate})")
     print(format_table(result.figures()))
     return result
 
