@@ -172,7 +172,10 @@ class HttpLink:
         import httpx2  # only the Streamable HTTP benchmark needs it
 
         self._url = url
-        limits = httpx2.Limits(max_connections=None, max_keepalive_connections=None)
+        # An idle pooled connection is dropped after 2 s, well before hypercorn's keep-alive timeout (5 s) closes it:
+        # with both at 5 s a POST could go out on a connection the server was closing ("Server disconnected without
+        # sending a response", seen with 100 busy connections). Node's fetch keeps them 4 s.
+        limits = httpx2.Limits(max_connections=None, max_keepalive_connections=None, keepalive_expiry=2.0)
         # Over plain http no certificate is checked: without `verify=False` the client loads the system's trust store
         # when made (~200-500 ms here), which a connect-time figure would count as the transport's.
         self._http = httpx2.AsyncClient(

@@ -92,7 +92,9 @@ class Busy:
     cancel_ms: list[float]
     chunks: int
     seconds: float
-    cpu_ticks: int
+    cpu_ticks: int  # the server's
+    client_cpu_s: float  # this process's (the client's)
+    problems: list[str]  # a cancel or prompt that failed (its session is left out from then on)
 
     @property
     def rate(self) -> float:
@@ -101,6 +103,10 @@ class Busy:
     @property
     def cpu_us_per_chunk(self) -> float:
         return self.cpu_ticks / CLOCK_TICKS / self.chunks * 1e6 if self.chunks else 0.0
+
+    @property
+    def client_us_per_chunk(self) -> float:
+        return self.client_cpu_s / self.chunks * 1e6 if self.chunks else 0.0
 
 
 @dataclass
@@ -150,6 +156,12 @@ class RemoteResult:
                         busy.cpu_us_per_chunk,
                         "µs",
                     ),
+                    Figure(
+                        f"remote: {self.busy} busy {what}, {transport}, client CPU per chunk",
+                        busy.client_us_per_chunk,
+                        "µs",
+                    ),
+                    Figure(f"{name}, problems", float(len(busy.problems)), "problems", "<=", 0.0),
                 ]
         stdio_single = next((s for s in self.streams if s.transport == "stdio" and s.connections == 1), None)
         for stream in self.streams:
@@ -247,6 +259,8 @@ async def _busy_level(streams: Streams, rng: random.Random, rate: float, seconds
     prompts: dict[int, asyncio.Future[tuple[dict[str, object], int]]] = {}
     base: dict[int, int] = {}
     cancelling: set[int] = set()
+    broken: set[int] = set()
+    problems: list[str] = []
     samples: list[float] = []
     tasks: set[asyncio.Task[None]] = set()
 
@@ -261,12 +275,17 @@ async def _busy_level(streams: Streams, rng: random.Random, rate: float, seconds
 
     async def cancel(index: int, timed: bool) -> None:
         client, session = pairs[index]
-        t_cancel = await client.notify("session/cancel", {"sessionId": session})
-        message, t_read = await asyncio.wait_for(prompts[index], 60)
-        _check_cancelled(message, f"{client.link.name} busy")
-        if timed:
-            samples.append((t_read - t_cancel) / 1e6)
-            await prompt(index)
+        try:
+            t_cancel = await client.notify("session/cancel", {"sessionId": session})
+            message, t_read = await asyncio.wait_for(prompts[index], 60)
+            _check_cancelled(message, f"{client.link.name} busy")
+            if timed:
+                samples.append((t_read - t_cancel) / 1e6)
+                await prompt(index)
+        except Exception as exc:  # a problem of the run, counted, not fatal (a cancellation still ends it)
+            problems.append(f"session {index}: {exc!r}")
+            broken.add(index)  # left out from here on (it stays in `cancelling`)
+            return
         cancelling.discard(index)
 
     await asyncio.gather(*(prompt(index) for index in range(len(pairs))))
@@ -278,6 +297,7 @@ async def _busy_level(streams: Streams, rng: random.Random, rate: float, seconds
     await asyncio.sleep(max(0.0, warm_until - time.monotonic()))
     chunks = streams.chunks()
     cpu = process_cpu_ticks(streams.server.pid)
+    client_cpu = time.process_time()
     t_start = time.monotonic()
     t_end = t_start + seconds
     next_cancel = t_start
@@ -294,12 +314,13 @@ async def _busy_level(streams: Streams, rng: random.Random, rate: float, seconds
             tasks.add(task)
             task.add_done_callback(tasks.discard)
     cpu = process_cpu_ticks(streams.server.pid) - cpu
+    client_cpu = time.process_time() - client_cpu
     chunks = streams.chunks() - chunks
     window = time.monotonic() - t_start
     await asyncio.gather(*tasks)
     # The end: every turn cancelled and answered.
-    await asyncio.gather(*(cancel(index, False) for index in range(len(pairs))))
-    return Busy(samples, chunks, window, cpu)
+    await asyncio.gather(*(cancel(index, False) for index in range(len(pairs)) if index not in broken))
+    return Busy(samples, chunks, window, cpu, client_cpu, problems)
 
 
 async def _stream_level(streams: Streams, connections: int, chunks: int) -> Stream:
@@ -355,7 +376,7 @@ async def _idle(count: int, connects: int, compress: bool) -> tuple[int, float, 
             async with gate:
                 try:
                     clients.append(await server.client())
-                except (OSError, WireError, TimeoutError, Exception) as exc:  # counted, not fatal: the figure
+                except Exception as exc:  # counted, not fatal: the figure (a cancellation still ends it)
                     errors += 1
                     if errors <= 3:
                         print(f"idle connection failed: {exc!r}")
@@ -504,6 +525,9 @@ def main(argv: Sequence[str] | None = None) -> RemoteResult:
     deflate = "offered" if not options.no_compression else "not offered"
     print(f"remote: {', '.join(result.transports)} in {time.monotonic() - started:.1f} s (WebSocket deflate {deflate})")
     print(format_table(result.figures()))
+    for transport, busy in result.busy_levels.items():
+        for problem in busy.problems[:10]:
+            print(f"PROBLEM ({transport}, {result.busy} busy): {problem}")
     return result
 
 
