@@ -9,6 +9,7 @@ bench/README.md for what each figure means and which are indicative on a shared 
   `bench` extra, matplotlib; without it the plot is skipped and the run says so).
 Start-up, chunks/s and cancel latency run for both protocol versions, v1 then v2 (sections `startup_v2`, `chunks_v2`,
 `cancel_v2`), so the v2 figures (named `v2 ...`; v1's keep their names) sit beside v1's.
+`remote` (bench/remote.py) sets remote ACP's figures (WebSocket, and Streamable HTTP once served) beside stdio's.
 `--quick` shrinks every benchmark to a few iterations (tests/e2e/test_bench_smoke.py runs it so bench stays runnable).
 Exits 1 when a figure misses its target, so it can gate a release, but it is not a test: CI does not run it.
 """
@@ -27,7 +28,7 @@ from typing import Any
 
 import orjson
 
-from bench import cancel, cancel_tool, chunks, first_prompt, memory, provider, scale, sessions, startup, stress
+from bench import cancel, cancel_tool, chunks, first_prompt, memory, provider, remote, scale, sessions, startup, stress
 from bench.plot import plot_scale
 from bench.report import Figure, format_table
 
@@ -118,6 +119,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ("stress", lambda: stress.main([f"--sessions={options.sessions}", "--rounds=1" if q else "--rounds=2"])),
         ("scale", lambda: scaled("scripted", options.levels)),
         ("scale_openai", lambda: scaled("openai", options.openai_levels)),
+        ("remote", lambda: remote.main(["--http", *(["--quick"] if q else [])])),
     )
     only = {name for name in options.only.split(",") if name}
     unknown = only - {name for name, _ in sections}

@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import math
+import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -181,3 +183,43 @@ def test_stress_streams_paced_sessions_and_reports_the_server_cpu_per_update() -
     result = asyncio.run(stress.run(sessions=3, rounds=1, seed=5, validate=False, rate=50.0))
     assert result.problems == []
     assert result.updates > 0 and result.server_cpu_s >= 0
+
+
+@pytest.mark.timeout(150)
+def test_remote_bench_quick_prints_every_figure_for_stdio_and_websocket_side_by_side_and_exits_0() -> None:
+    # The command a user runs, whole: both servers started (stdio and `serve`), the same client over both, 20 idle
+    # WebSocket connections. `--http` asks for Streamable HTTP too: measured once served, skipped with a message
+    # while POST /acp is answered 405.
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.remote", "--quick", "--http"],
+        cwd=Path(__file__).resolve().parents[2],
+        capture_output=True,
+        text=True,
+        timeout=120,  # a hang's bound, not a speed target: it takes 20-35 s on a loaded 2-core machine
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    # The table's rows: figure, value, target ("-" without one), result.
+    rows = {
+        cells[0]: cells[1:]
+        for cells in (re.split(r"\s{2,}", line) for line in done.stdout.splitlines() if line.startswith("remote: "))
+    }
+    for name in (
+        "cancel -> cancelled, 1 busy session, stdio, p50",
+        "cancel -> cancelled, 5 busy sessions, stdio, p99",
+        "cancel -> cancelled, 5 busy connections, websocket, p50",
+        "1 streaming session, stdio, chunks/s per session",
+        "3 streaming sessions, stdio, server CPU per chunk",
+        "3 streaming connections, websocket, chunks/s in total",
+        "20 idle websocket connections, RSS per connection",
+    ):
+        assert f"remote: {name}" in rows, done.stdout
+    # The goals sit in the target column: WebSocket against stdio's figures of the same run, and fixed bounds.
+    assert rows["remote: cancel -> cancelled, 1 busy session, websocket, p99"][1].startswith("<= ")
+    assert rows["remote: cancel -> cancelled, 5 busy connections, websocket, p99"][1] == "<= 25.0 ms"
+    assert rows["remote: 1 streaming connection, websocket, chunks/s per connection"][1].startswith(">= ")
+    assert rows["remote: TCP connect -> initialize answered, websocket, p50"][1] == "<= 5.00 ms"
+    # Every idle connection opened, was initialized, and still answered once all were open.
+    assert rows["remote: 20 idle websocket connections, errors"] == ["0.00 errors", "<= 0.00 errors", "PASS"]
+    skipped = "streamable HTTP skipped: POST /acp answered 405" in done.stdout
+    assert skipped or "remote: cancel -> cancelled, 1 busy session, http, p99" in rows
