@@ -87,15 +87,21 @@ def owner_of(principal: Principal, default_root: str) -> Owner:
 class _Connections:
     """Serves each remote connection on the one agent (the transport room's `ConnectionHandler`)."""
 
-    def __init__(self, agent: Agent, served: Served, default_root: str) -> None:
+    def __init__(self, agent: Agent, served: Served, default_root: str, max_sessions: int) -> None:
         self.agent = agent
         self.served = served
         self.default_root = default_root
+        self.max_sessions = max_sessions  # per connection (decision 8)
 
     async def serve(self, peer: Peer, lines: LineSource, sink: LineSink) -> None:
         from acp_server.cli.server import connect  # noqa: PLC0415 (loaded already: `_run` built the agent with it)
 
-        rpc, dispatcher = connect(self.agent, self.served, principal=owner_of(peer.principal, self.default_root))
+        rpc, dispatcher = connect(
+            self.agent,
+            self.served,
+            principal=owner_of(peer.principal, self.default_root),
+            max_sessions=self.max_sessions,
+        )
         connections_log.info("connection %s opened", peer.describe())
         try:
             await rpc.serve(dispatcher, lines, sink)
@@ -111,7 +117,8 @@ async def _run(config: Config, settings: RemoteSettings, default_root: str) -> N
 
     agent, served = build_agent(config, owns_process=True)
     async with agent.running():
-        await serve_remote(settings, _Connections(agent, served, default_root).serve, stop_signals=STOP_SIGNALS)
+        connections = _Connections(agent, served, default_root, settings.max_sessions_per_connection)
+        await serve_remote(settings, connections.serve, stop_signals=STOP_SIGNALS)
 
 
 def _state_dir(config: Config) -> Path:
