@@ -1,9 +1,16 @@
-"""The connection's providers by model spec, and ACP authentication: whether the default model's key is found.
+"""The agent's providers by model spec, and ACP authentication: whether the default model's key is found.
 
-`authenticate` re-reads the configuration file and the environment for the key; `logout` forgets every key this
-process holds (the providers built with one are dropped, and their clients closed once the turns running at the
-logout have ended) until the next `authenticate`, so the same `authenticate` / `logout` cycle works however the key
-was given. The check is per model: a session whose model takes no key (echo, scripted) goes on working.
+`authenticate` re-reads the configuration file and the environment for the key; `logout` forgets the keys until the
+next `authenticate`, so the same `authenticate` / `logout` cycle works however the key was given. The check is per
+model: a session whose model takes no key (echo, scripted) goes on working.
+
+What a client changes is its connection's alone (shared/design/REMOTE.md, decision 10): each connection has its own
+`Credentials` (kept on protocol/editor_connection.py `EditorConnection`), so a `logout` on one connection refuses
+that connection's new sessions and prompts, and no other connection's, nor any turn already running. Only the
+connection that is the whole process (stdio's one) forgets the process's keys at its logout: the providers built
+with one are dropped (their clients closed once the turns running at the logout have ended) and none is built again
+until its `authenticate`. The keys themselves are the server's (its configuration and environment); no client
+sets a key or an endpoint URL, so a key held by the server only ever goes to the endpoints its operator configured.
 """
 
 from __future__ import annotations
@@ -19,7 +26,7 @@ from acp_server.errors import MissingCredentialsError
 from acp_server.runtime.model import Provider
 from acp_server.runtime.providers import needs_credentials
 
-__all__ = ["LOGGED_OUT", "AuthState", "ProviderCache", "close_providers"]
+__all__ = ["LOGGED_OUT", "AuthState", "Credentials", "ProviderCache", "close_providers"]
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +39,8 @@ class ProviderCache:
     def __init__(self, open_model: Callable[[str], Provider]) -> None:
         self._open_model = open_model
         self._providers: dict[str, Provider] = {}
-        # Set by `logout`: no provider that takes credentials is built again until `authenticate`.
+        # Set by the logout of the connection that is the whole process (stdio's): no provider that takes credentials
+        # is built again until its `authenticate` (a remote connection's logout is its own: `Credentials`).
         self.logged_out = False
         self._warming: set[str] = set()  # the specs whose warm-up has started (agent/warmup.py)
         self.warm_ups_running = 0  # warm-up tasks not ended yet: `_acp_server/stats` shows them apart from the rest
@@ -80,37 +88,64 @@ class ProviderCache:
 
 
 class AuthState:
-    """Until the default model's credentials are found: why not (ACP authentication; `authenticate` retries)."""
+    """The server's own: whether the default model's credentials were found (at start, and at each `retry`)."""
 
     def __init__(self, providers: ProviderCache, default_model: str) -> None:
-        self._providers = providers
-        self._default_model = default_model
+        self.providers = providers
+        self.default_model = default_model
         self.problem: str | None = None
         self.retry()
-
-    def authenticate(self) -> bool:
-        """ACP `authenticate`: end a logout, and look for the key again if it is missing (or was forgotten)."""
-        self._providers.logged_out = False
-        return self.problem is None or self.retry()
-
-    def logout(self) -> list[Provider]:
-        """ACP `logout`: forget the keys; where the default model takes one, new sessions need `authenticate` again,
-        and so do prompts of a session whose model takes one (`require_for`). The dropped providers, to close."""
-        dropped = self._providers.forget_credentials()
-        if needs_credentials(self._default_model):
-            self.problem = LOGGED_OUT
-        return dropped
 
     def retry(self) -> bool:
         """Build the default model's provider; False (with `problem`) while its key is missing. The configuration
         file is read again each time, so a key added meanwhile is found."""
         try:
-            self._providers.reload(self._default_model)
+            self.providers.reload(self.default_model)
         except MissingCredentialsError as exc:
             self.problem = str(exc)
             return False
         self.problem = None
         return True
+
+
+class Credentials:
+    """One connection's view of the model credentials (REMOTE.md decision 10): why its sessions cannot use the
+    default model's key (`problem`: the server's finding when the connection began, then its own `authenticate`'s,
+    or its own `logout`), and whether it logged out. Per connection, so one client's logout is no other's.
+
+    `whole_process`: the connection is the process's only one (stdio): its logout forgets the process's keys too
+    (the providers built with one are dropped, and none is built again until its `authenticate`)."""
+
+    def __init__(self, auth: AuthState, *, whole_process: bool) -> None:
+        self._auth = auth
+        self._whole_process = whole_process
+        self.problem = auth.problem
+        self.logged_out = False
+
+    def authenticate(self) -> bool:
+        """ACP `authenticate`: end this connection's logout, and look for the key again if it is missing to it. A
+        connection that is not the whole process needs no new look while the server holds the key: the providers
+        the others use are left as they are."""
+        self.logged_out = False
+        if self._whole_process:
+            self._auth.providers.logged_out = False
+        if self.problem is None:
+            return True
+        if not self._whole_process and self._auth.problem is None:
+            self.problem = None
+            return True
+        found = self._auth.retry()
+        self.problem = self._auth.problem
+        return found
+
+    def logout(self) -> list[Provider]:
+        """ACP `logout`: where the default model takes a key, this connection's new sessions need `authenticate`
+        again, and so do its prompts on a model that takes one (`require_for`). The whole process's connection
+        also drops the providers built with a key: returned, to close."""
+        self.logged_out = True
+        if needs_credentials(self._auth.default_model):
+            self.problem = LOGGED_OUT
+        return self._auth.providers.forget_credentials() if self._whole_process else []
 
     def require(self) -> None:
         """For what uses the default model (session/new, load, fork): refused while its key is missing."""
@@ -122,7 +157,7 @@ class AuthState:
         the default's key is missing or after a logout (until `authenticate`)."""
         if not needs_credentials(spec):
             return
-        if self._providers.logged_out:
+        if self.logged_out:
             raise MissingCredentialsError(LOGGED_OUT)
         self.require()
 

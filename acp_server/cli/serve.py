@@ -137,17 +137,28 @@ class _Connections:
     """Serves each remote connection on the one agent (the transport room's `ConnectionHandler`)."""
 
     def __init__(
-        self, agent: Agent, served: Served, default_root: str, transcripts: _Transcripts | None = None
+        self,
+        agent: Agent,
+        served: Served,
+        default_root: str,
+        max_sessions: int,
+        transcripts: _Transcripts | None = None,
     ) -> None:
         self.agent = agent
         self.served = served
         self.default_root = default_root
+        self.max_sessions = max_sessions  # per connection (decision 8)
         self.transcripts = transcripts
 
     async def serve(self, peer: Peer, lines: LineSource, sink: LineSink) -> None:
         from acp_server.cli.server import connect  # noqa: PLC0415 (loaded already: `_run` built the agent with it)
 
-        rpc, dispatcher = connect(self.agent, self.served, principal=owner_of(peer.principal, self.default_root))
+        rpc, dispatcher = connect(
+            self.agent,
+            self.served,
+            principal=owner_of(peer.principal, self.default_root),
+            max_sessions=self.max_sessions,
+        )
         connections_log.info("connection %s opened", peer.describe())
         recorder = self.transcripts.open(peer.connection_id) if self.transcripts is not None else None
         try:
@@ -178,7 +189,7 @@ async def _run(config: Config, settings: RemoteSettings, default_root: str, reco
             return settings.state_dir / DEFAULT_TOKEN_FILE, False
 
         transcripts = _Transcripts(records, token_file)
-    connections = _Connections(agent, served, default_root, transcripts)
+    connections = _Connections(agent, served, default_root, settings.max_sessions_per_connection, transcripts)
     async with agent.running():
         await serve_remote(settings, connections.serve, stop_signals=STOP_SIGNALS)
 

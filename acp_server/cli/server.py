@@ -254,12 +254,22 @@ def connect(
     *,
     ends_agent: bool = False,
     principal: Owner = LOCAL,
+    max_sessions: int | None = None,
 ) -> tuple[Connection, AcpDispatcher]:
     """One editor's connection to `agent`: the JSON-RPC connection and the ACP side it serves, in the version its
-    `initialize` will choose. `ends_agent`: the connection's end is the agent's (stdio's one connection);
-    `principal`: who it acts for (stdio: `local`)."""
+    `initialize` will choose. `ends_agent`: the connection's end is the agent's (stdio's one connection, which is
+    the whole process: its logout forgets the process's keys, its statistics are the process's); `principal`: who it
+    acts for (stdio: `local`); `max_sessions`: how many sessions it may have open at once (None: no limit)."""
     rpc = Connection(agent.config.cleanup_deadline)
-    editor = EditorConnection(agent, rpc, _edge, served.extension_notifications, principal)
+    editor = EditorConnection(
+        agent,
+        rpc,
+        _edge,
+        served.extension_notifications,
+        principal,
+        whole_process=ends_agent,
+        max_sessions=max_sessions,
+    )
     served.editors.add(editor)
 
     def exiting() -> None:

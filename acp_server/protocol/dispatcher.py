@@ -166,7 +166,7 @@ class AcpDispatcher:
                 return
             handshake.version = 2
             self._methods, self._version = self._v2  # chosen once: this connection is served v2 from now on
-            handshake.auth_problem = self.agent.auth.problem
+            handshake.auth_problem = self.connection.credentials.problem
             # Once offered, `auth/*` stay served for the connection: a client that logged in and sends `initialize`
             # again (answered as before) may still log out.
             handshake.auth_offered = handshake.auth_offered or handshake.auth_problem is not None
@@ -188,7 +188,7 @@ class AcpDispatcher:
             # own tools, within the principal's roots (REMOTE.md decision 5).
             capabilities = capabilities._replace(fs=NO_CAPABILITIES.fs, terminal=False)
         handshake.client_capabilities = capabilities
-        handshake.auth_problem = self.agent.auth.problem
+        handshake.auth_problem = self.connection.credentials.problem
 
     def _admit(self, context: RequestContext, params: dict[str, Any]) -> None:
         try:

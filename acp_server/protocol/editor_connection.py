@@ -6,7 +6,9 @@ client's capabilities), the table of its prompts by request id (what `$/cancel_r
 a cancel already answered (`withdrawn`), and, once it opened a session, its edge (protocol/acp_edge.py `AcpEdge`): the
 renderer of the core's events in its version, which the sessions it opened are attached to (`Session.edge`), and
 the principal it acts for (`principal`: stdio's is `local`; a remote one's comes from its token, REMOTE.md decision
-4), which owns the sessions it creates and bounds the directories they may use.
+4), which owns the sessions it creates and bounds the directories they may use. What its client changes of the
+model credentials is its own (`credentials`, decision 10), and so is its limit of open sessions (`max_sessions`,
+decision 8; none on stdio).
 
 Named so it is not confused with `jsonrpc.connection.Connection` (the wire, which knows nothing of ACP): an
 "editor connection" is that wire plus what ACP negotiated on it. stdio is the transport with exactly one of these.
@@ -14,11 +16,13 @@ Named so it is not confused with `jsonrpc.connection.Connection` (the wire, whic
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 import anyio
 
+from acp_server.agent.providers import Credentials
 from acp_server.agent.sessions.owners import LOCAL, Owner
 from acp_server.jsonrpc.rpc import ErrorCode, RpcError
 from acp_server.protocol.initialize import Capabilities
@@ -89,10 +93,20 @@ class EditorConnection:
         make_edge: Callable[[EditorConnection], Edge],
         extension_notifications: tuple[str, ...] = (),
         principal: Owner = LOCAL,
+        *,
+        whole_process: bool,
+        max_sessions: int | None = None,
     ) -> None:
         """`make_edge`: this connection as the core's `Edge` (protocol/acp_edge.py `AcpEdge`, on the deferred side),
-        built by the composition root with the connection's first session."""
+        built by the composition root with the connection's first session. `whole_process`: the process's only
+        connection (stdio), whose logout forgets the process's keys and whose statistics are the process's.
+        `max_sessions`: how many sessions it may have open at once (None: no limit)."""
         self.agent = agent
+        self.whole_process = whole_process
+        # Its client's `authenticate`/`logout` (REMOTE.md decision 10): this connection's sessions only.
+        self.credentials = Credentials(agent.auth, whole_process=whole_process)
+        self.max_sessions = max_sessions
+        self._opening = 0  # sessions being opened now (new, load, resume, fork), each holding a slot
         self._make_edge = make_edge
         self.rpc = rpc
         self.handshake = Handshake()
@@ -131,6 +145,30 @@ class EditorConnection:
     def sessions(self) -> list[Session]:
         """The sessions attached to this connection now."""
         return [] if self._edge is None else self.agent.sessions.attached_to(self._edge)
+
+    @contextlib.contextmanager
+    def opening(self, session_id: str | None = None) -> Iterator[None]:
+        """What opening a session on this connection takes (new, load, resume, fork; `session_id`: the one a load or
+        resume names): the default model's key, as this connection's credentials say (REMOTE.md decision 10), and a
+        slot, held while it opens: refused (-32600) when the connection has `max_sessions` open or opening already
+        (decision 8). A session this connection has open already takes no new slot; a close or delete frees one."""
+        self.credentials.require()
+        current = self.agent.sessions.get(session_id) if session_id is not None else None
+        if self.max_sessions is None or (current is not None and not current.closed and self.owns(current)):
+            yield
+            return
+        held = sum(1 for session in self.sessions() if not session.closed) + self._opening
+        if held >= self.max_sessions:
+            raise RpcError(
+                ErrorCode.INVALID_REQUEST,
+                f"Invalid request: this connection has {self.max_sessions} sessions open, the most it may have; "
+                "close one (session/close) before opening another",
+            )
+        self._opening += 1
+        try:
+            yield
+        finally:
+            self._opening -= 1
 
     def running(self) -> list[RunContext]:
         """The turns running now for this connection's sessions (subagents' turns are nested in theirs)."""

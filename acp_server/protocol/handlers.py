@@ -101,7 +101,7 @@ async def authenticate(context: RequestContext, params: AuthenticateRequest) -> 
 
 
 async def logout(context: RequestContext, params: LogoutRequest) -> dict[str, Any]:
-    """Forget the keys this process holds until the next `authenticate` (agent/providers.py). Idempotent."""
+    """Forget the keys until the next `authenticate`, for this connection (agent/providers.py). Idempotent."""
     return log_out(context)
 
 
@@ -109,7 +109,7 @@ async def session_prompt(context: RequestContext, params: PromptRequest) -> dict
     if context.admission_error is not None:
         raise context.admission_error
     assert context.run is not None, "a valid prompt is always admitted or refused in prepare()"
-    context.agent.auth.require_for(context.run.session.model)  # a model that takes no key is never refused
+    context.connection.credentials.require_for(context.run.session.model)  # a model that takes no key is never refused
     from acp_server.agent.sessions.turn import execute_prompt  # noqa: PLC0415 (start-up: the deferred side loads after `initialize`)
 
     # A turn that fails raises `TurnFailedError`, answered as protocol/wire_errors.py says.

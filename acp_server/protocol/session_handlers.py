@@ -69,9 +69,10 @@ async def session_new(context: RequestContext, params: NewSessionRequest) -> dic
     connection.handshake.require_initialized()
     agent = context.agent
     policy = agent.config.prompt_policy
-    session = await lifecycle.new_session(
-        agent, connection.edge, _place(params), _client(context), policy, owner=connection.principal
-    )
+    with connection.opening():
+        session = await lifecycle.new_session(
+            agent, connection.edge, _place(params), _client(context), policy, owner=connection.principal
+        )
     return {"sessionId": session.session_id, **_opened(context, session)}
 
 
@@ -123,16 +124,17 @@ async def _restore(context: RequestContext, params: LoadSessionRequest, *, repla
             notify("session/update", {"sessionId": session.session_id, "update": update})
 
     agent = context.agent
-    return await lifecycle.restore_session(
-        agent,
-        connection.edge,
-        params.session_id,
-        place=_place(params),
-        client=_client(context),
-        default_policy=agent.config.prompt_policy,
-        replay=replay_v1 if replay else None,
-        owner=connection.principal,
-    )
+    with connection.opening(params.session_id):
+        return await lifecycle.restore_session(
+            agent,
+            connection.edge,
+            params.session_id,
+            place=_place(params),
+            client=_client(context),
+            default_policy=agent.config.prompt_policy,
+            replay=replay_v1 if replay else None,
+            owner=connection.principal,
+        )
 
 
 async def session_load(context: RequestContext, params: LoadSessionRequest) -> dict[str, Any]:
@@ -149,15 +151,16 @@ async def session_fork(context: RequestContext, params: LoadSessionRequest) -> d
     connection = context.connection
     connection.handshake.require_initialized()
     agent = context.agent
-    session = await lifecycle.fork_session(
-        agent,
-        connection.edge,
-        params.session_id,
-        place=_place(params),
-        client=_client(context),
-        default_policy=agent.config.prompt_policy,
-        owner=connection.principal,
-    )
+    with connection.opening():
+        session = await lifecycle.fork_session(
+            agent,
+            connection.edge,
+            params.session_id,
+            place=_place(params),
+            client=_client(context),
+            default_policy=agent.config.prompt_policy,
+            owner=connection.principal,
+        )
     return {"sessionId": session.session_id, **_opened(context, session)}
 
 

@@ -19,10 +19,12 @@ from acp_server.protocol.params import wire
 
 if TYPE_CHECKING:
     from acp_server.agent.agent import Agent
+    from acp_server.protocol.editor_connection import EditorConnection
     from acp_server.store import SessionPage
 
 __all__ = [
     "NO_PARAMS",
+    "connection_stats",
     "log_in",
     "log_out",
     "not_saved",
@@ -86,10 +88,13 @@ async def warm_up_after_initialize(agent: Agent) -> None:
 def log_in(context: RequestContext) -> dict[str, Any]:
     """What v1's `authenticate` and v2's `auth/login` do once the method is known: end a logout, look for the key
     again, and let the endpoints that needed it be asked for their models."""
-    agent = context.agent
-    was_missing = agent.auth.problem is not None
-    if not agent.auth.authenticate():
-        raise MissingCredentialsError(agent.auth.problem)
+    agent, connection = context.agent, context.connection
+    credentials = connection.credentials
+    # Whether a key was missing to what asks the endpoints for their models: the process's (stdio), or the server's
+    # (a remote connection's own logout hid the key from its sessions only).
+    was_missing = credentials.problem is not None if connection.whole_process else agent.auth.problem is not None
+    if not credentials.authenticate():
+        raise MissingCredentialsError(credentials.problem)
     if was_missing:
         agent.models.credentials_changed()  # the endpoints that could not be asked without a key can be now
         context.after.append(lambda: discover_models(agent))
@@ -97,10 +102,10 @@ def log_in(context: RequestContext) -> dict[str, Any]:
 
 
 def log_out(context: RequestContext) -> dict[str, Any]:
-    """What v1's `logout` and v2's `auth/logout` do: forget the keys; the dropped providers' clients are closed
-    later."""
+    """What v1's `logout` and v2's `auth/logout` do: forget the keys for this connection's sessions (and, on the
+    connection that is the whole process, the process's: the dropped providers' clients are closed later)."""
     agent = context.agent
-    dropped = agent.auth.logout()
+    dropped = context.connection.credentials.logout()
     if dropped:  # their clients are closed in a task of the agent, once the turns running now have ended
         running = agent.runs.current()
         deadline = agent.config.cleanup_deadline
@@ -109,8 +114,13 @@ def log_out(context: RequestContext) -> dict[str, Any]:
 
 
 async def stats(context: RequestContext, params: object) -> dict[str, Any]:
-    """Live counts, so tests and users can see that nothing leaks. The request's own task is counted."""
-    agent, rpc = context.agent, context.connection.rpc
+    """Live counts, so tests and users can see that nothing leaks. The request's own task is counted. The process's
+    own figures on the connection that is the whole process (stdio); on one of many, its own sessions' alone
+    (`connection_stats`)."""
+    agent, connection = context.agent, context.connection
+    if not connection.whole_process:
+        return connection_stats(connection)
+    rpc = connection.rpc
     sessions = list(agent.sessions)
     return {
         "sessions": len(sessions),
@@ -126,6 +136,26 @@ async def stats(context: RequestContext, params: object) -> dict[str, Any]:
         # Sessions whose MCP servers are not all shut down yet (closed sessions' servers included until they are).
         "mcpSessions": len(agent.mcp),
         **_traced_bytes(),
+    }
+
+
+def connection_stats(connection: EditorConnection) -> dict[str, Any]:
+    """`_acp_server/stats` for one of many connections (REMOTE.md decision 10): what its own sessions have (their
+    running turns, subagents' included, queued prompts, child processes and MCP servers) and its own requests; never
+    a figure of the process as a whole (its tasks, its memory, warm-ups), which would tell of other connections'."""
+    agent = connection.agent
+    sessions = connection.sessions()
+    runs = [run for run in agent.runs.current() if connection.owns(run.session)]
+    session_ids = {session.session_id for session in sessions} | {run.session_id for run in runs}
+    rpc = connection.rpc
+    return {
+        "sessions": len(sessions),
+        "runningTurns": len(runs),
+        "queuedPrompts": agent.runs.queued_prompts(sessions),
+        "pendingClientRequests": rpc.pending_client_requests,
+        "requestsInFlight": rpc.requests_in_flight,
+        "childProcesses": agent.processes.started_by(session_ids),
+        "mcpSessions": sum(1 for session in sessions if session.mcp is not None and not session.mcp.finished),
     }
 
 

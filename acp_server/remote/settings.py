@@ -37,6 +37,8 @@ T = TypeVar("T")
 DEFAULT_LISTEN = "127.0.0.1:8765"
 DEFAULT_MAX_CONNECTIONS = 256
 DEFAULT_INITIALIZE_TIMEOUT = 10.0
+# Sessions one connection may have open at once (decision 8): new, load, resume and fork beyond it are refused.
+DEFAULT_MAX_SESSIONS_PER_CONNECTION = 64
 # The TypeScript SDK's client drops a message over 32 MiB, and a prompt comes back inside a replayed update: what
 # comes in stays this far below, leaving room for the envelope it is replayed in (decision 8).
 MESSAGE_ENVELOPE_BYTES = 64 * 1024
@@ -63,6 +65,7 @@ class RemoteSettings:
     insecure_no_tls: bool = False
     max_connections: int = DEFAULT_MAX_CONNECTIONS
     initialize_timeout: float = DEFAULT_INITIALIZE_TIMEOUT
+    max_sessions_per_connection: int = DEFAULT_MAX_SESSIONS_PER_CONNECTION
     max_message_bytes: int = MAX_MESSAGE_BYTES
     max_queued_bytes: int = DEFAULT_MAX_QUEUED_BYTES
     # A dead peer (decision 6): TCP keepalive probes after `keepalive_idle` s of silence, every
@@ -131,6 +134,8 @@ def check(settings: RemoteSettings) -> None:
         )
     if settings.max_connections < 1:
         raise ServeSetupError("--max-connections must be at least 1")
+    if settings.max_sessions_per_connection < 1:
+        raise ServeSetupError("--max-sessions-per-connection must be at least 1")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -179,6 +184,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help=f"connections at once; beyond, 503 (default "
         f"{DEFAULT_MAX_CONNECTIONS}; env ACP_SERVER_MAX_CONNECTIONS; file: [serve] max_connections)",
+    )
+    add(
+        "--max-sessions-per-connection",
+        type=int,
+        metavar="N",
+        help="sessions one connection may have open at once; beyond, session/new, load, resume and fork are refused "
+        f"(default {DEFAULT_MAX_SESSIONS_PER_CONNECTION}; env ACP_SERVER_MAX_SESSIONS_PER_CONNECTION; file: [serve] "
+        "max_sessions_per_connection)",
     )
     add(
         "--initialize-timeout",
@@ -269,6 +282,13 @@ def remote_settings(
             "ACP_SERVER_MAX_CONNECTIONS",
             "max_connections",
             DEFAULT_MAX_CONNECTIONS,
+            _positive(int),
+        ),
+        max_sessions_per_connection=pick(
+            getattr(args, "max_sessions_per_connection", None),
+            "ACP_SERVER_MAX_SESSIONS_PER_CONNECTION",
+            "max_sessions_per_connection",
+            DEFAULT_MAX_SESSIONS_PER_CONNECTION,
             _positive(int),
         ),
         initialize_timeout=pick(

@@ -10,6 +10,10 @@ its process (`acp-server` itself, not an embedder calling `serve`), the table ad
 becomes a child subreaper before its first child starts, so such orphans are re-parented to it instead of to init; at
 exit `kill_all` finds them as descendants in /proc and kills them too, and orphans that already died are reaped
 rather than left as zombies of a long-lived server.
+
+Each group remembers the session whose turn started it (`TURN_SESSION`, set by the turn's own task and inherited by
+the tasks of its tool calls), so a connection's statistics count only its own sessions' processes (REMOTE.md
+decision 10: `_acp_server/stats` shows a remote connection nothing of another's).
 """
 
 from __future__ import annotations
@@ -21,7 +25,8 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Protocol
 
@@ -30,9 +35,12 @@ from anyio.abc import Process
 
 from acp_server.runtime.child_env import KEEP_ALL, ChildEnvPolicy, child_environment
 
-__all__ = ["ProcessTable", "Processes"]
+__all__ = ["TURN_SESSION", "ProcessTable", "Processes"]
 
 log = logging.getLogger(__name__)
+
+# The session whose turn runs in this task (and the tasks it starts): what `ProcessTable.open` files a group under.
+TURN_SESSION: ContextVar[str | None] = ContextVar("TURN_SESSION", default=None)
 
 # How long a group gets to leave after SIGTERM before SIGKILL.
 TERM_GRACE = 0.2
@@ -70,11 +78,22 @@ class ProcessTable:
         self._open_pipes: dict[int, Process] = {}
         # Killed at exit, their pipes not yet seen closed.
         self._released: list[Process] = []
+        # The session whose turn started each group still tracked (TURN_SESSION at `open`; absent: none).
+        self._sessions: dict[int, str] = {}
 
     def __len__(self) -> int:
         """Process groups still alive that this server started."""
+        return len(self._alive())
+
+    def started_by(self, session_ids: Collection[str]) -> int:
+        """How many of them the turns of these sessions started (a connection's own, for its statistics)."""
+        return sum(1 for pgid in self._alive() if self._sessions.get(pgid) in session_ids)
+
+    def _alive(self) -> list[int]:
         self._lingering = {pgid for pgid in self._lingering if _group_alive(pgid)}
-        return len(self._groups) + len(self._lingering)
+        alive = [*self._groups, *self._lingering]
+        self._sessions = {pgid: self._sessions[pgid] for pgid in alive if pgid in self._sessions}
+        return alive
 
     async def open(self, argv: Sequence[str], *, cwd: str | None = None) -> Process:
         """Start a process group and track it. Shielded: a cancel that lands while the process is being spawned
@@ -92,6 +111,11 @@ class ProcessTable:
                 start_new_session=True,
             )
             self._groups[process.pid] = process
+            session_id = TURN_SESSION.get()
+            if session_id is None:
+                self._sessions.pop(process.pid, None)  # a reused pid: not the old group's session's
+            else:
+                self._sessions[process.pid] = session_id
         return process
 
     def forget(self, process: Process, *, keep_group_if_alive: bool = False) -> None:

@@ -127,8 +127,9 @@ async def new_session(
     owner: Owner = LOCAL,
 ) -> Session:
     """A new session, stored (committed before the client learns its id: a kill -9 after the answer keeps it; a
-    failed commit is an error and the session is never registered), registered and attached to `edge`."""
-    agent.auth.require()
+    failed commit is an error and the session is never registered), registered and attached to `edge`. The
+    connection's credentials and its limit of open sessions were checked by its handler (protocol/editor_connection.py
+    `EditorConnection.opening`), as for a restore and a fork."""
     _check_directories(place, owner)
     discover_models(agent)  # a due refresh in the background, never awaited here
     await agent.models.ready()  # the cached lists, if their read (in a worker thread) is still running
@@ -174,7 +175,6 @@ async def restore_session(
     version's rendering of its history) if given, then register it, attached to `edge`. Another principal's session
     is answered as an unknown one, at the point an unknown one is; one attached to another connection of the same
     principal is taken over: its running turn is cancelled as at that connection's end (REMOTE.md decision 4)."""
-    agent.auth.require()
     _check_directories(place, owner)
     current = agent.sessions.get(session_id)
     # An open session's owner is known here; a stored one's is in its record (read below).
@@ -258,7 +258,6 @@ async def fork_session(
 ) -> Session:
     """A new session that starts with a copy of another's conversation (a running turn in the source is copied as
     interrupted), restored without a replay; the source is untouched. Another principal's source is unknown."""
-    agent.auth.require()
     _check_directories(place, owner)  # before the copy: no half-made fork
     store = await agent.store.require()
     if not await _stored_owns(agent, owner, source_id):

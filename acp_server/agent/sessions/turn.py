@@ -45,6 +45,7 @@ from acp_server.runtime.model import (
     TurnInput,
     UsageReported,
 )
+from acp_server.runtime.processes import TURN_SESSION
 from acp_server.runtime.system_prompt import build_system_prompt, read_instructions
 from acp_server.runtime.text_guard import redactor_for
 
@@ -154,6 +155,7 @@ async def _execute(services: TurnServices, run: RunContext) -> StopReason:
 
 async def _work(services: TurnServices, run: RunContext) -> None:
     session = run.session
+    TURN_SESSION.set(session.session_id)  # this task's and its tool calls' processes are the session's
     probe = bound_probe(services, run)
     reporter = TurnOutput(run, edge_of(session).turn_sink(run))
     provider = services.providers(session.model)

@@ -41,7 +41,7 @@ async def session_prompt_v2(context: RequestContext, params: PromptRequest) -> d
     run = context.run
     assert run is not None, "a valid prompt is always admitted or refused in prepare()"
     connection = context.connection
-    context.agent.auth.require_for(run.session.model)  # a model that takes no key is never refused
+    connection.credentials.require_for(run.session.model)  # a model that takes no key is never refused
     if run.steers and run.state is RunState.QUEUED:
         return _insert_now(context, run)
     await run.wait_until(lambda: run.state is not RunState.QUEUED)  # held while the session's work runs

@@ -108,9 +108,10 @@ async def session_new_v2(context: RequestContext, params: NewSessionRequestV2) -
     connection = context.connection
     connection.handshake.require_initialized()
     policy = default_prompt_policy(context)
-    session = await lifecycle.new_session(
-        context.agent, connection.edge, _place(params), _client(context), policy, owner=connection.principal
-    )
+    with connection.opening():
+        session = await lifecycle.new_session(
+            context.agent, connection.edge, _place(params), _client(context), policy, owner=connection.principal
+        )
     return {"sessionId": session.session_id, **_opened(context, session)}
 
 
@@ -119,15 +120,16 @@ async def session_fork_v2(context: RequestContext, params: ForkSessionRequestV2)
     as `session/new` is: its id, config options and commands; the source is untouched."""
     connection = context.connection
     connection.handshake.require_initialized()
-    session = await lifecycle.fork_session(
-        context.agent,
-        connection.edge,
-        params.session_id,
-        place=_place(params),
-        client=_client(context),
-        default_policy=default_prompt_policy(context),
-        owner=connection.principal,
-    )
+    with connection.opening():  # a slot of the connection's limit, its credentials checked, as for session/new
+        session = await lifecycle.fork_session(
+            context.agent,
+            connection.edge,
+            params.session_id,
+            place=_place(params),
+            client=_client(context),
+            default_policy=default_prompt_policy(context),
+            owner=connection.principal,
+        )
     return {"sessionId": session.session_id, **_opened(context, session)}
 
 
@@ -186,16 +188,17 @@ async def session_resume_v2(context: RequestContext, params: ResumeSessionReques
         for update in replay_updates_v2(loaded) if replay_from is not None else []:
             notify("session/update", {"sessionId": session.session_id, "update": update})
 
-    session = await lifecycle.restore_session(
-        agent,
-        connection.edge,
-        params.session_id,
-        place=_place(params),
-        client=_client(context),
-        default_policy=default_prompt_policy(context),
-        replay=replay,
-        owner=connection.principal,
-    )
+    with connection.opening(params.session_id):
+        session = await lifecycle.restore_session(
+            agent,
+            connection.edge,
+            params.session_id,
+            place=_place(params),
+            client=_client(context),
+            default_policy=default_prompt_policy(context),
+            replay=replay,
+            owner=connection.principal,
+        )
     result = _opened(context, session)
     _snapshot(context, params.session_id, last_stop[0])
     return result

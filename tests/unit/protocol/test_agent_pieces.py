@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from acp_server.agent.providers import AuthState, ProviderCache
+from acp_server.agent.providers import AuthState, Credentials, ProviderCache
 from acp_server.agent.sessions.runs import RunContext, RunRegistry, Session
 from acp_server.agent.sessions.table import SessionTable
 from acp_server.errors import MissingCredentialsError, ScriptError, UnknownModelError
@@ -104,13 +104,14 @@ def test_authentication_is_required_until_a_retry_finds_the_key() -> None:
 
     auth = AuthState(ProviderCache(open_model), "echo")
     assert auth.problem == "set THE_KEY"
+    credentials = Credentials(auth, whole_process=True)
     with pytest.raises(MissingCredentialsError) as refused:
-        auth.require()
+        credentials.require()
     assert code_of(refused) == ErrorCode.AUTH_REQUIRED
-    assert not auth.retry()
+    assert not credentials.authenticate()
     key["key"] = "found"
-    assert auth.retry() and auth.problem is None
-    auth.require()
+    assert credentials.authenticate() and credentials.problem is None and auth.problem is None
+    credentials.require()
 
 
 def test_a_bad_default_model_stops_the_server_at_start() -> None:

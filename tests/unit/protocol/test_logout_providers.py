@@ -9,7 +9,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from acp_server.agent.providers import AuthState, ProviderCache, close_providers
+from acp_server.agent.providers import AuthState, Credentials, ProviderCache, close_providers
 from acp_server.agent.sessions.runs import RunRegistry, Session
 from acp_server.errors import MissingCredentialsError
 from acp_server.jsonrpc.rpc import ErrorCode
@@ -52,7 +52,7 @@ async def test_logout_drops_the_keyed_providers_keeps_the_offline_ones_and_warms
 
 async def test_after_logout_only_prompts_on_a_model_that_takes_a_key_are_refused() -> None:
     cache = providers()
-    auth = AuthState(cache, SPEC)
+    auth = Credentials(AuthState(cache, SPEC), whole_process=True)
     auth.require_for(SPEC)
     auth.logout()
     for spec in ("echo", "scripted"):
@@ -65,6 +65,24 @@ async def test_after_logout_only_prompts_on_a_model_that_takes_a_key_are_refused
         auth.require()  # session/new on the default model
     assert auth.authenticate()
     auth.require_for(SPEC)
+
+
+async def test_a_logout_on_one_of_many_connections_is_that_connections_alone() -> None:
+    cache = providers()
+    auth = AuthState(cache, SPEC)
+    openai = cache.get(SPEC)
+    mine, other = Credentials(auth, whole_process=False), Credentials(auth, whole_process=False)
+    assert mine.logout() == []  # the providers the other connections use are left as they are
+    with pytest.raises(MissingCredentialsError):
+        mine.require_for(SPEC)
+    with pytest.raises(MissingCredentialsError):
+        mine.require()
+    other.require_for(SPEC)
+    other.require()
+    assert cache.get(SPEC) is openai
+    assert mine.authenticate()
+    mine.require_for(SPEC)
+    assert cache.get(SPEC) is openai  # the server holds the key: nothing rebuilt for the others
 
 
 async def test_the_dropped_clients_are_closed_once_the_turns_running_at_logout_have_ended() -> None:
