@@ -17,12 +17,14 @@ import logging
 import os
 import sys
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from acp_server.agent.sessions.owners import Owner
 from acp_server.errors import ModelSpecError, ServeSetupError
 from acp_server.settings.command_line import load
+from acp_server.settings.config import Config, SandboxMode
 from acp_server.settings.files import secret_values
 
 if TYPE_CHECKING:
@@ -31,9 +33,8 @@ if TYPE_CHECKING:
     from acp_server.jsonrpc.transport import LineSink, LineSource
     from acp_server.remote.peer import Peer, Principal
     from acp_server.remote.settings import RemoteSettings
-    from acp_server.settings.config import Config
 
-__all__ = ["INSTALL_HINT", "main", "workspace_root"]
+__all__ = ["INSTALL_HINT", "admit_principals", "confine_commands", "main", "sandbox_missing", "workspace_root"]
 
 log = logging.getLogger(__name__)
 # The one line per connection's start and end (decision 1), shown at the default log level (warning): a server's
@@ -111,7 +112,62 @@ async def _run(config: Config, settings: RemoteSettings, default_root: str) -> N
 
     agent, served = build_agent(config, owns_process=True)
     async with agent.running():
-        await serve_remote(settings, _Connections(agent, served, default_root).serve, stop_signals=STOP_SIGNALS)
+        await serve_remote(
+            settings,
+            _Connections(agent, served, default_root).serve,
+            stop_signals=STOP_SIGNALS,
+            admit=lambda tokens: admit_principals(len(tokens.principals), config, settings),
+        )
+
+
+def confine_commands(config: Config, settings: RemoteSettings, config_path: Path, workspace: str) -> Config:
+    """`config` with commands kept to reading the session's directories, the temp directory and the system's, and
+    the server's own files hidden even there (decision 5): the state directory (session store, `serve-token`; made
+    now, so it can be told apart from anything a command makes later), the token file, the config file, the log
+    file (its directory, unless that is one commands may use), the TLS key and certificate."""
+    from acp_server.runtime.sandbox import temp_dirs  # noqa: PLC0415 (start-up: after the flags are read)
+    from acp_server.settings.logfile import log_file_path  # noqa: PLC0415 (start-up: after the flags are read)
+
+    settings.state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    hidden = [str(settings.state_dir), str(config_path)]
+    if settings.token_file is not None:
+        hidden.append(str(settings.token_file))
+    hidden += [path for path in (settings.certfile, settings.keyfile) if path]
+    log_file = log_file_path(config)
+    if log_file is not None:
+        folder = os.path.realpath(log_file.parent)
+        shared = {os.sep, workspace, *temp_dirs()}
+        # The rotated files (`.1`, `.2`) beside it too, unless the folder is one commands use for their own.
+        hidden.append(str(log_file) if folder in shared else folder)
+    return replace(
+        config,
+        sandbox_confine_reads=True,
+        sandbox_hidden=tuple(os.path.realpath(os.path.expanduser(path)) for path in hidden),
+    )
+
+
+def sandbox_missing(config: Config) -> str | None:
+    """Why commands here cannot be kept out of the server's and each other's files (decision 5), or None."""
+    if config.sandbox is SandboxMode.OFF:
+        return "the sandbox is off (--sandbox off)"
+    from acp_server.runtime.sandbox import landlock_support  # noqa: PLC0415 (start-up: only when serve starts)
+
+    support = landlock_support()
+    return None if support.abi >= 1 else f"no sandbox can be had here: {support.reason}"
+
+
+def admit_principals(count: int, config: Config, settings: RemoteSettings) -> None:
+    """Refuse to serve several principals whose commands could read each other's roots, the token file and the
+    session store, unless the operator says they trust each other: ServeSetupError saying why and what to do."""
+    if count < 2 or settings.principals_trust_each_other:
+        return
+    missing = sandbox_missing(config)
+    if missing is not None:
+        raise ServeSetupError(
+            f"refusing to serve {count} principals: {missing}, so each one's commands could read the others' "
+            "files, the token file and the session store. Run serve where Landlock is (Linux 5.13 or later) with "
+            "the sandbox on, or one serve per principal, or give --principals-trust-each-other if they may"
+        )
 
 
 def _state_dir(config: Config) -> Path:
@@ -144,6 +200,7 @@ def main(argv: Sequence[str]) -> int:
     try:
         settings = remote_settings(loaded.args, os.environ, loaded.file.raw, _state_dir(config))
         default_root = workspace_root(loaded.args.workspace_root, os.environ, loaded.file.raw, os.getcwd())
+        config = confine_commands(config, settings, loaded.file.path, default_root)
         anyio.run(_run, config, settings, default_root, backend="asyncio")
     except (ServeSetupError, ModelSpecError) as exc:
         log.error("%s", exc)
