@@ -205,6 +205,17 @@ def main(argv: Sequence[str]) -> int:
     except (ServeSetupError, ModelSpecError) as exc:
         log.error("%s", exc)
         return 2
+    except BaseExceptionGroup as group:
+        # A refusal raised once the agent's task group runs (`admit_principals`, when the token file is read)
+        # arrives wrapped: the same words and exit status as one raised before.
+        refused, rest = group.split(ServeSetupError)
+        if refused is None or rest is not None:
+            raise
+        leaf: BaseException = refused
+        while isinstance(leaf, BaseExceptionGroup):
+            leaf = leaf.exceptions[0]
+        log.error("%s", leaf)
+        return 2
     except KeyboardInterrupt:
         return 130
     return 0
