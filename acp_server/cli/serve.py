@@ -78,25 +78,28 @@ def workspace_root(flag: str | None, env: Mapping[str, str], file_raw: Mapping[s
     return real
 
 
-def owner_of(principal: Principal, default_root: str) -> Owner:
+def owner_of(principal: Principal, default_root: str, mcp_hosts: tuple[str, ...] = ()) -> Owner:
     """The agent's view of a token's principal: its roots as real paths (its token line's, else the workspace
-    root)."""
+    root), and the hosts its MCP servers may name although not global (`--allow-mcp-host`)."""
     roots = tuple(os.path.realpath(os.path.expanduser(root)) for root in principal.roots) or (default_root,)
-    return Owner(principal.name, roots)
+    return Owner(principal.name, roots, mcp_hosts)
 
 
 class _Connections:
     """Serves each remote connection on the one agent (the transport room's `ConnectionHandler`)."""
 
-    def __init__(self, agent: Agent, served: Served, default_root: str) -> None:
+    def __init__(self, agent: Agent, served: Served, default_root: str, mcp_hosts: tuple[str, ...] = ()) -> None:
         self.agent = agent
         self.served = served
         self.default_root = default_root
+        self.mcp_hosts = mcp_hosts
 
     async def serve(self, peer: Peer, lines: LineSource, sink: LineSink) -> None:
         from acp_server.cli.server import connect  # noqa: PLC0415 (loaded already: `_run` built the agent with it)
 
-        rpc, dispatcher = connect(self.agent, self.served, principal=owner_of(peer.principal, self.default_root))
+        rpc, dispatcher = connect(
+            self.agent, self.served, principal=owner_of(peer.principal, self.default_root, self.mcp_hosts)
+        )
         connections_log.info("connection %s opened", peer.describe())
         try:
             await rpc.serve(dispatcher, lines, sink)
@@ -114,7 +117,7 @@ async def _run(config: Config, settings: RemoteSettings, default_root: str) -> N
     async with agent.running():
         await serve_remote(
             settings,
-            _Connections(agent, served, default_root).serve,
+            _Connections(agent, served, default_root, settings.allow_mcp_hosts).serve,
             stop_signals=STOP_SIGNALS,
             admit=lambda tokens: admit_principals(len(tokens.principals), config, settings),
         )

@@ -88,9 +88,10 @@ def _check_directories(place: Place, owner: Owner = LOCAL) -> None:
     owner.check_servers(place.mcp_servers)
 
 
-def _register(agent: Agent, session: Session, edge: Edge) -> None:
+def _register(agent: Agent, session: Session, edge: Edge, owner: Owner = LOCAL) -> None:
     """Register a session and attach it to the connection `edge`, then connect its MCP servers in the background
-    (the response does not wait: a turn waits for them, bounded; see mcp_bridge)."""
+    (the response does not wait: a turn waits for them, bounded; see mcp_bridge). A remote owner's own servers
+    connect only where `Owner.check_addresses` allowed (checked again at each connect: DNS rebinding)."""
     replaced = agent.sessions.get(session.session_id)
     if replaced is not None and replaced.mcp is not None:
         replaced.mcp.stop()  # a load or resume of an open session: its servers start again with the new one
@@ -99,7 +100,13 @@ def _register(agent: Agent, session: Session, edge: Edge) -> None:
     servers = merge_servers(agent.config.mcp_servers, session.mcp_servers)
     if servers:
         agent.processes.adopt_orphans()  # stdio MCP servers are children too: their orphans must come to us
-    session.mcp = agent.mcp.open(servers, session.cwd, (session.cwd, *session.additional_directories))
+    session.mcp = agent.mcp.open(
+        servers,
+        session.cwd,
+        (session.cwd, *session.additional_directories),
+        untrusted=session.mcp_servers if owner.remote else (),
+        allowed_hosts=owner.mcp_hosts,
+    )
 
 
 def offered_models(agent: Agent, session: Session) -> tuple[str, ...]:
@@ -123,6 +130,7 @@ async def new_session(
     failed commit is an error and the session is never registered), registered and attached to `edge`."""
     agent.auth.require()
     _check_directories(place, owner)
+    await owner.check_addresses(place.mcp_servers)
     discover_models(agent)  # a due refresh in the background, never awaited here
     await agent.models.ready()  # the cached lists, if their read (in a worker thread) is still running
     session_id = f"sess_{uuid.uuid4().hex}"
@@ -148,7 +156,7 @@ async def new_session(
         )
     )
     agent.owners.record(session_id, owner)
-    _register(agent, session, edge)
+    _register(agent, session, edge, owner)
     return session
 
 
@@ -169,6 +177,7 @@ async def restore_session(
     principal is taken over: its running turn is cancelled as at that connection's end (REMOTE.md decision 4)."""
     agent.auth.require()
     _check_directories(place, owner)
+    await owner.check_addresses(place.mcp_servers)
     current = agent.sessions.get(session_id)
     # An open session's owner is known here; a stored one's is in its record (read below).
     foreign = current is not None and not agent.owners.owns(owner, session_id)
@@ -211,7 +220,7 @@ async def restore_session(
     if replay is not None:
         # The whole conversation, before the response (ACP); C3 exempts this replay from the turn rule.
         replay(loaded, session)
-    _register(agent, session, edge)
+    _register(agent, session, edge, owner)
     return session
 
 
@@ -247,6 +256,7 @@ async def fork_session(
     interrupted), restored without a replay; the source is untouched. Another principal's source is unknown."""
     agent.auth.require()
     _check_directories(place, owner)  # before the copy: no half-made fork
+    await owner.check_addresses(place.mcp_servers)
     store = await agent.store.require()
     if not await _stored_owns(agent, owner, source_id):
         raise UnknownSessionError(source_id)
