@@ -18,7 +18,6 @@ import pytest
 from anyio.abc import SocketStream
 
 from acp_server.errors import McpServerError
-from acp_server.mcp_bridge import addresses
 from acp_server.mcp_bridge.addresses import check_url, guarded_client, refused_address, resolve_checked
 
 pytestmark = pytest.mark.timeout(30)
@@ -65,7 +64,7 @@ def _resolving(monkeypatch: pytest.MonkeyPatch, *answers: list[str]) -> list[str
         family = {4: socket.AF_INET, 6: socket.AF_INET6}
         return [(family[ipaddress.ip_address(a).version], socket.SOCK_STREAM, 6, "", (a, port)) for a in found]
 
-    monkeypatch.setattr(addresses.anyio, "getaddrinfo", getaddrinfo)
+    monkeypatch.setattr(anyio, "getaddrinfo", getaddrinfo)
     return asked
 
 
@@ -90,7 +89,7 @@ async def test_a_name_that_does_not_resolve_passes_the_session_check(monkeypatch
         await anyio.lowlevel.checkpoint()
         raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
 
-    monkeypatch.setattr(addresses.anyio, "getaddrinfo", failing)
+    monkeypatch.setattr(anyio, "getaddrinfo", failing)
     await check_url("http://nowhere.invalid/mcp", ())  # the connect checks again, and fails in words
     with pytest.raises(McpServerError, match="cannot resolve"):
         await resolve_checked("nowhere.invalid", 80, ())
