@@ -131,7 +131,10 @@ def confine_commands(config: Config, settings: RemoteSettings, config_path: Path
     from acp_server.runtime.sandbox import temp_dirs  # noqa: PLC0415 (start-up: after the flags are read)
     from acp_server.settings.logfile import log_file_path  # noqa: PLC0415 (start-up: after the flags are read)
 
-    settings.state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    try:
+        settings.state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ServeSetupError(f"cannot make the state directory {settings.state_dir}: {exc.strerror or exc}") from None
     hidden = [str(settings.state_dir), str(config_path)]
     if settings.token_file is not None:
         hidden.append(str(settings.token_file))

@@ -34,6 +34,14 @@ it), and drops every capability but the few a root needs for files it may write.
 server is not dumpable (runtime/processes.py), so no command reads its environment through /proc. docs/sandbox.md
 states exactly what is confined and what is not, each with its test.
 
+`serve` also confines what commands read (`Config.sandbox_confine_reads`, shared/design/REMOTE.md decision 5): only
+the session's directories, the temp directory and the system's (`SYSTEM_READS`, every `/lib*`), and /dev/urandom,
+so a principal's commands read neither a home directory nor another principal's root. The server's own files (state
+directory, token file, config file, log, TLS key: `Config.sandbox_hidden`) are hidden even inside those: the
+launcher covers each with an empty read-only tmpfs or /dev/null in the command's mount namespace, after checking it
+is still the file the server found there (device and inode); without a mount namespace, or once one was moved, no
+command runs (fails closed).
+
 The cost: the launcher is a second Python start per command, about 60 ms of CPU (most of it importing landlockpy,
 whose libc lookup runs `ldconfig -p`; the namespace and the capabilities add about 5 ms), small beside a model's turn.
 
@@ -356,6 +364,11 @@ class Sandbox:
                 what += f" (and {', '.join(kept)})"
         else:
             what = "local commands may write nothing"
+        if self.reads is not None:
+            what += (
+                f", and read only the session's directories, the temp directory and {', '.join(self.reads)} (the "
+                "server's own files hidden)"
+            )
         if self.network:
             network = "network allowed"
         elif net is not None and net.ok:

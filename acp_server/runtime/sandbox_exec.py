@@ -1,5 +1,5 @@
 """The launcher that confines one command, then becomes it:
-`[--write=DIR]... [--no-network] [--mounts] [--netns] -- ARGV...`.
+`[--write=DIR]... [--read=PATH]... [--hide=DEV:INO:PATH]... [--no-network] [--mounts] [--netns] -- ARGV...`.
 
 Started by the server (runtime/sandbox.py builds its command line) as `python -I -S -c BOOT ARGS`, so it imports only
 the standard library, landlockpy and this module. In this order, each step needing what the next gives up:
@@ -15,10 +15,11 @@ the standard library, landlockpy and this module. In this order, each step needi
    (DNS included), TCP or abstract Unix socket of the host is reached from it; Unix sockets by path still are (a
    path is a file, not a network name). Landlock refuses UDP only from ABI 10; this closes it on older kernels. The
    server asks once whether it works here (`--probe-network`) and passes `--netns` only then.
-2. Landlock: a domain in which the whole file system may be read and executed, only the `--write` directories (and
-   the harmless devices) written, device nodes never made, no signal sent to a process outside the domain (ABI 6),
-   and, with `--no-network`, no TCP connection made or socket bound. A Landlocked process may not mount, so the
-   command cannot undo step 1.
+   `--hide` (with `--read`): the server's own files, covered where a rule would let the command read them (`hide`).
+2. Landlock: a domain in which the whole file system (with `--read`, only those paths, the `--write` directories
+   and the devices) may be read and executed, only the `--write` directories (and the harmless devices) written,
+   device nodes never made, no signal sent to a process outside the domain (ABI 6), and, with `--no-network`, no
+   TCP connection made or socket bound. A Landlocked process may not mount, so the command cannot undo step 1.
 3. Capabilities: what a root server's command could do beyond its files (make devices, trace the server and read its
    memory and environment, load modules, raw sockets, ...) is dropped from every capability set, the bounding set
    included, so no exec can bring it back; `KEPT_CAPABILITIES` stay (the command is still root for the files it may
