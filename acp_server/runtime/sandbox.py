@@ -537,9 +537,11 @@ SYSTEM_READS = ("/usr", "/bin", "/sbin", "/etc", "/opt", "/proc")
 
 
 def system_reads() -> tuple[str, ...]:
-    """SYSTEM_READS and every `/lib*` (`/lib`, `/lib64`, `/lib32`, `/libx32`) that exists here."""
+    """SYSTEM_READS and every `/lib*` (`/lib`, `/lib64`, `/lib32`, `/libx32`) that exists here, resolved."""
     libs = sorted(str(path) for path in Path("/").glob("lib*") if path.is_dir())
-    return tuple(path for path in (*SYSTEM_READS[:3], *libs, *SYSTEM_READS[3:]) if os.path.exists(path))
+    # Resolved (`/bin` is `/usr/bin` on most systems now): the launcher grants each one reached without a link.
+    found = (os.path.realpath(path) for path in (*SYSTEM_READS[:3], *libs, *SYSTEM_READS[3:]) if os.path.exists(path))
+    return tuple(dict.fromkeys(found))
 
 
 def _identities(paths: Sequence[str]) -> tuple[tuple[int, int, str], ...]:

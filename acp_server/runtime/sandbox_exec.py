@@ -43,6 +43,7 @@ import stat
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 __all__ = ["CANNOT_CONFINE", "KEPT_CAPABILITIES", "hide", "main"]
 
@@ -476,10 +477,7 @@ def confine(writable: Sequence[tuple[str, int]], network: bool, readable: Sequen
             # A rule on a file takes only the rights a file has (the kernel refuses the others: EINVAL).
             on_file = read & (AccessFS.READ_FILE | AccessFS.EXECUTE | AccessFS.IOCTL_DEV)
             for path in readable:
-                if os.path.isdir(path):
-                    ruleset.allow_path(path, read)
-                elif os.path.exists(path):
-                    ruleset.allow_path(path, on_file)
+                _allow_without_links(ruleset, path, read, on_file)
             for path in READABLE_DEVICES:
                 if os.path.exists(path):
                     ruleset.allow_path(path, AccessFS.READ_FILE)
@@ -489,6 +487,28 @@ def confine(writable: Sequence[tuple[str, int]], network: bool, readable: Sequen
         for _, handle in writable:
             ruleset.allow_path(f"/proc/self/fd/{handle}", write)
         ruleset.restrict()
+
+
+def _allow_without_links(ruleset: Any, path: str, on_directory: Any, on_file: Any) -> None:
+    """A read rule on `path` (resolved by the server), reached without following a link, granted by its handle: a
+    root or the temp directory a command could have swapped for a link to a home directory (`mv root old; ln -s
+    /root root`) is not readable rather than that home (fails closed, said on stderr). One that does not exist is
+    skipped."""
+    try:
+        fd = _open_without_links(path, last=_NO_LINK_LAST)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        _say(f"acp-server sandbox: {path} is NOT readable: it cannot be reached without following a link: {exc}")
+        return
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISLNK(mode):  # the last component itself (O_PATH | O_NOFOLLOW opens the link)
+            _say(f"acp-server sandbox: {path} is NOT readable: it is now a link (a command may have made it)")
+            return
+        ruleset.allow_path(f"/proc/self/fd/{fd}", on_directory if stat.S_ISDIR(mode) else on_file)
+    finally:
+        os.close(fd)
 
 
 def drop_capabilities() -> None:

@@ -522,3 +522,31 @@ def test_a_hidden_path_a_command_moved_or_that_cannot_be_covered_stops_every_com
     uncovered = _run_in(sandbox, root, "cat state/serve-token", mounts=False)
     assert uncovered.returncode == CANNOT_CONFINE and "the-token" not in uncovered.stdout, uncovered
     assert "cannot be hidden" in uncovered.stderr, uncovered
+
+
+@needs_landlock_in_ci
+def test_a_root_a_command_swapped_for_a_link_does_not_make_the_links_target_readable(tmp_path: Path) -> None:
+    elsewhere = Path(tempfile.mkdtemp(prefix="acp-sandbox-reads-", dir="/var/tmp"))
+    try:
+        (elsewhere / "secret").write_text("elsewhere-secret\n")
+        root = tmp_path / "root"
+        (root / "sub").mkdir(parents=True)  # an additional directory inside the cwd
+        sandbox = _confined_reads([])
+        mounts = mount_isolation(SUPPORTED.package_dir).ok
+
+        def run(line: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run(
+                sandbox.command(["/bin/sh", "-c", line], [root, root / "sub"], mounts=mounts),
+                cwd=root,
+                capture_output=True,
+                text=True,
+                timeout=scaled(30),
+                check=False,
+            )
+
+        assert run(f"rmdir sub && ln -s {elsewhere} sub").returncode == 0
+        after = run("cat sub/secret")
+        assert after.returncode != 0 and "elsewhere-secret" not in after.stdout, after
+        assert "NOT readable" in after.stderr, after
+    finally:
+        shutil.rmtree(elsewhere, ignore_errors=True)
