@@ -123,6 +123,10 @@ async def _run(config: Config, settings: RemoteSettings, default_root: str) -> N
         )
 
 
+# Files under /etc only root may read: hidden from a root server's commands (`confine_commands`).
+MACHINE_SECRETS = ("/etc/shadow", "/etc/shadow-", "/etc/gshadow", "/etc/gshadow-", "/etc/ssl/private", "/etc/sudoers")
+
+
 def confine_commands(config: Config, settings: RemoteSettings, config_path: Path, workspace: str) -> Config:
     """`config` with commands kept to reading the session's directories, the temp directory and the system's, and
     the server's own files hidden even there (decision 5): the state directory (session store, `serve-token`; made
@@ -145,6 +149,10 @@ def confine_commands(config: Config, settings: RemoteSettings, config_path: Path
         shared = {os.sep, workspace, *temp_dirs()}
         # The rotated files (`.1`, `.2`) beside it too, unless the folder is one commands use for their own.
         hidden.append(str(log_file) if folder in shared else folder)
+    if os.geteuid() == 0:
+        # A root server's commands keep CAP_DAC_OVERRIDE (runtime/sandbox_exec.py): the machine's own secrets under
+        # /etc, which other users' commands could never read, are hidden from them too.
+        hidden += [*MACHINE_SECRETS, *(str(key) for key in Path("/etc/ssh").glob("ssh_host_*_key"))]
     return replace(
         config,
         sandbox_confine_reads=True,
