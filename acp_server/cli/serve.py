@@ -13,6 +13,7 @@ Only this subcommand imports acp_server.remote and hypercorn (an extra: `pip ins
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import sys
@@ -146,9 +147,20 @@ def confine_commands(config: Config, settings: RemoteSettings, config_path: Path
     log_file = log_file_path(config)
     if log_file is not None:
         folder = os.path.realpath(log_file.parent)
-        shared = {os.sep, workspace, *temp_dirs()}
-        # The rotated files (`.1`, `.2`) beside it too, unless the folder is one commands use for their own.
-        hidden.append(str(log_file) if folder in shared else folder)
+        if folder in {os.sep, workspace, *temp_dirs()}:
+            # Its own file could be hidden, but rotation makes a new one there (another inode, which the launcher
+            # would take for a moved file and refuse every command): said, not hidden.
+            log.warning(
+                "the log file %s lies in %s, where commands may read it: give --log-file a directory of its own",
+                log_file,
+                folder,
+            )
+        else:
+            # The folder, with the rotated files (`.1`, `.2`) beside it; made now (the log makes it at its first
+            # record), so it is there to hide from the first command.
+            with contextlib.suppress(OSError):  # the log says so itself when it cannot write there
+                os.makedirs(folder, mode=0o700, exist_ok=True)
+            hidden.append(folder)
     if os.geteuid() == 0:
         # A root server's commands keep CAP_DAC_OVERRIDE (runtime/sandbox_exec.py): the machine's own secrets under
         # /etc, which other users' commands could never read, are hidden from them too.
