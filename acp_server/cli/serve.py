@@ -19,16 +19,19 @@ ever write one into a message (they travel in headers, which a transcript never 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from acp_server.agent.sessions.owners import Owner
 from acp_server.errors import ModelSpecError, ServeSetupError
 from acp_server.settings.command_line import load
+from acp_server.settings.config import Config, SandboxMode
 from acp_server.settings.files import secret_values
 
 if TYPE_CHECKING:
@@ -37,10 +40,9 @@ if TYPE_CHECKING:
     from acp_server.jsonrpc.transport import LineSink, LineSource
     from acp_server.remote.peer import Peer, Principal
     from acp_server.remote.settings import RemoteSettings
-    from acp_server.settings.config import Config
     from acp_server.transcripts.record import Recorder
 
-__all__ = ["INSTALL_HINT", "main", "workspace_root"]
+__all__ = ["INSTALL_HINT", "admit_principals", "confine_commands", "main", "sandbox_missing", "workspace_root"]
 
 log = logging.getLogger(__name__)
 # The one line per connection's start and end (decision 1), shown at the default log level (warning): a server's
@@ -84,11 +86,11 @@ def workspace_root(flag: str | None, env: Mapping[str, str], file_raw: Mapping[s
     return real
 
 
-def owner_of(principal: Principal, default_root: str) -> Owner:
+def owner_of(principal: Principal, default_root: str, mcp_hosts: tuple[str, ...] = ()) -> Owner:
     """The agent's view of a token's principal: its roots as real paths (its token line's, else the workspace
-    root)."""
+    root), and the hosts its MCP servers may name although not global (`--allow-mcp-host`)."""
     roots = tuple(os.path.realpath(os.path.expanduser(root)) for root in principal.roots) or (default_root,)
-    return Owner(principal.name, roots)
+    return Owner(principal.name, roots, mcp_hosts)
 
 
 def record_dir(path: str) -> Path:
@@ -141,13 +143,16 @@ class _Connections:
         agent: Agent,
         served: Served,
         default_root: str,
+        *,
         max_sessions: int,
+        mcp_hosts: tuple[str, ...] = (),
         transcripts: _Transcripts | None = None,
     ) -> None:
         self.agent = agent
         self.served = served
         self.default_root = default_root
         self.max_sessions = max_sessions  # per connection (decision 8)
+        self.mcp_hosts = mcp_hosts  # `--allow-mcp-host`
         self.transcripts = transcripts
 
     async def serve(self, peer: Peer, lines: LineSource, sink: LineSink) -> None:
@@ -156,7 +161,7 @@ class _Connections:
         rpc, dispatcher = connect(
             self.agent,
             self.served,
-            principal=owner_of(peer.principal, self.default_root),
+            principal=owner_of(peer.principal, self.default_root, self.mcp_hosts),
             max_sessions=self.max_sessions,
         )
         connections_log.info("connection %s opened", peer.describe())
@@ -189,9 +194,95 @@ async def _run(config: Config, settings: RemoteSettings, default_root: str, reco
             return settings.state_dir / DEFAULT_TOKEN_FILE, False
 
         transcripts = _Transcripts(records, token_file)
-    connections = _Connections(agent, served, default_root, settings.max_sessions_per_connection, transcripts)
+    connections = _Connections(
+        agent,
+        served,
+        default_root,
+        max_sessions=settings.max_sessions_per_connection,
+        mcp_hosts=settings.allow_mcp_hosts,
+        transcripts=transcripts,
+    )
     async with agent.running():
-        await serve_remote(settings, connections.serve, stop_signals=STOP_SIGNALS)
+        await serve_remote(
+            settings,
+            connections.serve,
+            stop_signals=STOP_SIGNALS,
+            admit=lambda tokens: admit_principals(len(tokens.principals), config, settings),
+        )
+
+
+# Files under /etc only root may read: hidden from a root server's commands (`confine_commands`).
+MACHINE_SECRETS = ("/etc/shadow", "/etc/shadow-", "/etc/gshadow", "/etc/gshadow-", "/etc/ssl/private", "/etc/sudoers")
+
+
+def confine_commands(config: Config, settings: RemoteSettings, config_path: Path, workspace: str) -> Config:
+    """`config` with commands kept to reading the session's directories, the temp directory and the system's, and
+    the server's own files hidden even there (decision 5): the state directory (session store, `serve-token`; made
+    now, so it can be told apart from anything a command makes later), the token file, the config file, the log
+    file (its directory, unless that is one commands may use), the TLS key and certificate, the transcripts."""
+    from acp_server.runtime.sandbox import temp_dirs  # noqa: PLC0415 (start-up: after the flags are read)
+    from acp_server.settings.logfile import log_file_path  # noqa: PLC0415 (start-up: after the flags are read)
+
+    try:
+        settings.state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ServeSetupError(f"cannot make the state directory {settings.state_dir}: {exc.strerror or exc}") from None
+    hidden = [str(settings.state_dir), str(config_path)]
+    if settings.token_file is not None:
+        hidden.append(str(settings.token_file))
+    hidden += [path for path in (settings.certfile, settings.keyfile) if path]
+    if config.record is not None:  # `--record DIR`, made already: every connection's conversation
+        hidden.append(config.record)
+    log_file = log_file_path(config)
+    if log_file is not None:
+        folder = os.path.realpath(log_file.parent)
+        if folder in {os.sep, workspace, *temp_dirs()}:
+            # Its own file could be hidden, but rotation makes a new one there (another inode, which the launcher
+            # would take for a moved file and refuse every command): said, not hidden.
+            log.warning(
+                "the log file %s lies in %s, where commands may read it: give --log-file a directory of its own",
+                log_file,
+                folder,
+            )
+        else:
+            # The folder, with the rotated files (`.1`, `.2`) beside it; made now (the log makes it at its first
+            # record), so it is there to hide from the first command.
+            with contextlib.suppress(OSError):  # the log says so itself when it cannot write there
+                os.makedirs(folder, mode=0o700, exist_ok=True)
+            hidden.append(folder)
+    if os.geteuid() == 0:
+        # A root server's commands keep CAP_DAC_OVERRIDE (runtime/sandbox_exec.py): the machine's own secrets under
+        # /etc, which other users' commands could never read, are hidden from them too.
+        hidden += [*MACHINE_SECRETS, *(str(key) for key in Path("/etc/ssh").glob("ssh_host_*_key"))]
+    return replace(
+        config,
+        sandbox_confine_reads=True,
+        sandbox_hidden=tuple(os.path.realpath(os.path.expanduser(path)) for path in hidden),
+    )
+
+
+def sandbox_missing(config: Config) -> str | None:
+    """Why commands here cannot be kept out of the server's and each other's files (decision 5), or None."""
+    if config.sandbox is SandboxMode.OFF:
+        return "the sandbox is off (--sandbox off)"
+    from acp_server.runtime.sandbox import landlock_support  # noqa: PLC0415 (start-up: only when serve starts)
+
+    support = landlock_support()
+    return None if support.abi >= 1 else f"no sandbox can be had here: {support.reason}"
+
+
+def admit_principals(count: int, config: Config, settings: RemoteSettings) -> None:
+    """Refuse to serve several principals whose commands could read each other's roots, the token file and the
+    session store, unless the operator says they trust each other: ServeSetupError saying why and what to do."""
+    if count < 2 or settings.principals_trust_each_other:
+        return
+    missing = sandbox_missing(config)
+    if missing is not None:
+        raise ServeSetupError(
+            f"refusing to serve {count} principals: {missing}, so each one's commands could read the others' "
+            "files, the token file and the session store. Run serve where Landlock is (Linux 5.13 or later) with "
+            "the sandbox on, or one serve per principal, or give --principals-trust-each-other if they may"
+        )
 
 
 def _state_dir(config: Config) -> Path:
@@ -225,9 +316,21 @@ def main(argv: Sequence[str]) -> int:
         settings = remote_settings(loaded.args, os.environ, loaded.file.raw, _state_dir(config))
         default_root = workspace_root(loaded.args.workspace_root, os.environ, loaded.file.raw, os.getcwd())
         records = record_dir(config.record) if config.record is not None else None
+        config = confine_commands(config, settings, loaded.file.path, default_root)
         anyio.run(_run, config, settings, default_root, records, backend="asyncio")
     except (ServeSetupError, ModelSpecError) as exc:
         log.error("%s", exc)
+        return 2
+    except BaseExceptionGroup as group:
+        # A refusal raised once the agent's task group runs (`admit_principals`, when the token file is read)
+        # arrives wrapped: the same words and exit status as one raised before.
+        refused, rest = group.split(ServeSetupError)
+        if refused is None or rest is not None:
+            raise
+        leaf: BaseException = refused
+        while isinstance(leaf, BaseExceptionGroup):
+            leaf = leaf.exceptions[0]
+        log.error("%s", leaf)
         return 2
     except KeyboardInterrupt:
         return 130

@@ -15,7 +15,8 @@ changed (`notifications/tools/list_changed`), so a turn's tool list never change
 
 from __future__ import annotations
 
-from collections.abc import Callable, Coroutine, Iterable, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +50,12 @@ class McpHub:
         roots: tuple[Path, ...] = (),
         environment: ChildEnvPolicy = KEEP_ALL,
         start_wait: float = DEFAULT_MCP_START_WAIT,
+        *,
+        untrusted: Sequence[Mapping[str, Any]] = (),
+        allowed_hosts: tuple[str, ...] = (),
     ) -> None:
+        """`untrusted`: the entries of `servers` a remote client gave (by identity), connected only to global
+        addresses or `allowed_hosts` (mcp_bridge/addresses.py)."""
         self._start_wait = start_wait
         self.links: list[ServerLink] = []
         used: set[str] = set()
@@ -59,6 +65,8 @@ class McpHub:
             spec: ServerSpec | None
             try:
                 spec, problem = parse_server(raw), ""
+                if any(raw is entry for entry in untrusted):
+                    spec = replace(spec, allowed_hosts=allowed_hosts)
             except McpServerError as exc:
                 spec, problem = None, str(exc)
             server_id = base = safe_name(label)

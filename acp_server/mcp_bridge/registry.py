@@ -8,7 +8,7 @@ killed with its whole process group, so no process outlives the agent.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -32,16 +32,27 @@ class McpRegistry:
         self._start_wait = start_wait
         self._hubs: list[McpHub] = []
 
-    def open(self, servers: Iterable[Mapping[str, Any]], cwd: Path, roots: tuple[Path, ...] = ()) -> McpHub | None:
+    def open(
+        self,
+        servers: Iterable[Mapping[str, Any]],
+        cwd: Path,
+        roots: tuple[Path, ...] = (),
+        *,
+        untrusted: Sequence[Mapping[str, Any]] = (),
+        allowed_hosts: tuple[str, ...] = (),
+    ) -> McpHub | None:
         """Start a session's servers in the background; None when it has none (the SDK is then never imported).
-        `roots`: the session's directories (cwd first), for servers that ask."""
+        `roots`: the session's directories (cwd first), for servers that ask. `untrusted`: those a remote client
+        gave, connected only to global addresses or `allowed_hosts` (mcp_bridge/addresses.py)."""
         servers = tuple(servers)
         if not servers:
             return None
         from acp_server.mcp_bridge.hub import McpHub  # noqa: PLC0415 (MCP: the hub loads only for a session with an MCP server)
 
         self._hubs = [hub for hub in self._hubs if not hub.finished]
-        hub = McpHub(servers, cwd, roots, self._environment, self._start_wait)
+        hub = McpHub(
+            servers, cwd, roots, self._environment, self._start_wait, untrusted=untrusted, allowed_hosts=allowed_hosts
+        )
         hub.start(self._spawn)
         self._hubs.append(hub)
         return hub

@@ -45,6 +45,9 @@ class ServerSpec:
     cwd: str | None = None
     url: str = ""
     headers: Mapping[str, str] = field(default_factory=dict)
+    # http/sse from a remote client (REMOTE.md decision 5): connected only to global addresses, or to these hosts
+    # (`--allow-mcp-host`; mcp_bridge/addresses.py). None: not checked (stdio's editor, the config file's servers).
+    allowed_hosts: tuple[str, ...] | None = None
 
     def describe(self) -> str:
         """Where the server is, for messages (never the env or headers: they may hold keys)."""

@@ -15,6 +15,7 @@ Two things the SDK does not give us, added around it:
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import sys
@@ -28,6 +29,7 @@ import anyio
 
 from acp_server import __version__
 from acp_server.errors import McpServerError
+from acp_server.mcp_bridge.addresses import guarded_client
 from acp_server.mcp_bridge.specs import ServerSpec
 from acp_server.runtime.child_env import ChildEnvPolicy, child_environment
 
@@ -127,12 +129,22 @@ async def _transport(
         if pidfile is not None:
             command, args = "/bin/sh", ["-c", _RECORD_PID_AND_EXEC, str(pidfile), executable, *spec.args]
         return stdio_client(StdioServerParameters(command=command, args=args, env=env, cwd=str(cwd)))
+    allowed = spec.allowed_hosts
     if spec.transport == "sse":
         from mcp.client.sse import sse_client  # noqa: PLC0415 (MCP SDK: loaded only for a session with an MCP server)
 
+        if allowed is not None:  # a remote client's: connected only where addresses.py allows
+            return sse_client(
+                spec.url,
+                headers=dict(spec.headers) or None,
+                httpx_client_factory=functools.partial(guarded_client, allowed),
+            )
         return sse_client(spec.url, headers=dict(spec.headers) or None)
     from mcp.client.streamable_http import streamable_http_client  # noqa: PLC0415 (MCP SDK: loaded only for a session with an MCP server)
 
+    if allowed is not None:
+        guarded = await stack.enter_async_context(guarded_client(allowed, dict(spec.headers)))
+        return streamable_http_client(spec.url, http_client=guarded)
     if not spec.headers:
         return streamable_http_client(spec.url)
     import httpx2  # noqa: PLC0415 (httpx2: only for an HTTP MCP server with headers)

@@ -25,7 +25,7 @@ import logging
 import signal
 import socket
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -136,13 +136,17 @@ async def serve_remote(
     *,
     stop_signals: Sequence[signal.Signals] = (),
     announce: bool = True,
+    admit: Callable[[Tokens], None] | None = None,
     task_status: TaskStatus[RemoteServer] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve remote ACP until drained: each accepted, authenticated WebSocket connection is served by
-    `handler(peer, lines, sink)`. ServeSetupError (before anything listens) for settings that must not start.
+    `handler(peer, lines, sink)`. ServeSetupError (before anything listens) for settings that must not start, and
+    from `admit`, which sees the principals read from the token file before anything listens.
     `task_status.started` hands over the `RemoteServer` once the socket listens."""
     check(settings)
     token_file, tokens, made = _tokens(settings)
+    if admit is not None:
+        admit(tokens)
     sock = bind_socket(settings)
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host

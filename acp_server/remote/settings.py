@@ -64,6 +64,11 @@ class RemoteSettings:
     keyfile: str | None = None
     insecure_no_tls: bool = False
     max_connections: int = DEFAULT_MAX_CONNECTIONS
+    # Whether several principals may be served where commands cannot be kept out of each other's files (decision 5).
+    principals_trust_each_other: bool = False
+    # Hosts a client's HTTP or SSE MCP server may name although they are (or resolve to) loopback, private or
+    # link-local addresses (decision 5): names or addresses, compared case-insensitively.
+    allow_mcp_hosts: tuple[str, ...] = ()
     initialize_timeout: float = DEFAULT_INITIALIZE_TIMEOUT
     max_sessions_per_connection: int = DEFAULT_MAX_SESSIONS_PER_CONNECTION
     max_message_bytes: int = MAX_MESSAGE_BYTES
@@ -179,6 +184,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "TLS-terminating proxy (env ACP_SERVER_INSECURE_NO_TLS=1; file: [serve] insecure_no_tls = true)",
     )
     add(
+        "--principals-trust-each-other",
+        action="store_true",
+        default=None,
+        help="serve several principals even where their commands cannot be kept out of each other's files (--sandbox "
+        "off, or no Landlock here) (env ACP_SERVER_PRINCIPALS_TRUST_EACH_OTHER=1; file: [serve] "
+        "principals_trust_each_other = true)",
+    )
+    add(
+        "--allow-mcp-host",
+        action="append",
+        metavar="HOST",
+        help="a host a client's HTTP or SSE MCP server may name although it is (or resolves to) a loopback, private "
+        "or link-local address; repeat for more (env ACP_SERVER_ALLOW_MCP_HOST, comma-separated; file: [serve] "
+        "allow_mcp_host = [...])",
+    )
+    add(
         "--max-connections",
         type=int,
         metavar="N",
@@ -265,6 +286,7 @@ def remote_settings(
     token_file = pick(getattr(args, "token_file", None), "ACP_SERVER_TOKEN_FILE", "token_file", None, str)
     origins: Sequence[str] | None = getattr(args, "allow_origin", None)
     hosts: Sequence[str] | None = getattr(args, "allow_host", None)
+    mcp_hosts: Sequence[str] | None = getattr(args, "allow_mcp_host", None)
     settings = RemoteSettings(
         state_dir=state_dir,
         host=host,
@@ -276,6 +298,19 @@ def remote_settings(
         keyfile=pick(getattr(args, "keyfile", None), "ACP_SERVER_KEYFILE", "keyfile", None, str),
         insecure_no_tls=pick(
             getattr(args, "insecure_no_tls", None), "ACP_SERVER_INSECURE_NO_TLS", "insecure_no_tls", False, _switch
+        ),
+        principals_trust_each_other=pick(
+            getattr(args, "principals_trust_each_other", None),
+            "ACP_SERVER_PRINCIPALS_TRUST_EACH_OTHER",
+            "principals_trust_each_other",
+            False,
+            _switch,
+        ),
+        allow_mcp_hosts=tuple(
+            name.lower()
+            for name in pick(
+                tuple(mcp_hosts) if mcp_hosts else None, "ACP_SERVER_ALLOW_MCP_HOST", "allow_mcp_host", (), _names
+            )
         ),
         max_connections=pick(
             getattr(args, "max_connections", None),

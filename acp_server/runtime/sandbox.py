@@ -34,6 +34,14 @@ it), and drops every capability but the few a root needs for files it may write.
 server is not dumpable (runtime/processes.py), so no command reads its environment through /proc. docs/sandbox.md
 states exactly what is confined and what is not, each with its test.
 
+`serve` also confines what commands read (`Config.sandbox_confine_reads`, shared/design/REMOTE.md decision 5): only
+the session's directories, the temp directory and the system's (`SYSTEM_READS`, every `/lib*`), and /dev/urandom,
+so a principal's commands read neither a home directory nor another principal's root. The server's own files (state
+directory, token file, config file, log, TLS key: `Config.sandbox_hidden`) are hidden even inside those: the
+launcher covers each with an empty read-only tmpfs or /dev/null in the command's mount namespace, after checking it
+is still the file the server found there (device and inode); without a mount namespace, or once one was moved, no
+command runs (fails closed).
+
 The cost: the launcher is a second Python start per command, about 60 ms of CPU (most of it importing landlockpy,
 whose libc lookup runs `ldconfig -p`; the namespace and the capabilities add about 5 ms), small beside a model's turn.
 
@@ -82,6 +90,8 @@ __all__ = [
     "mount_isolation",
     "network_isolation",
     "sandbox_for",
+    "system_reads",
+    "temp_dirs",
 ]
 
 log = logging.getLogger(__name__)
@@ -282,6 +292,12 @@ class Sandbox:
     # Asked for by name (`Config.sandbox_explicit`): a command is refused rather than run less confined than this
     # machine allows when a namespace's probe failed for now (`refusal`).
     explicit: bool = False
+    # None: commands may read all of /. Else only these system directories (`Config.sandbox_confine_reads`: `serve`),
+    # the session's directories and the temp directory.
+    reads: tuple[str, ...] | None = None
+    # (st_dev, st_ino, real path) of the server's own files, as found when the sandbox was made: hidden from commands
+    # where a read rule would reach them (sandbox_exec.py `hide`), the identity so a moved one is noticed.
+    hidden: tuple[tuple[int, int, str], ...] = ()
 
     def refusal(self, mounts: Isolation, net: Isolation | None = None) -> str | None:
         """Why a command must not run, or None: the sandbox was asked for by name and a namespace the kernel may
@@ -308,6 +324,10 @@ class Sandbox:
         if self.mode is SandboxMode.WORKSPACE_WRITE:
             writable = _safe_writable(self._asked(roots), self.package_dir)
         args = [f"--write={path}" for path in writable]
+        if self.reads is not None:
+            readable = dict.fromkeys([*self.reads, *(str(root) for root in roots), *_temp_dirs()])
+            args += [f"--read={path}" for path in readable]
+            args += [f"--hide={dev}:{ino}:{path}" for dev, ino, path in self.hidden]
         if not self.network:
             args.append("--no-network")
             if netns:
@@ -344,6 +364,11 @@ class Sandbox:
                 what += f" (and {', '.join(kept)})"
         else:
             what = "local commands may write nothing"
+        if self.reads is not None:
+            what += (
+                f", and read only the session's directories, the temp directory and {', '.join(self.reads)} (the "
+                "server's own files hidden)"
+            )
         if self.network:
             network = "network allowed"
         elif net is not None and net.ok:
@@ -499,7 +524,41 @@ def _sandbox(config: Config, found: Support) -> Sandbox:
         found.package_dir,
         extra,
         explicit=config.sandbox_explicit,
+        reads=system_reads() if config.sandbox_confine_reads else None,
+        hidden=_identities(config.sandbox_hidden) if config.sandbox_confine_reads else (),
     )
+
+
+# What commands may read besides their session's directories and the temp directory when reads are confined: the
+# system's programs, libraries and configuration, and /proc (ps, /proc/self; the server is not dumpable, so its own
+# entries stay closed to them). Not /home, /root, /var, /srv, /run, /sys, /mnt, /media; not the interpreter or venv
+# that runs the server (a command that wants Python uses the system's).
+SYSTEM_READS = ("/usr", "/bin", "/sbin", "/etc", "/opt", "/proc")
+
+
+def system_reads() -> tuple[str, ...]:
+    """SYSTEM_READS and every `/lib*` (`/lib`, `/lib64`, `/lib32`, `/libx32`) that exists here, resolved."""
+    libs = sorted(str(path) for path in Path("/").glob("lib*") if path.is_dir())
+    # Resolved (`/bin` is `/usr/bin` on most systems now): the launcher grants each one reached without a link.
+    found = (os.path.realpath(path) for path in (*SYSTEM_READS[:3], *libs, *SYSTEM_READS[3:]) if os.path.exists(path))
+    return tuple(dict.fromkeys(found))
+
+
+def _identities(paths: Sequence[str]) -> tuple[tuple[int, int, str], ...]:
+    """Each path that exists, resolved, with its device and inode (what the launcher checks it still finds there)."""
+    found: list[tuple[int, int, str]] = []
+    for path in dict.fromkeys(os.path.realpath(path) for path in paths):
+        try:
+            info = os.stat(path)
+        except OSError:
+            continue  # nothing there to hide (a config file that does not exist)
+        found.append((info.st_dev, info.st_ino, path))
+    return tuple(found)
+
+
+def temp_dirs() -> list[str]:
+    """The temp directories commands may write (resolved, existing): `serve` keeps its own files' folders apart."""
+    return _temp_dirs()
 
 
 def _temp_dirs() -> list[str]:

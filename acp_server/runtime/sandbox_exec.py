@@ -1,5 +1,5 @@
 """The launcher that confines one command, then becomes it:
-`[--write=DIR]... [--no-network] [--mounts] [--netns] -- ARGV...`.
+`[--write=DIR]... [--read=PATH]... [--hide=DEV:INO:PATH]... [--no-network] [--mounts] [--netns] -- ARGV...`.
 
 Started by the server (runtime/sandbox.py builds its command line) as `python -I -S -c BOOT ARGS`, so it imports only
 the standard library, landlockpy and this module. In this order, each step needing what the next gives up:
@@ -15,10 +15,11 @@ the standard library, landlockpy and this module. In this order, each step needi
    (DNS included), TCP or abstract Unix socket of the host is reached from it; Unix sockets by path still are (a
    path is a file, not a network name). Landlock refuses UDP only from ABI 10; this closes it on older kernels. The
    server asks once whether it works here (`--probe-network`) and passes `--netns` only then.
-2. Landlock: a domain in which the whole file system may be read and executed, only the `--write` directories (and
-   the harmless devices) written, device nodes never made, no signal sent to a process outside the domain (ABI 6),
-   and, with `--no-network`, no TCP connection made or socket bound. A Landlocked process may not mount, so the
-   command cannot undo step 1.
+   `--hide` (with `--read`): the server's own files, covered where a rule would let the command read them (`hide`).
+2. Landlock: a domain in which the whole file system (with `--read`, only those paths, the `--write` directories
+   and the devices) may be read and executed, only the `--write` directories (and the harmless devices) written,
+   device nodes never made, no signal sent to a process outside the domain (ABI 6), and, with `--no-network`, no
+   TCP connection made or socket bound. A Landlocked process may not mount, so the command cannot undo step 1.
 3. Capabilities: what a root server's command could do beyond its files (make devices, trace the server and read its
    memory and environment, load modules, raw sockets, ...) is dropped from every capability set, the bounding set
    included, so no exec can bring it back; `KEPT_CAPABILITIES` stay (the command is still root for the files it may
@@ -38,10 +39,13 @@ import contextlib
 import ctypes
 import errno
 import os
+import stat
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
-__all__ = ["CANNOT_CONFINE", "KEPT_CAPABILITIES", "main"]
+__all__ = ["CANNOT_CONFINE", "KEPT_CAPABILITIES", "hide", "main"]
 
 # The exit status when the command could not be confined (and so was not run), or could not be executed.
 CANNOT_CONFINE = 126
@@ -55,6 +59,9 @@ PROBE_REFUSED = 3
 _REFUSED_FOR_GOOD = (errno.EPERM, errno.EACCES, errno.ENOSYS, errno.EINVAL)
 # Devices every command may write, even in read-only: writing there changes nothing on disk.
 WRITABLE_DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/tty", "/dev/ptmx", "/dev/pts")
+# Devices every command may read when reads are confined (`--read`): randomness. Never a disk: a root command keeps
+# CAP_DAC_OVERRIDE, and a raw disk holds every file.
+READABLE_DEVICES = ("/dev/urandom", "/dev/random")
 
 # The capabilities a root server's command keeps (<linux/capability.h> numbers): what root needs to work on files it
 # may write that belong to another user, as a project mounted into a container does (CAP_CHOWN, CAP_DAC_OVERRIDE,
@@ -86,6 +93,11 @@ _IFF_UP = 0x1
 _AF_INET = 2
 _SOCK_DGRAM = 2
 _SOCK_CLOEXEC = os.O_CLOEXEC
+_MS_RDONLY = 0x1
+_MS_NOSUID = 0x2
+_MS_NODEV = 0x4
+_MS_NOEXEC = 0x8
+_MS_BIND = 0x1000
 _MS_REC = 0x4000
 _MS_PRIVATE = 1 << 18
 _AT_FDCWD = -100
@@ -93,6 +105,8 @@ _AT_RECURSIVE = 0x8000
 _AT_EMPTY_PATH = 0x1000
 # A directory opened as a handle only (no read), never through a link: see `pinned`.
 _NO_LINKS = os.O_PATH | os.O_NOFOLLOW | os.O_DIRECTORY | os.O_CLOEXEC
+# The last component of a hidden path, which may be a file: never through a link either (see `hide`).
+_NO_LINK_LAST = os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC
 _OPEN_TREE_CLONE = 1
 _OPEN_TREE_CLOEXEC = os.O_CLOEXEC
 _MOVE_MOUNT_F_EMPTY_PATH = 0x4
@@ -124,8 +138,23 @@ class _IfReq(ctypes.Structure):
     _fields_ = (("name", ctypes.c_char * 16), ("flags", ctypes.c_short), ("pad", ctypes.c_char * 22))
 
 
-def _parse(args: Sequence[str]) -> tuple[list[str], bool, bool, bool, list[str]]:
+@dataclass(frozen=True, slots=True)
+class _Args:
+    writable: list[str]
+    network: bool
+    mounts: bool
+    netns: bool
+    argv: list[str]
+    # `--read=PATH`: with any, only these (and `writable`, and the devices) may be read, not all of /.
+    readable: list[str] = field(default_factory=list)
+    # `--hide=DEV:INO:PATH`: the server's own files, hidden from the command (see `hide`).
+    hidden: list[tuple[int, int, str]] = field(default_factory=list)
+
+
+def _parse(args: Sequence[str]) -> _Args:
     writable: list[str] = []
+    readable: list[str] = []
+    hidden: list[tuple[int, int, str]] = []
     network = True
     mounts = False
     netns = False
@@ -135,9 +164,16 @@ def _parse(args: Sequence[str]) -> tuple[list[str], bool, bool, bool, list[str]]
                 raise ValueError("no command after --")
             if netns and network:
                 raise ValueError("--netns without --no-network")
-            return writable, network, mounts, netns, list(args[index + 1 :])
+            if hidden and not readable:
+                raise ValueError("--hide without --read")
+            return _Args(writable, network, mounts, netns, list(args[index + 1 :]), readable, hidden)
         if arg.startswith("--write="):
             writable.append(arg.removeprefix("--write="))
+        elif arg.startswith("--read="):
+            readable.append(arg.removeprefix("--read="))
+        elif arg.startswith("--hide="):
+            dev, ino, path = arg.removeprefix("--hide=").split(":", 2)
+            hidden.append((int(dev), int(ino), path))
         elif arg == "--no-network":
             network = False
         elif arg == "--mounts":
@@ -239,17 +275,19 @@ def pinned(writable: Sequence[str], *, check_code: bool = True) -> list[tuple[st
     return kept
 
 
-def _open_without_links(path: str) -> int:
+def _open_without_links(path: str, *, last: int = _NO_LINKS) -> int:
     """A handle on directory `path` (absolute, normalised), reached without following any link: ENOTDIR where a
-    component is a link (or not a directory)."""
+    component is a link (or not a directory). `last`: how the last component is opened (a file too, with
+    `_NO_LINK_LAST`)."""
     parts = path.split("/")
     if not path.startswith("/") or any(part in (".", "..") for part in parts):
         raise OSError(errno.EINVAL, "not an absolute, normalised path")
     fd = os.open("/", _NO_LINKS)
     try:
-        for part in parts:
+        names = [part for part in parts if part]
+        for index, part in enumerate(names):
             if part:
-                following = os.open(part, _NO_LINKS, dir_fd=fd)
+                following = os.open(part, last if index == len(names) - 1 else _NO_LINKS, dir_fd=fd)
                 os.close(fd)
                 fd = following
     except BaseException:
@@ -364,10 +402,56 @@ def _read_only_but(libc: ctypes.CDLL, writable: Sequence[tuple[str, int]]) -> No
             os.chdir(here)
 
 
-def confine(writable: Sequence[tuple[str, int]], network: bool) -> None:
+def hide(hidden: Sequence[tuple[int, int, str]], allowed: Sequence[str], *, mounts: bool) -> None:
+    """Step 1b (with `--read`): the server's own files (its state directory, token file, config file, log, TLS key:
+    `--hide=DEV:INO:PATH`, resolved by the server when it started) made unreadable where a rule would let the command
+    read them: one inside an allowed directory (a state directory under /tmp, a config file under /etc, a token file
+    in a root) is covered, in this mount namespace, by an empty read-only tmpfs (a directory) or /dev/null (a file).
+    Landlock cannot refuse beneath a directory it allows, and a Landlocked process may not unmount. One outside every
+    allowed directory needs nothing: Landlock refuses it (EACCES).
+
+    Fails closed (OSError: the command is not run): without a mount namespace here, when a hidden path lies inside an
+    allowed directory; and when the path no longer leads, without a link, to the file the server found there when it
+    started (a command moved it, or a directory on its way, to read it under another name)."""
+    real = [os.path.realpath(path) for path in allowed]
+    libc = _libc()
+    for dev, ino, path in hidden:
+        inside = next((root for root in real if _inside(path, root)), None)
+        if inside is None:
+            continue
+        if not mounts:
+            raise OSError(
+                errno.EPERM,
+                f"{path} (the server's own) lies inside {inside}, which the command may read, and without a mount "
+                "namespace here it cannot be hidden from it; move it out of there",
+            )
+        try:
+            fd = _open_without_links(path, last=_NO_LINK_LAST)
+        except OSError as exc:
+            raise OSError(
+                exc.errno,
+                f"{path} (the server's own) cannot be reached without following a link, or is gone (a command may "
+                f"have moved it): {exc.strerror or exc}",
+            ) from None
+        try:
+            found = os.fstat(fd)
+            if (found.st_dev, found.st_ino) != (dev, ino):
+                raise OSError(errno.EXDEV, f"{path} is no longer the server's own (a command may have replaced it)")
+            target = f"/proc/self/fd/{fd}".encode()  # the handle's file, whatever its path leads to by now
+            if stat.S_ISDIR(found.st_mode):
+                flags = ctypes.c_ulong(_MS_RDONLY | _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
+                _check(libc.mount(b"none", target, b"tmpfs", flags, b"mode=0,size=4k"), f"hiding {path}")
+            else:
+                _check(libc.mount(b"/dev/null", target, None, ctypes.c_ulong(_MS_BIND), None), f"hiding {path}")
+        finally:
+            os.close(fd)
+
+
+def confine(writable: Sequence[tuple[str, int]], network: bool, readable: Sequence[str] | None = None) -> None:
     """Step 2: enforce the Landlock domain on this process (and what it execs), the writable directories granted by
     their handles from `pinned` (through /proc/self/fd: the directory held, not what its path leads to by now).
-    Raises OSError (landlockpy's errors are OSErrors) when it cannot."""
+    With `readable` (`--read`), only those (and the writable directories and the devices) may be read and executed,
+    not all of /. Raises OSError (landlockpy's errors are OSErrors) when it cannot."""
     from landlockpy import AccessFS, AccessNet, Ruleset, Scope, abi_version, fs_for_abi, net_for_abi  # noqa: PLC0415 (landlockpy, Linux only: in the confined child)
 
     abi = abi_version()
@@ -387,13 +471,44 @@ def confine(writable: Sequence[tuple[str, int]], network: bool) -> None:
     # the server or the user's other processes. The server, outside the domain, can still kill the command's group.
     scoped = Scope.SIGNAL if network else Scope.SIGNAL | Scope.ABSTRACT_UNIX_SOCKET
     with Ruleset(handled_fs=every_fs, handled_net=handled_net, scoped=scoped) as ruleset:
-        ruleset.allow_path("/", read)
+        if readable is None:
+            ruleset.allow_path("/", read)
+        else:
+            # A rule on a file takes only the rights a file has (the kernel refuses the others: EINVAL).
+            on_file = read & (AccessFS.READ_FILE | AccessFS.EXECUTE | AccessFS.IOCTL_DEV)
+            for path in readable:
+                _allow_without_links(ruleset, path, read, on_file)
+            for path in READABLE_DEVICES:
+                if os.path.exists(path):
+                    ruleset.allow_path(path, AccessFS.READ_FILE)
         for path in WRITABLE_DEVICES:
             if os.path.exists(path):
                 ruleset.allow_path(path, device)
         for _, handle in writable:
             ruleset.allow_path(f"/proc/self/fd/{handle}", write)
         ruleset.restrict()
+
+
+def _allow_without_links(ruleset: Any, path: str, on_directory: Any, on_file: Any) -> None:
+    """A read rule on `path` (resolved by the server), reached without following a link, granted by its handle: a
+    root or the temp directory a command could have swapped for a link to a home directory (`mv root old; ln -s
+    /root root`) is not readable rather than that home (fails closed, said on stderr). One that does not exist is
+    skipped."""
+    try:
+        fd = _open_without_links(path, last=_NO_LINK_LAST)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        _say(f"acp-server sandbox: {path} is NOT readable: it cannot be reached without following a link: {exc}")
+        return
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISLNK(mode):  # the last component itself (O_PATH | O_NOFOLLOW opens the link)
+            _say(f"acp-server sandbox: {path} is NOT readable: it is now a link (a command may have made it)")
+            return
+        ruleset.allow_path(f"/proc/self/fd/{fd}", on_directory if stat.S_ISDIR(mode) else on_file)
+    finally:
+        os.close(fd)
 
 
 def drop_capabilities() -> None:
@@ -450,10 +565,14 @@ def main(args: Sequence[str]) -> None:
     if list(args) in (["--probe-mounts"], ["--probe-network"]):
         probe(args[0])
     try:
-        asked, network, mounts, netns, argv = _parse(args)
+        parsed = _parse(args)
+        network, argv = parsed.network, parsed.argv
         # First: a Landlocked process may not mount, a process without capabilities can neither mount nor bring lo up.
-        writable = isolate(beyond_reach(asked), mounts=mounts, network=netns)
-        confine(writable, network)
+        writable = isolate(beyond_reach(parsed.writable), mounts=parsed.mounts, network=parsed.netns)
+        readable = parsed.readable or None
+        if readable is not None:
+            hide(parsed.hidden, [*readable, *(path for path, _ in writable)], mounts=parsed.mounts)
+        confine(writable, network, readable)
         drop_capabilities()
         if not network:
             # Without the network, no session bus either, as far as an environment can say so (a client may still

@@ -133,6 +133,13 @@ class Config:
     sandbox_network: bool = True
     # More directories sandboxed commands may write in workspace-write (caches: `~/.cache/pip`), absolute.
     sandbox_writable: tuple[str, ...] = ()
+    # Whether sandboxed commands may read only the session's directories, the temp directory and the system's
+    # (`/usr`, `/lib*`, `/bin`, `/sbin`, `/etc`, `/opt`, `/proc`) rather than all of /: `serve` sets it, so one
+    # principal's commands read neither the server's files nor a home directory (shared/design/REMOTE.md, decision 5).
+    sandbox_confine_reads: bool = False
+    # With `sandbox_confine_reads`: the server's own files and directories (absolute, resolved), hidden from commands
+    # even where they lie inside a readable directory (a state directory under /tmp, a config file under /etc).
+    sandbox_hidden: tuple[str, ...] = ()
 
     def accepts(self, spec: str) -> frozenset[str]:
         """What the model `spec` takes in a prompt: its `models` entry's `input`, else its family's, else the

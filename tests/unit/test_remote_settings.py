@@ -69,3 +69,32 @@ def test_off_loopback_starts_with_tls_or_an_explicit_insecure_no_tls() -> None:
 def test_listen_addresses_parse_with_ipv6_in_brackets() -> None:
     assert parse_listen("localhost:0") == ("localhost", 0)
     assert parse_listen("[::]:8765") == ("::", 8765)
+
+
+def test_allow_mcp_host_and_principals_trust_each_other_come_from_flag_environment_or_file() -> None:
+    assert settings([]).allow_mcp_hosts == () and not settings([]).principals_trust_each_other
+    got = settings(
+        ["--allow-mcp-host", "MCP.internal", "--allow-mcp-host", "10.0.0.5", "--principals-trust-each-other"]
+    )
+    assert got.allow_mcp_hosts == ("mcp.internal", "10.0.0.5") and got.principals_trust_each_other
+    env = {"ACP_SERVER_ALLOW_MCP_HOST": "a.example, b.example", "ACP_SERVER_PRINCIPALS_TRUST_EACH_OTHER": "yes"}
+    got = settings([], env)
+    assert got.allow_mcp_hosts == ("a.example", "b.example") and got.principals_trust_each_other
+    got = settings([], file={"allow_mcp_host": ["c.example"], "principals_trust_each_other": True})
+    assert got.allow_mcp_hosts == ("c.example",) and got.principals_trust_each_other
+    with pytest.raises(ServeSetupError, match="principals_trust_each_other"):
+        settings([], file={"principals_trust_each_other": "perhaps"})
+
+
+def test_several_principals_are_refused_where_landlock_is_missing_unless_they_trust_each_other(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from acp_server.cli import serve
+    from acp_server.runtime import sandbox
+    from acp_server.settings.config import Config
+
+    monkeypatch.setattr(sandbox, "landlock_support", lambda: sandbox.Support(0, "this kernel (4.19) has no Landlock"))
+    with pytest.raises(ServeSetupError, match=r"refusing to serve 2 principals: no sandbox can be had here: this kern"):
+        serve.admit_principals(2, Config(), settings([]))
+    serve.admit_principals(1, Config(), settings([]))  # one principal: nobody else's files to keep apart
+    serve.admit_principals(2, Config(), settings(["--principals-trust-each-other"]))

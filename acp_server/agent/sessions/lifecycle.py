@@ -95,9 +95,10 @@ def _check_directories(place: Place, owner: Owner = LOCAL) -> None:
     owner.check_servers(place.mcp_servers)
 
 
-def _register(agent: Agent, session: Session, edge: Edge) -> None:
+def _register(agent: Agent, session: Session, edge: Edge, owner: Owner = LOCAL) -> None:
     """Register a session and attach it to the connection `edge`, then connect its MCP servers in the background
-    (the response does not wait: a turn waits for them, bounded; see mcp_bridge)."""
+    (the response does not wait: a turn waits for them, bounded; see mcp_bridge). A remote owner's own servers
+    connect only where `Owner.check_addresses` allowed (checked again at each connect: DNS rebinding)."""
     replaced = agent.sessions.get(session.session_id)
     if replaced is not None and replaced.mcp is not None:
         replaced.mcp.stop()  # a load or resume of an open session: its servers start again with the new one
@@ -106,7 +107,13 @@ def _register(agent: Agent, session: Session, edge: Edge) -> None:
     servers = merge_servers(agent.config.mcp_servers, session.mcp_servers)
     if servers:
         agent.processes.adopt_orphans()  # stdio MCP servers are children too: their orphans must come to us
-    session.mcp = agent.mcp.open(servers, session.cwd, (session.cwd, *session.additional_directories))
+    session.mcp = agent.mcp.open(
+        servers,
+        session.cwd,
+        (session.cwd, *session.additional_directories),
+        untrusted=session.mcp_servers if owner.remote else (),
+        allowed_hosts=owner.mcp_hosts,
+    )
 
 
 def offered_models(agent: Agent, session: Session) -> tuple[str, ...]:
@@ -131,6 +138,7 @@ async def new_session(
     connection's credentials and its limit of open sessions were checked by its handler (protocol/editor_connection.py
     `EditorConnection.opening`), as for a restore and a fork."""
     _check_directories(place, owner)
+    await owner.check_addresses(place.mcp_servers)
     discover_models(agent)  # a due refresh in the background, never awaited here
     await agent.models.ready()  # the cached lists, if their read (in a worker thread) is still running
     session_id = f"sess_{uuid.uuid4().hex}"
@@ -156,7 +164,7 @@ async def new_session(
         )
     )
     agent.owners.record(session_id, owner)
-    _register(agent, session, edge)
+    _register(agent, session, edge, owner)
     return session
 
 
@@ -176,6 +184,7 @@ async def restore_session(
     is answered as an unknown one, at the point an unknown one is; one attached to another connection of the same
     principal is taken over: its running turn is cancelled as at that connection's end (REMOTE.md decision 4)."""
     _check_directories(place, owner)
+    await owner.check_addresses(place.mcp_servers)
     current = agent.sessions.get(session_id)
     # An open session's owner is known here; a stored one's is in its record (read below).
     foreign = current is not None and not agent.owners.owns(owner, session_id)
@@ -224,7 +233,7 @@ async def restore_session(
     if replay is not None:
         # The whole conversation, before the response (ACP); C3 exempts this replay from the turn rule.
         replay(loaded, session)
-    _register(agent, session, edge)
+    _register(agent, session, edge, owner)
     return session
 
 
@@ -259,6 +268,7 @@ async def fork_session(
     """A new session that starts with a copy of another's conversation (a running turn in the source is copied as
     interrupted), restored without a replay; the source is untouched. Another principal's source is unknown."""
     _check_directories(place, owner)  # before the copy: no half-made fork
+    await owner.check_addresses(place.mcp_servers)
     store = await agent.store.require()
     if not await _stored_owns(agent, owner, source_id):
         raise UnknownSessionError(source_id)

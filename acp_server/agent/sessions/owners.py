@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from acp_server.errors import InvalidArgumentError
+from acp_server.errors import InvalidArgumentError, McpServerError
 
 __all__ = ["LOCAL", "Owner", "SessionOwners"]
 
@@ -23,6 +23,9 @@ class Owner:
 
     name: str
     roots: tuple[str, ...] | None = None
+    # Hosts its HTTP or SSE MCP servers may name although they are loopback, private or link-local
+    # (`--allow-mcp-host`, lower case); every other host must resolve to global addresses only (decision 5).
+    mcp_hosts: tuple[str, ...] = ()
 
     @property
     def remote(self) -> bool:
@@ -44,7 +47,8 @@ class Owner:
         )
 
     def check_servers(self, servers: object) -> None:
-        """A remote client's MCP servers that are commands would run on the server's machine: refused."""
+        """A remote client's MCP servers that are commands would run on the server's machine: refused. (Where an
+        HTTP or SSE one may point is `check_addresses`'s.)"""
         if self.roots is None or not isinstance(servers, list | tuple):
             return
         for server in servers:
@@ -53,6 +57,25 @@ class Owner:
                 raise InvalidArgumentError(
                     f"mcpServers: {name!r} is a command; a remote connection may give HTTP or SSE servers only"
                 )
+
+    async def check_addresses(self, servers: object) -> None:
+        """A remote client's HTTP or SSE MCP server must not point at a loopback, private or link-local address
+        unless its host is one of `mcp_hosts`: -32602 naming the rule (mcp_bridge/addresses.py; checked again at
+        every connect)."""
+        if self.roots is None or not isinstance(servers, list | tuple):
+            return
+        from acp_server.mcp_bridge.addresses import check_url  # noqa: PLC0415 (only for a remote client's servers)
+
+        for server in servers:
+            if (
+                isinstance(server, dict)
+                and server.get("type") in ("http", "sse")
+                and isinstance(server.get("url"), str)
+            ):
+                try:
+                    await check_url(server["url"], self.mcp_hosts)
+                except McpServerError as exc:
+                    raise InvalidArgumentError(f"mcpServers: {server.get('name', '?')!r}: {exc}") from None
 
 
 LOCAL = Owner("local")

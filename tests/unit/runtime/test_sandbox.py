@@ -7,8 +7,10 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -446,3 +448,105 @@ def test_the_launcher_itself_refuses_a_writable_directory_holding_its_code_whate
     assert [path for path, _ in kept] == [work]
     said = capfd.readouterr().err
     assert f"{site} is NOT writable: it holds or lies inside " in said and f"the landlockpy package ({site})" in said
+
+
+# --- reads confined (`serve`: REMOTE.md decision 5) ---
+
+# CI runs where Landlock is: there these fail instead of skipping.
+needs_landlock_in_ci = pytest.mark.skipif(
+    SUPPORTED.abi < 1 and os.environ.get("CI") != "true", reason=f"no Landlock on this machine: {SUPPORTED.reason}"
+)
+
+
+def _confined_reads(hidden: list[str]) -> Sandbox:
+    return Sandbox(
+        SandboxMode.WORKSPACE_WRITE,
+        True,
+        SUPPORTED.abi,
+        SUPPORTED.package_dir,
+        reads=sandbox_module.system_reads(),
+        hidden=sandbox_module._identities(hidden),
+    )
+
+
+def _run_in(sandbox: Sandbox, root: Path, line: str, *, mounts: bool) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        sandbox.command(["/bin/sh", "-c", line], [root], mounts=mounts),
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=scaled(30),
+        check=False,
+    )
+
+
+@needs_landlock_in_ci
+def test_with_reads_confined_a_command_reads_its_root_and_the_system_but_not_elsewhere(tmp_path: Path) -> None:
+    elsewhere = Path(tempfile.mkdtemp(prefix="acp-sandbox-reads-", dir="/var/tmp"))
+    try:
+        (elsewhere / "secret").write_text("elsewhere-secret\n")
+        root = tmp_path / "root"
+        root.mkdir()
+        (root / "mine").write_text("mine\n")
+        sandbox = _confined_reads([])
+        mounts = mount_isolation(SUPPORTED.package_dir).ok
+        assert _run_in(sandbox, root, "cat mine && head -c 1 /dev/urandom | wc -c", mounts=mounts).stdout == "mine\n1\n"
+        refused = _run_in(sandbox, root, f"cat {elsewhere}/secret", mounts=mounts)
+        assert refused.returncode != 0 and "Permission denied" in refused.stderr, refused
+        # Without `reads`, as on stdio, everything may be read.
+        everything = Sandbox(SandboxMode.WORKSPACE_WRITE, True, SUPPORTED.abi, SUPPORTED.package_dir)
+        assert _run_in(everything, root, f"cat {elsewhere}/secret", mounts=mounts).stdout == "elsewhere-secret\n"
+    finally:
+        shutil.rmtree(elsewhere, ignore_errors=True)
+
+
+@needs_landlock_in_ci
+def test_a_hidden_path_a_command_moved_or_that_cannot_be_covered_stops_every_command(tmp_path: Path) -> None:
+    """The server's own directory inside a root commands may write: covered while it is where the server found
+    it; once moved (to read it under another name), no command runs; nor where no mount namespace can cover it."""
+    root = tmp_path / "root"
+    state = root / "state"
+    state.mkdir(parents=True)
+    (state / "serve-token").write_text("the-token\n")
+    sandbox = _confined_reads([str(state)])
+    if mount_isolation(SUPPORTED.package_dir).ok:
+        covered = _run_in(sandbox, root, "ls -A state; cat state/serve-token", mounts=True)
+        assert "the-token" not in covered.stdout and covered.stdout == "", covered
+        moved = _run_in(sandbox, root, "mv state moved", mounts=True)
+        assert moved.returncode != 0  # a mount point cannot be moved inside the command's namespace ...
+        state.rename(root / "moved")  # ... but the server's own files may move all the same (by anyone outside)
+        after = _run_in(sandbox, root, "cat moved/serve-token", mounts=True)
+        assert after.returncode == CANNOT_CONFINE and "the-token" not in after.stdout, after
+        assert "the server's own" in after.stderr and "moved" in after.stderr, after
+        (root / "moved").rename(state)
+    uncovered = _run_in(sandbox, root, "cat state/serve-token", mounts=False)
+    assert uncovered.returncode == CANNOT_CONFINE and "the-token" not in uncovered.stdout, uncovered
+    assert "cannot be hidden" in uncovered.stderr, uncovered
+
+
+@needs_landlock_in_ci
+def test_a_root_a_command_swapped_for_a_link_does_not_make_the_links_target_readable(tmp_path: Path) -> None:
+    elsewhere = Path(tempfile.mkdtemp(prefix="acp-sandbox-reads-", dir="/var/tmp"))
+    try:
+        (elsewhere / "secret").write_text("elsewhere-secret\n")
+        root = tmp_path / "root"
+        (root / "sub").mkdir(parents=True)  # an additional directory inside the cwd
+        sandbox = _confined_reads([])
+        mounts = mount_isolation(SUPPORTED.package_dir).ok
+
+        def run(line: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run(
+                sandbox.command(["/bin/sh", "-c", line], [root, root / "sub"], mounts=mounts),
+                cwd=root,
+                capture_output=True,
+                text=True,
+                timeout=scaled(30),
+                check=False,
+            )
+
+        assert run(f"rmdir sub && ln -s {elsewhere} sub").returncode == 0
+        after = run("cat sub/secret")
+        assert after.returncode != 0 and "elsewhere-secret" not in after.stdout, after
+        assert "NOT readable" in after.stderr, after
+    finally:
+        shutil.rmtree(elsewhere, ignore_errors=True)
