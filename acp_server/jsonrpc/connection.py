@@ -5,6 +5,16 @@ first `prepare`d synchronously (this is where a `session/prompt` is admitted, be
 cancel read after it always finds it) and then answered in its own task. Responses to our requests resolve the
 waiting caller through the pending table.
 
+A batch (a line holding a JSON array, JSON-RPC 2.0 §6) is taken apart by `classify` and its entries are admitted one
+by one, in order, exactly as separate lines would be: a request is prepared on the reader and answered in its own
+task, a notification handled inline, a response resolves our request, an invalid entry gets its -32600. So a cancel
+in a batch binds to the prompts before it, in the batch or not (the epoch rule, docs/interrupts.md I10). What differs
+is only where the answers go: each request's response (and each invalid entry's error) waits in its place in the
+batch's array (`_Batch`), which is written as one line once every request of the batch is answered; a batch with no
+request and no invalid entry gets nothing. So a batch holding a turn that answers at its end (a v1
+`session/prompt`) is answered then: the turn's updates, and everything else, flow meanwhile. A response sent
+out of band (`respond`: a cancel answers a held v2 prompt) goes into its batch's array too.
+
 All output goes through one FIFO outbox drained by one writer task, so lines never interleave and a response is
 written after everything queued before it. Turn output is *fenced*: `send_fenced` drops a message whose turn has
 already been answered (or abandoned), which is what keeps a dying or replaced run from reaching the client.
@@ -29,10 +39,11 @@ from anyio.abc import TaskGroup
 
 from acp_server.jsonrpc.rpc import (
     ErrorCode,
+    Incoming,
+    IncomingBatch,
     IncomingNotification,
     IncomingRequest,
     IncomingResponse,
-    InvalidLine,
     classify,
     error_message,
 )
@@ -90,7 +101,8 @@ class Dispatcher(Protocol):
         ...
 
     async def answer(self, request: IncomingRequest, context: Any) -> dict[str, Any] | None:
-        """The request's response; None if it was already queued, out of band (`send`), by another handler."""
+        """The request's response; None if it was already queued, out of band (`Connection.respond`), by another
+        handler."""
         ...
 
     def after_response(self, context: Any) -> None:
@@ -134,6 +146,34 @@ class ClientRequestError(Exception):
         self.message = message
 
 
+class _Batch:
+    """The answers of one batch, in the order of its entries: each request's response (or None once it needs none)
+    and each invalid entry's error, serialised as they come; written as one array once the batch is read whole
+    (`sealed`) and no request of it is still waiting."""
+
+    __slots__ = ("parts", "sealed", "waiting")
+
+    def __init__(self) -> None:
+        self.parts: list[bytes | None] = []
+        self.waiting = 0
+        self.sealed = False
+
+    def line(self) -> bytes | None:
+        """The array of its answers as one line; None if nothing in it needs one (notifications and responses)."""
+        parts = [part for part in self.parts if part is not None]
+        return b"[" + b",".join(parts) + b"]\n" if parts else None
+
+
+@dataclass(eq=False, slots=True)
+class _Slot:
+    """One request's place in its batch's array."""
+
+    batch: _Batch
+    index: int
+    request_id: Any
+    filled: bool = False
+
+
 @dataclass(eq=False, slots=True)
 class _Outgoing:
     method: str
@@ -159,6 +199,9 @@ class Connection:
         self._withdrawn: deque[int] = deque(maxlen=WITHDRAWN_KEPT)  # the latest ids `retract` gave up waiting for
         self._ids = itertools.count(1)
         self._in_flight = 0
+        # The requests of batches not yet answered, by id (ids are the client's, unique among its requests in
+        # flight): where `respond` puts a response sent out of band. Emptied as they are answered.
+        self._batched: dict[Any, list[_Slot]] = {}
         self._no_requests_in_flight = anyio.Event()
         self._task_group: TaskGroup | None = None
         self._broken = False
@@ -200,15 +243,31 @@ class Connection:
 
     def _on_line(self, line: bytes | Oversized) -> None:
         incoming = classify(line)
+        if isinstance(incoming, IncomingBatch):
+            self._on_batch(incoming)
+        else:
+            self._admit(incoming, None)
+
+    def _on_batch(self, batch: IncomingBatch) -> None:
+        """Admit a batch's entries in order, as separate lines; its answers go into one array (see the module)."""
+        answers = _Batch()
+        for entry in batch.entries:
+            self._admit(entry, answers)
+        answers.sealed = True
+        self._flush_if_answered(answers)
+
+    def _admit(self, incoming: Incoming, batch: _Batch | None) -> None:
+        """One message, a line's or a batch entry's; its answer goes to `batch`'s array if it came in one."""
         if isinstance(incoming, IncomingRequest):
+            slot = self._slot(batch, incoming.id) if batch is not None else None
             try:
                 context = self._dispatcher.prepare(incoming)
             except Exception:
                 log.exception("failed to prepare %s", incoming.method)
-                self.send(error_message(incoming.id, ErrorCode.INTERNAL_ERROR, "Internal error"))
+                self._reply(error_message(incoming.id, ErrorCode.INTERNAL_ERROR, "Internal error"), slot)
                 return
             self._in_flight += 1
-            self.spawn(self._answer, incoming, context)
+            self.spawn(self._answer, incoming, context, slot)
         elif isinstance(incoming, IncomingNotification):
             try:
                 self._dispatcher.notify(incoming.method, incoming.params)
@@ -217,18 +276,58 @@ class Connection:
         elif isinstance(incoming, IncomingResponse):
             self._on_response(incoming)
         else:
-            self._on_invalid(incoming)
+            log.warning("rejected %s: %s", "a batch entry" if batch is not None else "line", incoming.message)
+            message = error_message(incoming.id, incoming.code, incoming.message)
+            if batch is None:
+                self.send(message)
+            else:
+                batch.parts.append(self._encode(message, newline=False))
 
-    def _on_invalid(self, invalid: InvalidLine) -> None:
-        log.warning("rejected line: %s", invalid.message)
-        self.send(error_message(invalid.id, invalid.code, invalid.message))
+    def _slot(self, batch: _Batch, request_id: Any) -> _Slot:
+        slot = _Slot(batch, len(batch.parts), request_id)
+        batch.parts.append(None)
+        batch.waiting += 1
+        self._batched.setdefault(request_id, []).append(slot)
+        return slot
 
-    async def _answer(self, request: IncomingRequest, context: Any) -> None:
-        try:
-            response = await self._dispatcher.answer(request, context)
+    def _reply(self, response: dict[str, Any] | None, slot: _Slot | None) -> None:
+        """A request's response: written now, or put in its place in its batch's array (None: it needs none, it was
+        answered out of band)."""
+        if slot is None:
             if response is not None:
                 self.send(response)
+            return
+        if slot.filled:
+            return
+        slot.filled = True
+        others = self._batched[slot.request_id]
+        others.remove(slot)
+        if not others:
+            del self._batched[slot.request_id]
+        batch = slot.batch
+        if response is not None:
+            batch.parts[slot.index] = self._encode(response, newline=False)
+        batch.waiting -= 1
+        self._flush_if_answered(batch)
+
+    def _flush_if_answered(self, batch: _Batch) -> None:
+        if batch.sealed and not batch.waiting:
+            data = batch.line()
+            if data is not None:
+                self._queue(data)
+
+    def respond(self, response: dict[str, Any]) -> None:
+        """A response sent out of band, outside its request's own task (whose answer is then None): a cancel answers
+        a held v2 prompt at once. It goes into its batch's array if the request came in one, else out now."""
+        slots = self._batched.get(response.get("id"))
+        self._reply(response, slots[0] if slots else None)
+
+    async def _answer(self, request: IncomingRequest, context: Any, slot: _Slot | None) -> None:
+        try:
+            self._reply(await self._dispatcher.answer(request, context), slot)
         finally:
+            if slot is not None and not slot.filled:
+                self._reply(None, slot)  # never answered (it failed, or was cancelled): the batch still ends
             self._dispatcher.after_response(context)
             self._in_flight -= 1
             if self._in_flight == 0:
@@ -274,19 +373,31 @@ class Connection:
         at HIGH_WATER, so its buffers are bounded, and it is the per-chunk hot path."""
         if self._broken:
             return
-        dumps, newline = orjson.dumps, orjson.OPT_APPEND_NEWLINE
+        data = self._encode(message, right_size=right_size)
+        if data is not None:
+            self._queue(data)
+
+    def _encode(self, message: dict[str, Any], *, newline: bool = True, right_size: bool = True) -> bytes | None:
+        """The message serialised (one line, with its newline unless told); None for a request or notification that
+        cannot be, a response that cannot be becomes an internal error (`send`)."""
+        dumps, option = orjson.dumps, orjson.OPT_APPEND_NEWLINE if newline else 0
         data: bytes | None
         try:
-            data = dumps(message, option=newline)
+            data = dumps(message, option=option)
         except TypeError:
-            data = _dumps_sanitized(message)
+            data = _dumps_sanitized(message, option)
         if right_size and data is not None:
             data = bytes(memoryview(data))
         if data is None:
             log.error("cannot serialize an outgoing %s", message.get("method", "response"))
             if "id" not in message or "method" in message:
-                return
-            data = dumps(error_message(message["id"], ErrorCode.INTERNAL_ERROR, "Internal error"), option=newline)
+                return None
+            data = dumps(error_message(message["id"], ErrorCode.INTERNAL_ERROR, "Internal error"), option=option)
+        return data
+
+    def _queue(self, data: bytes) -> None:
+        if self._broken:
+            return
         self._outbox.append(data)
         self._outbox_bytes += len(data)
         self._has_output.set()
@@ -431,11 +542,11 @@ def _shown_id(request_id: Any) -> str:
     return shown if len(shown) <= 80 else shown[:77] + "..."
 
 
-def _dumps_sanitized(message: dict[str, Any]) -> bytes | None:
+def _dumps_sanitized(message: dict[str, Any], option: int) -> bytes | None:
     """A message holding text that is not valid Unicode (a lone surrogate that got past every way in), with that
     text repaired; None if it still cannot be serialized. The ways in sanitize already (runtime/text_guard.py):
     this is the last line, so one bad character never costs a message."""
     try:
-        return orjson.dumps(sanitize_json(message), option=orjson.OPT_APPEND_NEWLINE)
+        return orjson.dumps(sanitize_json(message), option=option)
     except TypeError:
         return None

@@ -1,5 +1,12 @@
 """The JSON-RPC 2.0 envelope: classify each incoming line, dispatch requests, and own the error boundary.
 
+A line holding a JSON array is a batch (JSON-RPC 2.0 §6): `classify` splits it into its entries, each classified
+as a line of its own would be (an entry that is no object is its own -32600 with `id: null`), so the connection
+admits them one by one, in order, exactly as separate lines (jsonrpc/connection.py). jsonrpcserver is only ever
+handed one request: it would answer `[17, true, null]` with one error. An empty array is one -32600, and so is an
+array of more than MAX_BATCH_ENTRIES entries (nothing of it runs). `is_batch` tells a batch from a message without
+parsing it, for a transport that does not serve batches (the Streamable HTTP profile answers them 501).
+
 This is the only module that imports jsonrpcserver, and it uses only its public API: requests are dispatched by
 `async_dispatch_to_serializable` with its documented keyword arguments, an explicit `methods=` table, a per-request
 `context=`, `deserializer=` handing over the message `classify` already parsed (no second parse) and `validator=` a
@@ -44,8 +51,10 @@ if TYPE_CHECKING:
     from pydantic import ValidationError
 
 __all__ = [
+    "MAX_BATCH_ENTRIES",
     "ErrorCode",
     "Handler",
+    "IncomingBatch",
     "IncomingNotification",
     "IncomingRequest",
     "IncomingResponse",
@@ -54,8 +63,10 @@ __all__ = [
     "Params",
     "RpcError",
     "classify",
+    "classify_message",
     "dispatch",
     "error_message",
+    "is_batch",
     "load_jsonrpcserver",
     "method_table",
     "validation_message",
@@ -122,6 +133,17 @@ class InvalidLine:
 
 Incoming = IncomingRequest | IncomingNotification | IncomingResponse | InvalidLine
 
+# The most entries a batch may hold: one line's admission stays bounded (each entry is classified and admitted on the
+# reader, synchronously), and so does the array its answers wait in. Past it the whole batch is one -32600.
+MAX_BATCH_ENTRIES = 100
+
+
+@dataclass(frozen=True, slots=True)
+class IncomingBatch:
+    """A JSON array of 1 to MAX_BATCH_ENTRIES entries, each classified as a line of its own would be, in order."""
+
+    entries: tuple[Incoming, ...]
+
 
 def _valid_id(value: Any) -> bool:
     return value is None or isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
@@ -152,16 +174,39 @@ def _loads(line: bytes) -> Any:
         return orjson.loads(repaired)
 
 
-def classify(line: bytes | Oversized) -> Incoming:
+def is_batch(data: bytes) -> bool:
+    """Whether a message's text is a JSON array (a JSON-RPC batch), by its first byte that is not JSON whitespace:
+    no parse, so a transport that refuses batches can tell one at the door."""
+    return data.lstrip(b" \t\r\n")[:1] == b"["
+
+
+def classify(line: bytes | Oversized) -> Incoming | IncomingBatch:
     if isinstance(line, Oversized):
         return InvalidLine(ErrorCode.INVALID_REQUEST, f"Invalid request: message of {line.size} bytes is too large")
     try:
         message = _loads(line)
     except orjson.JSONDecodeError as exc:
         return InvalidLine(ErrorCode.PARSE_ERROR, f"Parse error: {str(exc).splitlines()[0]}")
+    if isinstance(message, list):
+        if not message:
+            return InvalidLine(ErrorCode.INVALID_REQUEST, "Invalid request: an empty batch")
+        if len(message) > MAX_BATCH_ENTRIES:
+            return InvalidLine(
+                ErrorCode.INVALID_REQUEST,
+                f"Invalid request: a batch holds at most {MAX_BATCH_ENTRIES} messages, this one {len(message)}",
+            )
+        return IncomingBatch(tuple(classify_message(entry, "a request object as a batch entry") for entry in message))
+    return classify_message(message)
+
+
+def _kind(value: Any) -> str:
+    return "an array" if isinstance(value, list) else f"a JSON {type(value).__name__}"
+
+
+def classify_message(message: Any, expected: str = "one request object") -> Incoming:
+    """One parsed JSON-RPC message: a line's, or one entry of a batch (`expected` says which, in the error)."""
     if not isinstance(message, dict):
-        kind = "a batch" if isinstance(message, list) else f"a JSON {type(message).__name__}"
-        return InvalidLine(ErrorCode.INVALID_REQUEST, f"Invalid request: expected one request object, got {kind}")
+        return InvalidLine(ErrorCode.INVALID_REQUEST, f"Invalid request: expected {expected}, got {_kind(message)}")
     raw_id = message.get("id")
     echo_id = raw_id if _valid_id(raw_id) else None
     if "method" not in message:
@@ -363,7 +408,7 @@ async def dispatch(request: IncomingRequest, methods: Methods, context: Any) -> 
         deserializer=lambda _: request.message,
         validator=_check_envelope,
     )
-    # One request in, so one response out (a list only answers a batch, which `classify` refuses).
+    # One request in, so one response out (a list only answers a batch, and a batch's entries come one by one).
     assert isinstance(response, dict)
     error = response.get("error")
     if error is None:

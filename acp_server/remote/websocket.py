@@ -1,8 +1,10 @@
 """One accepted WebSocket connection, turned into the stdio seam: frames in become lines, lines out become frames.
 
-Every text frame is one JSON-RPC message both ways; binary frames are ignored. Before the handler starts, the first
-message must come within `initialize_timeout` and be an `initialize` (only its `method` is looked at: reading the
-rest is the protocol layer's job), else the connection is closed with 1008 (too late) or 1002 (not `initialize`).
+Every text frame is one JSON-RPC message both ways, or one batch (a JSON array: the protocol layer takes it apart and
+answers it with one array, in one frame); binary frames are ignored. Before the handler starts, the first message
+must come within `initialize_timeout` and be an `initialize` (only its `method` is looked at: reading the rest is the
+protocol layer's job; a batch is no `initialize`), else the connection is closed with 1008 (too late) or 1002 (not
+`initialize`).
 A message over `max_message_bytes` closes it with 1009: hypercorn counts a text message in characters
 (`websocket_max_message_size`, set to the same number, so never stricter than bytes) and drops a longer one itself;
 the UTF-8 bytes are counted here.

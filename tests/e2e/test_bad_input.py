@@ -155,18 +155,48 @@ async def test_invalid_utf8_is_a_parse_error_with_null_id(server: RawClient) -> 
         b"true\n",
         b"null\n",
         b"[]\n",
-        b"[1, 2]\n",
-        line([request_message(900)]),
-        line([request_message(901), request_message(902, "_acp_server/stats", {})]),
+        line([0] * 101),
     ],
-    ids=["string", "integer", "float", "boolean", "null", "empty-array", "array", "batch-of-one", "batch-of-two"],
+    ids=["string", "integer", "float", "boolean", "null", "empty-array", "batch-over-the-bound"],
 )
 async def test_json_that_is_not_one_request_object_is_an_invalid_request_with_null_id(
     server: RawClient, data: bytes
 ) -> None:
+    """Not an object, or a batch that is empty or over its bound (100 entries): one error object, nothing else."""
     error = await null_id_error_then_still_serving(server, data)
     assert error["code"] == -32600, error
-    # A batch's members are not run either (the helper already checked nothing else was written).
+
+
+# --- a batch (JSON-RPC 2.0 §6): its entries admitted one by one, answered with one array ---
+
+
+@pytest.mark.parametrize(
+    ("data", "expected"),
+    [
+        (b"[1, 2]\n", [(None, -32600), (None, -32600)]),
+        (line([request_message(900)]), [(900, "result")]),
+        (
+            line([request_message(901), request_message(902, "_acp_server/stats", {})]),
+            [(901, "result"), (902, "result")],
+        ),
+        (line([request_message(903), {"jsonrpc": "2.0", "method": "_vendor/ignored"}]), [(903, "result")]),
+    ],
+    ids=["array-of-invalid-entries", "batch-of-one", "batch-of-two", "request-and-notification"],
+)
+async def test_a_batch_gets_one_array_answering_each_request_and_invalid_entry_in_order(
+    server: RawClient, data: bytes, expected: list[tuple[Any, Any]]
+) -> None:
+    """Each invalid entry gets its own -32600 with id null, each request its response, in the entries' order, all
+    in one array on one line; a notification gets nothing; the requests ran (a batch's `session/new` makes a
+    session, announced as any is); the connection goes on."""
+    start = len(server.received)
+    before = len(server.log)
+    await server.write_raw(data)
+    follow_up = await assert_still_serving(server)
+    [batch] = [e.msg for e in server.log[before:] if e.dir == "out" and isinstance(e.msg, list)]
+    got = [(m["id"], m["error"]["code"] if "error" in m else "result") for m in batch]
+    assert got == expected, batch
+    assert [m for m in significant(server, start) if m is not follow_up] == batch, "the array, nothing else"
 
 
 # --- an object without "jsonrpc": "2.0", or with a non-string method: -32600, the id echoed when readable ---
@@ -626,9 +656,12 @@ async def test_stdout_has_one_json_rpc_object_per_line_and_logs_only_on_stderr(s
     for entry in out:
         assert entry.raw.endswith(b"\n") and entry.raw.count(b"\n") == 1, entry.raw[:200]
         message = orjson.loads(entry.raw)
-        assert isinstance(message, dict) and message.get("jsonrpc") == "2.0", entry.raw[:200]
-        kinds = [key for key in ("method", "result", "error") if key in message]
-        assert len(kinds) == 1, entry.raw[:200]
+        # One object, or the array answering the batch `[1]` (its one -32600): never anything else.
+        for one in message if isinstance(message, list) and message else [message]:
+            assert isinstance(one, dict) and one.get("jsonrpc") == "2.0", entry.raw[:200]
+            kinds = [key for key in ("method", "result", "error") if key in one]
+            assert len(kinds) == 1, entry.raw[:200]
+            assert isinstance(message, dict) or "error" in one, entry.raw[:200]
     assert not client.validator.violations
     log_lines = [text for text in client.stderr_text.splitlines() if " DEBUG " in text or " WARNING " in text]
     assert any(" DEBUG acp_server" in text for text in log_lines), client.stderr_text[-2000:]

@@ -1,11 +1,10 @@
-"""ACP v2 conformance of the wire itself, end to end over stdio: framing, the JSON-RPC envelope, batches,
-notifications, extensions, `_meta`, open enums, error objects, permissions, what we ask of the client, additional
-directories, authentication descriptors and shutdown.
+"""ACP v2 conformance of the wire itself, end to end over stdio: framing, the JSON-RPC envelope, notifications,
+extensions, `_meta`, open enums, error objects, permissions, what we ask of the client, additional directories,
+authentication descriptors and shutdown. Batches (JSON-RPC 2.0 §6: ACP-BATCH-201..205 and the batch halves of
+ACP-JSONRPC-001/003/005) are tests/e2e/test_batches.py's, over every transport.
 
 Each `test_acp_…` test holds the acp-tck v2 requirement(s) its name gives (registry src/tck/v2/requirements.py at
-1314e0951863b03844fd530e0e14bd88843aabe7), judged against the 2.4.0 schema (fixtures/acp-schema/v2/schema.json). The
-kit was written against an older alpha; where it disagrees with that schema (no batch envelope at all: any array is
-one -32600), the schema wins and the test's name and docstring say so (ACP-V2.md §1, §22.3, §23 Q5).
+1314e0951863b03844fd530e0e14bd88843aabe7), judged against the 2.4.0 schema (fixtures/acp-schema/v2/schema.json).
 """
 
 from __future__ import annotations
@@ -128,7 +127,7 @@ async def test_acp_transport_201_002_203_every_line_out_is_one_utf8_json_rpc_obj
 ) -> None:
     """Over a turn with escapes, non-ASCII and an astral character in both directions: every line the server
     writes is strict UTF-8, ends with its one `\\n` and has no other line break, and parses as one JSON-RPC 2.0
-    object, never an array (we never send batches, so the kit's batch-array branch never arises)."""
+    object: we write an array only to answer a batch (tests/e2e/test_batches.py), and this client sends none."""
     session_id = await rich_turn(server_v2, request_id="prompt-\u00e9")
     lines = outgoing(server_v2)
     assert len(lines) > 10
@@ -146,8 +145,7 @@ async def test_acp_transport_201_002_203_every_line_out_is_one_utf8_json_rpc_obj
 @pytest.mark.parametrize("request_id", [0, 7, 2**53 + 1, -3, "7", "", "id with spaces \u00e9 \U0001f600", "1.0"])
 async def test_acp_jsonrpc_001_a_response_echoes_the_request_id_exactly(server_v2: RawClient, request_id: Any) -> None:
     """Integer and string ids come back with the same type and value, for a result and for an error. The kit's
-    "inside a batch response array" half is a listed deviation (DEVIATIONS in tests/unit/test_conformance_coverage.py):
-    schema 2.4.0 has no batches, so we never send a response array (see the ACP-BATCH-202 test)."""
+    "inside a batch response array" half is tests/e2e/test_batches.py's ACP-BATCH-204 test."""
     await server_v2.request("session/list", {}, request_id=request_id)
     ok = await server_v2.wait_for(lambda m: is_response(m, request_id) and "result" in m)
     assert type(ok["id"]) is type(request_id) and ok["id"] == request_id
@@ -265,7 +263,8 @@ async def test_acp_jsonrpc_005_after_every_erroneous_line_and_any_batch_the_conn
     server_v2: RawClient,
 ) -> None:
     """Each bad line gets its error and nothing else breaks: after each one, a request is answered; at the end a
-    whole turn runs. Batches included (schema 2.4.0: each array is one -32600)."""
+    whole turn runs. Batches included: an empty one (one -32600), one of invalid entries (an array of -32600s) and
+    one holding a request (an array of its response); the kit's batch probe is tests/e2e/test_batches.py's."""
     bad_lines = [
         b"{not json\n",
         b"[]\n",
@@ -293,65 +292,6 @@ async def test_acp_jsonrpc_005_after_every_erroneous_line_and_any_batch_the_conn
     session_id = await server_v2.new_session_v2()
     await server_v2.response(await server_v2.prompt(session_id, [{"say": "fine"}]))
     assert (await server_v2.idle(session_id))["params"]["update"]["stopReason"] == "end_turn"
-
-
-# --- batches (the 2.4.0 schema has none) ---
-
-
-async def test_acp_batch_201_an_empty_array_gets_one_invalid_request_object_with_id_null(server_v2: RawClient) -> None:
-    """One error object, `id: null`, -32600: never an array (empty or not), and nothing else."""
-    before = len(outgoing(server_v2))
-    await server_v2.write_raw(b"[]\n")
-    marker = await server_v2.call("_acp_server/stats", {})  # answered after the array's answer
-    lines = outgoing(server_v2)[before:]
-    assert len(lines) == 2 and orjson.loads(lines[1]) == marker
-    answer = orjson.loads(lines[0])
-    assert isinstance(answer, dict) and answer["id"] is None and answer["error"]["code"] == -32600, answer
-
-
-async def test_acp_batch_202_203_204_205_jsonrpc_003_schema_2_4_0_has_no_batches_so_any_array_is_one_minus_32600_and_nothing_in_it_runs(  # noqa: E501
-    server_v2: RawClient,
-) -> None:
-    """The kit (alpha.5) expects JSON-RPC batch semantics: no reply to a notification-only batch (202), per-entry
-    -32600 for invalid entries with valid siblings run (203), one response array after all entries (204), matched
-    by id (205). The 2.4.0 schema has no batch envelope (its top-level `anyOf` holds single Agent, Client and
-    ProtocolLevel messages only) and the SDK 2.4.0 answers every array with one -32600, `id: null`; the schema wins
-    (ACP-V2.md §22.3, §23 Q5). So every array, a notification-only one included, gets exactly one error object
-    (never an array), no entry of it runs (the session/new inside creates nothing, the cancel inside does not stop
-    the turn), and no entry's id is answered; a notification inside an array is never answered as itself.
-
-    The kit judges the batch halves of three more ids by these probes, and they fail there for the same reason: id
-    echo inside a batch response array (JSONRPC-001: no entry's id is answered here), a notification inside a batch
-    (JSONRPC-003) and staying usable after an invalid batch (JSONRPC-005: the connection does stay usable, but the
-    kit's probe first wants one -32600 per invalid entry).
-
-    Covers: ACP-JSONRPC-001, ACP-JSONRPC-005"""
-    session_id = await server_v2.new_session_v2()
-    await server_v2.send(server_v2.prompt_message(session_id, [{"gate": "g"}, {"say": "not cancelled"}]))
-    await server_v2.probe("gate_reached", sessionId=session_id, gate="g")
-    cancel = {"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": session_id}}
-    new = {"jsonrpc": "2.0", "id": "batched-new", "method": "session/new", "params": {"cwd": "/tmp"}}
-    listing = {"jsonrpc": "2.0", "id": 4242, "method": "session/list", "params": {}}
-    batches = [
-        [cancel],  # notification-only (202)
-        [new, {"jsonrpc": "2.0"}, 7],  # a valid entry beside invalid ones (203)
-        [listing, new],  # requests only (204, 205)
-        [cancel, listing],  # mixed
-    ]
-    for batch in batches:
-        before = len(server_v2.received)
-        await server_v2.write_raw(orjson.dumps(batch) + b"\n")
-        marker = await server_v2.call("_acp_server/stats", {})
-        got = [m for m in server_v2.received[before:] if m is not marker and "method" not in m]
-        assert len(got) == 1, (batch, got)
-        assert got[0]["id"] is None and got[0]["error"]["code"] == -32600, got
-        assert "batch" in got[0]["error"]["message"]
-    assert not [r for r in responses(server_v2) if r.get("id") in ("batched-new", 4242)]
-    assert (await server_v2.stats())["sessions"] == 1  # no batched session/new ran
-    await server_v2.release(session_id, "g")
-    idle = await server_v2.idle(session_id)
-    assert idle["params"]["update"]["stopReason"] == "end_turn"  # no batched cancel ran
-    assert all(isinstance(orjson.loads(raw), dict) for raw in outgoing(server_v2))
 
 
 # --- extensions, _meta, open enums ---

@@ -4,10 +4,13 @@ A `Transport` moves whole lines between a test and one connection of a server it
 subprocess over its stdin/stdout, the way an editor runs it; `TRANSPORTS` lists every transport by name, and a test
 marked `every_transport` (tests/conftest.py) runs once over each. `RawClient` writes exact bytes (several messages in
 one write, malformed lines, odd ids) and records every line in both directions with a monotonic timestamp, in wire
-order, validating each line the server writes against the schema as it arrives. `check_wire` then applies the common
-checks of docs/interrupts.md to the log: C1 (one response per request, none to notifications), C2 (only valid
-JSON-RPC lines, each valid against the official schema), C3 (no turn-scoped update for a session with no unanswered
-prompt), C4 (no agent-to-client request for a session with no unanswered prompt), and, from stderr, C6.
+order, validating each line the server writes against the schema as it arrives. A batch (a line holding a JSON array,
+either way) is logged as one entry whose `msg` is the array; `received` holds a batch response's elements one by one,
+and the checks read a batch's entries as the messages they are. `check_wire` then applies the common checks of
+docs/interrupts.md to the log: C1 (one response per request, none to notifications), C2 (only valid JSON-RPC lines,
+each valid against the official schema, every element of a batch response too), C3 (no turn-scoped update for a
+session with no unanswered prompt), C4 (no agent-to-client request for a session with no unanswered prompt), and,
+from stderr, C6.
 A v2 connection (its `initialize` answered `protocolVersion: 2`) is checked against the v2 schema, and C3/C4 take
 their v2 reading (ACP-V2.md §20.7): the prompt is answered on acceptance, so turn-scoped updates and requests to the
 client belong between a session's `running` (or `requires_action`) `state_update` and its `idle`, or inside an open
@@ -30,7 +33,7 @@ import sys
 import tempfile
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Protocol, Self
@@ -39,6 +42,7 @@ import orjson
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
+from acp_server.jsonrpc.rpc import MAX_BATCH_ENTRIES
 from tests.support.wire_schema import WireValidator
 
 
@@ -339,8 +343,17 @@ class Entry:
     seq: int
     t: float
     dir: str  # "in" (client -> server) or "out"
-    msg: Any  # parsed message, or None for a raw line that is not JSON
+    msg: Any  # parsed message (a list for a batch), or None for a raw line that is not JSON
     raw: bytes
+
+
+def messages_of(msg: Any) -> list[dict[str, Any]]:
+    """The JSON-RPC objects of a logged line: itself, or a batch's entries that are objects."""
+    if isinstance(msg, dict):
+        return [msg]
+    if isinstance(msg, list):
+        return [entry for entry in msg if isinstance(entry, dict)]
+    return []
 
 
 @dataclass
@@ -393,10 +406,10 @@ class RawClient:
 
     async def _read_stdout(self) -> None:
         while line := await self.transport.receive():
-            message = self.validator.server_wrote(line)
+            written = self.validator.server_wrote_any(line)
             arrived = time.monotonic()
-            self.log.append(Entry(next(self._seq), arrived, "out", message, line))
-            if message is not None:
+            self.log.append(Entry(next(self._seq), arrived, "out", written, line))
+            for message in messages_of(written):
                 self.received.append(message)
                 if "method" not in message and "id" in message:
                     self._responses.setdefault(request_key(message["id"]), message)
@@ -689,18 +702,30 @@ def request_key(request_id: Any) -> tuple[str, Any]:
 def speaks_v2(client: WireRecord) -> bool:
     """Whether the server answered this connection's `initialize` with protocol version 2."""
     initializes = {
-        request_key(e.msg["id"])
+        request_key(m["id"])
         for e in client.log
-        if e.dir == "in" and isinstance(e.msg, dict) and e.msg.get("method") == "initialize" and "id" in e.msg
+        if e.dir == "in"
+        for m in messages_of(e.msg)
+        if m.get("method") == "initialize" and "id" in m
     }
     return any(
         e.dir == "out"
-        and isinstance(e.msg, dict)
-        and request_key(e.msg.get("id")) in initializes
-        and isinstance(e.msg.get("result"), dict)
-        and e.msg["result"].get("protocolVersion") == 2
+        and request_key(m.get("id")) in initializes
+        and isinstance(m.get("result"), dict)
+        and m["result"].get("protocolVersion") == 2
         for e in client.log
+        for m in messages_of(e.msg)
     )
+
+
+def logged_messages(log: list[Entry]) -> Iterator[tuple[Entry, dict[str, Any]]]:
+    """Every JSON-RPC object in the log, in wire order, with its line's entry: a batch's entries one by one, except
+    those of a batch over the server's bound (refused whole, with one -32600: none of them is a request it took)."""
+    for entry in log:
+        if entry.dir == "in" and isinstance(entry.msg, list) and len(entry.msg) > MAX_BATCH_ENTRIES:
+            continue
+        for message in messages_of(entry.msg):
+            yield entry, message
 
 
 def check_wire_v2(client: WireRecord) -> list[str]:
@@ -709,10 +734,7 @@ def check_wire_v2(client: WireRecord) -> list[str]:
     working: set[str] = set()  # sessions between running/requires_action and idle
     resumes: dict[tuple[str, Any], str] = {}
     resuming: Counter[str] = Counter()
-    for entry in client.log:
-        message = entry.msg
-        if not isinstance(message, dict):
-            continue
+    for entry, message in logged_messages(client.log):
         if entry.dir == "in":
             params = message.get("params")
             resumed = params.get("sessionId") if isinstance(params, dict) else None
@@ -766,10 +788,7 @@ def check_wire(client: WireRecord) -> list[str]:
     answered: Counter[tuple[str, Any]] = Counter()
     prompt_session: dict[tuple[str, Any], str] = {}
     open_prompts: dict[str, set[tuple[str, Any]]] = defaultdict(set)
-    for entry in client.log:
-        message = entry.msg
-        if not isinstance(message, dict):
-            continue
+    for entry, message in logged_messages(client.log):
         key = request_key(message.get("id"))
         if entry.dir == "in":
             if "method" in message and "id" in message:

@@ -3,6 +3,10 @@
 A connection starts on the v1 schema and moves to the v2 draft's (fixtures/acp-schema/v2/schema.json) once the
 server answers `initialize` with `protocolVersion: 2`: each connection speaks exactly one version.
 
+A line holding a JSON array is a batch response (JSON-RPC 2.0 §6: the server answers a client's batch with one):
+`server_wrote_any` checks each of its elements as the response it is, and `client_sent` takes a batch the client
+wrote entry by entry. `server_wrote` takes single messages only, for the clients that never send a batch.
+
 The schema's top-level `anyOf` accepts nearly anything (its extension variants are open), so each message is
 checked against the `$defs` type whose `x-method` names its method: requests and notifications by their own
 method, responses by the method of the client request they answer.
@@ -89,10 +93,21 @@ class WireValidator:
     version: int = 1
 
     def client_sent(self, message: Any) -> None:
-        if isinstance(message, dict) and "method" in message and "id" in message:
-            self.client_requests[_key(message["id"])] = message["method"]
+        for entry in message if isinstance(message, list) else [message]:
+            if isinstance(entry, dict) and "method" in entry and "id" in entry:
+                self.client_requests[_key(entry["id"])] = entry["method"]
 
     def server_wrote(self, line: bytes) -> dict[str, Any] | None:
+        """A line the server wrote to a client that sends no batch: one JSON-RPC 2.0 object."""
+        message = self.server_wrote_any(line)
+        if isinstance(message, list):
+            self._fail(line, "a batch response to a client that sent no batch")
+            return None
+        return message
+
+    def server_wrote_any(self, line: bytes) -> dict[str, Any] | list[dict[str, Any]] | None:
+        """A line the server wrote: one JSON-RPC 2.0 object, or a batch response (a non-empty array of response
+        objects, each checked as the response it is); None, with a violation, for anything else."""
         if b"\n" in line.rstrip(b"\n"):
             self._fail(line, "more than one line")
         try:
@@ -100,12 +115,32 @@ class WireValidator:
         except orjson.JSONDecodeError:
             self._fail(line, "not JSON")
             return None
+        if isinstance(message, list):
+            return self._batch(message, line)
         if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
             self._fail(line, "not a JSON-RPC 2.0 object")
             return None
         if self.schema:
             self._check(message, line)
         return message
+
+    def _batch(self, messages: list[Any], line: bytes) -> list[dict[str, Any]] | None:
+        """A batch response: never empty (a batch with nothing to answer gets nothing, JSON-RPC 2.0 §6), and only
+        responses, each valid as one (we never send a batch of our own requests or notifications)."""
+        if not messages:
+            self._fail(line, "an empty batch response")
+            return None
+        for message in messages:
+            if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
+                self._fail(line, "a batch response element that is not a JSON-RPC 2.0 object")
+                return None
+            if "method" in message:
+                self._fail(line, "a request or notification inside a batch response")
+                return None
+        if self.schema:
+            for message in messages:
+                self._check(message, line)
+        return messages
 
     def _check(self, message: dict[str, Any], line: bytes) -> None:
         if "method" in message:

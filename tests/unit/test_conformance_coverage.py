@@ -49,43 +49,9 @@ NOT_APPLICABLE: dict[str, str] = {}
 # Requirements whose kit verdict would be FAIL because the kit (alpha.5's schema.unstable.json) and the 2.4.0 schema
 # (fixtures/acp-schema/v2/schema.json) disagree, with why the schema wins and the `$def` that decides it. Our tests
 # of these assert the schema's behaviour, against the kit. Copied into fixtures/acp-tck/SOURCE.md; keep both in step.
-_NO_BATCHES = (
-    "the 2.4.0 schema has no batch envelope: its top-level `anyOf` holds single `Agent`, `Client` and `ProtocolLevel` "
-    "message objects only (alpha.5's AgentBatchCall/AgentBatchResponse/ClientBatchCall/ClientBatchResponse are gone), "
-    "and the 2.4.0 SDK answers any array with one -32600, `id: null` (ACP-V2.md §22.3, §23 Q5)"
-)
+# Batches were listed here until acp-server served them (ACP-V2.md §23 Q5, revised): ACP-BATCH-202..205 and the batch
+# halves of ACP-JSONRPC-001/003/005 are held as the kit asks, by tests/e2e/test_batches.py.
 DEVIATIONS: dict[str, str] = {
-    "ACP-BATCH-202": (
-        "MANDATORY: a notification-only batch gets no reply at all; we answer it with one -32600, "
-        f"because {_NO_BATCHES}"
-    ),
-    "ACP-BATCH-203": (
-        "ADVISORY: an invalid entry gets its own -32600 and its valid siblings run; we reject the whole array as one "
-        f"-32600 and run none of it, because {_NO_BATCHES}"
-    ),
-    "ACP-BATCH-204": (
-        "ADVISORY: a batch holding requests gets one array of their responses; we send one -32600 object and answer no "
-        f"entry, because {_NO_BATCHES}"
-    ),
-    "ACP-BATCH-205": (
-        "ADVISORY: the responses in a batch's array are matched by id, in any order; there is no response array to "
-        f"match in, because {_NO_BATCHES}"
-    ),
-    "ACP-JSONRPC-001": (
-        "MANDATORY, its batch half only (id echo inside a batch response array; the kit's evidence is its "
-        "ACP-BATCH-204 probe): we answer a batch of requests with one -32600 `id: null` and echo no entry's id, "
-        f"because {_NO_BATCHES}. Single messages echo their id, as the kit asks"
-    ),
-    "ACP-JSONRPC-003": (
-        "MANDATORY, its batch half only (no reply to a notification inside a batch; the kit's evidence is its "
-        "ACP-BATCH-202 probe): the array a notification comes in gets one -32600, "
-        f"because {_NO_BATCHES}. A notification on its own line is never answered, as the kit asks"
-    ),
-    "ACP-JSONRPC-005": (
-        "ADVISORY, its batch half only: the connection stays usable after any array (the requirement's own words "
-        "hold), but the kit's evidence is its ACP-BATCH-203 probe, which first demands one -32600 per invalid entry "
-        f"of `[17, true, null]` and so fails on our single -32600, because {_NO_BATCHES}"
-    ),
     "ACP-STATE-203": (
         "CAPABILITY: the kit allows five stop reasons (end_turn, max_tokens, max_turn_requests, refusal, cancelled) or "
         "a `_` one; the 2.4.0 schema defines a sixth, `error` (the `IdleStateUpdate` branch whose `stopReason` is "
@@ -425,3 +391,24 @@ def test_every_listed_deviation_is_judged_and_held_by_a_test_that_says_the_schem
         assert reason.split(":")[0].split(",")[0] == registry()[requirement]["level"], (requirement, reason)
     unheld = sorted(requirement for requirement in DEVIATIONS if requirement not in deviating)
     assert not unheld, f"DEVIATIONS lists ids no running test says the schema wins for: {unheld}"
+
+
+# The kit's batch requirements (JSON-RPC 2.0 §6), served as it asks since ACP-V2.md §23 Q5 was revised.
+BATCH_REQUIREMENTS = (
+    "ACP-BATCH-201",
+    "ACP-BATCH-202",
+    "ACP-BATCH-203",
+    "ACP-BATCH-204",
+    "ACP-BATCH-205",
+    "ACP-JSONRPC-001",
+    "ACP-JSONRPC-003",
+    "ACP-JSONRPC-005",
+)
+
+
+def test_the_batch_requirements_are_held_as_the_kit_asks_by_the_batch_tests() -> None:
+    """Each is covered by tests/e2e/test_batches.py (run over every transport), and none is a deviation any more."""
+    covered, deviating = coverage(), coverage(True)
+    for requirement in BATCH_REQUIREMENTS:
+        assert any(test.startswith("tests/e2e/test_batches.py::") for test in covered.get(requirement, [])), requirement
+        assert requirement not in DEVIATIONS and requirement not in deviating, requirement

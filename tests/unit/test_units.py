@@ -17,12 +17,15 @@ from acp_server.agent.sessions.runs import RunContext, RunRegistry, RunState, Se
 from acp_server.agent.sessions.turn import _sealed_history
 from acp_server.errors import ScriptError, TransitionError
 from acp_server.jsonrpc.rpc import (
+    MAX_BATCH_ENTRIES,
     ErrorCode,
+    IncomingBatch,
     IncomingNotification,
     IncomingRequest,
     IncomingResponse,
     InvalidLine,
     classify,
+    is_batch,
 )
 from acp_server.jsonrpc.transport import LINES_PER_BATCH, Oversized, _InputLines, _LineSplitter
 from acp_server.protocol.prompts import prompt_input
@@ -111,6 +114,46 @@ def test_classify_keeps_a_null_id_request_as_a_request() -> None:
     got = classify(b'{"jsonrpc":"2.0","id":null,"method":"m"}')
     assert isinstance(got, IncomingRequest)
     assert got.id is None
+
+
+def test_classify_splits_a_batch_into_its_entries_each_classified_as_a_line_would_be() -> None:
+    """JSON-RPC 2.0 §6: an entry that is no object (a number, a boolean, null, an array) is its own -32600 with id
+    null; the others are what they would be on a line of their own, in order."""
+    got = classify(
+        b'[17, true, null, [1], {"jsonrpc":"2.0","id":1,"method":"m"}, {"jsonrpc":"2.0","method":"n"},'
+        b' {"jsonrpc":"2.0","id":2,"result":{}}, {"id":3,"method":"m"}]'
+    )
+    assert isinstance(got, IncomingBatch)
+    kinds = [(type(entry).__name__, getattr(entry, "id", None)) for entry in got.entries]
+    assert kinds == [
+        ("InvalidLine", None),
+        ("InvalidLine", None),
+        ("InvalidLine", None),
+        ("InvalidLine", None),
+        ("IncomingRequest", 1),
+        ("IncomingNotification", None),
+        ("IncomingResponse", 2),
+        ("InvalidLine", 3),  # no "jsonrpc": "2.0", its id echoed as on a line of its own
+    ]
+    assert all(entry.code == ErrorCode.INVALID_REQUEST for entry in got.entries if isinstance(entry, InvalidLine))
+    nested = got.entries[3]
+    assert isinstance(nested, InvalidLine) and "batch entry" in nested.message
+
+
+def test_classify_refuses_an_empty_batch_and_one_over_the_bound_whole() -> None:
+    assert classify(b"[]") == InvalidLine(ErrorCode.INVALID_REQUEST, "Invalid request: an empty batch")
+    over = classify(b"[" + b",".join([b"1"] * (MAX_BATCH_ENTRIES + 1)) + b"]")
+    assert isinstance(over, InvalidLine) and over.id is None and str(MAX_BATCH_ENTRIES) in over.message
+    full = classify(b"[" + b",".join([b"1"] * MAX_BATCH_ENTRIES) + b"]")
+    assert isinstance(full, IncomingBatch) and len(full.entries) == MAX_BATCH_ENTRIES
+
+
+@pytest.mark.parametrize(
+    ("data", "batch"),
+    [(b"[]", True), (b" \r\n\t[1]", True), (b'{"id":[1]}', False), (b"", False), (b"  ", False), (b"1", False)],
+)
+def test_is_batch_tells_an_array_by_its_first_byte(data: bytes, batch: bool) -> None:
+    assert is_batch(data) is batch
 
 
 def make_session(name: str = "s") -> Session:

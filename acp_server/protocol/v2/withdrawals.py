@@ -38,7 +38,8 @@ def withdraw(connection: EditorConnection, run: RunContext) -> None:
         return  # not claimed, inserted (answered `{messageId}`), or answered already
     del connection.prompts[run.request_id]  # answered: `$/cancel_request` no longer names it
     connection.withdrawn.add(run)
-    connection.rpc.send(error_message(run.request_id, ErrorCode.REQUEST_CANCELLED, WITHDRAWN))
+    # `respond`: out of band, yet into its batch's array if the prompt came in a batch (jsonrpc/connection.py).
+    connection.rpc.respond(error_message(run.request_id, ErrorCode.REQUEST_CANCELLED, WITHDRAWN))
 
 
 def admitted_v2(connection: EditorConnection, run: RunContext) -> None:
