@@ -28,8 +28,10 @@ pytestmark = pytest.mark.timeout(40)
 
 
 @cache
-def definitions() -> dict[str, Any]:
-    defs: dict[str, Any] = orjson.loads(SCHEMA_V2_PATH.read_bytes())["$defs"]
+def definitions(*, unstable: bool = False) -> dict[str, Any]:
+    """The 2.4.0 v2 schema's definitions; `unstable`: its unstable schema's (the unstable methods' capabilities)."""
+    path = SCHEMA_V2_PATH.with_name("schema.unstable.json") if unstable else SCHEMA_V2_PATH
+    defs: dict[str, Any] = orjson.loads(path.read_bytes())["$defs"]
     return defs
 
 
@@ -300,13 +302,17 @@ async def test_acp_jsonrpc_005_after_every_erroneous_line_and_any_batch_the_conn
 async def test_acp_ext_202_extensions_live_under_capabilities_meta_not_as_unknown_capability_keys(
     start_server: StartServer,
 ) -> None:
-    """Every key of `capabilities` and of `capabilities.session` is one the 2.4.0 schema defines; ours (prompt
+    """Every key of `capabilities` and of `capabilities.session` is one the 2.4.0 schema defines (the session
+    capabilities of the unstable methods, `fork`, `archive`, `status`, `title`, in its unstable schema); ours (prompt
     policies, extension methods) are under `capabilities._meta`, and so are the extension methods we answer."""
     server = await start_server()
     result = (await server.initialize_v2())["result"]
     capabilities = result["capabilities"]
     assert set(capabilities) <= set(definitions()["AgentCapabilities"]["properties"])
-    assert set(capabilities["session"]) <= set(definitions()["SessionCapabilities"]["properties"])
+    stable = set(definitions()["SessionCapabilities"]["properties"])
+    unstable = set(definitions(unstable=True)["SessionCapabilities"]["properties"])
+    assert set(capabilities["session"]) - stable <= unstable - stable
+    assert set(capabilities["session"]) - stable == {"fork", "archive", "status", "title"}
     assert set(result) <= set(definitions()["InitializeResponse"]["properties"])
     ours = capabilities["_meta"]["acpServer"]
     assert "_acp_server/stats" in ours["extensionMethods"]
