@@ -67,6 +67,10 @@ class DeferredSide(Protocol):
         """Once a load has ended (its rest too), however, without starting one."""
         ...
 
+    def serving(self) -> contextlib.AbstractContextManager[None]:
+        """Around a request the side serves: its rest loads once none is."""
+        ...
+
     def get(self) -> TurnServices:
         """The turn services, built now if they are not yet."""
         ...

@@ -27,7 +27,8 @@ goes on (`initialize` is answered, the exit at EOF is clean).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import contextlib
+from collections.abc import Awaitable, Callable, Iterator
 from types import TracebackType
 from typing import Generic, TypeVar
 
@@ -62,6 +63,8 @@ class Deferred(Generic[T]):
         self._on_loaded = on_loaded  # once the whole side is imported (the server freezes it out of the collector)
         self._rest = rest
         self._rest_started = False
+        self._serving = 0  # requests the side is serving now (`serving`)
+        self._quiet: anyio.Event | None = None  # set when the last of them is answered, made when the rest waits
         self._piece: T | None = None
         self._imported = False
         self._loading: anyio.Event | None = None
@@ -128,8 +131,9 @@ class Deferred(Generic[T]):
     async def load_rest(self) -> None:
         """`load`, then the rest of the side (what only `build` needs: the turn's modules), once, a step at a time
         on the loop like `load`; a caller that comes while it runs waits for it. Requests wait for `load` alone:
-        the rest loads while they are served (a `session/new` right behind `initialize` is not held back by the
-        tools), and `ended` waits for it too. Raises as `load` when it failed."""
+        the rest loads once they are answered (a `session/new` right behind `initialize` is not held back by the
+        tools, and no step of it runs while they are served: `serving`), and `ended` waits for it too. Raises as `load`
+        when it failed."""
         await self.load()
         if self._rest is None:
             return
@@ -139,8 +143,13 @@ class Deferred(Generic[T]):
             return
         self._rest_started = True
         try:
-            # The requests that waited for `load` go on first (`session/new` is not held back by the rest's first step).
+            # The requests that waited for `load` go on first, and are answered before the rest begins: a step of it
+            # between two of theirs would hold the loop while their worker threads (the store's) wait for it.
             await anyio.lowlevel.checkpoint()
+            while self._serving:
+                if self._quiet is None:
+                    self._quiet = anyio.Event()
+                await self._quiet.wait()
             await self._rest()
         except Exception as exc:  # a broken install; a cancel is not an Exception and goes on as one
             self._failure = (load_failure(exc), exc)
@@ -148,6 +157,19 @@ class Deferred(Generic[T]):
         finally:
             self._end()
         self._on_loaded()
+
+    @contextlib.contextmanager
+    def serving(self) -> Iterator[None]:
+        """Around a request the side serves, from its dispatch to its answer: the rest waits for none to be served
+        (`load_rest`)."""
+        self._serving += 1
+        try:
+            yield
+        finally:
+            self._serving -= 1
+            if not self._serving and self._quiet is not None:
+                self._quiet.set()
+                self._quiet = None
 
     def get(self) -> T:
         """The piece, built now if it is not yet (importing the deferred side here if `load` has not)."""

@@ -411,3 +411,31 @@ def test_the_part_of_the_deferred_side_requests_wait_for_leaves_out_what_only_a_
     assert result.returncode == 0, result.stderr
     # The session methods and the edge first; the tools, the turn and its loop after them.
     assert result.stdout.split() == ["True", "True", "False", "False", "False", "False", "True"]
+
+
+async def test_the_rest_waits_until_the_requests_that_waited_for_the_load_are_answered(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A step of the rest between two of a `session/new`'s steps would hold the loop while the store's worker thread
+    waits for it: the rest begins once the requests the side serves are answered."""
+    for module in ("colorsys", "netrc", "tabnanny", "pyclbr"):
+        monkeypatch.delitem(sys.modules, module, raising=False)
+    side: Deferred[Any] = Deferred(_two_steps, lambda: "turns", rest=_turn_steps)
+    store_done = anyio.Event()
+    seen: list[str] = []
+
+    async def session_new() -> None:
+        await side.load()
+        with side.serving():
+            await store_done.wait()  # the store's commit, in its worker thread
+            seen.append(f"answered ({'with' if 'tabnanny' in sys.modules else 'without'} the rest)")
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(side.load_rest)
+        await anyio.lowlevel.checkpoint()
+        tg.start_soon(session_new)
+        for _ in range(10):
+            await anyio.lowlevel.checkpoint()
+        assert "tabnanny" not in sys.modules and not seen
+        store_done.set()
+    assert seen == ["answered (without the rest)"] and "pyclbr" in sys.modules
