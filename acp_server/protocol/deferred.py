@@ -10,9 +10,9 @@ beside the loop's (two threads importing the same modules can deadlock on their 
 left running at exit would hold the interpreter lock while the answer is flushed).
 
 It loads in two parts: first what its requests need (the session methods, the edge to the editor), which a request
-waits for; then the rest, what only a turn needs (the tools, the turn, the sandbox: `load_rest`), in the background
-task that started the load, while those requests are served, and before the warm-ups that build the turn services.
-A `session/new` right behind `initialize` is then answered without waiting for the turn's modules.
+waits for; then the rest, what only a turn needs (the tools, the turn: `load_rest`), in the background task that
+started the load, once those requests are answered (`serving`), and before the warm-ups that build the turn services
+(with the sandbox). A `session/new` right behind `initialize` is then answered without waiting for the turn's modules.
 
 The methods it serves are in its own tables (protocol/deferred_methods.py), imported with it; the start-up tables
 list them by wire name only (`DEFERRED_SIDE_METHODS` in protocol/handlers.py and protocol/v2/handlers.py), and the
