@@ -59,8 +59,16 @@ class DeferredSide(Protocol):
         """Import the side (once); raises what every request that needs it is answered when it cannot be."""
         ...
 
+    async def load_rest(self) -> None:
+        """`load`, then the rest of the side, what only a turn needs (once); raises as `load`."""
+        ...
+
     async def ended(self) -> None:
-        """Once a load has ended, however, without starting one."""
+        """Once a load has ended (its rest too), however, without starting one."""
+        ...
+
+    def serving(self) -> contextlib.AbstractContextManager[None]:
+        """Around a request the side serves: its rest loads once none is."""
         ...
 
     def get(self) -> TurnServices:
@@ -158,9 +166,23 @@ class Agent:
 
     def warm_up(self, spec: str) -> None:
         """Warm `spec`'s model in the background (agent/warmup.py), once per spec."""
+        self.spawn(self._warm_up, spec)
+
+    async def _warm_up(self, spec: str) -> None:
+        # The turn services are built from the whole deferred side, whose rest may still be loading (a session opens
+        # before it is): awaited here, off the response's path, counted as a warm-up like the load after
+        # `initialize` (shared_methods.py), so nothing imports it all at once on the loop.
+        self.providers.warm_ups_running += 1
+        try:
+            await self.side.load_rest()
+            tools = self.turns.tools
+        except Exception:  # a broken install: each request that needs the side is told (protocol/deferred.py)
+            return
+        finally:
+            self.providers.warm_ups_running -= 1
         from acp_server.agent.warmup import warm_up  # noqa: PLC0415 (start-up: the deferred side loads after `initialize`)
 
-        self.spawn(warm_up, self.providers, self.turns.tools, spec, self._prepare_first_prompt)
+        await warm_up(self.providers, tools, spec, self._prepare_first_prompt)
 
     # --- the end of the agent (stdio: the end of its one connection) ---
 

@@ -46,7 +46,16 @@ if TYPE_CHECKING:
     from acp_server.store import TurnEntry
     from acp_server.transcripts.record import Recorder
 
-__all__ = ["Served", "build_agent", "build_server", "connect", "load_deferred_side", "serve", "serve_stdio"]
+__all__ = [
+    "Served",
+    "build_agent",
+    "build_server",
+    "connect",
+    "load_deferred_side",
+    "load_turn_side",
+    "serve",
+    "serve_stdio",
+]
 
 log = logging.getLogger(__name__)
 
@@ -67,12 +76,13 @@ GC_THRESHOLD = 50_000
 
 
 async def load_deferred_side() -> None:
-    """The deferred side (protocol/deferred.py), imported once `initialize` is answered, a step at a time with a
-    checkpoint after each, so the loop goes on serving between two steps: `acp_server.cli.deferred_side`, the last,
-    imports all of it; the steps before it, in the order they are needed, only cut the load into steps of a few
-    milliseconds each. jsonrpcserver comes first: every request but a process's first `initialize` is dispatched
-    through it (jsonrpc/rpc.py, in three steps of its own). pydantic comes next (the wire models, protocol/params.py),
-    in three steps: it is the largest part."""
+    """The part of the deferred side (protocol/deferred.py) its requests wait for, imported once `initialize` is
+    answered, a step at a time with a checkpoint after each, so the loop goes on serving between two steps: the
+    deferred side's method tables (the session methods) and the edge each connection builds with its first session;
+    the steps before them, in the order they are needed, only cut the load into steps of a few milliseconds each.
+    jsonrpcserver comes first: every request but a process's first `initialize` is dispatched through it
+    (jsonrpc/rpc.py, in three steps of its own). pydantic comes next (the wire models, protocol/params.py), in three
+    steps: it is the largest part. What only a turn needs is `load_turn_side`, imported after this."""
     await load_jsonrpcserver()
     await checkpoint()
     import pydantic_core  # noqa: PLC0415, F401 (start-up: a step of the deferred side's load)
@@ -84,7 +94,10 @@ async def load_deferred_side() -> None:
     import acp_server.protocol.schema  # noqa: PLC0415 (start-up: a step of the deferred side's load)
 
     await checkpoint()
-    import acp_server.runtime.ports  # noqa: PLC0415 (start-up: a step of the deferred side's load)
+    import acp_server.store  # noqa: PLC0415 (start-up: a step of the deferred side's load)
+
+    await checkpoint()
+    import acp_server.agent.sessions.lifecycle  # noqa: PLC0415 (start-up: a step of the deferred side's load)
 
     await checkpoint()
     import acp_server.protocol.editor  # noqa: PLC0415 (start-up: a step of the deferred side's load)
@@ -96,12 +109,19 @@ async def load_deferred_side() -> None:
     import acp_server.protocol.v2.updates  # noqa: PLC0415 (start-up: a step of the deferred side's load)
 
     await checkpoint()
-    import acp_server.runtime.sandbox  # noqa: PLC0415 (start-up: a step of the deferred side's load)
-
-    await checkpoint()
     import acp_server.protocol.acp_edge  # noqa: PLC0415 (start-up: a step of the deferred side's load)
 
     await checkpoint()
+    import acp_server.protocol.session_handlers  # noqa: PLC0415 (start-up: a step of the deferred side's load)
+
+    await checkpoint()
+    import acp_server.protocol.deferred_methods  # noqa: PLC0415, F401 (start-up: the last step of the deferred side's load)
+
+
+async def load_turn_side() -> None:
+    """The rest of the deferred side: what only a turn needs (the tools, the turn), imported as
+    `load_deferred_side` is, after it, while the requests that waited for it are served (protocol/deferred.py
+    `load_rest`): `acp_server.cli.deferred_side`, the last, imports all of it."""
     import acp_server.runtime.tools  # noqa: PLC0415 (start-up: a step of the deferred side's load)
 
     await checkpoint()
@@ -114,16 +134,10 @@ async def load_deferred_side() -> None:
     import acp_server.runtime.tools.ask  # noqa: PLC0415 (start-up: a step of the deferred side's load)
 
     await checkpoint()
-    import acp_server.protocol.session_handlers  # noqa: PLC0415 (start-up: a step of the deferred side's load)
-
-    await checkpoint()
     import acp_server.runtime.loop  # noqa: PLC0415 (start-up: a step of the deferred side's load)
 
     await checkpoint()
     import acp_server.agent.sessions.turn  # noqa: PLC0415 (start-up: a step of the deferred side's load)
-
-    await checkpoint()
-    import acp_server.protocol.v2.sessions  # noqa: PLC0415 (start-up: a step of the deferred side's load)
 
     await checkpoint()
     import acp_server.protocol.v2.prompt  # noqa: PLC0415 (start-up: a step of the deferred side's load)
@@ -211,7 +225,7 @@ def build_agent(config: Config, *, owns_process: bool = False) -> tuple[Agent, S
 
         # The turn services and the rest of the deferred side: loaded once `initialize` is answered. What start-up
         # froze out of the collector's sight (`_tune_gc`) is frozen again with the deferred side, for the same reason.
-        return Deferred(load_deferred_side, build_turns, gc.freeze if owns_process else lambda: None)
+        return Deferred(load_deferred_side, build_turns, gc.freeze if owns_process else lambda: None, load_turn_side)
 
     agent = Agent(
         config,
@@ -240,11 +254,12 @@ def build_agent(config: Config, *, owns_process: bool = False) -> tuple[Agent, S
 
 def _edge(editor: EditorConnection) -> Edge:
     """The editor's connection as the core's `Edge`, in the version it negotiated, with the sandbox the turn
-    services hold: built with its first session, once the deferred side is loaded."""
+    services hold (asked for by a turn's tools: a session opens before the turn services are built): built with its
+    first session, once the deferred side is loaded."""
     from acp_server.protocol.acp_edge import AcpEdge  # noqa: PLC0415 (start-up: the deferred side loads after `initialize`)
 
     agent = editor.agent
-    return AcpEdge(editor.rpc, agent.config, agent.processes, editor.handshake, agent.turns.sandbox)
+    return AcpEdge(editor.rpc, agent.config, agent.processes, editor.handshake, lambda: agent.turns.sandbox)
 
 
 def connect(

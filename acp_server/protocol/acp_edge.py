@@ -75,10 +75,11 @@ class AcpEdge:
         config: Config,
         processes: ProcessTable,
         handshake: Handshake,
-        sandbox: Sandbox | Unconfined | None = None,
+        sandbox: Callable[[], Sandbox | Unconfined | None] = lambda: None,
     ) -> None:
         """`sandbox`: how local commands are confined (None: not at all; Unconfined: asked for, but impossible
-        here), decided once at start-up."""
+        here), decided once per process, with the turn services: asked for by a turn's tools, as the edge is built
+        with the connection's first session, before them."""
         self._connection = connection
         self._config = config
         self._processes = processes
@@ -128,12 +129,12 @@ class AcpEdge:
         commands: CommandRunner
         if version.display_terminals:  # no client terminals (v2): local commands shown as display terminals
             commands = TerminalRunner(
-                connection, run, self._processes, deadline, sandbox=self._sandbox, roots=session.sandbox_roots
+                connection, run, self._processes, deadline, sandbox=self._sandbox(), roots=session.sandbox_roots
             )
         elif session.client.terminals:
             commands = EditorTerminalRunner(request, session.session_id, deadline)
         else:
-            commands = LocalCommandRunner(self._processes, deadline, self._sandbox, session.sandbox_roots)
+            commands = LocalCommandRunner(self._processes, deadline, self._sandbox(), session.sandbox_roots)
         # Forms where the client advertised `elicitation.form`, links where it advertised `.url` (v1 and v2 alike; on
         # v2 `asking_v2` adds the states).
         client = session.client

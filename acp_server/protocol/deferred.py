@@ -9,6 +9,11 @@ on serving (and, at an EOF right behind `initialize`, flushes the answer) betwee
 beside the loop's (two threads importing the same modules can deadlock on their import locks, and an import thread
 left running at exit would hold the interpreter lock while the answer is flushed).
 
+It loads in two parts: first what its requests need (the session methods, the edge to the editor), which a request
+waits for; then the rest, what only a turn needs (the tools, the turn: `load_rest`), in the background task that
+started the load, once those requests are answered (`serving`), and before the warm-ups that build the turn services
+(with the sandbox). A `session/new` right behind `initialize` is then answered without waiting for the turn's modules.
+
 The methods it serves are in its own tables (protocol/deferred_methods.py), imported with it; the start-up tables
 list them by wire name only (`DEFERRED_SIDE_METHODS` in protocol/handlers.py and protocol/v2/handlers.py), and the
 dispatcher sends a request for one to the deferred side's table once the load is over, the request waiting for that
@@ -22,11 +27,13 @@ goes on (`initialize` is answered, the exit at EOF is clean).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import contextlib
+from collections.abc import Awaitable, Callable, Iterator
 from types import TracebackType
 from typing import Generic, TypeVar
 
 import anyio
+import anyio.lowlevel
 
 from acp_server.jsonrpc.rpc import ErrorCode, RpcError
 
@@ -43,11 +50,21 @@ class Deferred(Generic[T]):
     (a shutdown) it imports the rest at once."""
 
     def __init__(
-        self, load: Callable[[], Awaitable[None]], build: Callable[[], T], on_loaded: Callable[[], None] = lambda: None
+        self,
+        load: Callable[[], Awaitable[None]],
+        build: Callable[[], T],
+        on_loaded: Callable[[], None] = lambda: None,
+        rest: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
+        """`load`: what the side's requests wait for; `rest`: what only `build` needs, imported after it
+        (`load_rest`), so a request is not held back by it."""
         self._load = load
         self._build = build
         self._on_loaded = on_loaded  # once the whole side is imported (the server freezes it out of the collector)
+        self._rest = rest
+        self._rest_started = False
+        self._serving = 0  # requests the side is serving now (`serving`)
+        self._quiet: anyio.Event | None = None  # set when the last of them is answered, made when the rest waits
         self._piece: T | None = None
         self._imported = False
         self._loading: anyio.Event | None = None
@@ -106,8 +123,53 @@ class Deferred(Generic[T]):
             self._raise_if_failed()
         finally:
             self._loading.set()  # cancelled midway (a shutdown): `get` imports the rest
+            if self._rest is None or not self._imported:
+                self._end()  # else the load ends with its rest (`load_rest`)
+        if self._rest is None:
+            self._on_loaded()
+
+    async def load_rest(self) -> None:
+        """`load`, then the rest of the side (what only `build` needs: the turn's modules), once, a step at a time
+        on the loop like `load`; a caller that comes while it runs waits for it. Requests wait for `load` alone:
+        the rest loads once they are answered (a `session/new` right behind `initialize` is not held back by the
+        tools, and no step of it runs while they are served: `serving`), and `ended` waits for it too. Raises as `load`
+        when it failed."""
+        await self.load()
+        if self._rest is None:
+            return
+        if self._rest_started:
+            await self.ended()
+            self._raise_if_failed()
+            return
+        self._rest_started = True
+        try:
+            # The requests that waited for `load` go on first, and are answered before the rest begins: a step of it
+            # between two of theirs would hold the loop while their worker threads (the store's) wait for it.
+            await anyio.lowlevel.checkpoint()
+            while self._serving:
+                if self._quiet is None:
+                    self._quiet = anyio.Event()
+                await self._quiet.wait()
+            await self._rest()
+        except Exception as exc:  # a broken install; a cancel is not an Exception and goes on as one
+            self._failure = (load_failure(exc), exc)
+            self._raise_if_failed()
+        finally:
             self._end()
         self._on_loaded()
+
+    @contextlib.contextmanager
+    def serving(self) -> Iterator[None]:
+        """Around a request the side serves, from its dispatch to its answer: the rest waits for none to be served
+        (`load_rest`)."""
+        self._serving += 1
+        try:
+            yield
+        finally:
+            self._serving -= 1
+            if not self._serving and self._quiet is not None:
+                self._quiet.set()
+                self._quiet = None
 
     def get(self) -> T:
         """The piece, built now if it is not yet (importing the deferred side here if `load` has not)."""

@@ -266,6 +266,8 @@ class AcpDispatcher:
                 methods = await self._deferred_side(version)
             except RpcError as exc:  # a broken install: this request is told, and the connection goes on
                 return error_message(request.id, exc.code, exc.message)
+            with self.agent.side.serving():  # the rest of the side loads once no such request is served
+                return await dispatch(request, methods, context)
         return await dispatch(request, methods, context)
 
     async def _deferred_side(self, version: Version) -> Methods:

@@ -73,7 +73,7 @@ async def warm_up_after_initialize(agent: Agent) -> None:
         return
     agent.providers.warm_ups_running += 1
     try:
-        await agent.side.load()
+        await agent.side.load_rest()  # the part requests wait for, then what only a turn needs
         agent.turns  # noqa: B018 - built now, off any request's path
     except Exception as exc:  # a broken install (an RpcError naming the module); a cancel goes on as one
         log.error("%s", exc, exc_info=exc.__cause__)

@@ -48,6 +48,14 @@ async def _one_step() -> None:
     import colorsys  # noqa: F401
 
 
+async def _turn_steps() -> None:
+    """Stand-ins for what only a turn needs (cli/server.py `load_turn_side`)."""
+    import tabnanny  # noqa: F401
+
+    await anyio.lowlevel.checkpoint()
+    import pyclbr  # noqa: F401
+
+
 async def _a_missing_module() -> None:
     import colorsys  # noqa: F401
 
@@ -281,8 +289,10 @@ async def main(owns_process):
     agent, connection, dispatcher = build_server(Config(model="scripted"), owns_process=owns_process)
     gc.freeze()  # what the CLI's start-up does (server._tune_gc)
     frozen = gc.get_freeze_count()
-    await agent.side.load()
-    return "acp_server.cli.deferred_side" in sys.modules, gc.get_freeze_count() > frozen
+    await agent.side.load()  # what requests wait for: the turn's modules are not in yet, nor is anything frozen
+    part = "acp_server.cli.deferred_side" in sys.modules, gc.get_freeze_count() > frozen
+    await agent.side.load_rest()
+    return part, ("acp_server.cli.deferred_side" in sys.modules, gc.get_freeze_count() > frozen)
 
 print(anyio.run(main, sys.argv[1] == "owns"))
 """
@@ -295,7 +305,7 @@ def test_the_deferred_side_is_frozen_out_of_the_collectors_sight_like_start_up_w
     command = [sys.executable, "-c", _FREEZE, owns]
     result = subprocess.run(command, capture_output=True, text=True, timeout=25, check=False)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == f"(True, {frozen})"
+    assert result.stdout.strip() == f"((False, False), (True, {frozen}))"
 
 
 async def test_a_request_pipelined_behind_initialize_waits_for_its_answer_once_then_for_the_load_then_acts(
@@ -337,3 +347,95 @@ async def test_a_request_pipelined_behind_initialize_waits_for_its_answer_once_t
     assert acted == ["login"] and answers == [{"jsonrpc": "2.0", "id": 1, "result": "ok"}]
     assert waits == ["answered"]
     await handshake.answered()  # nothing unanswered: at once
+
+
+async def test_requests_go_on_once_their_part_is_loaded_and_the_rest_loads_after_them_before_the_load_ends(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A `session/new` right behind `initialize` waits for the session methods, not for the turn's modules (the
+    tools): those load after it, and what waits for the load to end (a thread importing a provider SDK, the
+    collector's freeze) waits for them too."""
+    for module in ("colorsys", "netrc", "tabnanny", "pyclbr"):
+        monkeypatch.delitem(sys.modules, module, raising=False)
+    loaded: list[str] = []
+    side: Deferred[Any] = Deferred(_two_steps, lambda: "turns", lambda: loaded.append("frozen"), _turn_steps)
+    order: list[str] = []
+
+    async def request() -> None:
+        await side.load()
+        order.append(f"request ({'with' if 'tabnanny' in sys.modules else 'without'} the rest)")
+
+    async def after_the_load() -> None:
+        await side.ended()
+        order.append(f"ended ({'with' if 'pyclbr' in sys.modules else 'without'} the rest)")
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(after_the_load)
+        tg.start_soon(side.load_rest)  # the background task started once `initialize` is answered
+        await anyio.lowlevel.checkpoint()
+        tg.start_soon(request)
+        tg.start_soon(side.load_rest)  # a session's warm-up: waits for the one load of the rest
+    assert order == ["request (without the rest)", "ended (with the rest)"]
+    assert loaded == ["frozen"]
+    await side.load_rest()
+    assert loaded == ["frozen"] and side.get() == "turns"
+
+
+async def test_a_rest_that_cannot_be_loaded_is_told_to_every_request_after_it() -> None:
+    side: Deferred[Any] = Deferred(_one_step, lambda: "turns", rest=_a_missing_module)
+    await side.load()
+    with pytest.raises(RpcError) as raised:
+        await side.load_rest()
+    assert "acp_server._no_such_module" in raised.value.message
+    with pytest.raises(RpcError):
+        await side.load()  # the next session/new is told, as for a failed load
+    await side.ended()
+
+
+_PARTS = """
+import sys, anyio
+from acp_server.cli.server import load_deferred_side, load_turn_side
+
+TURN = "acp_server.runtime.tools", "acp_server.agent.sessions.turn", "acp_server.runtime.loop"
+TURN += ("acp_server.cli.deferred_side",)
+SESSIONS = "acp_server.protocol.deferred_methods", "acp_server.protocol.acp_edge"
+anyio.run(load_deferred_side)
+first = [module in sys.modules for module in (*SESSIONS, *TURN)]
+anyio.run(load_turn_side)
+print(*first, all(module in sys.modules for module in TURN))
+"""
+
+
+def test_the_part_of_the_deferred_side_requests_wait_for_leaves_out_what_only_a_turn_needs() -> None:
+    result = subprocess.run([sys.executable, "-c", _PARTS], capture_output=True, text=True, timeout=25, check=False)
+    assert result.returncode == 0, result.stderr
+    # The session methods and the edge first; the tools, the turn and its loop after them.
+    assert result.stdout.split() == ["True", "True", "False", "False", "False", "False", "True"]
+
+
+async def test_the_rest_waits_until_the_requests_that_waited_for_the_load_are_answered(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A step of the rest between two of a `session/new`'s steps would hold the loop while the store's worker thread
+    waits for it: the rest begins once the requests the side serves are answered."""
+    for module in ("colorsys", "netrc", "tabnanny", "pyclbr"):
+        monkeypatch.delitem(sys.modules, module, raising=False)
+    side: Deferred[Any] = Deferred(_two_steps, lambda: "turns", rest=_turn_steps)
+    store_done = anyio.Event()
+    seen: list[str] = []
+
+    async def session_new() -> None:
+        await side.load()
+        with side.serving():
+            await store_done.wait()  # the store's commit, in its worker thread
+            seen.append(f"answered ({'with' if 'tabnanny' in sys.modules else 'without'} the rest)")
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(side.load_rest)
+        await anyio.lowlevel.checkpoint()
+        tg.start_soon(session_new)
+        for _ in range(10):
+            await anyio.lowlevel.checkpoint()
+        assert "tabnanny" not in sys.modules and not seen
+        store_done.set()
+    assert seen == ["answered (without the rest)"] and "pyclbr" in sys.modules
