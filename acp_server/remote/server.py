@@ -138,7 +138,8 @@ async def serve_remote(
     announce: bool = True,
     task_status: TaskStatus[RemoteServer] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve remote ACP until drained: each accepted, authenticated WebSocket connection is served by
+    """Serve remote ACP until drained: each accepted, authenticated connection (WebSocket or Streamable HTTP) is
+    served by
     `handler(peer, lines, sink)`. ServeSetupError (before anything listens) for settings that must not start.
     `task_status.started` hands over the `RemoteServer` once the socket listens."""
     check(settings)
@@ -181,6 +182,7 @@ async def serve_remote(
                 return
 
     async with anyio.create_task_group() as group:
+        app.tasks = group  # the HTTP profile's connections outlive the POST that made them
         group.start_soon(run_hypercorn)
         if stop_signals:
             await group.start(watch_signals)
