@@ -42,8 +42,8 @@ __all__ = ["HttpConnection", "StreamBusy", "id_key", "session_of"]
 log = logging.getLogger(__name__)
 
 EVENT_STREAM = b"text/event-stream"
-# The first bytes of a stream: hypercorn sends a response's headers with its first body, and the SDK's client waits
-# for the headers before it posts a session's messages.
+# The first bytes of a stream, at once: the SDK's client waits for a session stream's response before it posts that
+# session's messages, and a proxy in between may hold the headers back until a body comes.
 _OPENED = b": open\n\n"
 _KEEPALIVE = b": keep-alive\n\n"
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import ssl
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -22,6 +23,7 @@ import orjson
 import pytest
 
 from acp_server.remote.settings import MAX_MESSAGE_BYTES
+from tests.e2e.test_remote_transport import INITIALIZE, EchoHandler, running, settings_for
 from tests.e2e.test_serve import ALICE, BOB, Server, prompt, serving
 from tests.support.harness import T_ACK, T_WAIT, scaled
 from tests.support.wire_schema import WireValidator
@@ -318,10 +320,15 @@ async def test_delete_cancels_the_running_turn_and_the_session_loads_on_a_new_co
             await open_session_stream(group, me, session)
             await me.request("session/prompt", prompt(session, "A", "g"))
             await me.probe("gate_reached", session)
-            assert await me.delete() == 202
-            with anyio.fail_after(T_WAIT):  # both streams end
-                await me.ended[None].wait()
-                await me.ended[session].wait()
+            async with editor(server, name="watcher") as watcher:  # another connection counts running turns
+                assert (await watcher.call("_acp_server/stats", {}))["result"]["runningTurns"] == 1
+                assert await me.delete() == 202
+                with anyio.fail_after(T_WAIT):  # both streams end
+                    await me.ended[None].wait()
+                    await me.ended[session].wait()
+                with anyio.fail_after(T_ACK):  # the turn was cancelled as at stdin EOF
+                    while (await watcher.call("_acp_server/stats", {}))["result"]["runningTurns"]:  # noqa: ASYNC110 - the server's count is what is watched
+                        await anyio.sleep(0.05)
             # The connection is gone: its id is unknown from now on.
             assert (await me.post({"id": 99, "method": "session/list", "params": {}})).status_code == 404
             assert await me.delete() == 404
@@ -385,10 +392,10 @@ async def test_a_session_stream_is_200_for_any_session_id_and_409_for_a_second_r
             await open_session_stream(group, me, never_existed)
         mine = await new_session(me, server.workspace)
         await open_session_stream(group, me, mine)
-        second = await me.client.get(me.url, headers=me.headers(mine, **STREAM))
-        assert second.status_code == 409
-        connection_again = await me.client.get(me.url, headers=me.headers(None, **STREAM))
-        assert connection_again.status_code == 409
+        for stream in (mine, None):  # a session's stream, and the connection's
+            with anyio.fail_after(T_WAIT):  # a second reader served would never end: bounded
+                async with me.client.stream("GET", me.url, headers=me.headers(stream, **STREAM)) as second:
+                    assert second.status_code == 409
         group.cancel_scope.cancel()
 
 
@@ -481,6 +488,80 @@ async def test_a_reader_open_keeps_the_connection_past_the_idle_timeout(tmp_path
     async with serving(tmp_path, "--http-idle-timeout", IDLE) as server, editor(server) as me:
         await anyio.sleep(float(IDLE) * 3)
         assert "result" in await me.call("session/list", {})
+
+
+# --- limits, in the transport room itself (serve_remote with the echo handler: its limits are settings here) ---
+
+
+def raw_stream_get(port: int, connection: str, session: str | None = None) -> socket.socket:
+    """A stream GET over a socket with a small receive buffer that is then never read: a reader that stopped."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+    sock.connect(("127.0.0.1", port))
+    extra = f"Acp-Session-Id: {session}\r\n" if session else ""
+    sock.sendall(
+        f"GET /acp HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {ALICE}\r\n"
+        f"Accept: text/event-stream\r\nAcp-Connection-Id: {connection}\r\n{extra}\r\n".encode()
+    )
+    return sock
+
+
+def response_head(sock: socket.socket) -> bytes:
+    sock.settimeout(T_WAIT)
+    data = b""
+    while b"\r\n\r\n" not in data and (chunk := sock.recv(4096)):
+        data += chunk
+    return data
+
+
+async def echo_initialize(client: httpx.AsyncClient, url: str) -> str:
+    answer = await client.post(url, json=INITIALIZE, headers=auth(ALICE))
+    assert answer.status_code == 200, answer.text
+    return answer.headers["acp-connection-id"]
+
+
+@pytest.mark.timeout(30)
+async def test_a_stream_reader_that_stops_reading_ends_its_connection_as_a_dead_peer(tmp_path: Path) -> None:
+    handler = EchoHandler()
+    async with running(settings_for(tmp_path, max_queued_bytes=1 << 20), handler) as server, http_client() as client:
+        url = f"http://127.0.0.1:{server.address[1]}/acp"
+        stalled = await echo_initialize(client, url)
+        other = await echo_initialize(client, url)
+        with raw_stream_get(server.address[1], stalled):
+            flood = {"jsonrpc": "2.0", "id": 1, "method": "flood", "params": {"count": 64, "size": 256 * 1024}}
+            headers = {**auth(ALICE), "Acp-Connection-Id": stalled}
+            assert (await client.post(url, json=flood, headers=headers)).status_code == 202
+            seen = handler.seen[stalled]
+            with anyio.fail_after(T_WAIT):
+                await seen.refused.wait()  # a write refused, never one that waited for the reader
+                await seen.ended.wait()
+            assert seen.writes_done < 64
+            assert (await client.post(url, json=flood, headers=headers)).status_code == 404  # it has ended
+        # The other connection was never held back.
+        headers = {**auth(ALICE), "Acp-Connection-Id": other}
+        ping = {"jsonrpc": "2.0", "id": 2, "method": "still/here"}
+        assert (await client.post(url, json=ping, headers=headers)).status_code == 202
+        assert not handler.seen[other].ended.is_set()
+
+
+@pytest.mark.timeout(30)
+async def test_beyond_64_open_session_streams_a_connection_gets_429(tmp_path: Path) -> None:
+    async with running(settings_for(tmp_path)) as server, http_client() as client:
+        url = f"http://127.0.0.1:{server.address[1]}/acp"
+        connection = await echo_initialize(client, url)
+        readers = [raw_stream_get(server.address[1], connection, f"s{number}") for number in range(64)]
+        try:
+            with anyio.fail_after(T_WAIT):
+                for reader in readers:  # each has its stream's head: it is open
+                    assert (await anyio.to_thread.run_sync(response_head, reader)).startswith(b"HTTP/1.1 200 ")
+            headers = {**auth(ALICE), **STREAM, "Acp-Connection-Id": connection}
+            assert (await client.get(url, headers={**headers, "Acp-Session-Id": "s0"})).status_code == 409
+            with anyio.fail_after(T_WAIT):  # a 65th stream served would never end: bounded
+                async with client.stream("GET", url, headers={**headers, "Acp-Session-Id": "s64"}) as over:
+                    assert over.status_code == 429
+        finally:
+            for reader in readers:
+                reader.close()
 
 
 # --- HTTP/2 ---
