@@ -6,15 +6,17 @@ A connection is made by a POSTed `initialize` (app.py), whose answer is taken ou
 that POST's body; every later message is POSTed with `Acp-Connection-Id` and answered 202 once the handler has taken
 it (input is pulled, as over WebSocket: a client posting faster than it is served waits for its own 202s).
 
-Output is routed, line by line, to a stream: a message with `params.sessionId` (`session/update`, a request to the
-client for that session) to that session's stream; a response to the session's stream when the request it answers
-was POSTed with `Acp-Session-Id`; everything else to the connection's stream. Each stream is an ordered queue, so a
-`session/load` replay reaches its stream before the load's response, which follows it there. A queue exists from the
-first message for it, whether or not a reader is attached yet (a session's stream is opened after `session/new`'s
-answer names it): messages wait there for the reader. Output never waits for the network (decision 8): when a
-connection holds more than `max_queued_bytes` that no reader has taken, its client is too slow or gone and it is
-ended as a dead peer (writes raise BrokenPipeError from then on, as on a closed stdout), so a turn's cancel never
-waits on a socket.
+Output is routed, line by line, to a stream. A message with the `params.sessionId` of a session the client has
+named (POSTed for, opened a stream of) or been told of in an answer (`session/new`, `session/fork`) goes to that
+session's stream: its `session/update`s and its requests to the client, and a `$/cancel_request` retracting such a
+request follows that request there. A response goes to the session's stream when the request it answers was POSTed
+with `Acp-Session-Id`. Everything else, and the messages of a session the client never named (a subagent's child),
+goes to the connection's stream. Each stream is an ordered queue, so a `session/load` replay reaches its stream
+before the load's response, which follows it there. A queue exists from the first message for it, whether or not a
+reader is attached yet (a session's stream is opened after `session/new`'s answer names it): messages wait there for
+the reader. Output never waits for the network (decision 8): when a connection holds more than `max_queued_bytes`
+that no reader has taken, its client is too slow or gone and it is ended as a dead peer (writes raise
+BrokenPipeError from then on, as on a closed stdout), so a turn's cancel never waits on a socket.
 
 A connection ends as stdio's does at EOF (the handler's lines end, its turns are cancelled, its sessions stay):
 on `DELETE` (its streams closed at once, what it writes afterwards dropped), on a dead peer, when it has had no
@@ -49,7 +51,8 @@ _KEEPALIVE = b": keep-alive\n\n"
 
 
 class StreamBusy(Exception):  # noqa: N818 - an answer (409 or 429), not a defect
-    """A stream GET that cannot be served: the stream has a reader already, or too many session streams are open."""
+    """A stream GET that cannot be served: the stream has a reader already (409), too many session streams are open
+    (429), or the connection has just ended (404)."""
 
     def __init__(self, status: int, why: str) -> None:
         super().__init__(why)
@@ -123,6 +126,10 @@ class HttpConnection:
         self._streams: dict[str | None, _Stream] = {None: _Stream()}  # None: the connection's own stream
         self._routes: dict[bytes, str] = {}  # a POSTed request's id -> the session its answer goes to
         self._asked: dict[bytes, str] = {}  # the id of a request to the client -> its session
+        # Sessions the client has named (POSTed for, opened a stream of) or been told of in an answer: only these have
+        # streams of their own; messages of any other (a subagent's child session) go on the connection's stream,
+        # which the client reads anyway, rather than waiting for a reader that will never come.
+        self._known: set[str] = set()
         self._initialize: bytes | None = None  # the id of the `initialize` whose answer a POST waits for
         self._initialized = anyio.Event()
         self.initialize_answer: bytes | None = None
@@ -189,8 +196,15 @@ class HttpConnection:
             key = id_key(message.get("id"))
             if "method" in message:
                 session = session_of(message)
+                if session not in self._known:
+                    session = None  # a session the client never named (a subagent's child): no stream of its own
                 if session is not None and key is not None:
                     self._asked[key] = session
+                elif message["method"] == "$/cancel_request" and isinstance(message.get("params"), dict):
+                    # The retraction of a request to the client follows that request on its stream, so it is read
+                    # in the order written (before the turn's last updates).
+                    asked = id_key(message["params"].get("requestId"))
+                    session = self._asked.get(asked) if asked is not None else None
             elif key is not None:
                 if key == self._initialize:  # the initialize POST's body, not a stream's
                     self._initialize = None
@@ -198,6 +212,9 @@ class HttpConnection:
                     self._initialized.set()
                     return
                 session = self._routes.pop(key, None)
+                result = message.get("result")
+                if isinstance(result, dict) and isinstance(result.get("sessionId"), str):
+                    self._known.add(result["sessionId"])  # named to the client (session/new, fork): it will open it
         stream = self._streams.get(session)
         if stream is None:
             stream = self._streams[session] = _Stream()
@@ -284,6 +301,8 @@ class HttpConnection:
         """Hand one message (`line`, parsed: `message`) to the handler; a request's answer will go to `session`'s
         stream. False when the connection has ended meanwhile."""
         key = id_key(message.get("id"))
+        if session is not None:
+            self._known.add(session)
         if key is not None:
             if "method" in message:
                 if session is not None:
@@ -304,6 +323,8 @@ class HttpConnection:
     async def serve_stream(self, session: str | None, receive: Receive, send: Send) -> None:
         """One SSE GET: the stream's events as they come, a comment every `keepalive_interval`, until the
         connection ends or the client goes. StreamBusy (before anything is sent) when it cannot be served."""
+        if self._gone or self.ended.is_set():
+            raise StreamBusy(404, "unknown Acp-Connection-Id")  # it ended between the lookup and now
         stream = self._streams.get(session)
         if stream is not None and stream.reader:
             raise StreamBusy(409, "this stream already has a reader on this connection")
@@ -312,6 +333,8 @@ class HttpConnection:
             raise StreamBusy(429, f"{self._max_session_streams} session streams are open on this connection")
         if stream is None:
             stream = self._streams[session] = _Stream()
+        if session is not None:
+            self._known.add(session)
         stream.reader = True
         self._enter()
         try:

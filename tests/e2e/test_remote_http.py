@@ -310,6 +310,47 @@ async def test_a_permission_request_comes_on_the_session_stream_and_is_answered_
         group.cancel_scope.cancel()
 
 
+async def test_a_retraction_follows_its_request_on_the_session_stream(tmp_path: Path) -> None:
+    """v2: a cancel while the client holds a request of the turn's retracts it (`$/cancel_request`, which names no
+    session) on the stream the question came on, before the turn's last updates."""
+    script = [{"tool": "test_client_request", "args": {"method": "_test/hold", "params": {}}}]
+    async with serving(tmp_path) as server, editor(server, version=2) as me, anyio.create_task_group() as group:
+        session = await new_session(me, server.workspace)
+        await open_session_stream(group, me, session)
+        params = {"sessionId": session, "prompt": [{"type": "text", "text": "ask"}], "_meta": {"scripted": script}}
+        await me.request("session/prompt", params)
+        came_on, asked = await me.wait_for(lambda m: m.get("method") == "_test/hold")
+        assert came_on == session and asked["params"]["sessionId"] == session
+        await me.notify("session/cancel", {"sessionId": session})
+        stream, retraction = await me.wait_for(
+            lambda m: m.get("method") == "$/cancel_request" and m["params"].get("requestId") == asked["id"]
+        )
+        assert stream == session
+        _, idle = await me.wait_for(
+            lambda m: m.get("method") == "session/update" and m["params"]["update"].get("state") == "idle"
+        )
+        on_session = [m for on, m in me.received if on == session]
+        assert on_session.index(retraction) < on_session.index(idle)
+        group.cancel_scope.cancel()
+
+
+async def test_a_subagents_child_session_speaks_on_the_connection_stream(tmp_path: Path) -> None:
+    """A child session's messages (test-mode probes) name a session the client never named: they come on the
+    connection's stream, which the client reads, instead of waiting for a stream nobody will open."""
+    child = [{"say": "child answer"}]
+    script = [{"tool": "delegate", "args": {"task": "count", "script": child}}, {"say": "parent done"}]
+    async with serving(tmp_path) as server, editor(server) as me, anyio.create_task_group() as group:
+        session = await new_session(me, server.workspace)
+        await open_session_stream(group, me, session)
+        params = {"sessionId": session, "prompt": [{"type": "text", "text": "go"}], "_meta": {"scripted": script}}
+        assert (await me.response(await me.request("session/prompt", params)))["result"] == {"stopReason": "end_turn"}
+        stream, _ = await me.wait_for(
+            lambda m: m.get("method") == "_scripted/probe" and m["params"].get("sessionId") not in (None, session)
+        )
+        assert stream is None
+        group.cancel_scope.cancel()
+
+
 async def test_delete_cancels_the_running_turn_and_the_session_loads_on_a_new_connection(tmp_path: Path) -> None:
     async with serving(tmp_path) as server:
         async with http_client() as client, anyio.create_task_group() as group:
