@@ -42,7 +42,7 @@ from acp_server.remote.gate import (
     origin_allowed,
     presented_token,
 )
-from acp_server.remote.http import HttpConnection, StreamBusy, is_event_stream
+from acp_server.remote.http import HttpConnection, is_event_stream
 from acp_server.remote.peer import ConnectionHandler, Peer
 from acp_server.remote.settings import RemoteSettings
 from acp_server.remote.tokens import Principal, Tokens
@@ -302,10 +302,11 @@ class RemoteApp:
         session = header(scope["headers"], SESSION_ID)
         if session is not None and len(session) > MAX_ID_LENGTH:
             raise _Refusal(400, b"Acp-Session-Id is too long\n")
-        try:
-            await connection.serve_stream(session.decode("latin-1") if session is not None else None, receive, send)
-        except StreamBusy as busy:
-            raise _Refusal(busy.status, f"{busy}\n".encode()) from None
+        key = session.decode("latin-1") if session is not None else None
+        refused = connection.stream_refused(key)
+        if refused is not None:
+            raise _Refusal(refused[0], f"{refused[1]}\n".encode())
+        await connection.serve_stream(key, receive, send)
 
     # --- WebSocket ---
 

@@ -39,7 +39,7 @@ from acp_server.jsonrpc.transport import Oversized
 from acp_server.remote.peer import ConnectionHandler, Peer
 from acp_server.remote.websocket import Receive, Send
 
-__all__ = ["HttpConnection", "StreamBusy", "id_key", "session_of"]
+__all__ = ["HttpConnection", "id_key", "is_event_stream", "session_of"]
 
 log = logging.getLogger(__name__)
 
@@ -48,15 +48,6 @@ EVENT_STREAM = b"text/event-stream"
 # session's messages, and a proxy in between may hold the headers back until a body comes.
 _OPENED = b": open\n\n"
 _KEEPALIVE = b": keep-alive\n\n"
-
-
-class StreamBusy(Exception):  # noqa: N818 - an answer (409 or 429), not a defect
-    """A stream GET that cannot be served: the stream has a reader already (409), too many session streams are open
-    (429), or the connection has just ended (404)."""
-
-    def __init__(self, status: int, why: str) -> None:
-        super().__init__(why)
-        self.status = status
 
 
 def id_key(value: object) -> bytes | None:
@@ -320,17 +311,23 @@ class HttpConnection:
             self._leave()
         return True
 
-    async def serve_stream(self, session: str | None, receive: Receive, send: Send) -> None:
-        """One SSE GET: the stream's events as they come, a comment every `keepalive_interval`, until the
-        connection ends or the client goes. StreamBusy (before anything is sent) when it cannot be served."""
+    def stream_refused(self, session: str | None) -> tuple[int, str] | None:
+        """Why a stream GET cannot be served, as a status and words, or None: the stream has a reader already (409),
+        too many session streams are open (429), or the connection has just ended (404)."""
         if self._gone or self.ended.is_set():
-            raise StreamBusy(404, "unknown Acp-Connection-Id")  # it ended between the lookup and now
+            return 404, "unknown Acp-Connection-Id"  # it ended between the lookup and now
         stream = self._streams.get(session)
         if stream is not None and stream.reader:
-            raise StreamBusy(409, "this stream already has a reader on this connection")
+            return 409, "this stream already has a reader on this connection"
         readers = sum(1 for key, open_ in self._streams.items() if key is not None and open_.reader)
         if session is not None and readers >= self._max_session_streams:
-            raise StreamBusy(429, f"{self._max_session_streams} session streams are open on this connection")
+            return 429, f"{self._max_session_streams} session streams are open on this connection"
+        return None
+
+    async def serve_stream(self, session: str | None, receive: Receive, send: Send) -> None:
+        """One SSE GET (`stream_refused` said yes, nothing awaited since): the stream's events as they come, a
+        comment every `keepalive_interval`, until the connection ends or the client goes."""
+        stream = self._streams.get(session)
         if stream is None:
             stream = self._streams[session] = _Stream()
         if session is not None:
