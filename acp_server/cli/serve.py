@@ -1,4 +1,5 @@
-"""`acp-server serve`: one agent serving remote editors over WebSocket (shared/design/REMOTE.md, decision 1).
+"""`acp-server serve`: one agent serving remote editors over WebSocket and Streamable HTTP (shared/design/REMOTE.md,
+decision 1).
 
 The agent is built once, as for stdio (cli/server.py `build_agent`), with every setting the stdio server takes; the
 transport room (acp_server/remote/) accepts and authenticates connections and hands each to `_Connections.serve`,

@@ -4,23 +4,34 @@ health endpoint, and the table of live connections a drain ends.
     GET /healthz            200 `ok` while serving, 503 `draining` while draining; no auth, no detail, no Host check
                             (a load balancer probes by address, and the answer says nothing)
     GET /acp + Upgrade      the WebSocket profile: 101 with `Acp-Connection-Id`, the connection handed to the handler
-    anything else on /acp   405 (Allow: GET) for another method, 426 for a GET that is no upgrade: Streamable HTTP
-                            (POST, the SSE GETs, DELETE) is routed here in its step
-    anything else           404
+    POST/GET/DELETE /acp    the Streamable HTTP profile (http.py): POST `initialize` makes a connection (200, its
+                            answer as the body, `Acp-Connection-Id`); POST with the id: 202; GET with
+                            `Accept: text/event-stream`: the connection's SSE stream, or with `Acp-Session-Id` a
+                            session's; DELETE: the connection ends
+    anything else           404 (405 for another method on /acp)
 
 Every /acp request passes, in this order: its Host (403), its Origin (403), the drain (503), its token (401), and
 for a new connection the limit (503, before any upgrade). The first two come first because they cost nothing and a
-refused page learns nothing from them.
+refused page learns nothing from them. Then the HTTP profile's own checks, as REMOTE.md's status list and the
+TypeScript SDK's own server (`dist/transports/server.js`) answer them: 415 a body that is not `application/json`, 413
+one over the message limit (the connection stays), 400 JSON that does not parse or an object missing, 501 a JSON
+array (no batches over Streamable HTTP), 400 a missing `Acp-Connection-Id` or an `Acp-Session-Id` missing or other
+than `params.sessionId`, 404 an unknown `Acp-Connection-Id` or another principal's (the same answer: ids leak
+nothing), 406 a stream GET without `Accept: text/event-stream`, 409 a stream that already has a reader. Nothing
+session-scoped is 404: any session id gets its stream (decision 4: whether a session exists is JSON-RPC's to say).
 """
 
 from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any, Protocol
 
 import anyio
+import orjson
+from anyio.abc import TaskGroup
 
 from acp_server.remote.gate import (
     SUBPROTOCOL,
@@ -31,6 +42,7 @@ from acp_server.remote.gate import (
     origin_allowed,
     presented_token,
 )
+from acp_server.remote.http import HttpConnection, is_event_stream
 from acp_server.remote.peer import ConnectionHandler, Peer
 from acp_server.remote.settings import RemoteSettings
 from acp_server.remote.tokens import Principal, Tokens
@@ -43,6 +55,21 @@ log = logging.getLogger(__name__)
 ENDPOINT = "/acp"
 HEALTH = "/healthz"
 _TEXT = ((b"content-type", b"text/plain; charset=utf-8"),)
+_JSON = b"application/json"
+CONNECTION_ID = b"acp-connection-id"
+SESSION_ID = b"acp-session-id"
+# Longer ids are refused (400) before they are looked up or kept: the SDK's own server's bound.
+MAX_ID_LENGTH = 1024
+
+
+class _Live(Protocol):
+    """What a drain does to a connection of either profile."""
+
+    why: str
+
+    def stop(self, why: str, code: int = ...) -> None: ...
+
+    def cancel(self) -> None: ...
 
 
 class _Refusal(Exception):  # noqa: N818 - a response, not an error
@@ -64,7 +91,10 @@ class RemoteApp:
         self._handler = handler
         self._hosts = allowed_hosts(settings.host, settings.allow_hosts)
         self._origins = normalise_origins(settings.allow_origins)
-        self._connections: set[WebSocketConnection] = set()
+        self._connections: set[_Live] = set()
+        self._http_connections: dict[str, HttpConnection] = {}  # by `Acp-Connection-Id`
+        # Where the HTTP profile's connections run: they outlive the POST that made them (serve_remote's group).
+        self.tasks: TaskGroup | None = None
         self._none_left = anyio.Event()
         self._none_left.set()
         self.draining = False
@@ -76,11 +106,34 @@ class RemoteApp:
     async def __call__(self, scope: Mapping[str, Any], receive: Receive, send: Send) -> None:
         kind = scope["type"]
         if kind == "http":
-            await self._http(scope, send)
+            await self._http(scope, receive, send)
         elif kind == "websocket":
             await self._websocket(scope, receive, send)
         elif kind == "lifespan":
             await _lifespan(receive, send)
+
+    def _track(self, connection: _Live) -> None:
+        """Counted from here (call it before any await: the limit holds under a burst) until `_untrack`."""
+        self._connections.add(connection)
+        self._none_left = anyio.Event() if self._none_left.is_set() else self._none_left
+
+    def _untrack(self, connection: _Live) -> None:
+        self._connections.discard(connection)
+        if not self._connections:
+            self._none_left.set()
+
+    @contextmanager
+    def _tracked(self, connection: _Live) -> Iterator[None]:
+        self._track(connection)
+        try:
+            yield
+        finally:
+            self._untrack(connection)
+
+    def _room_for_one_more(self) -> None:
+        if len(self._connections) >= self._settings.max_connections:
+            log.warning("remote connection refused: %d connections open (--max-connections)", self.connections)
+            raise _Refusal(503, b"too many connections\n", [(b"retry-after", b"1")])
 
     # --- the door ---
 
@@ -101,8 +154,9 @@ class RemoteApp:
 
     # --- HTTP ---
 
-    async def _http(self, scope: Mapping[str, Any], send: Send) -> None:
+    async def _http(self, scope: Mapping[str, Any], receive: Receive, send: Send) -> None:
         path, method = scope["path"], scope["method"]
+        headers: list[tuple[bytes, bytes]]
         try:
             if path == HEALTH:
                 if method not in ("GET", "HEAD"):
@@ -111,22 +165,148 @@ class RemoteApp:
                     raise _Refusal(503, b"draining\n")
                 status, body, headers = 200, b"ok\n", []
             elif path == ENDPOINT:
-                self._admit(scope)
-                if method != "GET":
-                    raise _Refusal(405, b"only the WebSocket profile is served\n", [(b"allow", b"GET")])
-                raise _Refusal(426, b"upgrade to a WebSocket\n", [(b"upgrade", b"websocket")])
+                principal = self._admit(scope)
+                if method == "POST":
+                    status, body, headers = await self._post(scope, receive, principal)
+                elif method == "GET":
+                    await self._stream(scope, receive, send, principal)
+                    return
+                elif method == "DELETE":
+                    connection = self._connection(scope, principal)
+                    del self._http_connections[connection.peer.connection_id]  # unknown from now on: 404
+                    connection.delete()
+                    status, body, headers = 202, b"", []
+                else:
+                    raise _Refusal(405, b"", [(b"allow", b"GET, POST, DELETE")])
             else:
                 raise _Refusal(404, b"not found\n")
         except _Refusal as refusal:
             status, body, headers = refusal.status, refusal.body, refusal.headers
+        if body and not any(name == b"content-type" for name, _ in headers):
+            headers = [*_TEXT, *headers]
         await send(
             {
                 "type": "http.response.start",
                 "status": status,
-                "headers": [*_TEXT, (b"content-length", str(len(body)).encode()), *headers],
+                "headers": [(b"content-length", str(len(body)).encode()), *headers],
             }
         )
         await send({"type": "http.response.body", "body": b"" if method == "HEAD" else body})
+
+    # --- Streamable HTTP ---
+
+    def _connection(self, scope: Mapping[str, Any], principal: Principal) -> HttpConnection:
+        """The connection a request names; another principal's is answered as an unknown one."""
+        value = header(scope["headers"], CONNECTION_ID)
+        if value is None:
+            raise _Refusal(400, b"Acp-Connection-Id is missing\n")
+        connection = self._http_connections.get(value.decode("latin-1"))
+        if connection is None or connection.peer.principal.name != principal.name:
+            raise _Refusal(404, b"unknown Acp-Connection-Id\n")
+        return connection
+
+    async def _post(
+        self, scope: Mapping[str, Any], receive: Receive, principal: Principal
+    ) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
+        content_type = header(scope["headers"], b"content-type") or b""
+        if content_type.partition(b";")[0].strip().lower() != _JSON:
+            raise _Refusal(415, b"a message is application/json\n")
+        line = await self._body(receive)
+        try:
+            message = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            raise _Refusal(400, b"the body is not JSON\n") from None
+        if isinstance(message, list):
+            raise _Refusal(501, b"JSON-RPC batches are not served over Streamable HTTP\n")
+        if not isinstance(message, dict):
+            raise _Refusal(400, b"the body is not a JSON-RPC message\n")
+        line = orjson.dumps(message)  # one line, whatever the client's layout
+        if header(scope["headers"], CONNECTION_ID) is None and message.get("method") == "initialize":
+            return await self._initialize(scope, principal, line, message)
+        connection = self._connection(scope, principal)
+        session = header(scope["headers"], SESSION_ID)
+        expected = connection.expected_session(message)
+        if session is not None and len(session) > MAX_ID_LENGTH:
+            raise _Refusal(400, b"Acp-Session-Id is too long\n")
+        if expected is not None and session is None:
+            raise _Refusal(400, b"Acp-Session-Id is missing: it must equal params.sessionId\n")
+        routed = session.decode("latin-1") if session is not None else None
+        if expected is not None and routed != expected:
+            raise _Refusal(400, b"Acp-Session-Id does not match params.sessionId\n")
+        if not await connection.post(line, message, routed):
+            raise _Refusal(404, b"unknown Acp-Connection-Id\n")  # it ended meanwhile
+        return 202, b"", []
+
+    async def _body(self, receive: Receive) -> bytes:
+        """The request's body, 413 as soon as it is longer than a message may be (the connection stays)."""
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            event = await receive()
+            if event["type"] == "http.disconnect":
+                raise _Refusal(400, b"the request ended early\n")
+            chunk = event.get("body", b"")
+            size += len(chunk)
+            if size > self._settings.max_message_bytes:
+                raise _Refusal(413, b"the message is over the limit\n")
+            chunks.append(chunk)
+            if not event.get("more_body", False):
+                return b"".join(chunks)
+
+    async def _initialize(
+        self, scope: Mapping[str, Any], principal: Principal, line: bytes, message: dict[str, Any]
+    ) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
+        """A new connection: its `initialize` answered in the body (200, with `Acp-Connection-Id`, also when the
+        answer is a JSON-RPC error: the SDK's client reads a JSON-RPC body only from a 2xx carrying the id, and the
+        connection stays, as stdio's does after a failed initialize). No answer in time: 500 with a JSON-RPC error,
+        as the SDK's own server answers, and the connection is ended."""
+        if "id" not in message or message["id"] is None:
+            raise _Refusal(400, b"initialize must carry an id\n")
+        self._room_for_one_more()
+        assert self.tasks is not None  # set by serve_remote before anything is served
+        client = scope.get("client")
+        peer = Peer(str(uuid.uuid4()), principal, (str(client[0]), int(client[1])) if client else None)
+        connection = HttpConnection(
+            peer,
+            max_queued_bytes=self._settings.max_queued_bytes,
+            flush_timeout=self._settings.flush_timeout,
+            idle_timeout=self._settings.http_idle_timeout,
+            keepalive_interval=self._settings.sse_keepalive,
+            max_session_streams=self._settings.max_session_streams,
+        )
+        self._track(connection)
+        self._http_connections[peer.connection_id] = connection
+
+        async def run() -> None:
+            log.info("remote connection %s opened (Streamable HTTP)", peer.describe())
+            try:
+                await connection.run(self._handler)
+            finally:
+                if self._http_connections.get(peer.connection_id) is connection:
+                    del self._http_connections[peer.connection_id]
+                self._untrack(connection)
+                log.info("remote connection %s ended: %s", peer.describe(), connection.why)
+
+        self.tasks.start_soon(run)
+        answer = await connection.initialize(line, message["id"], self._settings.initialize_timeout)
+        if answer is None:
+            connection.stop("initialize was not answered")
+            failed = {"jsonrpc": "2.0", "id": message["id"], "error": {"code": -32603, "message": "Initialize failed"}}
+            return 500, orjson.dumps(failed), [(b"content-type", _JSON)]
+        return 200, answer, [(b"content-type", _JSON), (CONNECTION_ID, peer.connection_id.encode())]
+
+    async def _stream(self, scope: Mapping[str, Any], receive: Receive, send: Send, principal: Principal) -> None:
+        if not is_event_stream(header(scope["headers"], b"accept")):
+            raise _Refusal(406, b"a stream is read with Accept: text/event-stream\n")
+        connection = self._connection(scope, principal)
+        session = header(scope["headers"], SESSION_ID)
+        if session is not None and len(session) > MAX_ID_LENGTH:
+            raise _Refusal(400, b"Acp-Session-Id is too long\n")
+        key = session.decode("latin-1") if session is not None else None
+        refused = connection.stream_refused(key)
+        if refused is not None:
+            raise _Refusal(refused[0], f"{refused[1]}\n".encode())
+        await connection.serve_stream(key, receive, send)
 
     # --- WebSocket ---
 
@@ -138,9 +318,7 @@ class RemoteApp:
             if scope["path"] != ENDPOINT:
                 raise _Refusal(404, b"not found\n")
             principal = self._admit(scope)
-            if len(self._connections) >= self._settings.max_connections:
-                log.warning("remote connection refused: %d connections open (--max-connections)", self.connections)
-                raise _Refusal(503, b"too many connections\n", [(b"retry-after", b"1")])
+            self._room_for_one_more()
         except _Refusal as refusal:
             await send(
                 {
@@ -162,9 +340,7 @@ class RemoteApp:
             max_queued_bytes=self._settings.max_queued_bytes,
             flush_timeout=self._settings.flush_timeout,
         )
-        self._connections.add(connection)  # counted from here, before any await: the limit holds under a burst
-        self._none_left = anyio.Event() if self._none_left.is_set() else self._none_left
-        try:
+        with self._tracked(connection):
             # Selecting `acp` (never the `acp.bearer.` one) keeps the token out of the response.
             subprotocol = SUBPROTOCOL if SUBPROTOCOL in scope.get("subprotocols", ()) else None
             await send(
@@ -175,12 +351,10 @@ class RemoteApp:
                 }
             )
             log.info("remote connection %s opened", peer.describe())
-            await connection.run(self._handler)
-        finally:
-            self._connections.discard(connection)
-            if not self._connections:
-                self._none_left.set()
-            log.info("remote connection %s ended: %s", peer.describe(), connection.why)
+            try:
+                await connection.run(self._handler)
+            finally:
+                log.info("remote connection %s ended: %s", peer.describe(), connection.why)
 
     # --- the drain ---
 

@@ -139,9 +139,9 @@ async def serve_remote(
     admit: Callable[[Tokens], None] | None = None,
     task_status: TaskStatus[RemoteServer] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve remote ACP until drained: each accepted, authenticated WebSocket connection is served by
-    `handler(peer, lines, sink)`. ServeSetupError (before anything listens) for settings that must not start, and
-    from `admit`, which sees the principals read from the token file before anything listens.
+    """Serve remote ACP until drained: each accepted, authenticated connection (WebSocket or Streamable HTTP) is
+    served by `handler(peer, lines, sink)`. ServeSetupError (before anything listens) for settings that must not
+    start, and from `admit`, which sees the principals read from the token file before anything listens.
     `task_status.started` hands over the `RemoteServer` once the socket listens."""
     check(settings)
     token_file, tokens, made = _tokens(settings)
@@ -185,6 +185,7 @@ async def serve_remote(
                 return
 
     async with anyio.create_task_group() as group:
+        app.tasks = group  # the HTTP profile's connections outlive the POST that made them
         group.start_soon(run_hypercorn)
         if stop_signals:
             await group.start(watch_signals)

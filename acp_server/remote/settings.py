@@ -39,6 +39,11 @@ DEFAULT_MAX_CONNECTIONS = 256
 DEFAULT_INITIALIZE_TIMEOUT = 10.0
 # Sessions one connection may have open at once (decision 8): new, load, resume and fork beyond it are refused.
 DEFAULT_MAX_SESSIONS_PER_CONNECTION = 64
+# The HTTP profile's dead peer (decision 6): a connection with no request and no open stream for this long has ended.
+DEFAULT_HTTP_IDLE_TIMEOUT = 600.0
+# An SSE stream's comment, so proxies in between keep a quiet stream open (decision 8).
+DEFAULT_SSE_KEEPALIVE = 15.0
+MAX_SESSION_STREAMS = 64
 # The TypeScript SDK's client drops a message over 32 MiB, and a prompt comes back inside a replayed update: what
 # comes in stays this far below, leaving room for the envelope it is replayed in (decision 8).
 MESSAGE_ENVELOPE_BYTES = 64 * 1024
@@ -85,6 +90,10 @@ class RemoteSettings:
     # 60 s) keep a quiet connection open, as the SSE profile's comments will. hypercorn sends them; it does not look
     # at the pongs: dead peers are the kernel's to find (keepalive above).
     ping_interval: float | None = 15.0
+    # The HTTP profile (http.py): idle expiry, SSE keep-alive comments, session streams read at once per connection.
+    http_idle_timeout: float = DEFAULT_HTTP_IDLE_TIMEOUT
+    sse_keepalive: float = DEFAULT_SSE_KEEPALIVE
+    max_session_streams: int = MAX_SESSION_STREAMS
     # Once a handler has returned (a drain ended its input), how long what it wrote last may take to reach the socket
     # before the close.
     flush_timeout: float = 1.0
@@ -141,6 +150,10 @@ def check(settings: RemoteSettings) -> None:
         raise ServeSetupError("--max-connections must be at least 1")
     if settings.max_sessions_per_connection < 1:
         raise ServeSetupError("--max-sessions-per-connection must be at least 1")
+    timings = (("--http-idle-timeout", settings.http_idle_timeout), ("--sse-keepalive", settings.sse_keepalive))
+    for name, value in timings:
+        if not value > 0:
+            raise ServeSetupError(f"{name} must be above zero")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -221,6 +234,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="how long a new connection has to send "
         f"`initialize` (default {DEFAULT_INITIALIZE_TIMEOUT:g}; env ACP_SERVER_INITIALIZE_TIMEOUT; file: [serve] "
         "initialize_timeout)",
+    )
+    add(
+        "--http-idle-timeout",
+        type=float,
+        metavar="SECONDS",
+        help="a Streamable HTTP connection with no "
+        f"request and no open stream for this long is ended (default {DEFAULT_HTTP_IDLE_TIMEOUT:g}; env "
+        "ACP_SERVER_HTTP_IDLE_TIMEOUT; file: [serve] http_idle_timeout)",
+    )
+    add(
+        "--sse-keepalive",
+        type=float,
+        metavar="SECONDS",
+        help="how often a quiet SSE stream gets a comment, so "
+        f"proxies keep it open (default {DEFAULT_SSE_KEEPALIVE:g}; env ACP_SERVER_SSE_KEEPALIVE; file: [serve] "
+        "sse_keepalive)",
     )
 
 
@@ -331,6 +360,20 @@ def remote_settings(
             "ACP_SERVER_INITIALIZE_TIMEOUT",
             "initialize_timeout",
             DEFAULT_INITIALIZE_TIMEOUT,
+            _positive(float),
+        ),
+        http_idle_timeout=pick(
+            getattr(args, "http_idle_timeout", None),
+            "ACP_SERVER_HTTP_IDLE_TIMEOUT",
+            "http_idle_timeout",
+            DEFAULT_HTTP_IDLE_TIMEOUT,
+            _positive(float),
+        ),
+        sse_keepalive=pick(
+            getattr(args, "sse_keepalive", None),
+            "ACP_SERVER_SSE_KEEPALIVE",
+            "sse_keepalive",
+            DEFAULT_SSE_KEEPALIVE,
             _positive(float),
         ),
     )

@@ -607,8 +607,9 @@ async def test_healthz_and_routes_answer_without_a_token(tmp_path: Path) -> None
         assert (await raw_status(server, "POST /healthz HTTP/1.1\nHost: 127.0.0.1\nContent-Length: 0\n"))[0] == 405
         assert (await raw_status(server, "GET /other HTTP/1.1\nHost: 127.0.0.1\n"))[0] == 404
         authorized = f"Host: 127.0.0.1\nAuthorization: Bearer {ALICE}\n"
-        assert (await raw_status(server, f"GET /acp HTTP/1.1\n{authorized}"))[0] == 426
-        assert (await raw_status(server, f"DELETE /acp HTTP/1.1\n{authorized}"))[0] == 405
+        # A GET that is neither an upgrade nor a stream's (Streamable HTTP: tests/e2e/test_remote_http.py).
+        assert (await raw_status(server, f"GET /acp HTTP/1.1\n{authorized}"))[0] == 406
+        assert (await raw_status(server, f"PUT /acp HTTP/1.1\n{authorized}Content-Length: 0\n"))[0] == 405
 
 
 async def h2c_get(server: RemoteServer, path: str) -> tuple[int, bytes]:

@@ -65,7 +65,7 @@ async def serving(tmp_path: Path, *extra: str, env: dict[str, str] | None = None
     assert process.stderr is not None
     seen = b""
     with anyio.fail_after(T_START * 8):
-        while (found := re.search(rb"serving (ws://\S+)", seen)) is None:
+        while (found := re.search(rb"serving (wss?://\S+)", seen)) is None:
             line = await process.stderr.readline()
             assert line, f"serve ended before it listened: {seen.decode(errors='replace')}"
             seen += line

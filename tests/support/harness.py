@@ -33,7 +33,7 @@ import sys
 import tempfile
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Protocol, Self
@@ -143,9 +143,9 @@ class Transport(Protocol):
     """One editor's connection to a server started for a test: what `RawClient` and the SDK tee need from the wire.
 
     Everything above this seam (the log, the schema validation of every line the server writes, C1-C4, C6) is the
-    same on every transport; a transport only moves whole lines. stdio is the only one today; the remote-ACP issue
-    adds `websocket` and `http` as one class each (start `acp-server serve`, connect, map a frame or an SSE event to
-    a line), and one entry in `TRANSPORTS`, and every test that takes the `transport` fixture runs over it too.
+    same on every transport; a transport only moves whole lines: stdio, and remote ACP's `websocket` and `http`, one
+    class each (start `acp-server serve`, connect, map a frame or an SSE event to a line); an entry in `TRANSPORTS`
+    runs every test that takes the `transport` fixture over it too.
     """
 
     name: ClassVar[str]
@@ -250,6 +250,33 @@ class StdioTransport:
 WEBSOCKET_TOKEN = "editor-" + "E" * 30
 
 
+async def _start_serve(
+    args: Sequence[str], env: dict[str, str] | None, cwd: str | None
+) -> tuple[asyncio.subprocess.Process, str]:
+    """`acp-server serve` for a remote transport (workspace root `/`, one token), and the URL it announced."""
+    tokens = Path(tempfile.mkdtemp(prefix="acp-server-test-tokens-")) / "tokens"
+    tokens.write_text(f"editor {WEBSOCKET_TOKEN}\n")
+    tokens.chmod(0o600)
+    serve = ("serve", "--listen", "127.0.0.1:0", "--token-file", str(tokens), "--workspace-root", "/")
+    process = await asyncio.create_subprocess_exec(
+        *server_command(*serve, *args),
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, **isolated_env(), **(env or {})},
+        cwd=cwd,
+        start_new_session=True,
+    )
+    assert process.stderr is not None
+    announced = b""
+    async with asyncio.timeout(T_START * 8):
+        while (found := re.search(rb"serving (ws://\S+)", announced)) is None:
+            line = await process.stderr.readline()
+            assert line, f"serve ended before it listened: {announced.decode(errors='replace')}"
+            announced += line
+    return process, found.group(1).decode()
+
+
 class WebSocketTransport:
     """The server as `acp-server serve` (a subprocess in its own process group, on 127.0.0.1 port 0) and one
     authenticated WebSocket connection to it (the `websockets` client): a line sent is one text frame, a frame
@@ -277,28 +304,9 @@ class WebSocketTransport:
         line_limit: int = READ_LIMIT,
     ) -> WebSocketTransport:
         del command, line_limit  # a wrapper command line is stdio's; a frame is never split into lines
-        tokens = Path(tempfile.mkdtemp(prefix="acp-server-test-tokens-")) / "tokens"
-        tokens.write_text(f"editor {WEBSOCKET_TOKEN}\n")
-        tokens.chmod(0o600)
-        serve = ("serve", "--listen", "127.0.0.1:0", "--token-file", str(tokens), "--workspace-root", "/")
-        process = await asyncio.create_subprocess_exec(
-            *server_command(*serve, *args),
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.PIPE,
-            env={**os.environ, **isolated_env(), **(env or {})},
-            cwd=cwd,
-            start_new_session=True,
-        )
-        assert process.stderr is not None
-        announced = b""
-        async with asyncio.timeout(T_START * 8):
-            while (found := re.search(rb"serving (ws://\S+)", announced)) is None:
-                line = await process.stderr.readline()
-                assert line, f"serve ended before it listened: {announced.decode(errors='replace')}"
-                announced += line
+        process, url = await _start_serve(args, env, cwd)
         headers = {"Authorization": f"Bearer {WEBSOCKET_TOKEN}"}
-        ws = await connect(found.group(1).decode(), additional_headers=headers, max_size=None)
+        ws = await connect(url, additional_headers=headers, max_size=None)
         return cls(process, ws)
 
     @property
@@ -330,8 +338,156 @@ class WebSocketTransport:
             self._process.send_signal(signal.SIGTERM)
 
 
-# Every transport a test can be run over, by the id it shows in a test's name (`http` joins them with the Streamable
-# HTTP profile); tests taking the `transport` fixture (tests/conftest.py) then run over each.
+class HttpTransport:
+    """The server as `acp-server serve` (as `WebSocketTransport` starts it) and one Streamable HTTP connection to it
+    (httpx), as the TypeScript SDK's `createHttpStream` speaks it: each line sent is POSTed (the first, `initialize`,
+    makes the connection and its body is the first line received), with `Acp-Session-Id` for a session's message
+    and for the answer to a request that came on a session's stream; the connection's SSE stream is read from the
+    start, and a session's from before its first message is POSTed or as soon as an answer names it. Every event of
+    every stream is one line received, in the order it arrives. `close` drains the server, as WebSocket's does."""
+
+    name: ClassVar[str] = "http"
+
+    def __init__(self, process: asyncio.subprocess.Process, url: str) -> None:
+        import httpx
+
+        self._process = process
+        self._url = url
+        self._client = httpx.AsyncClient(
+            timeout=httpx.Timeout(T_START * 8, read=None), trust_env=False, limits=httpx.Limits(max_connections=None)
+        )
+        self._partial = b""
+        self._connection_id: str | None = None
+        self._lines: asyncio.Queue[bytes] = asyncio.Queue()
+        self._streams: dict[str | None, asyncio.Event] = {}  # each stream read, and whether its headers came
+        self._reading = 0
+        self._readers: set[asyncio.Task[None]] = set()  # owned here, cancelled by `close`
+        self._asked: dict[bytes, str] = {}  # the id of a request that came on a session's stream -> that session
+        self._eof = False
+
+    @classmethod
+    async def start(
+        cls,
+        args: Sequence[str],
+        *,
+        env: dict[str, str] | None = None,
+        cwd: str | None = None,
+        command: Sequence[str] | None = None,
+        line_limit: int = READ_LIMIT,
+    ) -> HttpTransport:
+        del command, line_limit
+        process, url = await _start_serve(args, env, cwd)
+        return cls(process, url.replace("ws://", "http://", 1))
+
+    @property
+    def process(self) -> asyncio.subprocess.Process:
+        return self._process
+
+    def _headers(self, session: str | None = None) -> dict[str, str]:
+        headers = {"Authorization": f"Bearer {WEBSOCKET_TOKEN}"}
+        if self._connection_id is not None:
+            headers["Acp-Connection-Id"] = self._connection_id
+        if session is not None:
+            headers["Acp-Session-Id"] = session
+        return headers
+
+    async def _open(self, session: str | None) -> None:
+        """Start reading a stream (once per stream) and wait for its headers."""
+        opened = self._streams.get(session)
+        if opened is None:
+            opened = self._streams[session] = asyncio.Event()
+            self._reading += 1
+            self._spawn(self._read(session, opened))
+        await opened.wait()
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(work)
+        self._readers.add(task)
+        task.add_done_callback(self._readers.discard)
+
+    async def _read(self, session: str | None, opened: asyncio.Event) -> None:
+        headers = {**self._headers(session), "Accept": "text/event-stream"}
+        try:
+            async with self._client.stream("GET", self._url, headers=headers) as response:
+                opened.set()
+                async for text in response.aiter_lines():
+                    if not text.startswith("data: "):
+                        continue
+                    line = text[6:].encode()
+                    message = orjson.loads(line)
+                    if isinstance(message, dict):
+                        if session is not None and "method" in message and "id" in message:
+                            self._asked[orjson.dumps(message["id"])] = session
+                        result = message.get("result")
+                        if isinstance(result, dict) and isinstance(result.get("sessionId"), str):
+                            self._spawn(self._open(result["sessionId"]))
+                    await self._lines.put(line + b"\n")
+        except Exception:
+            pass
+        finally:
+            opened.set()
+            self._reading -= 1
+            if self._reading == 0:  # every stream has ended: so has the connection
+                await self._lines.put(b"")
+                await self._client.aclose()
+
+    async def send(self, data: bytes) -> None:
+        *lines, self._partial = (self._partial + data).split(b"\n")
+        for line in lines:
+            await self._post(line)
+
+    async def _post(self, line: bytes) -> None:
+        try:
+            message = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            message = None
+        session: str | None = None
+        if isinstance(message, dict):
+            params = message.get("params")
+            if isinstance(params, dict) and isinstance(params.get("sessionId"), str):
+                session = params["sessionId"]
+            elif "method" not in message and "id" in message:
+                session = self._asked.pop(orjson.dumps(message["id"]), None)
+        if self._connection_id is None:
+            answer = await self._client.post(
+                self._url, content=line, headers={**self._headers(), "Content-Type": "application/json"}
+            )
+            self._connection_id = answer.headers.get("acp-connection-id")
+            if answer.content:
+                await self._lines.put(answer.content + b"\n")
+            if self._connection_id is not None:
+                await self._open(None)
+            return
+        if session is not None:
+            await self._open(session)
+        headers = {**self._headers(session), "Content-Type": "application/json"}
+        await self._client.post(self._url, content=line, headers=headers)
+
+    async def receive(self) -> bytes:
+        if self._eof:
+            return b""
+        line = await self._lines.get()
+        if not line:
+            self._eof = True
+        return line
+
+    @property
+    def at_eof(self) -> bool:
+        return self._eof
+
+    async def close(self) -> None:
+        # As WebSocket's: a drain is this transport's stdin EOF (a DELETE would drop the connection's last answers).
+        if self._process.returncode is None:
+            self._process.send_signal(signal.SIGTERM)
+
+
+# Every transport a test can be run over, by the id it shows in a test's name; tests taking the `transport` fixture
+# (tests/conftest.py) under `every_transport` run over each. `HttpTransport` is not among them yet: over it every
+# `every_transport` test passed but one, I14 on v2 in test_v2_invariants.py
+# (test_v2_back_to_back_prompts_under_interrupt_leave_only_the_last_to_run), whose two prompts must "arrive together":
+# over Streamable HTTP each message is its own POST, answered before the next is sent, so the second arrives a round
+# trip later, after the first was already inserted. Whether that test should send its pair otherwise over HTTP is left
+# to decide; until then the profile's own tests are tests/e2e/test_remote_http.py.
 TRANSPORTS: dict[str, type[Transport]] = {
     StdioTransport.name: StdioTransport,
     WebSocketTransport.name: WebSocketTransport,
