@@ -361,15 +361,20 @@ async def test_delete_cancels_the_running_turn_and_the_session_loads_on_a_new_co
             await open_session_stream(group, me, session)
             await me.request("session/prompt", prompt(session, "A", "g"))
             await me.probe("gate_reached", session)
-            async with editor(server, name="watcher") as watcher:  # another connection counts running turns
-                assert (await watcher.call("_acp_server/stats", {}))["result"]["runningTurns"] == 1
+            # Another connection of alice's watches the session's status (`_acp_server/stats` counts only the
+            # caller's own turns): `open` while it is held here, `saved` once its turn has ended and it is let go.
+            async with editor(server, name="watcher") as watcher, anyio.create_task_group() as watching:
+                await open_session_stream(watching, watcher, session)  # where the answers about it come
+                status = {"sessionId": session}
+                assert (await watcher.call("session/status", status))["result"]["status"] == "open"
                 assert await me.delete() == 202
                 with anyio.fail_after(T_WAIT):  # both streams end
                     await me.ended[None].wait()
                     await me.ended[session].wait()
-                with anyio.fail_after(T_ACK):  # the turn was cancelled as at stdin EOF
-                    while (await watcher.call("_acp_server/stats", {}))["result"]["runningTurns"]:  # noqa: ASYNC110 - the server's count is what is watched
+                with anyio.fail_after(T_ACK):  # the turn was cancelled as at stdin EOF, the session let go
+                    while (await watcher.call("session/status", status))["result"]["status"] != "saved":  # noqa: ASYNC110 - the server's answer is what is watched
                         await anyio.sleep(0.05)
+                watching.cancel_scope.cancel()
             # The connection is gone: its id is unknown from now on.
             assert (await me.post({"id": 99, "method": "session/list", "params": {}})).status_code == 404
             assert await me.delete() == 404
