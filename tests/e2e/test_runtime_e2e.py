@@ -16,6 +16,7 @@ import pytest
 from tests.conftest import StartServer
 from tests.support.fake_openai import FakeOpenAI, text_reply, tool_call_reply
 from tests.support.harness import RawClient, scaled
+from tests.support.versions import AcpV2
 
 
 @pytest.fixture
@@ -135,6 +136,27 @@ async def test_usage_is_reported_when_the_context_window_is_configured(
         "stopReason"
     ] == "end_turn"
     assert client.updates(session, "usage_update") == [{"sessionUpdate": "usage_update", "used": 1234, "size": 128000}]
+
+
+async def test_on_v2_usage_is_reported_as_on_v1_before_the_idle(
+    start_server: StartServer, model: FakeOpenAI, workdir: Path
+) -> None:
+    """v2 renders the context usage with the shape both versions share (docs/conformance.md names this test for v2's
+    `usage_update`), during the work, before its idle."""
+    model.script(text_reply("hi", usage=(1200, 34)))
+    config_file = workdir.parent / "config.toml"
+    config_file.write_text("[providers.openai]\ncontext_window = 128000\n")
+    env = {"OPENAI_API_KEY": "sk-test-key", "ACP_SERVER_CONFIG": str(config_file)}
+    acp = AcpV2(await start_server("--model", "openai:fake-model", "--base-url", model.base_url, env=env))
+    await acp.initialize()
+    session = await acp.new_session(str(workdir))
+    await acp.stopped(await acp.prompt_with(prompt(session, "hi")), "end_turn")
+    updates = acp.client.updates(session)
+    assert acp.client.updates(session, "usage_update") == [
+        {"sessionUpdate": "usage_update", "used": 1234, "size": 128000}
+    ]
+    assert updates.index(acp.client.updates(session, "usage_update")[0]) < len(updates) - 1
+    assert updates[-1] == {"sessionUpdate": "state_update", "state": "idle", "stopReason": "end_turn"}
 
 
 async def test_the_model_sees_a_cancelled_turn_with_what_was_streamed_and_a_note(
