@@ -257,9 +257,18 @@ def _edge(editor: EditorConnection) -> Edge:
     services hold (asked for by a turn's tools: a session opens before the turn services are built): built with its
     first session, once the deferred side is loaded."""
     from acp_server.protocol.acp_edge import AcpEdge  # noqa: PLC0415 (start-up: the deferred side loads after `initialize`)
+    from acp_server.protocol.provider_methods import key_refused  # noqa: PLC0415 (start-up: with the edge, as above)
 
     agent = editor.agent
-    return AcpEdge(editor.rpc, agent.config, agent.processes, editor.handshake, lambda: agent.turns.sandbox)
+    return AcpEdge(
+        editor.rpc,
+        agent.config,
+        agent.processes,
+        editor.handshake,
+        lambda: agent.turns.sandbox,
+        routed=editor.credentials.routes.provider,
+        key_refused=lambda spec: key_refused(editor, spec),
+    )
 
 
 def connect(
