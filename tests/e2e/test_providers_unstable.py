@@ -229,3 +229,24 @@ async def test_a_gateway_set_on_one_serve_connection_is_no_other_connections(
         assert not authorizations(gateway, "bob-unrouted") and not authorizations(model, "alice-routed")
         bobs = {p["providerId"]: p["current"] for p in (await bob.call("providers/list", {}))["result"]["providers"]}
         assert bobs["openai"]["baseUrl"] == model.base_url
+
+
+async def test_a_recording_holds_no_header_value_a_client_set_for_its_gateway(
+    start_server: StartServer, tmp_path: Path
+) -> None:
+    """Whatever a gateway header is called, its value is a credential: gone from the `--record` transcript, in the
+    `providers/set` line and wherever it appears later (here, echoed back by the model)."""
+    path = tmp_path / "record.jsonl"
+    virtual_key = "vk-team-blue-0123456789"
+    client = await start_server("--model", "echo", "--record", str(path), env=NO_KEYS)
+    await client.initialize()
+    headers = {"Authorization": f"Bearer {CLIENT_KEY}", "X-Gateway-Virtual-Id": virtual_key, "X-Team": "blue"}
+    routed = {"providerId": "openai", "apiType": "openai", "baseUrl": "https://gateway.example/v1", "headers": headers}
+    assert (await client.call("providers/set", routed))["result"] == {}
+    session = await client.new_session(str(tmp_path))
+    said = f"one two three four five six {virtual_key} {CLIENT_KEY}"
+    assert (await client.call("session/prompt", ask(session, said)))["result"] == {"stopReason": "end_turn"}
+    await client.close()
+    text = path.read_text()
+    assert virtual_key not in text and CLIENT_KEY not in text
+    assert "X-Gateway-Virtual-Id" in text and "gateway.example" in text
