@@ -250,3 +250,29 @@ async def test_a_recording_holds_no_header_value_a_client_set_for_its_gateway(
     text = path.read_text()
     assert virtual_key not in text and CLIENT_KEY not in text
     assert "X-Gateway-Virtual-Id" in text and "gateway.example" in text
+
+
+async def test_a_client_with_its_own_gateway_needs_no_key_of_the_servers(
+    start_server: StartServer, gateway: FakeOpenAI, tmp_path: Path
+) -> None:
+    """A server that holds no key: the client's `providers/set` makes its connection authenticated, its sessions open
+    and its prompts go to its gateway with its key."""
+    server = await start_server("--model", "openai:fake-model", env=NO_KEYS)
+    assert (await server.initialize())["result"]["authMethods"], "a key is missing: authenticate is offered"
+    status = (await server.call("auth/status", {}))["result"]
+    assert status["state"] == "unauthenticated" and "missing" in account(status, "openai")["label"]
+    assert (await server.call("session/new", {"cwd": str(tmp_path), "mcpServers": []}))["error"]["code"] == -32000
+    routed = {
+        "providerId": "openai",
+        "apiType": "openai",
+        "baseUrl": gateway.base_url,
+        "headers": {"Authorization": f"Bearer {CLIENT_KEY}"},
+    }
+    assert (await server.call("providers/set", routed))["result"] == {}
+    update = await server.wait_for(lambda m: m.get("method") == "auth/status_update")
+    assert update["params"]["state"] == "authenticated"
+    assert "set by this client" in account(update["params"], "openai")["label"]
+    session = await server.new_session(str(tmp_path))
+    answer = await server.call("session/prompt", ask(session, "own-gateway"), timeout=scaled(30))
+    assert answer["result"] == {"stopReason": "end_turn"}, answer
+    assert authorizations(gateway, "own-gateway") == {f"Bearer {CLIENT_KEY}"}
