@@ -19,6 +19,8 @@ import pytest
 
 from tests.conftest import StartServer
 from tests.e2e.test_serve import ALICE, BOB, editor, new_session, serving
+from tests.support.fake_anthropic import FakeAnthropic
+from tests.support.fake_anthropic import text_reply as anthropic_text_reply
 from tests.support.fake_openai import FakeOpenAI, ServerReply, text_reply
 from tests.support.harness import scaled
 
@@ -276,3 +278,29 @@ async def test_a_client_with_its_own_gateway_needs_no_key_of_the_servers(
     answer = await server.call("session/prompt", ask(session, "own-gateway"), timeout=scaled(30))
     assert answer["result"] == {"stopReason": "end_turn"}, answer
     assert authorizations(gateway, "own-gateway") == {f"Bearer {CLIENT_KEY}"}
+
+
+async def test_an_anthropic_gateway_gets_the_clients_x_api_key(start_server: StartServer, tmp_path: Path) -> None:
+    """The Anthropic provider routed the same way: its Messages API at the client's gateway, the client's
+    `x-api-key` sent, and no key of the server's (ANTHROPIC_API_KEY) anywhere in what the gateway received."""
+    with FakeAnthropic() as gateway:
+        gateway.set_default(anthropic_text_reply("from the anthropic gateway"))
+        server_key = "sk-ant-server-not-real-0123"
+        env = {**NO_KEYS, "ANTHROPIC_API_KEY": server_key}
+        server = await start_server("--model", "anthropic:claude-fake", env=env)
+        await server.initialize()
+        routed = {
+            "providerId": "anthropic",
+            "apiType": "anthropic",
+            "baseUrl": gateway.base_url,
+            "headers": {"x-api-key": CLIENT_KEY},
+        }
+        assert (await server.call("providers/set", {**routed, "apiType": "openai"}))["error"]["code"] == -32602
+        assert (await server.call("providers/set", routed))["result"] == {}
+        session = await server.new_session(str(tmp_path))
+        answer = await server.call("session/prompt", ask(session, "anthropic-routed"), timeout=scaled(30))
+        assert answer["result"] == {"stopReason": "end_turn"}, answer
+        [request, *_] = [r for r in gateway.requests if "anthropic-routed" in str(r.body)]
+        assert request.path.endswith("/v1/messages") and request.headers.get("x-api-key") == CLIENT_KEY
+        assert all(server_key not in str(r.headers) for r in gateway.requests)
+        assert "".join(server.texts(session)) == "from the anthropic gateway"
