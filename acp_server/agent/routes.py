@@ -105,6 +105,14 @@ class ClientRoutes:
             provider = self._built[spec] = self._open_routed(spec, route)
         return provider
 
+    def forget(self) -> list[Provider]:
+        """At the connection's end: its routes (and the keys in their headers) are gone from memory; the providers
+        built for them are returned, to close."""
+        self.routes.clear()
+        self.disabled.clear()
+        built, self._built = list(self._built.values()), {}
+        return built
+
     def secrets(self) -> list[str]:
         """Every header value the client set: what the transcript's redactor must not let through."""
         return [value for route in self.routes.values() for _, value in route.headers]

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from anyio.lowlevel import checkpoint
 
 from acp_server.agent.agent import Agent
+from acp_server.agent.providers import close_providers
 from acp_server.agent.sessions.owners import LOCAL, Owner
 from acp_server.jsonrpc.connection import Connection
 from acp_server.jsonrpc.rpc import load_jsonrpcserver
@@ -298,6 +299,11 @@ def connect(
 
     def exiting() -> None:
         served.editors.discard(editor)  # its end: no longer one of the agent's editors
+        # Its client's gateways end with it (REMOTE.md decision 10): their clients are closed once its turns have
+        # ended, in the agent's task group while the agent runs on (stdio's one connection ends the process).
+        dropped = editor.credentials.routes.forget()
+        if dropped and not ends_agent and not agent.ending:
+            agent.spawn(close_providers, dropped, editor.running(), agent.config.cleanup_deadline)
         on_exit()
 
     dispatcher = AcpDispatcher(agent, editor, v1=served.v1, v2=served.v2, on_exit=exiting, ends_agent=ends_agent)
