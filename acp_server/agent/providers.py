@@ -9,8 +9,12 @@ What a client changes is its connection's alone (shared/design/REMOTE.md, decisi
 that connection's new sessions and prompts, and no other connection's, nor any turn already running. Only the
 connection that is the whole process (stdio's one) forgets the process's keys at its logout: the providers built
 with one are dropped (their clients closed once the turns running at the logout have ended) and none is built again
-until its `authenticate`. The keys themselves are the server's (its configuration and environment); no client
-sets a key or an endpoint URL, so a key held by the server only ever goes to the endpoints its operator configured.
+until its `authenticate`. The server's keys (its configuration and environment) only ever go to the endpoints its
+operator configured: a client that routes a provider through its own gateway (`providers/set`, agent/routes.py) gets
+a provider built from its own URL and headers alone, for its connection's sessions.
+
+What the connection knows of each provider's key (`key_state`: from the environment or the configuration file, set
+by the client, missing, refused by the endpoint, logged out, disabled) is what `auth/status` reports.
 """
 
 from __future__ import annotations
@@ -21,10 +25,11 @@ from collections.abc import Callable, Sequence
 
 import anyio
 
+from acp_server.agent.routes import ClientRoutes, Route
 from acp_server.agent.sessions.runs import RunContext
 from acp_server.errors import MissingCredentialsError
 from acp_server.runtime.model import Provider
-from acp_server.runtime.providers import needs_credentials
+from acp_server.runtime.providers import needs_credentials, open_routed_provider
 
 __all__ = ["LOGGED_OUT", "AuthState", "Credentials", "ProviderCache", "close_providers"]
 
@@ -121,12 +126,37 @@ class Credentials:
         self._whole_process = whole_process
         self.problem = auth.problem
         self.logged_out = False
+        # The providers whose key an endpoint refused (401, 403) on this connection, until its next `authenticate`
+        # (or, for a routed one, its next `providers/set`).
+        self.refused: set[str] = set()
+        # Its client's gateways (`providers/set`), in memory only.
+        self.routes = ClientRoutes(_open_routed)
+        # The `auth/status` last reported to the connection (answered or sent): an update goes out only on a change.
+        self.reported: dict[str, object] | None = None
+
+    @property
+    def default_family(self) -> str:
+        return self._auth.default_model.partition(":")[0]
+
+    def key_state(self, family: str, server_has_key: bool) -> str:
+        """What this connection knows of `family`'s key: `disabled`, `refused`, `logged_out`, `client` (its own
+        gateway), `server` (the server holds one) or `missing`."""
+        if family in self.routes.disabled:
+            return "disabled"
+        if family in self.refused:
+            return "refused"
+        if self.logged_out:
+            return "logged_out"
+        if self.routes.routed(family):
+            return "client"
+        return "server" if server_has_key else "missing"
 
     def authenticate(self) -> bool:
         """ACP `authenticate`: end this connection's logout, and look for the key again if it is missing to it. A
         connection that is not the whole process needs no new look while the server holds the key: the providers
         the others use are left as they are."""
         self.logged_out = False
+        self.refused = {family for family in self.refused if self.routes.routed(family)}
         if self._whole_process:
             self._auth.providers.logged_out = False
         if self.problem is None:
@@ -148,7 +178,13 @@ class Credentials:
         return self._auth.providers.forget_credentials() if self._whole_process else []
 
     def require(self) -> None:
-        """For what uses the default model (session/new, load, fork): refused while its key is missing."""
+        """For what uses the default model (session/new, load, fork): refused while its key is missing (a provider
+        the client routes through its gateway needs none of the server's) or its provider is disabled."""
+        family = self.default_family
+        if family in self.routes.disabled:
+            self.routes.provider(self._auth.default_model)  # raises, saying why
+        if self.routes.routed(family) and not self.logged_out:
+            return
         if self.problem is not None:
             raise MissingCredentialsError(self.problem)
 
@@ -159,7 +195,16 @@ class Credentials:
             return
         if self.logged_out:
             raise MissingCredentialsError(LOGGED_OUT)
+        family = spec.partition(":")[0]
+        if family in self.routes.disabled:
+            self.routes.provider(spec)  # raises, saying why
+        if self.routes.routed(family):
+            return
         self.require()
+
+
+def _open_routed(spec: str, route: Route) -> Provider:
+    return open_routed_provider(spec, base_url=route.base_url, headers=dict(route.headers))
 
 
 async def close_providers(dropped: Sequence[Provider], running: Sequence[RunContext], deadline: float) -> None:

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 import anyio
 
+from acp_server.agent.sessions.edge import provider_for
 from acp_server.agent.sessions.runs import Session
 from acp_server.agent.sessions.slash_commands import first_title, prompt_title
 
@@ -23,7 +24,9 @@ async def title_session(agent: Agent, session: Session, first_prompt: str) -> No
     with anyio.CancelScope() as scope:
         session.background.append(scope)
         try:
-            title: str | None = await first_title(agent.providers.get(session.model), session.session_id, first_prompt)
+            # Through the session's connection's gateway where its client set one: its prompt goes nowhere else.
+            provider = provider_for(agent.providers.get, session, session.model)
+            title: str | None = await first_title(provider, session.session_id, first_prompt)
         except Exception as exc:  # a title is a nicety (cancellation is not caught here): the first words then
             log.warning(
                 "session %s: the model gave no title (%s); using the prompt's first words", session.session_id, exc

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from anyio.lowlevel import checkpoint
 
 from acp_server.agent.agent import Agent
+from acp_server.agent.providers import close_providers
 from acp_server.agent.sessions.owners import LOCAL, Owner
 from acp_server.jsonrpc.connection import Connection
 from acp_server.jsonrpc.rpc import load_jsonrpcserver
@@ -257,9 +258,18 @@ def _edge(editor: EditorConnection) -> Edge:
     services hold (asked for by a turn's tools: a session opens before the turn services are built): built with its
     first session, once the deferred side is loaded."""
     from acp_server.protocol.acp_edge import AcpEdge  # noqa: PLC0415 (start-up: the deferred side loads after `initialize`)
+    from acp_server.protocol.provider_methods import key_refused  # noqa: PLC0415 (start-up: with the edge, as above)
 
     agent = editor.agent
-    return AcpEdge(editor.rpc, agent.config, agent.processes, editor.handshake, lambda: agent.turns.sandbox)
+    return AcpEdge(
+        editor.rpc,
+        agent.config,
+        agent.processes,
+        editor.handshake,
+        lambda: agent.turns.sandbox,
+        routed=editor.credentials.routes.provider,
+        key_refused=lambda spec: key_refused(editor, spec),
+    )
 
 
 def connect(
@@ -289,6 +299,11 @@ def connect(
 
     def exiting() -> None:
         served.editors.discard(editor)  # its end: no longer one of the agent's editors
+        # Its client's gateways end with it (REMOTE.md decision 10): their clients are closed once its turns have
+        # ended, in the agent's task group while the agent runs on (stdio's one connection ends the process).
+        dropped = editor.credentials.routes.forget()
+        if dropped and not ends_agent and not agent.ending:
+            agent.spawn(close_providers, dropped, editor.running(), agent.config.cleanup_deadline)
         on_exit()
 
     dispatcher = AcpDispatcher(agent, editor, v1=served.v1, v2=served.v2, on_exit=exiting, ends_agent=ends_agent)

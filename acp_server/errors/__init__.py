@@ -6,8 +6,10 @@ AcpServerError                      the root; never a cancellation (anyio's is a
  ├── ModelSpecError (ValueError)    a model spec that cannot be used                          -32602 "Invalid params: …"
  │    ├── UnknownModelError         it names no provider we have
  │    └── ScriptError               the scripted model's script cannot be run
+ ├── ProviderRouteError (ValueError) a client's providers/set or disable refused          -32602 "Invalid params: …"
  ├── MissingCredentialsError        no API key, or forgotten by `logout`             -32000 "Authentication required: …"
  ├── ModelError (RuntimeError)      a provider failure meant for the user
+ │    ├── KeyRefusedError           the endpoint refused the key (401, 403)
  │    └── ProviderError             the scripted model's stand-in for one
  ├── ListingError (ValueError)      a models list that is not one
  │    └── ListingTooLargeError      larger than its bound
@@ -52,6 +54,7 @@ __all__ = [
     "AcpServerError",
     "ChangeNotSavedError",
     "InvalidArgumentError",
+    "KeyRefusedError",
     "ListingError",
     "ListingTooLargeError",
     "McpServerError",
@@ -63,6 +66,7 @@ __all__ = [
     "PeerGoneError",
     "PromptRejectedError",
     "ProviderError",
+    "ProviderRouteError",
     "ScriptError",
     "ServeSetupError",
     "SessionBusyError",
@@ -111,6 +115,11 @@ class ScriptError(ModelSpecError):
     """A script that cannot be run, with the step at fault."""
 
 
+class ProviderRouteError(AcpServerError, ValueError):
+    """A client's `providers/set` or `providers/disable` the server refuses (an unknown provider id, an apiType it
+    does not support); the message says why."""
+
+
 class MissingCredentialsError(AcpServerError):
     """The provider needs an API key that is nowhere to be found (or `logout` forgot it); the message tells the user
     what to do."""
@@ -118,6 +127,10 @@ class MissingCredentialsError(AcpServerError):
 
 class ModelError(AcpServerError, RuntimeError):
     """A provider failure whose message is meant for the user (endpoint unreachable, model failed mid-stream)."""
+
+
+class KeyRefusedError(ModelError):
+    """The model endpoint refused the key it was given (401 or 403): the connection's `auth/status` says so."""
 
 
 class ProviderError(ModelError):

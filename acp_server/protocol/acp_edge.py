@@ -30,6 +30,7 @@ from acp_server.protocol.v2.terminals import TerminalRunner
 from acp_server.protocol.v2.updates import V2TurnUpdates, session_update_v2
 from acp_server.runtime.local_commands import LocalCommandRunner
 from acp_server.runtime.local_fs import LocalFileSystem
+from acp_server.runtime.model import Provider
 from acp_server.runtime.ports import CommandRunner, NoQuestions, Questions
 from acp_server.runtime.processes import ProcessTable
 from acp_server.runtime.sandbox import Sandbox, Unconfined
@@ -76,6 +77,9 @@ class AcpEdge:
         processes: ProcessTable,
         handshake: Handshake,
         sandbox: Callable[[], Sandbox | Unconfined | None] = lambda: None,
+        *,
+        routed: Callable[[str], Provider | None] = lambda spec: None,
+        key_refused: Callable[[str], None] = lambda spec: None,
     ) -> None:
         """`sandbox`: how local commands are confined (None: not at all; Unconfined: asked for, but impossible
         here), decided once per process, with the turn services: asked for by a turn's tools, as the edge is built
@@ -85,6 +89,9 @@ class AcpEdge:
         self._processes = processes
         self._handshake = handshake
         self._sandbox = sandbox
+        # The connection's own gateways and key status (protocol/provider_methods.py, REMOTE.md decision 10).
+        self.routed_provider = routed
+        self.key_refused = key_refused
         self._chosen: Version | None = None
 
     @property

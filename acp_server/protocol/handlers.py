@@ -19,6 +19,7 @@ from acp_server.jsonrpc.rpc import ErrorCode, RpcError
 from acp_server.protocol.context import Handler, NotificationHandler, RequestContext
 from acp_server.protocol.initialize import InitializeParams
 from acp_server.protocol.params import INITIALIZE, wire
+from acp_server.protocol.provider_methods import auth_status, providers_disable, providers_list, providers_set
 from acp_server.protocol.shared_methods import NO_PARAMS, log_in, log_out, not_saved, stats, taken_media
 
 if TYPE_CHECKING:  # the models are imported on first use (protocol/params.py)
@@ -56,7 +57,10 @@ async def initialize(context: RequestContext, params: InitializeParams) -> dict[
             "loadSession": stored,
             "promptCapabilities": {"image": "image" in taken, "audio": "audio" in taken, "embeddedContext": True},
             "mcpCapabilities": {"http": True, "sse": True},  # stdio always (ACP); see acp_server/mcp_bridge
-            "auth": {"logout": {}},  # `logout` forgets the keys until the next `authenticate`
+            # `logout` forgets the keys until the next `authenticate`; `status` (unstable) is `auth/status`, and
+            # `providers` (unstable) the `providers/*` methods (protocol/provider_methods.py).
+            "auth": {"logout": {}, "status": {}},
+            "providers": {},
             "sessionCapabilities": {
                 "additionalDirectories": {},
                 "close": {},
@@ -123,6 +127,11 @@ METHODS: dict[str, Handler] = {
     "initialize": (INITIALIZE, initialize),
     "session/prompt": (wire("PromptRequest"), session_prompt),
     "_acp_server/stats": (NO_PARAMS, stats),
+    # Unstable, the connection's own (REMOTE.md decision 10): protocol/provider_methods.py.
+    "auth/status": (NO_PARAMS, auth_status),
+    "providers/list": (NO_PARAMS, providers_list),
+    "providers/set": (wire("SetProviderRequest"), providers_set),
+    "providers/disable": (wire("DisableProviderRequest"), providers_disable),
 }
 
 # Served by the deferred side once it is loaded (protocol/deferred_methods.py `DEFERRED_METHODS`: their params and

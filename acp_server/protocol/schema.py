@@ -255,6 +255,21 @@ class SessionIdRequest(WireModel):
     session_id: str
 
 
+class SetProviderRequest(WireModel):
+    """Unstable `providers/set` (both versions' shape). `headers` may hold the client's key: kept in memory only."""
+
+    provider_id: str
+    api_type: str
+    base_url: str
+    headers: dict[str, str] = {}
+
+
+class DisableProviderRequest(WireModel):
+    """Unstable `providers/disable` (both versions' shape)."""
+
+    provider_id: str
+
+
 class DeleteSessionRequest(WireModel):
     session_id: str
 

@@ -16,6 +16,7 @@ from acp_server.agent.providers import close_providers
 from acp_server.errors import MissingCredentialsError
 from acp_server.protocol.context import RequestContext
 from acp_server.protocol.params import wire
+from acp_server.protocol.provider_methods import auth_status_changed
 
 if TYPE_CHECKING:
     from acp_server.agent.agent import Agent
@@ -93,7 +94,9 @@ def log_in(context: RequestContext) -> dict[str, Any]:
     # Whether a key was missing to what asks the endpoints for their models: the process's (stdio), or the server's
     # (a remote connection's own logout hid the key from its sessions only).
     was_missing = credentials.problem is not None if connection.whole_process else agent.auth.problem is not None
-    if not credentials.authenticate():
+    found = credentials.authenticate()
+    context.after.append(lambda: auth_status_changed(connection))  # answered or refused, the status may differ
+    if not found:
         raise MissingCredentialsError(credentials.problem)
     if was_missing:
         agent.models.credentials_changed()  # the endpoints that could not be asked without a key can be now
@@ -106,6 +109,8 @@ def log_out(context: RequestContext) -> dict[str, Any]:
     connection that is the whole process, the process's: the dropped providers' clients are closed later)."""
     agent = context.agent
     dropped = context.connection.credentials.logout()
+    connection = context.connection
+    context.after.append(lambda: auth_status_changed(connection))
     if dropped:  # their clients are closed in a task of the agent, once the turns running now have ended
         running = agent.runs.current()
         deadline = agent.config.cleanup_deadline

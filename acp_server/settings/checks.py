@@ -276,6 +276,7 @@ class _Checker:
             "sandbox": _choice(SANDBOX_MODE_IDS),
             "sandbox_network": _bool,
             "sandbox_writable": paths.paths,
+            "allow_provider_host": _texts,
         }
         self.paths = paths
 

@@ -161,6 +161,14 @@ def _parser(
         f"(env ACP_SERVER_SANDBOX_WRITABLE, separated by {os.pathsep!r}; file: sandbox_writable = [...])",
     )
     add(
+        "--allow-provider-host",
+        action="append",
+        metavar="HOST",
+        help="a host a client may route model traffic to over plain http (ACP providers/set); any other baseUrl "
+        "must be https (on stdio, http to a loopback address is allowed too); repeat for more "
+        "(env ACP_SERVER_ALLOW_PROVIDER_HOST, comma-separated; file: allow_provider_host = [...])",
+    )
+    add(
         "--cleanup-deadline",
         type=_non_negative_seconds,
         metavar="SECONDS",
@@ -279,6 +287,11 @@ class _Merge:
         raise ValueError(f"must be one of {', '.join((*_TRUE, *_FALSE))}")
 
 
+def _hosts(text: str) -> list[str]:
+    """A list of host names in one variable, separated by commas."""
+    return [part for part in text.split(",") if part.strip()]
+
+
 def _paths(text: str) -> list[str]:
     """A list of directories in one variable, separated like PATH."""
     return [part for part in text.split(os.pathsep) if part.strip()]
@@ -382,6 +395,13 @@ def load(
         or bool(env.get("ACP_SERVER_SANDBOX", "").strip())
         or "sandbox" in file.values,
         sandbox_writable=_writable_dirs(parser, args.sandbox_writable, pick),
+        allow_provider_hosts=tuple(
+            host.strip().lower()
+            for host in pick(
+                args.allow_provider_host, "ACP_SERVER_ALLOW_PROVIDER_HOST", "allow_provider_host", [], _hosts
+            )
+            if host.strip()
+        ),
         sandbox_network=pick(
             args.sandbox_network, "ACP_SERVER_SANDBOX_NETWORK", "sandbox_network", True, _Merge.switch
         ),

@@ -133,6 +133,9 @@ class Config:
     sandbox_network: bool = True
     # More directories sandboxed commands may write in workspace-write (caches: `~/.cache/pip`), absolute.
     sandbox_writable: tuple[str, ...] = ()
+    # The hosts a client's `providers/set` may name in a plain-http `baseUrl` (lower case); every other must be https
+    # (REMOTE.md decision 10). On stdio, http to a loopback address is allowed as well (agent/routes.py).
+    allow_provider_hosts: tuple[str, ...] = ()
     # Whether sandboxed commands may read only the session's directories, the temp directory and the system's
     # (`/usr`, `/lib*`, `/bin`, `/sbin`, `/etc`, `/opt`, `/proc`) rather than all of /: `serve` sets it, so one
     # principal's commands read neither the server's files nor a home directory (shared/design/REMOTE.md, decision 5).

@@ -116,6 +116,10 @@ class Recorder:
                     # The server reads the config file again here, so a key added since start-up is about to be used.
                     for secret in provider_secrets(self._env):
                         self._redactor.add(secret)
+                if message.get("method") == "providers/set":
+                    # A client's gateway headers (ACP unstable `providers/set`) carry its credentials under any name
+                    # a gateway likes: every value is a secret from here on, whatever its header is called.
+                    self._learn_headers(message.get("params"))
                 try:
                     if self._redactor.holds_secret(line):
                         message = self._redactor.message(message)
@@ -126,6 +130,12 @@ class Recorder:
                     pass  # nested deeper than orjson writes (or Python's stack walks): kept as text below
             entry = {"t": round(t, 6), "dir": "in", "raw": self._redactor.text(line.decode(errors="replace"))}
         self._write(orjson.dumps(entry, option=orjson.OPT_APPEND_NEWLINE))
+
+    def _learn_headers(self, params: object) -> None:
+        headers = params.get("headers") if isinstance(params, dict) else None
+        for value in headers.values() if isinstance(headers, dict) else ():
+            if isinstance(value, str):
+                self._redactor.add(value)
 
     def record_output(self, data: bytes) -> None:
         """`data` is whole lines of compact JSON (the connection's writer), so every b"\\n" ends a line."""

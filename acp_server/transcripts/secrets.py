@@ -8,9 +8,10 @@ written rather than trusted to be cleaned later. Two kinds of secret are removed
 - by value: every occurrence, in any string of any line in either direction, of the provider keys the server could
   use (`OPENAI_API_KEY`, `ANTHROPIC_API_KEY`, `ANTHROPIC_AUTH_TOKEN`, keys in the config file), of the values of the
   other secret-looking environment variables, and of every value already removed by name (so a tool that prints its
-  environment cannot leak it either), and of the long words of such a value on their own (the token of
-  "Bearer TOKEN"). Values shorter than `MIN_SECRET_CHARS` are not searched for: they would match ordinary text,
-  and no real key is that short.
+  environment cannot leak it either), of every header value a client sets for its gateway (ACP `providers/set`,
+  learnt by transcripts/record.py whatever the header is called), and of the long words of such a value on their own
+  (the token of "Bearer TOKEN"). Values shorter than `MIN_SECRET_CHARS` are not searched for: they would match
+  ordinary text, and no real key is that short.
 
 What is not caught: a secret split across lines (a model streaming a key token by token in several chunks) or cut
 short (a title made of the first characters of a prompt): finding those would mean parsing and joining every

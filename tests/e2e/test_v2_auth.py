@@ -46,7 +46,8 @@ async def test_login_finds_the_key_and_logout_forgets_it_until_the_next_login(
     assert validate_v2("AuthMethod", method) == []
     assert method["methodId"] == "openai-key" and method["type"] == "agent" and method["name"]
     assert "OPENAI_API_KEY" in method["description"] or "api_key" in method["description"]
-    assert "auth" not in result["capabilities"]  # v2 has no logout marker: `authMethods` implies both methods
+    # v2 has no logout marker (`authMethods` implies both methods): only the unstable `auth/status`
+    assert result["capabilities"]["auth"] == {"status": {}}
     assert (await server.call("session/new", {"cwd": str(tmp_path)}))["error"]["code"] == -32000
     # v1's names are gone on v2; a method that was not advertised is refused, naming it.
     assert (await server.call("authenticate", {"methodId": "openai-key"}))["error"]["code"] == -32601

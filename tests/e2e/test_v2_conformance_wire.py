@@ -303,12 +303,17 @@ async def test_acp_ext_202_extensions_live_under_capabilities_meta_not_as_unknow
     start_server: StartServer,
 ) -> None:
     """Every key of `capabilities` and of `capabilities.session` is one the 2.4.0 schema defines (the session
-    capabilities of the unstable methods, `fork`, `archive`, `status`, `title`, in its unstable schema); ours (prompt
+    capabilities of the unstable methods, `fork`, `archive`, `status`, `title`, and `providers` and `auth.status`, in
+    its unstable schema); ours (prompt
     policies, extension methods) are under `capabilities._meta`, and so are the extension methods we answer."""
     server = await start_server()
     result = (await server.initialize_v2())["result"]
     capabilities = result["capabilities"]
-    assert set(capabilities) <= set(definitions()["AgentCapabilities"]["properties"])
+    # `providers` and `auth.status` are the unstable schema's (`providers/*`, `auth/status`), like the session ones.
+    top, top_unstable = (set(definitions(unstable=u)["AgentCapabilities"]["properties"]) for u in (False, True))
+    assert set(capabilities) - top == {"providers"} and "providers" in top_unstable
+    auth, auth_unstable = (set(definitions(unstable=u)["AgentAuthCapabilities"]["properties"]) for u in (False, True))
+    assert set(capabilities["auth"]) - auth == {"status"} and "status" in auth_unstable
     stable = set(definitions()["SessionCapabilities"]["properties"])
     unstable = set(definitions(unstable=True)["SessionCapabilities"]["properties"])
     assert set(capabilities["session"]) - stable <= unstable - stable

@@ -32,8 +32,20 @@ UNSTABLE_PATHS = {
 }
 # The unstable methods whose responses are validated against the unstable schema of the connection's version.
 UNSTABLE_METHODS = frozenset(
-    {"session/set_title", "session/status", "session/archive", "session/unarchive", "session/fork"}
+    {
+        "session/set_title",
+        "session/status",
+        "session/archive",
+        "session/unarchive",
+        "session/fork",
+        "auth/status",
+        "providers/list",
+        "providers/set",
+        "providers/disable",
+    }
 )
+# The unstable notifications the server sends, validated against the unstable schema of the connection's version.
+UNSTABLE_NOTIFICATIONS = frozenset({"auth/status_update"})
 
 
 @cache
@@ -149,6 +161,9 @@ class WireValidator:
                 self._fail(line, "non-string method")
             elif method.startswith("_"):
                 pass  # an extension: free-form by the spec
+            elif method in UNSTABLE_NOTIFICATIONS and "id" not in message:
+                notification = _definitions_by_method(self.version, unstable=True)[(method, "request")]
+                self._validate(notification, message.get("params"), line, unstable=True)
             elif method == "$/cancel_request":
                 self._validate("CancelRequestNotification", message.get("params"), line)
             elif method in (AGENT_TO_CLIENT_V2 if self.version == 2 else AGENT_TO_CLIENT):

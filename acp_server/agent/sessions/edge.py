@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from acp_server.runtime.model import (
     Compaction,
+    Provider,
     ReplyStarted,
     TextDelta,
     ToolCallFinished,
@@ -41,6 +42,7 @@ __all__ = [
     "TurnSink",
     "attached",
     "edge_of",
+    "provider_for",
 ]
 
 
@@ -121,6 +123,23 @@ class Edge(Protocol):
     def retract(self, request_id: int) -> None:
         """Withdraw a request the turn sent the client and that is still unanswered."""
         ...
+
+    def routed_provider(self, spec: str) -> Provider | None:
+        """The provider for `spec` through the client's own gateway (ACP `providers/set`: its connection's alone),
+        or None where the agent's serves it. Raises `MissingCredentialsError` for a provider the client disabled."""
+        ...
+
+    def key_refused(self, spec: str) -> None:
+        """A model call for one of the connection's sessions was refused for its key (401, 403)."""
+        ...
+
+
+def provider_for(providers: Callable[[str], Provider], session: Session, spec: str) -> Provider:
+    """The provider a turn of `session` uses for `spec`: its connection's gateway where its client set one, else
+    the agent's (`providers`)."""
+    edge = attached(session)
+    routed = edge.routed_provider(spec) if edge is not None else None
+    return routed if routed is not None else providers(spec)
 
 
 def attached(session: Session) -> Edge | None:

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import anyio
 
 from acp_server.agent.discovery import discover_models
-from acp_server.agent.sessions.edge import ConfigChanged, Edge, ModeChanged, TitleChanged, attached
+from acp_server.agent.sessions.edge import ConfigChanged, Edge, ModeChanged, TitleChanged, attached, provider_for
 from acp_server.agent.sessions.inputs import ClientTools
 from acp_server.agent.sessions.options import MODE_OPTION, MODEL_OPTION, PROMPT_POLICY_OPTION, parse_slash_command
 from acp_server.agent.sessions.owners import LOCAL, Owner
@@ -521,7 +521,9 @@ async def set_option(agent: Agent, session: Session, config_id: str, value: str)
         async with _changing_settings(session):
             if value not in agent.models.offered(session.model):
                 raise InvalidArgumentError(f"value: unknown model {value!r}")
-            agent.providers.get(value)  # a missing key or a bad spec is answered now, not at the next prompt
+            # A missing key or a bad spec is answered now, not at the next prompt; a model of a provider the client
+            # routes through its gateway (`providers/set`) needs no key of the server's.
+            provider_for(agent.providers.get, session, value)
             await _save_options(agent, session, value, session.prompt_policy)
             session.model = value
     elif config_id == PROMPT_POLICY_OPTION:

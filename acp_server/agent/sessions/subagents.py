@@ -17,6 +17,7 @@ from datetime import date
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from acp_server.agent.sessions.edge import provider_for
 from acp_server.agent.sessions.inputs import Prompt
 from acp_server.agent.sessions.runs import RunContext, Session
 from acp_server.agent.sessions.turn_tools import tool_context, tool_ports
@@ -105,7 +106,7 @@ class ChildSessions:
         services.runs.register_child(child)
         try:
             with child.scope:
-                provider = services.providers(home.model)
+                provider = provider_for(services.providers, home, home.model)
                 model_turn = provider.open_turn(
                     TurnInput(
                         session_id=child_id,

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from acp_server.agent.sessions.edge import TurnOutput, edge_of
+from acp_server.agent.sessions.edge import TurnOutput, edge_of, provider_for
 from acp_server.agent.sessions.inputs import Prompt, RequestId
 from acp_server.agent.sessions.options import parse_slash_command
 from acp_server.agent.sessions.runs import RunContext, RunState, Session
@@ -30,7 +30,7 @@ from acp_server.agent.sessions.services import TurnServices
 from acp_server.agent.sessions.slash_commands import prompt_title, run_slash_command
 from acp_server.agent.sessions.subagents import ChildSessions
 from acp_server.agent.sessions.turn_tools import bound_probe, tool_context, tool_ports
-from acp_server.errors import ModelError, PromptRejectedError, ToolError, TurnFailedError
+from acp_server.errors import KeyRefusedError, ModelError, PromptRejectedError, ToolError, TurnFailedError
 from acp_server.runtime.attachments import read_image
 from acp_server.runtime.call_stops import Abandonment
 from acp_server.runtime.compaction import ContextCompactor
@@ -73,7 +73,9 @@ def admit_prompt(
     session = session_of(session_id)
     command = parse_slash_command(prompt.text) if prompt.block_count == 1 else None
     if command is None:  # a slash command never reaches the model, so the model has nothing to check
-        problem = services.providers(session.model).check_turn(prompt.meta, session.turns_started)
+        problem = provider_for(services.providers, session, session.model).check_turn(
+            prompt.meta, session.turns_started
+        )
         if problem is not None:
             raise PromptRejectedError(problem, invalid_params=True)
     return services.runs.admit(session, request_id, prompt, command)
@@ -158,7 +160,7 @@ async def _work(services: TurnServices, run: RunContext) -> None:
     TURN_SESSION.set(session.session_id)  # this task's and its tool calls' processes are the session's
     probe = bound_probe(services, run)
     reporter = TurnOutput(run, edge_of(session).turn_sink(run))
-    provider = services.providers(session.model)
+    provider = provider_for(services.providers, session, session.model)
     model_turn: ModelTurn | None = None
     try:
         stop: StopReason | None = None
@@ -244,6 +246,8 @@ async def _work(services: TurnServices, run: RunContext) -> None:
         # traceback would hold the model call's frames, the request body among them, and this frame, which holds
         # the run: a cycle only the cyclic collector frees, which the server runs rarely (server.GC_THRESHOLD), so
         # every failed call kept its body (issue 20, item 4). Any other error keeps its traceback for the log.
+        if isinstance(exc, KeyRefusedError):
+            edge_of(session).key_refused(session.model)  # its connection's `auth/status` says so
         run.fail(ModelError(str(exc)) if isinstance(exc, ModelError) else exc)
     finally:
         run.work_ended()

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from acp_server.protocol.context import Handler, NotificationHandler, RequestContext
 from acp_server.protocol.editor_connection import EditorConnection
 from acp_server.protocol.params import INITIALIZE, wire
+from acp_server.protocol.provider_methods import auth_status, providers_disable, providers_list, providers_set
 from acp_server.protocol.shared_methods import NO_PARAMS, stats
 from acp_server.protocol.v2.initialize import initialize_v2
 from acp_server.protocol.v2.withdrawals import session_cancel_v2, withdraw
@@ -40,6 +41,11 @@ METHODS_V2: dict[str, Handler] = {
     "initialize": (INITIALIZE, initialize_v2),
     "session/prompt": (wire("PromptRequest"), session_prompt),
     "_acp_server/stats": (NO_PARAMS, stats),
+    # Unstable, as on v1 (protocol/provider_methods.py).
+    "auth/status": (NO_PARAMS, auth_status),
+    "providers/list": (NO_PARAMS, providers_list),
+    "providers/set": (wire("SetProviderRequest"), providers_set),
+    "providers/disable": (wire("DisableProviderRequest"), providers_disable),
 }
 
 # Served by the deferred side once it is loaded (protocol/deferred_methods.py `DEFERRED_METHODS_V2`: their params and

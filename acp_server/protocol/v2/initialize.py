@@ -49,6 +49,9 @@ def initialize_result(connection: EditorConnection, config: Config, taken: froze
                 # `session/list`'s filter and `archived` flag.
                 **({"fork": {}, "archive": {}, "status": {}, "title": {}} if config.store else {}),
             },
+            # Unstable: `auth/status` (and its `auth/status_update`), and `providers/*` (protocol/provider_methods.py).
+            "auth": {"status": {}},
+            "providers": {},
             "_meta": {
                 "acpServer": {
                     "promptPolicies": [policy.value for policy in PROMPT_POLICIES],

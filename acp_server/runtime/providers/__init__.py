@@ -21,7 +21,10 @@ from acp_server.settings.files import (
     read_config_file,
 )
 
-__all__ = ["needs_credentials", "open_provider"]
+__all__ = ["ROUTED_FAMILIES", "needs_credentials", "open_provider", "open_routed_provider"]
+
+# The providers a client may route through its own gateway (`providers/set`): their ids are the families.
+ROUTED_FAMILIES = ("openai", "anthropic")
 
 FAMILIES = ("echo", "scripted[:PATH]", "openai:MODEL", "anthropic:MODEL")
 
@@ -83,3 +86,24 @@ def open_provider(
         context_window=credentials.context_window,
         timeouts=endpoint_timeouts(family, file_settings),
     )
+
+
+def open_routed_provider(spec: str, *, base_url: str, headers: Mapping[str, str]) -> Provider:
+    """The provider for `spec` through a client's gateway (ACP `providers/set`): its base URL and headers alone.
+
+    No key the server holds goes there (REMOTE.md decision 10): the key is the client's own, taken from its headers
+    (`Authorization: Bearer KEY` for OpenAI, `x-api-key` for Anthropic), else a placeholder the SDK insists on."""
+    family, _, model = spec.partition(":")
+    if family not in ROUTED_FAMILIES or not model:
+        raise UnknownModelError(f"unknown model {spec!r}: expected one of {', '.join(FAMILIES)}")
+    lowered = {name.lower(): value for name, value in headers.items()}
+    if family == "openai":
+        from acp_server.runtime.providers.openai import OpenAIProvider  # noqa: PLC0415 (only a routed model's provider loads)
+
+        bearer = lowered.get("authorization", "")
+        key = bearer[7:].strip() if bearer[:7].lower() == "bearer " else ""
+        return OpenAIProvider(model, api_key=key or "not-needed", base_url=base_url, headers=headers)
+    from acp_server.runtime.providers.anthropic import AnthropicProvider  # noqa: PLC0415 (only a routed provider loads; anthropic is optional)
+
+    key = lowered.get("x-api-key") or ("" if "authorization" in lowered else "not-needed")
+    return AnthropicProvider(model, api_key=key or None, base_url=base_url, headers=headers)

@@ -20,7 +20,7 @@ always sent as its text stand-in.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
@@ -82,8 +82,16 @@ class AnthropicProvider(HttpProvider):
         context_window: int | None = None,
         max_tokens: int = 8192,
         timeouts: EndpointTimeouts = DEFAULT_TIMEOUTS,
+        headers: Mapping[str, str] | None = None,
     ) -> None:
-        super().__init__(model, api_key=api_key, base_url=base_url, context_window=context_window, timeouts=timeouts)
+        super().__init__(
+            model,
+            api_key=api_key,
+            base_url=base_url,
+            context_window=context_window,
+            timeouts=timeouts,
+            headers=headers,
+        )
         self.max_tokens = max_tokens
 
     def open_turn(self, turn: TurnInput) -> ModelTurn:

@@ -18,7 +18,7 @@ import socket
 import ssl
 import time
 import zlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from types import ModuleType
 from typing import Any, ClassVar, cast
 from urllib.parse import urlsplit, urlunsplit
@@ -26,7 +26,7 @@ from urllib.parse import urlsplit, urlunsplit
 import anyio
 import orjson
 
-from acp_server.errors import ListingError, ModelError
+from acp_server.errors import KeyRefusedError, ListingError, ModelError
 from acp_server.runtime.model import INVALID_ARGUMENTS, Emit
 from acp_server.runtime.providers.catalog import MAX_LIST_BYTES, decode_listing, endpoint_key, too_large
 from acp_server.settings.files import DEFAULT_TIMEOUTS, EndpointTimeouts
@@ -69,12 +69,15 @@ class HttpProvider:
         base_url: str | None,
         context_window: int | None = None,
         timeouts: EndpointTimeouts = DEFAULT_TIMEOUTS,
+        headers: Mapping[str, str] | None = None,
     ) -> None:
+        """`headers`: sent with every request, over the SDK's own (a client's gateway, `providers/set`)."""
         self.model = model
         self.base_url = base_url
         self.context_window = context_window
         self.timeouts = timeouts
         self._api_key = api_key
+        self._headers = dict(headers) if headers else None
         # The SDK's objects, made on first use; typed Any so the SDK stays out of this module's imports.
         self._client: Any = None
         self.sdk: Any = None  # the SDK's module, once imported
@@ -139,6 +142,7 @@ class HttpProvider:
                 max_retries=0,
                 timeout=timeout,
                 http_client=http_client,
+                default_headers=self._headers,
             )
         except Exception as exc:  # e.g. no API key: the SDK refuses to build a client
             raise ModelError(one_line(f"cannot set up the {self.SDK} client: {exc}", self._api_key)) from exc
@@ -246,11 +250,13 @@ class HttpProvider:
                         f"{limits.first_byte:g} s (first_byte_timeout)"
                     )
                     retry = True
+                    refused = False
                 else:
                     assert failure is not None
                     log.debug("the model request failed", exc_info=failure)
                     message = self._timeout_message(failure) or self.describe(failure, streaming=False)
                     retry = _retryable(failure)
+                    refused = getattr(failure, "status_code", None) in (401, 403)
                 delay = _retry_delay(failure, attempt)
                 # The failure's traceback holds this frame, and this frame `body` (the whole conversation) and the
                 # failure its request (the body serialized): kept in a local, the two would be a cycle that only
@@ -260,7 +266,8 @@ class HttpProvider:
                 left = whole_call.deadline - anyio.current_time()
                 if not retry or attempt >= limits.attempts:
                     tried = f" ({attempt} attempts)" if attempt > 1 else ""
-                    raise ModelError(one_line(message + tried, self._api_key))
+                    # The key refused (401, 403): its own error, so the connection's `auth/status` can say so.
+                    raise (KeyRefusedError if refused else ModelError)(one_line(message + tried, self._api_key))
                 if delay >= left:
                     tried = f"{attempt} attempts" if attempt > 1 else "1 attempt"
                     raise ModelError(

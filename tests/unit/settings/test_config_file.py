@@ -243,6 +243,17 @@ SETTINGS = [
         (),
         lambda c: c.sandbox_writable,
     ),
+    Setting(
+        "allow_provider_host",
+        'allow_provider_host = ["gw.internal"]',
+        ("gw.internal",),
+        ("ACP_SERVER_ALLOW_PROVIDER_HOST", "a.example, B.example"),
+        ("a.example", "b.example"),
+        ["--allow-provider-host", "127.0.0.1", "--allow-provider-host", "GW.example"],
+        ("127.0.0.1", "gw.example"),
+        (),
+        lambda c: c.allow_provider_hosts,
+    ),
 ]
 
 
