@@ -100,6 +100,46 @@ PROOFS: dict[tuple[int, str, str], tuple[str, str]] = {
         "tests/e2e/test_session_lifecycle_unstable.py",
         "test_a_title_is_stored_normalized_listed_kept_over_a_turn_and_replayed_after_a_restart",
     ),
+    (1, "answers", "auth/status"): (
+        "tests/e2e/test_providers_unstable.py",
+        "test_auth_status_says_where_each_key_comes_from_and_a_logout_and_authenticate_update_it",
+    ),
+    (1, "sends", "auth/status_update"): (
+        "tests/e2e/test_providers_unstable.py",
+        "test_a_key_the_endpoint_refuses_is_reported_in_an_auth_status_update",
+    ),
+    (1, "answers", "providers/list"): (
+        "tests/e2e/test_providers_unstable.py",
+        "test_a_clients_gateway_gets_its_own_key_and_never_the_servers",
+    ),
+    (1, "answers", "providers/set"): (
+        "tests/e2e/test_providers_unstable.py",
+        "test_a_clients_gateway_gets_its_own_key_and_never_the_servers",
+    ),
+    (1, "answers", "providers/disable"): (
+        "tests/e2e/test_providers_unstable.py",
+        "test_a_clients_gateway_gets_its_own_key_and_never_the_servers",
+    ),
+    (2, "answers", "auth/status"): (
+        "tests/e2e/test_providers_unstable.py",
+        "test_auth_status_says_where_each_key_comes_from_and_a_logout_and_authenticate_update_it",
+    ),
+    (2, "sends", "auth/status_update"): (
+        "tests/e2e/test_providers_unstable.py",
+        "test_a_key_the_endpoint_refuses_is_reported_in_an_auth_status_update",
+    ),
+    (2, "answers", "providers/list"): (
+        "tests/e2e/test_providers_unstable.py",
+        "test_a_clients_gateway_gets_its_own_key_and_never_the_servers",
+    ),
+    (2, "answers", "providers/set"): (
+        "tests/e2e/test_providers_unstable.py",
+        "test_a_clients_gateway_gets_its_own_key_and_never_the_servers",
+    ),
+    (2, "answers", "providers/disable"): (
+        "tests/e2e/test_providers_unstable.py",
+        "test_a_clients_gateway_gets_its_own_key_and_never_the_servers",
+    ),
     (1, "answers", "session/status"): (
         "tests/e2e/test_session_lifecycle_unstable.py",
         "test_status_is_open_in_memory_saved_when_only_stored_unknown_otherwise_and_changes_nothing",
@@ -388,11 +428,6 @@ NOT_IMPLEMENTED: dict[str, str] = {
     ),
     "proxy/initialize": PROXY,
     "proxy/successor": PROXY,
-    "auth/status": "not yet: issue 25 item 2",
-    "auth/status_update": "not yet: issue 25 item 2",
-    "providers/list": "not yet: issue 25 item 2",
-    "providers/set": "not yet: issue 25 item 2",
-    "providers/disable": "not yet: issue 25 item 2",
     "mcp/message": "not yet: issue 25 item 2",
 }
 
