@@ -34,7 +34,6 @@ from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Any
 
 import anyio
-import anyio.lowlevel
 import orjson
 from anyio.streams.memory import MemoryObjectReceiveStream
 
@@ -60,16 +59,23 @@ CLOSE_TIMEOUT = 0.5
 
 
 class _Outgoing:
-    """The connection's `LineSink`: a queue of frames, bounded in bytes, that never makes `write` wait."""
+    """The connection's `LineSink`: a queue of frames, bounded in bytes, that never makes `write` wait.
+
+    Per message it does as little as it can (hypercorn and wsproto already spend several times our cost on each
+    frame): a write's lines are decoded once, kept as one batch and sent back to back by one wake-up of the sender;
+    nothing is copied or logged per message. A write does not yield: its caller, the connection's one writer, waits
+    for its next lines anyway, and that wait lets the sender run."""
 
     def __init__(self, max_queued_bytes: int, on_overflow: Callable[[], None]) -> None:
         self._max = max_queued_bytes
         self._on_overflow = on_overflow
-        self._frames: deque[tuple[str, int]] = deque()
+        # Each write's frames, in order, with the bytes they came in (what the bound counts).
+        self._batches: deque[tuple[list[str], int]] = deque()
         self.queued_bytes = 0
         self._ready = anyio.Event()
-        self._empty = anyio.Event()
-        self._empty.set()
+        # Made only by `flushed` (once, at the end): a new event per queue-empty-to-busy turn cost as much as the rest
+        # of a write with one line in it.
+        self._emptied: anyio.Event | None = None
         self.closed = False
 
     async def write(self, data: bytes) -> None:
@@ -78,15 +84,13 @@ class _Outgoing:
         if self.queued_bytes > self._max:
             self._on_overflow()
             raise BrokenPipeError("the client is not reading: the connection was ended")
-        for line in data.split(b"\n"):
-            if line.strip():
-                self._frames.append((line.decode("utf-8", "replace"), len(line)))
-                self.queued_bytes += len(line)
-        if self._frames:
+        # One decode for the whole write: a newline byte never lies inside a UTF-8 sequence, so this cuts exactly
+        # where cutting the bytes would. Blank lines carry no message (the writer ends each line with one newline).
+        frames = [line for line in data.decode("utf-8", "replace").split("\n") if line and not line.isspace()]
+        if frames:
+            self._batches.append((frames, len(data)))
+            self.queued_bytes += len(data)
             self._ready.set()
-            self._empty = anyio.Event() if self._empty.is_set() else self._empty
-        # One turn for the sender (and everyone else) per write: a connection writes a batch per loop iteration.
-        await anyio.lowlevel.checkpoint()
 
     def close(self) -> None:
         """No more writes; what is queued may still be sent (`flush`)."""
@@ -95,28 +99,39 @@ class _Outgoing:
 
     def discard(self) -> None:
         self.close()
-        self._frames.clear()
+        self._batches.clear()
         self.queued_bytes = 0
-        self._empty.set()
+        if self._emptied is not None:
+            self._emptied.set()
 
     async def pump(self, send: Send) -> None:
-        """The sender task: frames to hypercorn, one at a time, in order."""
+        """The sender task: frames to hypercorn, one at a time, in order; a whole batch per wake-up."""
+        batches = self._batches
         while True:
-            if not self._frames:
-                self._empty.set()
+            if not batches:
+                if self._emptied is not None:
+                    self._emptied.set()
                 if self.closed:
                     return
-                self._ready = anyio.Event()
+                if self._ready.is_set():
+                    self._ready = anyio.Event()
                 await self._ready.wait()
                 continue
-            text, size = self._frames[0]
-            await send({"type": "websocket.send", "text": text})
-            if self._frames:  # `discard` may have emptied it meanwhile
-                self._frames.popleft()
-                self.queued_bytes -= size
+            batch = batches[0]
+            for text in batch[0]:
+                await send({"type": "websocket.send", "text": text})
+                if not batches:  # `discard` emptied it meanwhile: nothing more of it is sent
+                    break
+            else:
+                batches.popleft()
+                self.queued_bytes -= batch[1]
 
     async def flushed(self) -> None:
-        await self._empty.wait()
+        """Once everything queued is sent (a batch leaves the queue only when its last frame is sent), or discarded."""
+        if self._batches:
+            if self._emptied is None or self._emptied.is_set():
+                self._emptied = anyio.Event()
+            await self._emptied.wait()
 
 
 def _is_initialize(data: bytes) -> bool:
