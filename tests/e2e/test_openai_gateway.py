@@ -185,3 +185,24 @@ async def test_two_chats_at_once_each_get_their_own_answer(tmp_path: Path) -> No
                 group.start_soon(plain, f"alpha {LONG}")
                 group.start_soon(streamed, f"beta {LONG}")
             assert answers == {f"alpha {LONG}": f"alpha {LONG}", f"beta {LONG}": f"beta {LONG}"}
+
+
+async def test_after_its_idle_connection_expired_the_gateway_reconnects_and_the_conversation_goes_on(
+    tmp_path: Path,
+) -> None:
+    # The gateway never DELETEs its connection: a quiet one ends by --http-idle-timeout like any dead peer's, and its
+    # sessions stay. 0.1.0 notices at its next prompt (refused: 404) and answers that one chat with the error; then
+    # it makes a new connection and loads the conversation's session there (a new conversation before that gets a
+    # 500 from it: docs/remote.md says so).
+    idle = scaled(1)  # long enough for the requests of one chat in a row on a loaded machine
+    async with (
+        serving(tmp_path, "--model", "echo", "--http-idle-timeout", f"{idle:g}") as server,
+        gateway(tmp_path, server) as url,
+        httpx.AsyncClient(timeout=T_WAIT * 4) as client,
+    ):
+        assert await complete(client, url, chat("one")) == "one"
+        await anyio.sleep(idle * 2)  # the expiry comes within 1.25 times the bound
+        history = [{"role": "user", "content": "one"}, {"role": "assistant", "content": "one"}]
+        assert "prompt rejected (404)" in await complete(client, url, chat("two", history=history))
+        assert await complete(client, url, chat("two", history=history)) == "two"  # on a new connection
+        assert streamed_text(await complete_streamed(client, url, chat("fresh", stream=True))) == "fresh"
