@@ -472,6 +472,45 @@ async def test_a_second_reader_of_the_connections_stream_gets_what_is_written_wh
             group.cancel_scope.cancel()
 
 
+async def test_what_a_further_reader_of_the_connections_stream_got_does_not_wait_for_a_later_first(
+    tmp_path: Path,
+) -> None:
+    async with serving(tmp_path) as server, http_client() as client, anyio.create_task_group() as group:
+        me = HttpEditor(client, http_url(server), ALICE, "alice")
+        await me.initialize()
+        first = anyio.CancelScope()
+
+        async def read_first(*, task_status: anyio.abc.TaskStatus[int]) -> None:
+            with first:
+                await me.read_stream(task_status=task_status)
+
+        further: list[dict[str, Any]] = []
+        arrived = anyio.Event()
+
+        async def read_further(*, task_status: anyio.abc.TaskStatus[int]) -> None:
+            async with client.stream("GET", me.url, headers=me.headers(None, **STREAM)) as response:
+                task_status.started(response.status_code)
+                async for line in response.aiter_lines():
+                    if line.startswith("data: "):
+                        further.append(orjson.loads(line[6:]))
+                        arrived.set()
+
+        assert await group.start(read_first) == 200
+        assert await group.start(read_further) == 200
+        first.cancel()  # the first reader goes; the further one stays
+        await anyio.sleep(scaled(0.2))  # for the server to see it go (were it not seen, nothing would be kept)
+        listed = await me.request("session/list", {})
+        with anyio.fail_after(T_WAIT):
+            await arrived.wait()
+        assert [m.get("id") for m in further] == [listed]
+        # A new first reader: what the further one got is not given again; the next answer is.
+        assert await group.start(me.read_stream) == 200
+        again = await me.request("session/list", {})
+        await me.response(again)
+        assert [m.get("id") for _, m in me.received] == [again]
+        group.cancel_scope.cancel()
+
+
 async def test_a_missing_or_mismatched_session_header_gets_400(tmp_path: Path) -> None:
     async with serving(tmp_path) as server, editor(server) as me:
         session = await new_session(me, server.workspace)
