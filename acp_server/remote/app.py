@@ -17,7 +17,8 @@ TypeScript SDK's own server (`dist/transports/server.js`) answer them: 415 a bod
 one over the message limit (the connection stays), 400 JSON that does not parse or an object missing, 501 a JSON
 array (no batches over Streamable HTTP), 400 a missing `Acp-Connection-Id` or an `Acp-Session-Id` missing or other
 than `params.sessionId`, 404 an unknown `Acp-Connection-Id` or another principal's (the same answer: ids leak
-nothing), 406 a stream GET without `Accept: text/event-stream`, 409 a stream that already has a reader. Nothing
+nothing), 406 a stream GET without `Accept: text/event-stream`, 409 a session's stream that already has a reader (the
+connection's may have several: http.py). Nothing
 session-scoped is 404: any session id gets its stream (decision 4: whether a session exists is JSON-RPC's to say).
 """
 

@@ -12,11 +12,15 @@ session's stream: its `session/update`s and its requests to the client, and a `$
 request follows that request there. A response goes to the session's stream when the request it answers was POSTed
 with `Acp-Session-Id`. Everything else, and the messages of a session the client never named (a subagent's child),
 goes to the connection's stream. Each stream is an ordered queue, so a `session/load` replay reaches its stream
-before the load's response, which follows it there. A queue exists from the first message for it, whether or not a
-reader is attached yet (a session's stream is opened after `session/new`'s answer names it): messages wait there for
-the reader. Output never waits for the network (decision 8): when a connection holds more than `max_queued_bytes`
-that no reader has taken, its client is too slow or gone and it is ended as a dead peer (writes raise
-BrokenPipeError from then on, as on a closed stdout), so a turn's cancel never waits on a socket.
+before the load's response, which follows it there. The connection's stream may have several readers at once (a
+client that opens it around each request, such as acp-openai-gateway around each `session/new`, several at a time):
+each reader after the first gets its own queue of everything written for that stream while it reads, and picks
+out its answers by id; what waited for a reader goes to the first, and what a reader got is not kept for a later
+one. A queue exists from the first message for it, whether or not a reader is attached yet (a session's stream is
+opened after `session/new`'s answer names it): messages wait there for the reader. Output never waits for the
+network (decision 8): when a connection holds more than `max_queued_bytes` that no reader has taken, its client is
+too slow or gone and it is ended as a dead peer (writes raise BrokenPipeError from then on, as on a closed stdout),
+so a turn's cancel never waits on a socket.
 
 A connection ends as stdio's does at EOF (the handler's lines end, its turns are cancelled, its sessions stay):
 on `DELETE` (its streams closed at once, what it writes afterwards dropped), on a dead peer, when it has had no
@@ -115,6 +119,9 @@ class HttpConnection:
         self._max_session_streams = max_session_streams
         self._input, self._lines = anyio.create_memory_object_stream[bytes | Oversized](0)
         self._streams: dict[str | None, _Stream] = {None: _Stream()}  # None: the connection's own stream
+        # Readers of the connection's stream beyond the first, each with its own copy of what is written for it from
+        # its GET on: the same principal's same connection, so nothing is shown that it could not read anyway.
+        self._extra_readers: list[_Stream] = []
         self._routes: dict[bytes, str] = {}  # a POSTed request's id -> the session its answer goes to
         self._asked: dict[bytes, str] = {}  # the id of a request to the client -> its session
         # Sessions the client has named (POSTed for, opened a stream of) or been told of in an answer: only these have
@@ -150,16 +157,19 @@ class HttpConnection:
     def cancel(self) -> None:
         self._scope.cancel()
 
+    def _all_streams(self) -> list[_Stream]:
+        return [*self._streams.values(), *self._extra_readers]
+
     def _drop_output(self) -> None:
         self._gone = True
-        for stream in self._streams.values():
+        for stream in self._all_streams():
             stream.discard()
 
     def _dead_peer(self, why: str) -> None:
         log.warning("remote connection %s: %s: ended as a dead peer", self.peer.connection_id, why)
         self.stop(f"dead peer: {why}")
         self._drop_output()
-        for stream in self._streams.values():
+        for stream in self._all_streams():
             if stream.scope is not None:
                 stream.scope.cancel()  # its reader may wait on a socket nobody reads
 
@@ -172,7 +182,7 @@ class HttpConnection:
         for line in data.split(b"\n"):
             if line.strip():
                 self._route(line)
-        if sum(stream.queued_bytes for stream in self._streams.values()) > self._max_queued_bytes:
+        if sum(stream.queued_bytes for stream in self._all_streams()) > self._max_queued_bytes:
             self._dead_peer("more queued than the client reads")
             raise BrokenPipeError("the client is not reading: the connection was ended")
         await anyio.lowlevel.checkpoint()  # one turn for the readers per write, as websocket.py does
@@ -209,6 +219,11 @@ class HttpConnection:
         stream = self._streams.get(session)
         if stream is None:
             stream = self._streams[session] = _Stream()
+        if session is None and self._extra_readers:
+            for extra in self._extra_readers:
+                extra.put(line)
+            if not stream.reader:
+                return  # read already: kept for a later first reader, it would reach that client twice
         stream.put(line)
 
     async def _source(self) -> AsyncGenerator[bytes | Oversized, None]:
@@ -238,13 +253,13 @@ class HttpConnection:
                 log.exception("remote connection %s: the handler failed", self.peer.connection_id)
                 self.why = "the handler failed"
             finally:
-                for stream in self._streams.values():
+                for stream in self._all_streams():
                     stream.close()  # each reader ends its response
                 self.ended.set()
 
     async def _flushed(self) -> None:
         """Until every stream with a reader has sent what it holds (a stream nobody reads is not waited for)."""
-        for stream in list(self._streams.values()):
+        for stream in self._all_streams():
             if stream.reader:
                 await stream.emptied.wait()
 
@@ -312,16 +327,19 @@ class HttpConnection:
         return True
 
     def stream_refused(self, session: str | None) -> tuple[int, str] | None:
-        """Why a stream GET cannot be served, as a status and words, or None: the stream has a reader already (409),
-        too many session streams are open (429), or the connection has just ended (404)."""
+        """Why a stream GET cannot be served, as a status and words, or None: a session's stream has a reader already
+        (409), too many streams are open (429: session streams and readers of the connection's beyond its first), or
+        the connection has just ended (404)."""
         if self._gone or self.ended.is_set():
             return 404, "unknown Acp-Connection-Id"  # it ended between the lookup and now
         stream = self._streams.get(session)
-        if stream is not None and stream.reader:
+        if session is not None and stream is not None and stream.reader:
             return 409, "this stream already has a reader on this connection"
         readers = sum(1 for key, open_ in self._streams.items() if key is not None and open_.reader)
-        if session is not None and readers >= self._max_session_streams:
-            return 429, f"{self._max_session_streams} session streams are open on this connection"
+        readers += len(self._extra_readers)
+        extra = session is None and stream is not None and stream.reader
+        if (session is not None or extra) and readers >= self._max_session_streams:
+            return 429, f"{self._max_session_streams} streams are open on this connection"
         return None
 
     async def serve_stream(self, session: str | None, receive: Receive, send: Send) -> None:
@@ -330,6 +348,9 @@ class HttpConnection:
         stream = self._streams.get(session)
         if stream is None:
             stream = self._streams[session] = _Stream()
+        elif session is None and stream.reader:  # a further reader of the connection's stream: a queue of its own
+            stream = _Stream()
+            self._extra_readers.append(stream)
         if session is not None:
             self._known.add(session)
         stream.reader = True
@@ -357,6 +378,8 @@ class HttpConnection:
         finally:
             stream.scope = None
             stream.reader = False
+            if stream in self._extra_readers:
+                self._extra_readers.remove(stream)
             self._leave()
             if session is not None and not stream.events and self._streams.get(session) is stream:
                 del self._streams[session]  # nothing kept for a session stream nobody reads and nothing waits in

@@ -438,10 +438,76 @@ async def test_a_session_stream_is_200_for_any_session_id_and_409_for_a_second_r
             await open_session_stream(group, me, never_existed)
         mine = await new_session(me, server.workspace)
         await open_session_stream(group, me, mine)
-        for stream in (mine, None):  # a session's stream, and the connection's
-            with anyio.fail_after(T_WAIT):  # a second reader served would never end: bounded
-                async with me.client.stream("GET", me.url, headers=me.headers(stream, **STREAM)) as second:
-                    assert second.status_code == 409
+        with anyio.fail_after(T_WAIT):  # a second reader served would never end: bounded
+            async with me.client.stream("GET", me.url, headers=me.headers(mine, **STREAM)) as second:
+                assert second.status_code == 409
+        group.cancel_scope.cancel()
+
+
+async def test_a_second_reader_of_the_connections_stream_gets_what_is_written_while_it_reads(tmp_path: Path) -> None:
+    # acp-openai-gateway opens the connection's stream around each `session/new`, two at once for two chats, and
+    # picks its answer out by id: each reader gets every message written for that stream while it reads.
+    async with serving(tmp_path) as server, editor(server) as me:
+        second: list[dict[str, Any]] = []
+        arrived = anyio.Event()
+
+        async def read_second(*, task_status: anyio.abc.TaskStatus[int]) -> None:
+            async with me.client.stream("GET", me.url, headers=me.headers(None, **STREAM)) as response:
+                task_status.started(response.status_code)
+                async for line in response.aiter_lines():
+                    if line.startswith("data: "):
+                        message = me.validator.server_wrote(line[6:].encode() + b"\n")
+                        assert message is not None
+                        second.append(message)
+                        arrived.set()
+
+        async with anyio.create_task_group() as group:
+            assert await group.start(read_second) == 200
+            request_id = await me.request("session/new", {"cwd": str(server.workspace), "mcpServers": []})
+            first = await me.response(request_id)  # the first reader's copy
+            with anyio.fail_after(T_WAIT):
+                await arrived.wait()
+            assert second == [first]
+            assert "sessionId" in first["result"]
+            group.cancel_scope.cancel()
+
+
+async def test_what_a_further_reader_of_the_connections_stream_got_does_not_wait_for_a_later_first(
+    tmp_path: Path,
+) -> None:
+    async with serving(tmp_path) as server, http_client() as client, anyio.create_task_group() as group:
+        me = HttpEditor(client, http_url(server), ALICE, "alice")
+        await me.initialize()
+        first = anyio.CancelScope()
+
+        async def read_first(*, task_status: anyio.abc.TaskStatus[int]) -> None:
+            with first:
+                await me.read_stream(task_status=task_status)
+
+        further: list[dict[str, Any]] = []
+        arrived = anyio.Event()
+
+        async def read_further(*, task_status: anyio.abc.TaskStatus[int]) -> None:
+            async with client.stream("GET", me.url, headers=me.headers(None, **STREAM)) as response:
+                task_status.started(response.status_code)
+                async for line in response.aiter_lines():
+                    if line.startswith("data: "):
+                        further.append(orjson.loads(line[6:]))
+                        arrived.set()
+
+        assert await group.start(read_first) == 200
+        assert await group.start(read_further) == 200
+        first.cancel()  # the first reader goes; the further one stays
+        await anyio.sleep(scaled(0.2))  # for the server to see it go (were it not seen, nothing would be kept)
+        listed = await me.request("session/list", {})
+        with anyio.fail_after(T_WAIT):
+            await arrived.wait()
+        assert [m.get("id") for m in further] == [listed]
+        # A new first reader: what the further one got is not given again; the next answer is.
+        assert await group.start(me.read_stream) == 200
+        again = await me.request("session/list", {})
+        await me.response(again)
+        assert [m.get("id") for _, m in me.received] == [again]
         group.cancel_scope.cancel()
 
 
@@ -604,6 +670,12 @@ async def test_beyond_64_open_session_streams_a_connection_gets_429(tmp_path: Pa
             assert (await client.get(url, headers={**headers, "Acp-Session-Id": "s0"})).status_code == 409
             with anyio.fail_after(T_WAIT):  # a 65th stream served would never end: bounded
                 async with client.stream("GET", url, headers={**headers, "Acp-Session-Id": "s64"}) as over:
+                    assert over.status_code == 429
+            # The connection's stream: its first reader is always served; a further one counts as a stream too.
+            readers.append(raw_stream_get(server.address[1], connection))
+            with anyio.fail_after(T_WAIT):
+                assert (await anyio.to_thread.run_sync(response_head, readers[-1])).startswith(b"HTTP/1.1 200 ")
+                async with client.stream("GET", url, headers=headers) as over:
                     assert over.status_code == 429
         finally:
             for reader in readers:
