@@ -531,11 +531,11 @@ async def test_an_unknown_method_raises_request_error_method_not_found(scripted:
     with pytest.raises(RequestError) as unknown_extension:
         await scripted.conn.ext_method("acp_server/no_such_method", {})
     assert unknown_extension.value.code == -32601
-    # An ACP method the server does not implement (`providers/list`, unstable in v1; every stable method is
-    # implemented since `logout`) is refused the same way. The SDK client has no method for it, so it goes through
-    # the SDK's own connection.
+    # An ACP method the server does not implement (`proxy/initialize`, unstable in v1 and for proxies, not agents;
+    # every stable method is implemented since `logout`) is refused the same way. The SDK client has no method for
+    # it, so it goes through the SDK's own connection.
     with pytest.raises(RequestError) as unsupported:
-        await scripted.conn._conn.send_request("providers/list", {})
+        await scripted.conn._conn.send_request("proxy/initialize", {})
     assert unsupported.value.code == -32601
     # The connection is unharmed.
     session = await new_session(scripted)

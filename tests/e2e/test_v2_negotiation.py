@@ -40,7 +40,9 @@ async def test_acp_init_201_203_204_a_request_for_2_gets_the_v2_surface(start_se
     taken = (await v1.initialize())["result"]["agentCapabilities"]["promptCapabilities"]
     expected: dict[str, Any] = {kind: {} for kind in ("image", "audio") if taken[kind]}
     assert capabilities["session"]["prompt"] == {**expected, "embeddedContext": {}}
-    assert set(capabilities) == {"session", "_meta"}
+    # `auth` and `providers`: the unstable auth/status and providers/* (ACP-EXT-202 checks them against the schema).
+    assert set(capabilities) == {"session", "auth", "providers", "_meta"}
+    assert capabilities["auth"] == {"status": {}} and capabilities["providers"] == {}
     assert capabilities["_meta"]["acpServer"]["defaultPromptPolicy"] == "queue"
     assert result["authMethods"] == []
 
