@@ -23,7 +23,7 @@ import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -100,9 +100,8 @@ def serving(cwd: str, env: dict[str, str]) -> Iterator[tuple[str, subprocess.Pop
         tokens.unlink()
 
 
-def run_flows(group: str, transport: str = "stdio") -> tuple[dict[str, Any], str]:
-    """Run one flow group in Node against a fresh server over `transport`; its JSON report and the combined
-    stderr (the script's and, over WebSocket, the server's)."""
+def node_with_sdk() -> str:
+    """The `node` to run the flow scripts with, the pinned SDK installed beside them (`unavailable` otherwise)."""
     node = shutil.which("node")
     if node is None:
         unavailable("`node` is not on PATH: the TypeScript SDK tests need Node 20 (`.ci/run` has it)")
@@ -111,23 +110,41 @@ def run_flows(group: str, transport: str = "stdio") -> tuple[dict[str, Any], str
     assert node is not None
     installed = orjson.loads(SDK_PACKAGE.read_text())["version"]
     assert installed == pinned_sdk_version(), f"installed SDK {installed}, lockfile pins {pinned_sdk_version()}"
+    return node
+
+
+def run_stdio_script(
+    script: str, group: str, server_args: Sequence[str], env: Mapping[str, str] = {}
+) -> tuple[dict[str, Any], str]:
+    """Run one group of a flow script of tests/ts_client (`script`) in Node against a fresh stdio server started with
+    `server_args`, `env` added to the isolated environment; its JSON report and stderr."""
+    node = node_with_sdk()
+    full = {**os.environ, **isolated_env(), "TS_FLOW_STEP_TIMEOUT_MS": f"{T_WAIT * 1000:.0f}", **env}
+    with tempfile.TemporaryDirectory(prefix="acp-ts-flows-") as scratch:
+        command = [node, str(CLIENT_DIR / script), group, "--", *server_command(*server_args)]
+        done = run_script(command, os.path.realpath(scratch), full)
+    stderr = done.stderr.decode(errors="replace")
+    return report_of(done, stderr), stderr
+
+
+def run_flows(group: str, transport: str = "stdio") -> tuple[dict[str, Any], str]:
+    """Run one flow group in Node against a fresh server over `transport`; its JSON report and the combined
+    stderr (the script's and, over WebSocket, the server's)."""
+    if transport == "stdio":
+        return run_stdio_script("flows.mjs", group, DEFAULT_ARGS)
+    node = node_with_sdk()
     env = {**os.environ, **isolated_env(), "TS_FLOW_STEP_TIMEOUT_MS": f"{T_WAIT * 1000:.0f}"}
     script = [node, str(CLIENT_DIR / "flows.mjs"), group]
     with tempfile.TemporaryDirectory(prefix="acp-ts-flows-") as scratch:
         cwd = os.path.realpath(scratch)  # the session's directory must lie inside the server's root once resolved
-        if transport == "stdio":
-            done = run_script([*script, "--", *server_command(*DEFAULT_ARGS)], cwd, env)
-            stderr = done.stderr.decode(errors="replace")
-            report = report_of(done, stderr)
-        else:
-            with serving(cwd, env) as (url, server, server_stderr):
-                done = run_script([*script, "--ws", url], cwd, {**env, "ACP_FLOWS_TOKEN": WEBSOCKET_TOKEN})
-                report = report_of(done, done.stderr.decode(errors="replace"))
-                assert report["exit"] is None
-                server.send_signal(signal.SIGTERM)
-                server.wait(timeout=scaled(10))
-            stderr = done.stderr.decode(errors="replace") + server_stderr[0].decode(errors="replace")
-            report["exit"] = {"code": server.returncode, "signal": None}  # the drain ends serve as EOF ends stdio
+        with serving(cwd, env) as (url, server, server_stderr):
+            done = run_script([*script, "--ws", url], cwd, {**env, "ACP_FLOWS_TOKEN": WEBSOCKET_TOKEN})
+            report = report_of(done, done.stderr.decode(errors="replace"))
+            assert report["exit"] is None
+            server.send_signal(signal.SIGTERM)
+            server.wait(timeout=scaled(10))
+        stderr = done.stderr.decode(errors="replace") + server_stderr[0].decode(errors="replace")
+        report["exit"] = {"code": server.returncode, "signal": None}  # the drain ends serve as EOF ends stdio
     return report, stderr
 
 

@@ -10,17 +10,12 @@ step answered; the edge cases of each method are tests/e2e/test_session_lifecycl
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-import tempfile
 from typing import Any
 
-import orjson
 import pytest
 
-from tests.e2e.test_ts_sdk import CLIENT_DIR, SDK_PACKAGE, assert_clean, pinned_sdk_version
-from tests.support.harness import DEFAULT_ARGS, T_WAIT, isolated_env, scaled, server_command
+from tests.e2e.test_ts_sdk import assert_clean, run_stdio_script
+from tests.support.harness import DEFAULT_ARGS
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -29,30 +24,7 @@ UNKNOWN = {"code": -32002, "data": {"sessionId": "sess_unknown"}}
 
 def run_lifecycle_flows(group: str) -> tuple[dict[str, Any], str]:
     """Run one group of lifecycle_flows.mjs in Node against a fresh server; its JSON report and stderr."""
-    node = shutil.which("node")
-    if node is None:
-        pytest.skip("`node` is not on PATH: the TypeScript SDK tests need Node 20 (`.ci/run` has it)")
-    if not SDK_PACKAGE.exists():
-        pytest.skip(f"the TypeScript SDK is not installed: run `npm ci --prefix {CLIENT_DIR}` (`.ci/run` does)")
-    installed = orjson.loads(SDK_PACKAGE.read_text())["version"]
-    assert installed == pinned_sdk_version(), f"installed SDK {installed}, lockfile pins {pinned_sdk_version()}"
-    env = {**os.environ, **isolated_env(), "TS_FLOW_STEP_TIMEOUT_MS": f"{T_WAIT * 1000:.0f}"}
-    with tempfile.TemporaryDirectory(prefix="acp-ts-lifecycle-") as cwd:
-        done = subprocess.run(
-            [node, str(CLIENT_DIR / "lifecycle_flows.mjs"), group, "--", *server_command(*DEFAULT_ARGS)],
-            cwd=cwd,
-            env=env,
-            capture_output=True,
-            timeout=scaled(40),
-            check=False,
-        )
-    stderr = done.stderr.decode(errors="replace")
-    assert done.stdout, f"lifecycle_flows.mjs printed nothing (exit {done.returncode}); stderr:\n{stderr[-3000:]}"
-    report = orjson.loads(done.stdout)
-    assert isinstance(report, dict)
-    assert "fatal" not in report, f"{report['fatal']}\n{report.get('data')}\nstderr:\n{stderr[-3000:]}"
-    assert done.returncode == 0, stderr[-3000:]
-    return report, stderr
+    return run_stdio_script("lifecycle_flows.mjs", group, DEFAULT_ARGS)
 
 
 def assert_title_status_and_archive(report: dict[str, Any], titled: str, archived: str) -> None:

@@ -10,18 +10,13 @@ gateway are fake OpenAI servers on 127.0.0.1; the edge cases are tests/e2e/test_
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-import tempfile
 from typing import Any
 
 import orjson
 import pytest
 
-from tests.e2e.test_ts_sdk import CLIENT_DIR, SDK_PACKAGE, assert_clean, pinned_sdk_version
+from tests.e2e.test_ts_sdk import assert_clean, run_stdio_script
 from tests.support.fake_openai import FakeOpenAI, text_reply
-from tests.support.harness import T_WAIT, isolated_env, scaled, server_command
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -31,17 +26,8 @@ MODEL = "openai:fake-model"
 
 
 def run_provider_flows(group: str, model: FakeOpenAI, gateway: FakeOpenAI) -> tuple[dict[str, Any], str]:
-    node = shutil.which("node")
-    if node is None:
-        pytest.skip("`node` is not on PATH: the TypeScript SDK tests need Node 20 (`.ci/run` has it)")
-    if not SDK_PACKAGE.exists():
-        pytest.skip(f"the TypeScript SDK is not installed: run `npm ci --prefix {CLIENT_DIR}` (`.ci/run` does)")
-    installed = orjson.loads(SDK_PACKAGE.read_text())["version"]
-    assert installed == pinned_sdk_version(), f"installed SDK {installed}, lockfile pins {pinned_sdk_version()}"
+    """One group of provider_flows.mjs against a fresh stdio server whose own endpoint is `model`."""
     env = {
-        **os.environ,
-        **isolated_env(),
-        "TS_FLOW_STEP_TIMEOUT_MS": f"{T_WAIT * 1000:.0f}",
         "TS_GATEWAY_URL": gateway.base_url,
         "TS_GATEWAY_KEY": CLIENT_KEY,
         "OPENAI_API_KEY": SERVER_KEY,
@@ -49,22 +35,7 @@ def run_provider_flows(group: str, model: FakeOpenAI, gateway: FakeOpenAI) -> tu
         "ANTHROPIC_API_KEY": "",
         "ANTHROPIC_AUTH_TOKEN": "",
     }
-    with tempfile.TemporaryDirectory(prefix="acp-ts-providers-") as cwd:
-        done = subprocess.run(
-            [node, str(CLIENT_DIR / "provider_flows.mjs"), group, "--", *server_command("--model", MODEL)],
-            cwd=cwd,
-            env=env,
-            capture_output=True,
-            timeout=scaled(40),
-            check=False,
-        )
-    stderr = done.stderr.decode(errors="replace")
-    assert done.stdout, f"provider_flows.mjs printed nothing (exit {done.returncode}); stderr:\n{stderr[-3000:]}"
-    report = orjson.loads(done.stdout)
-    assert isinstance(report, dict)
-    assert "fatal" not in report, f"{report['fatal']}\n{report.get('data')}\nstderr:\n{stderr[-3000:]}"
-    assert done.returncode == 0, stderr[-3000:]
-    return report, stderr
+    return run_stdio_script("provider_flows.mjs", group, ("--model", MODEL), env)
 
 
 @pytest.mark.parametrize("group", ["v1", "v2"])
