@@ -448,7 +448,7 @@ class Connection:
             except OSError as exc:
                 # The client is gone (EPIPE): write nothing more. Never a crash: the transport has ended the input,
                 # so the EOF shutdown follows and still cancels turns and kills children.
-                log.warning("stdout closed by the client: %s", exc)
+                log.info("the client closed its end while output was written: %s", exc)
                 self._broken = True
                 outbox.clear()
                 self._outbox_bytes = 0

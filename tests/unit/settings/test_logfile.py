@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from acp_server.settings import logfile
 from acp_server.settings.logfile import (
     REDACTED,
     LazyRotatingFileHandler,
@@ -59,6 +60,41 @@ def test_secrets_are_removed_and_what_they_were_is_kept(text: str, kept: str) ->
     assert kept in redacted
     for secret in (KEY, "eyJhbGci", "abc.def", "my-private", "anthropic-secret", "tok3n", "hunter2", "ghp_", "xoxb-"):
         assert secret not in redacted
+
+
+def _every_pattern(text: str) -> str:
+    for _, pattern, replacement in logfile._PATTERNS:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "pa\u017f\u017fword: hunter2hunter2",  # the long s, which `(?i)s` matches
+        "AUTHOR\u0130ZATION: Bearer eyJhbGciOiJIUzI1NiJ9",  # the dotted capital I
+        "author\u0131zation=Basic dXNlcjpwYXNzd29yZA",  # the dotless i
+        "API_\u212aEY=some-private-value",  # the Kelvin sign, which lowers to k
+        "ACCESS-TOKEN: abcdefghijkl",
+        "HTTPS://ME:HUNTER2X@HOST.EXAMPLE/v1",
+        "nothing secret here, a connection opened (principal alice, peer 127.0.0.1:5000)",
+    ],
+)
+def test_the_words_that_gate_each_pattern_never_hide_a_match(text: str) -> None:
+    # The gates only save work: whatever the eight patterns would remove, the gated redactor removes too.
+    assert Redactor()(text) == _every_pattern(text)
+
+
+def test_every_character_that_case_insensitive_matching_takes_for_a_letter_is_folded_to_it() -> None:
+    # The gates compare lowercased text with lowercase words, the patterns match with `(?i)`: every code point `(?i)`
+    # takes for an ASCII letter must fold to that letter, or a gate could miss what its pattern matches.
+    letter = re.compile("(?i)[a-z]")
+    for code in range(sys.maxunicode + 1):
+        char = chr(code)
+        if letter.fullmatch(char):
+            folded = char.translate(logfile._FOLD).lower()
+            assert len(folded) == 1, (hex(code), folded)
+            assert re.fullmatch(f"(?i){folded}", char) and folded.isascii(), (hex(code), folded)
 
 
 @pytest.mark.parametrize(
