@@ -63,6 +63,9 @@ async def test_a_named_replica_sets_its_cookie_and_names_itself_in_each_connecti
             answer = await client.post(server.url.replace("ws://", "http://"), json=initialize, headers=BEARER)
             assert answer.status_code == 200 and answer.headers["set-cookie"] == cookie
             connection_id = answer.headers["acp-connection-id"]
+            stream = {**BEARER, "Accept": "text/event-stream", "Acp-Connection-Id": connection_id}
+            async with client.stream("GET", server.url.replace("ws://", "http://"), headers=stream) as events:
+                assert events.status_code == 200 and events.headers["set-cookie"] == cookie
             refused = await client.post(server.url.replace("ws://", "http://"), json=initialize)
             assert refused.status_code == 401 and "set-cookie" not in refused.headers  # a refusal routes nothing
             assert (await client.get(http_base(server) + "/healthz")).headers.get("set-cookie") is None
