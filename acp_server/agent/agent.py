@@ -36,7 +36,7 @@ from acp_server.settings.config import Config
 if TYPE_CHECKING:
     from anyio.abc import TaskGroup
 
-    from acp_server.agent.sessions.services import TurnServices
+    from acp_server.agent.sessions.services import TurnMeter, TurnServices
     from acp_server.store.migration import ReadLegacy
 
 __all__ = ["Agent", "DeferredSide"]
@@ -118,6 +118,9 @@ class Agent:
         # then what their endpoints list (model discovery); a refresh waits for the side's load.
         self.models = ModelChoices(config, self.providers, self.spawn, self.side.ended)
         self._prepare_first_prompt = prepare_first_prompt
+        # Who counts turns for an operator's metrics: set by `serve` (remote/metrics.py) before anything is served,
+        # so the turn services built with the first session take it; None on stdio.
+        self.meter: TurnMeter | None = None
 
     @property
     def turns(self) -> TurnServices:

@@ -52,4 +52,5 @@ def build_turns(agent: Agent, plugins: Sequence[Plugin]) -> TurnServices:
         observer_of(plugins),
         # Decided once: which sandbox local commands get (said on stderr when none can be had).
         sandbox_for(config),
+        agent.meter,
     )

@@ -165,6 +165,10 @@ class _Connections:
             principal=owner_of(peer.principal, self.default_root, self.mcp_hosts),
             max_sessions=self.max_sessions,
         )
+        from acp_server.settings.logfile import LOG_CONNECTION  # noqa: PLC0415 (loaded already: logging is set up)
+
+        # This task's lines, and those of every task it starts (the connection's turns), say whose they are.
+        LOG_CONNECTION.set((peer.connection_id, peer.principal.name))
         connections_log.info("connection %s opened", peer.describe())
         recorder = self.transcripts.open(peer.connection_id) if self.transcripts is not None else None
         try:
@@ -182,10 +186,18 @@ class _Connections:
 
 async def _run(config: Config, settings: RemoteSettings, default_root: str, records: Path | None) -> None:
     from acp_server.cli.server import STOP_SIGNALS, build_agent  # noqa: PLC0415 (start-up: after the flags are read)
+    from acp_server.remote.metrics import ReplicaMetrics  # noqa: PLC0415 (start-up: after the flags are read)
     from acp_server.remote.server import serve_remote  # noqa: PLC0415 (start-up: after the flags are read)
     from acp_server.remote.tokens import DEFAULT_TOKEN_FILE  # noqa: PLC0415 (start-up: after the flags are read)
 
     agent, served = build_agent(config, owns_process=True)
+    # What `GET /metrics` shows; the agent's turns tell it theirs (set before any session builds the turn services).
+    metrics = ReplicaMetrics(
+        settings.replica_name,
+        sessions_open=lambda: len(agent.sessions),
+        turns_running=lambda: agent.runs.running_turns,
+    )
+    agent.meter = metrics
     transcripts = None
     if records is not None:
 
@@ -209,6 +221,7 @@ async def _run(config: Config, settings: RemoteSettings, default_root: str, reco
             connections.serve,
             stop_signals=STOP_SIGNALS,
             admit=lambda tokens: admit_principals(len(tokens.principals), config, settings),
+            metrics=metrics,
         )
 
 
@@ -297,14 +310,15 @@ def _state_dir(config: Config) -> Path:
 def main(argv: Sequence[str]) -> int:
     try:
         import hypercorn  # noqa: PLC0415, F401 (only `serve` needs it: an extra)
+        import prometheus_client  # noqa: PLC0415, F401 (`/metrics`: the same extra)
     except ImportError:
         sys.stderr.write(INSTALL_HINT)
         return 2
     loaded = load(argv, prog="acp-server serve", extend=_add_flags)
     config = loaded.config
-    from acp_server.settings.logfile import setup_logging  # noqa: PLC0415 (as the stdio server's start-up)
+    from acp_server.settings.logfile import SERVE_CONTEXT, setup_logging  # noqa: PLC0415 (as the stdio server's start-up)
 
-    setup_logging(config, secrets=secret_values(loaded.file.raw, os.environ))
+    setup_logging(config, secrets=secret_values(loaded.file.raw, os.environ), serving=True)
     if connections_log.getEffectiveLevel() > logging.INFO:
         connections_log.setLevel(logging.INFO)
     for problem in loaded.file.problems:
@@ -315,6 +329,7 @@ def main(argv: Sequence[str]) -> int:
 
     try:
         settings = remote_settings(loaded.args, os.environ, loaded.file.raw, _state_dir(config))
+        SERVE_CONTEXT.replica = settings.replica_name  # every line from here on names the replica
         default_root = workspace_root(loaded.args.workspace_root, os.environ, loaded.file.raw, os.getcwd())
         records = record_dir(config.record) if config.record is not None else None
         config = confine_commands(config, settings, loaded.file.path, default_root)

@@ -3,12 +3,18 @@ health endpoint, and the table of live connections a drain ends.
 
     GET /healthz            200 `ok` while serving, 503 `draining` while draining; no auth, no detail, no Host check
                             (a load balancer probes by address, and the answer says nothing)
+    GET /metrics            the Prometheus text format (remote/metrics.py), behind the Host, Origin and token checks
+                            of /acp; served while draining too (an operator watches the drain)
     GET /acp + Upgrade      the WebSocket profile: 101 with `Acp-Connection-Id`, the connection handed to the handler
     POST/GET/DELETE /acp    the Streamable HTTP profile (http.py): POST `initialize` makes a connection (200, its
                             answer as the body, `Acp-Connection-Id`); POST with the id: 202; GET with
                             `Accept: text/event-stream`: the connection's SSE stream, or with `Acp-Session-Id` a
                             session's; DELETE: the connection ends
     anything else           404 (405 for another method on /acp)
+
+With `--replica-name NAME`, every /acp answer that is not a refusal (the WebSocket upgrade, the HTTP profile's 200
+and 202, its streams) sets the affinity cookie `acp_replica=NAME`, so a balancer that cannot insert a cookie of its
+own routes a returning client by it (nginx's `map $cookie_acp_replica`, docs/deploy.md).
 
 Every /acp request passes, in this order: its Host (403), its Origin (403), the drain (503), its token (401), and
 for a new connection the limit (503, before any upgrade). The first two come first because they cost nothing and a
@@ -26,7 +32,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, Protocol
 
@@ -49,12 +55,14 @@ from acp_server.remote.settings import RemoteSettings
 from acp_server.remote.tokens import Principal, Tokens
 from acp_server.remote.websocket import CLOSE_GOING_AWAY, Receive, Send, WebSocketConnection
 
-__all__ = ["ENDPOINT", "HEALTH", "RemoteApp"]
+__all__ = ["ENDPOINT", "HEALTH", "METRICS", "REPLICA_COOKIE", "MetricsPage", "RemoteApp", "replica_cookie"]
 
 log = logging.getLogger(__name__)
 
 ENDPOINT = "/acp"
 HEALTH = "/healthz"
+METRICS = "/metrics"
+REPLICA_COOKIE = "acp_replica"
 _TEXT = ((b"content-type", b"text/plain; charset=utf-8"),)
 _JSON = b"application/json"
 CONNECTION_ID = b"acp-connection-id"
@@ -73,6 +81,30 @@ class _Live(Protocol):
     def cancel(self) -> None: ...
 
 
+class MetricsPage(Protocol):
+    """What `/metrics` answers (remote/metrics.py `ReplicaMetrics`): kept behind this port, so the app never loads
+    the exposition library itself."""
+
+    content_type: str
+
+    def page(self) -> bytes: ...
+
+    def count_connections(self, connections: Callable[[], int]) -> None:
+        """Where the number of open connections is read (the app's table)."""
+        ...
+
+
+def replica_cookie(settings: RemoteSettings) -> list[tuple[bytes, bytes]]:
+    """The `Set-Cookie` header of a named replica (none for an unnamed one). HttpOnly: no page script needs it;
+    SameSite=Lax: a browser sends it on a same-site WebSocket; Secure when this server speaks TLS itself (behind a
+    TLS-terminating balancer the balancer's own cookie carries that)."""
+    if settings.replica_name is None:
+        return []
+    secure = "; Secure" if settings.tls else ""
+    value = f"{REPLICA_COOKIE}={settings.replica_name}; Path=/; HttpOnly; SameSite=Lax{secure}"
+    return [(b"set-cookie", value.encode("ascii"))]
+
+
 class _Refusal(Exception):  # noqa: N818 - a response, not an error
     """A request answered with a status instead of being served."""
 
@@ -86,10 +118,20 @@ class _Refusal(Exception):  # noqa: N818 - a response, not an error
 class RemoteApp:
     """One per `serve_remote`: what it holds lives as long as the server (the live connections, the drain flag)."""
 
-    def __init__(self, settings: RemoteSettings, tokens: Tokens, handler: ConnectionHandler) -> None:
+    def __init__(
+        self,
+        settings: RemoteSettings,
+        tokens: Tokens,
+        handler: ConnectionHandler,
+        metrics: MetricsPage | None = None,
+    ) -> None:
         self._settings = settings
         self._tokens = tokens
         self._handler = handler
+        self._metrics = metrics
+        if metrics is not None:
+            metrics.count_connections(lambda: len(self._connections))
+        self._cookie = replica_cookie(settings)
         self._hosts = allowed_hosts(settings.host, settings.allow_hosts)
         self._origins = normalise_origins(settings.allow_origins)
         self._connections: set[_Live] = set()
@@ -138,14 +180,14 @@ class RemoteApp:
 
     # --- the door ---
 
-    def _admit(self, scope: Mapping[str, Any]) -> Principal:
-        """The principal of an /acp request, or the `_Refusal` that answers it."""
+    def _admit(self, scope: Mapping[str, Any], *, while_draining: bool = False) -> Principal:
+        """The principal of an /acp (or /metrics) request, or the `_Refusal` that answers it."""
         headers = scope["headers"]
         if not host_allowed(header(headers, b"host"), self._hosts):
             raise _Refusal(403, b"this Host is not served (--allow-host)\n")
         if not origin_allowed(header(headers, b"origin"), self._origins):
             raise _Refusal(403, b"this Origin is not allowed (--allow-origin)\n")
-        if self.draining:
+        if self.draining and not while_draining:
             raise _Refusal(503, b"draining\n")
         token = presented_token(headers, scope.get("subprotocols", ()))
         principal = self._tokens.principal_for(token) if token is not None else None
@@ -165,6 +207,12 @@ class RemoteApp:
                 if self.draining:
                     raise _Refusal(503, b"draining\n")
                 status, body, headers = 200, b"ok\n", []
+            elif path == METRICS and self._metrics is not None:
+                if method not in ("GET", "HEAD"):
+                    raise _Refusal(405, b"", [(b"allow", b"GET, HEAD")])
+                self._admit(scope, while_draining=True)
+                status, body = 200, self._metrics.page()
+                headers = [(b"content-type", self._metrics.content_type.encode("ascii"))]
             elif path == ENDPOINT:
                 principal = self._admit(scope)
                 if method == "POST":
@@ -179,6 +227,7 @@ class RemoteApp:
                     status, body, headers = 202, b"", []
                 else:
                     raise _Refusal(405, b"", [(b"allow", b"GET, POST, DELETE")])
+                headers = [*headers, *self._cookie]
             else:
                 raise _Refusal(404, b"not found\n")
         except _Refusal as refusal:
@@ -307,7 +356,7 @@ class RemoteApp:
         refused = connection.stream_refused(key)
         if refused is not None:
             raise _Refusal(refused[0], f"{refused[1]}\n".encode())
-        await connection.serve_stream(key, receive, send)
+        await connection.serve_stream(key, receive, send, self._cookie)
 
     # --- WebSocket ---
 
@@ -348,7 +397,7 @@ class RemoteApp:
                 {
                     "type": "websocket.accept",
                     "subprotocol": subprotocol,
-                    "headers": [(b"acp-connection-id", peer.connection_id.encode())],
+                    "headers": [(b"acp-connection-id", peer.connection_id.encode()), *self._cookie],
                 }
             )
             log.info("remote connection %s opened", peer.describe())

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Sequence
 from typing import Any
 
 import anyio
@@ -342,7 +342,9 @@ class HttpConnection:
             return 429, f"{self._max_session_streams} streams are open on this connection"
         return None
 
-    async def serve_stream(self, session: str | None, receive: Receive, send: Send) -> None:
+    async def serve_stream(
+        self, session: str | None, receive: Receive, send: Send, headers: Sequence[tuple[bytes, bytes]] = ()
+    ) -> None:
         """One SSE GET (`stream_refused` said yes, nothing awaited since): the stream's events as they come, a
         comment every `keepalive_interval`, until the connection ends or the client goes."""
         stream = self._streams.get(session)
@@ -360,7 +362,7 @@ class HttpConnection:
                 {
                     "type": "http.response.start",
                     "status": 200,
-                    "headers": [(b"content-type", EVENT_STREAM), (b"cache-control", b"no-cache")],
+                    "headers": [(b"content-type", EVENT_STREAM), (b"cache-control", b"no-cache"), *headers],
                 }
             )
             await send({"type": "http.response.body", "body": _OPENED, "more_body": True})

@@ -36,7 +36,7 @@ from hypercorn.asyncio import serve as hypercorn_serve
 from hypercorn.config import Config as HypercornConfig
 
 from acp_server.errors import ServeSetupError
-from acp_server.remote.app import ENDPOINT, RemoteApp
+from acp_server.remote.app import ENDPOINT, MetricsPage, RemoteApp
 from acp_server.remote.peer import ConnectionHandler
 from acp_server.remote.settings import RemoteSettings, check
 from acp_server.remote.tokens import Tokens, default_tokens, read_token_file
@@ -137,12 +137,14 @@ async def serve_remote(
     stop_signals: Sequence[signal.Signals] = (),
     announce: bool = True,
     admit: Callable[[Tokens], None] | None = None,
+    metrics: MetricsPage | None = None,
     task_status: TaskStatus[RemoteServer] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve remote ACP until drained: each accepted, authenticated connection (WebSocket or Streamable HTTP) is
     served by `handler(peer, lines, sink)`. ServeSetupError (before anything listens) for settings that must not
     start, and from `admit`, which sees the principals read from the token file before anything listens.
-    `task_status.started` hands over the `RemoteServer` once the socket listens."""
+    `task_status.started` hands over the `RemoteServer` once the socket listens. `metrics`: what `GET /metrics`
+    answers (none: 404)."""
     check(settings)
     token_file, tokens, made = _tokens(settings)
     if admit is not None:
@@ -151,7 +153,7 @@ async def serve_remote(
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
     url = f"{'wss' if settings.tls else 'ws'}://{shown}:{port}{ENDPOINT}"
-    app = RemoteApp(settings, tokens, handler)
+    app = RemoteApp(settings, tokens, handler, metrics)
     server = RemoteServer(url, (host, port), token_file, app)
     try:
         config = _hypercorn_config(settings, sock.fileno())

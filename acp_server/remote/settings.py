@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import math
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +25,7 @@ from acp_server.errors import ServeSetupError
 __all__ = [
     "DEFAULT_LISTEN",
     "MAX_MESSAGE_BYTES",
+    "REPLICA_NAME",
     "RemoteSettings",
     "add_arguments",
     "check",
@@ -51,6 +53,8 @@ MAX_MESSAGE_BYTES = 32 * 1024 * 1024 - MESSAGE_ENVELOPE_BYTES
 # What a connection may hold for a reader that is not keeping up before it counts as a dead peer (the SDK's own
 # server holds `maxBufferedBytes`, 64 MiB, too); beyond one message, so a whole maximal message always fits.
 DEFAULT_MAX_QUEUED_BYTES = 64 * 1024 * 1024
+# A replica's name goes into a cookie value, a log line and a metric label: kept to characters all three take as is.
+REPLICA_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
 
@@ -74,6 +78,9 @@ class RemoteSettings:
     # Hosts a client's HTTP or SSE MCP server may name although they are (or resolve to) loopback, private or
     # link-local addresses (decision 5): names or addresses, compared case-insensitively.
     allow_mcp_hosts: tuple[str, ...] = ()
+    # This replica's name behind a load balancer (`--replica-name`): the affinity cookie `acp_replica=NAME` it sets
+    # on every /acp answer, and its log lines and metrics. None: no cookie (a single server needs none).
+    replica_name: str | None = None
     initialize_timeout: float = DEFAULT_INITIALIZE_TIMEOUT
     max_sessions_per_connection: int = DEFAULT_MAX_SESSIONS_PER_CONNECTION
     max_message_bytes: int = MAX_MESSAGE_BYTES
@@ -146,6 +153,11 @@ def check(settings: RemoteSettings) -> None:
             f"refusing to serve on {settings.host} without TLS: tokens would cross the network in clear. Give "
             "--certfile and --keyfile, or --insecure-no-tls when a TLS-terminating proxy in front does it"
         )
+    if settings.replica_name is not None and REPLICA_NAME.fullmatch(settings.replica_name) is None:
+        raise ServeSetupError(
+            f"--replica-name: {settings.replica_name!r} is not a name: 1 to 63 letters, digits, `.`, `_` or `-`, "
+            "starting with a letter or digit (it goes into a cookie, the log and the metrics)"
+        )
     if settings.max_connections < 1:
         raise ServeSetupError("--max-connections must be at least 1")
     if settings.max_sessions_per_connection < 1:
@@ -211,6 +223,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="a host a client's HTTP or SSE MCP server may name although it is (or resolves to) a loopback, private "
         "or link-local address; repeat for more (env ACP_SERVER_ALLOW_MCP_HOST, comma-separated; file: [serve] "
         "allow_mcp_host = [...])",
+    )
+    add(
+        "--replica-name",
+        metavar="NAME",
+        help="this replica's name behind a load balancer: every /acp answer sets the cookie acp_replica=NAME, so a "
+        "balancer that cannot insert its own routes by it (docs/deploy.md); also in each log line and in /metrics "
+        "(default: none, no cookie; env ACP_SERVER_REPLICA_NAME; file: [serve] replica_name)",
     )
     add(
         "--max-connections",
@@ -341,6 +360,7 @@ def remote_settings(
                 tuple(mcp_hosts) if mcp_hosts else None, "ACP_SERVER_ALLOW_MCP_HOST", "allow_mcp_host", (), _names
             )
         ),
+        replica_name=pick(getattr(args, "replica_name", None), "ACP_SERVER_REPLICA_NAME", "replica_name", None, str),
         max_connections=pick(
             getattr(args, "max_connections", None),
             "ACP_SERVER_MAX_CONNECTIONS",

@@ -12,6 +12,10 @@ the keys the server knows (settings.secret_values), `Authorization`/Bearer token
 credentials in a URL (`http://user:PASS@host`), and strings shaped like provider keys (`sk-...`, `ghp_...`, ...). The
 formatters sit on the root logger's handlers, so every record passes through them, the libraries' too (httpx, the
 openai and anthropic SDKs, which log each request's URL at debug). A key is never worth a log line.
+
+Under `serve` (many connections, maybe several replicas writing to one log collector) each line also says whose it
+is: ` [replica=NAME connection=ID principal=NAME]` after the logger's name (`LogContext`), the connection's part read
+from a context variable its task sets (cli/serve.py), so the lines of every task that connection starts carry it too.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import logging
 import re
 import sys
 from collections.abc import Callable, Iterable
+from contextvars import ContextVar
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -30,9 +35,12 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BACKUPS",
+    "LOG_CONNECTION",
     "MAX_BYTES",
     "REDACTED",
+    "SERVE_CONTEXT",
     "LazyRotatingFileHandler",
+    "LogContext",
     "RedactingFormatter",
     "Redactor",
     "default_log_file",
@@ -46,6 +54,13 @@ BACKUPS = 3
 REDACTED = "[REDACTED]"
 STDERR_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 FILE_FORMAT = "%(asctime)s %(process)d %(levelname)s %(name)s: %(message)s"
+# `serve`'s: the same, with whose line it is (`LogContext`) after the logger's name.
+SERVE_STDERR_FORMAT = "%(asctime)s %(levelname)s %(name)s%(acp_context)s: %(message)s"
+SERVE_FILE_FORMAT = "%(asctime)s %(process)d %(levelname)s %(name)s%(acp_context)s: %(message)s"
+
+# The connection a `serve` task works for: (connection id, principal), set by the task that serves it (cli/serve.py)
+# and inherited by every task it starts; None outside any connection (the agent's own background work).
+LOG_CONNECTION: ContextVar[tuple[str, str] | None] = ContextVar("acp_server_log_connection", default=None)
 
 # Secrets by shape. Each keeps what says what the secret was (the header or key name, the scheme) and drops the value.
 # Each pattern comes with the words one of which every text it matches holds, lowercased: a line holding none of them
@@ -107,6 +122,27 @@ class Redactor:
             if any(word in lowered for word in words):
                 text = pattern.sub(replacement, text)
         return text
+
+
+class LogContext(logging.Filter):
+    """Adds `acp_context` to every record a handler formats: the replica's name (once `serve` knows it), the
+    connection and its principal (`LOG_CONNECTION`); empty when there is nothing to say."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.replica: str | None = None
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        parts = [f"replica={self.replica}"] if self.replica else []
+        connection = LOG_CONNECTION.get()
+        if connection is not None:
+            parts += [f"connection={connection[0]}", f"principal={connection[1]}"]
+        record.acp_context = f" [{' '.join(parts)}]" if parts else ""
+        return True
+
+
+# The one `serve` installs (setup_logging(serving=True)); it is told the replica's name once the settings are read.
+SERVE_CONTEXT = LogContext()
 
 
 class RedactingFormatter(logging.Formatter):
@@ -186,14 +222,18 @@ def log_file_path(config: Config) -> Path | None:
     return Path(config.log_file).expanduser() if config.log_file else default_log_file()
 
 
-def setup_logging(config: Config, secrets: Iterable[str] = ()) -> LazyRotatingFileHandler | None:
+def setup_logging(
+    config: Config, secrets: Iterable[str] = (), *, serving: bool = False
+) -> LazyRotatingFileHandler | None:
     """Route the root logger to stderr and (unless turned off) the log file, both redacted, at the configured
-    level. Returns the file handler, if any."""
+    level. Returns the file handler, if any. `serving`: `serve`'s lines, which say whose they are (`SERVE_CONTEXT`)."""
     redact = Redactor(secrets)
     root = logging.getLogger()
     root.setLevel(config.log_level.upper())
     stderr = logging.StreamHandler(sys.stderr)
-    stderr.setFormatter(RedactingFormatter(STDERR_FORMAT, redact))
+    stderr.setFormatter(RedactingFormatter(SERVE_STDERR_FORMAT if serving else STDERR_FORMAT, redact))
+    if serving:
+        stderr.addFilter(SERVE_CONTEXT)
     root.addHandler(stderr)
     if not config.log_to_file:
         return None
@@ -204,6 +244,8 @@ def setup_logging(config: Config, secrets: Iterable[str] = ()) -> LazyRotatingFi
         return path
 
     handler = LazyRotatingFileHandler(where)
-    handler.setFormatter(RedactingFormatter(FILE_FORMAT, redact))
+    handler.setFormatter(RedactingFormatter(SERVE_FILE_FORMAT if serving else FILE_FORMAT, redact))
+    if serving:
+        handler.addFilter(SERVE_CONTEXT)
     root.addHandler(handler)
     return handler

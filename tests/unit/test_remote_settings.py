@@ -86,6 +86,18 @@ def test_allow_mcp_host_and_principals_trust_each_other_come_from_flag_environme
         settings([], file={"principals_trust_each_other": "perhaps"})
 
 
+def test_the_replica_name_comes_from_flag_environment_or_file_and_must_fit_a_cookie() -> None:
+    assert settings([]).replica_name is None  # unnamed: no affinity cookie
+    assert settings(["--replica-name", "a"], {"ACP_SERVER_REPLICA_NAME": "b"}).replica_name == "a"
+    assert settings([], {"ACP_SERVER_REPLICA_NAME": "b"}, {"replica_name": "c"}).replica_name == "b"
+    assert settings([], file={"replica_name": "eu-1.replica_2"}).replica_name == "eu-1.replica_2"
+    for bad in ("a;b", "a b", "", "x" * 64, "é", ".a"):
+        with pytest.raises(ServeSetupError, match="--replica-name"):
+            settings(["--replica-name", bad])
+    with pytest.raises(ServeSetupError, match="--replica-name"):
+        settings([], {"ACP_SERVER_REPLICA_NAME": "-a"})
+
+
 def test_several_principals_are_refused_where_landlock_is_missing_unless_they_trust_each_other(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from acp_server.agent.sessions.edge import TitleChanged, attached
 from acp_server.agent.sessions.runs import RunContext, RunRegistry, Session
@@ -22,10 +22,26 @@ if TYPE_CHECKING:
     from acp_server.runtime.sandbox import Sandbox, Unconfined
     from acp_server.store import SessionStore
 
-__all__ = ["Observer", "TurnServices"]
+__all__ = ["Observer", "TurnMeter", "TurnServices"]
 
 # Told each step a turn takes (the probe events of runtime/model.py): a run, the event and its fields.
 Observer = Callable[[RunContext, str, dict[str, Any]], None]
+
+
+class TurnMeter(Protocol):
+    """What an operator's metrics are told of the turns (`serve --metrics`: remote/metrics.py feeds Prometheus from
+    it); none on stdio. Each call is a counter or a histogram's observation: synchronous, no await, nothing held."""
+
+    def turn_started(self) -> None: ...
+
+    def turn_ended(self, stop_reason: str, cancel_to_answer: float | None) -> None:
+        """A turn's end with its stop reason (`failed` for one that failed) and, for a cancelled one, the seconds from
+        the first cancel to its answer (the store's commit before the response included)."""
+        ...
+
+    def store_committed(self, seconds: float, ok: bool) -> None:
+        """A commit of the session store before a response, how long it took and whether it held (a store error)."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +63,8 @@ class TurnServices:
     # How local commands are confined (None: not at all; Unconfined: asked for, but impossible here), decided once
     # per process; every connection's edge uses it for the commands it runs on this machine.
     sandbox: Sandbox | Unconfined | None = None
+    # Who counts turns for an operator's metrics (`serve`: remote/metrics.py); None on stdio.
+    meter: TurnMeter | None = None
 
     def announce_title(self, session: Session, title: str) -> None:
         edge = attached(session)

@@ -26,7 +26,7 @@ from acp_server.agent.sessions.edge import TurnOutput, edge_of, provider_for
 from acp_server.agent.sessions.inputs import Prompt, RequestId
 from acp_server.agent.sessions.options import parse_slash_command
 from acp_server.agent.sessions.runs import RunContext, RunState, Session
-from acp_server.agent.sessions.services import TurnServices
+from acp_server.agent.sessions.services import TurnMeter, TurnServices
 from acp_server.agent.sessions.slash_commands import prompt_title, run_slash_command
 from acp_server.agent.sessions.subagents import ChildSessions
 from acp_server.agent.sessions.turn_tools import bound_probe, tool_context, tool_ports
@@ -108,20 +108,43 @@ def release_prompt(services: TurnServices, run: RunContext) -> str | None:
 async def execute_prompt(services: TurnServices, run: RunContext) -> StopReason:
     """The turn, to its stop reason; raises `TurnFailedError` for a turn that failed without a cancel."""
     store = services.store()
+    meter = services.meter
     if store is not None:
         # Recorded from the start, so even a prompt cancelled before it ran is replayed with its outcome.
         run.turn_log = store.begin_turn(
             run.session_id, run.prompt.blocks(), run.prompt.text, message_id=run.prompt.message_id
         )
+    if meter is not None:
+        meter.turn_started()
     try:
         return await _execute(services, run)
     finally:
         # Committed before the response, whatever the outcome. A failed commit leaves the outcome as it is (the turn
         # ran, the client saw it; after a cancel the answer must be `cancelled`), but the response says it was not
         # saved; the store keeps it and retries it with its next flush.
-        if store is not None and not await store.flush():
-            run.saved = False
-            log.warning("session %s: the end of the turn was not saved (the session store failed)", run.session_id)
+        if store is not None:
+            began = anyio.current_time() if meter is not None else 0.0
+            if not await store.flush():
+                run.saved = False
+                log.warning("session %s: the end of the turn was not saved (the session store failed)", run.session_id)
+            if meter is not None:
+                meter.store_committed(anyio.current_time() - began, run.saved)
+        if meter is not None:
+            _count_end(meter, run)
+
+
+def _count_end(meter: TurnMeter, run: RunContext) -> None:
+    """The turn's end for the operator's metrics: its stop reason (`failed` without one), and how long its answer
+    took after the first cancel."""
+    cancelled = run.cancelled or run.outcome == StopReason.CANCELLED
+    if cancelled:
+        stop = StopReason.CANCELLED.value
+    elif run.error is not None:
+        stop = "failed"
+    else:
+        stop = (run.outcome or StopReason.END_TURN).value
+    waited = anyio.current_time() - run.cancelled_at if run.cancelled_at is not None else None
+    meter.turn_ended(stop, waited)
 
 
 async def execute_unjoined_steer(services: TurnServices, run: RunContext) -> StopReason:
