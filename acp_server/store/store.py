@@ -39,10 +39,10 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 import anyio.to_thread
@@ -71,6 +71,9 @@ from acp_server.store.turn_log import Batch, TurnLog, decode_entries, new_turn_i
 from acp_server.store.turn_records import TurnEntry, UserChunk
 from acp_server.store.worker import DeleteOutcome, StoreWorker, tombstone_ops
 
+if TYPE_CHECKING:
+    from acp_server.store.postgres import PgWorker
+
 __all__ = ["FLUSH_INTERVAL_S", "STALE_AFTER_S", "SessionStore"]
 
 log = logging.getLogger(__name__)
@@ -87,6 +90,16 @@ _MAX_RETAINED_UPDATES = 500_000
 _TOUCH = "UPDATE sessions SET updated_at = ? WHERE id = ? AND deleted = 0"
 # One string for every buffered `create_session`, not a copy each (a burst of `session/new` buffers thousands).
 _CREATE_SESSION = f"INSERT OR REPLACE INTO sessions ({SESSION_COLUMNS}, deleted) VALUES (?,?,?,?,?,?,?,?,?,?,NULL,0)"
+
+
+def _without(exc: BaseException, url: str) -> str:
+    """An error's text without the URL's password, should the driver have repeated it."""
+    from acp_server.settings.store_url import store_url_passwords  # noqa: PLC0415
+
+    text = str(exc).strip() or type(exc).__name__
+    for password in store_url_passwords(url):
+        text = text.replace(password, "***")
+    return text
 
 
 class _AbandonedError(Exception):
@@ -127,12 +140,19 @@ class SessionStore:
         *,
         read_legacy: ReadLegacy | None = None,
     ) -> None:
-        self.path = path
+        """The SQLite store (`open`); a PostgreSQL one is made by `connect`."""
+        self.path: Path | None = path  # the SQLite file; None for a PostgreSQL store
+        self.where = str(path)  # what messages name: the file, or the URL without its password
         self.owner_id = owner_id
         # The worker's connection and identity: held here too so a test can trace statements or forge owners.
-        self._conn = conn
+        self._sqlite: sqlite3.Connection | None = conn
         self._identity = identity
+        self._worker: StoreWorker | PgWorker
         self._worker = StoreWorker(path, conn, identity, owner_id, stale, read_legacy=read_legacy)
+        self._async_jobs = False  # the worker's jobs are coroutines (PostgreSQL), not blocking calls for a thread
+        self._init_buffers()
+
+    def _init_buffers(self) -> None:
         self._ops: list[tuple[str, tuple[Any, ...]]] = []
         self._dirty: list[TurnLog] = []
         self._failed: Batch | None = None
@@ -158,7 +178,67 @@ class SessionStore:
         self._loss_told = False  # the one warning that the bound may lose what is not committed
         self._last_error = ""  # why the last commit failed, for the error a change is answered with
 
+    @property
+    def _conn(self) -> sqlite3.Connection:
+        """The SQLite connection (for tests that trace statements); a PostgreSQL store has none."""
+        if self._sqlite is None:
+            raise AttributeError("a PostgreSQL store has no SQLite connection")
+        return self._sqlite
+
     # -- opening and closing --
+
+    @classmethod
+    async def connect(cls, url: str, *, stale_after: float = STALE_AFTER_S) -> SessionStore:
+        """Open the PostgreSQL store at `url` (postgresql://USER@HOST:PORT/DB): a pool of connections, the schema
+        created or upgraded once (whichever replica comes first), this process registered as an owner and turns of
+        owners that are gone marked `interrupted`. Raises StoreUnavailable, naming the URL without its password,
+        when the server cannot be reached or the database cannot be used; nothing is changed then."""
+        from acp_server.settings.store_url import redact_store_url  # noqa: PLC0415 (with the backend only)
+
+        where = redact_store_url(url)
+        try:
+            from acp_server.store.postgres import PgWorker, open_pool  # noqa: PLC0415 (psycopg only for this store)
+        except ImportError as exc:
+            raise StoreUnavailable(
+                f"session store {where}: PostgreSQL support is not installed ({exc.name} is missing:"
+                " pip install 'acp-server[postgres]')"
+            ) from None
+        import psycopg  # noqa: PLC0415 (loaded by the line above already)
+
+        try:
+            pool = await open_pool(url)
+        except psycopg.Error as exc:
+            raise StoreUnavailable(f"session store {where}: cannot be reached ({_without(exc, url)})") from None
+        identity = own_identity()
+        worker = PgWorker(where, pool, identity, uuid.uuid4().hex, stale_after)
+        store = cls.__new__(cls)
+        store._setup(worker, where, identity)
+        try:
+            with anyio.CancelScope(shield=True):
+                swept = await worker.register()
+        except StoreUnavailable:
+            await worker.close()
+            raise
+        except psycopg.Error as exc:
+            await worker.close()
+            raise StoreUnavailable(f"session store {where}: cannot be used ({_without(exc, url)})") from None
+        except BaseException:
+            await worker.close()
+            raise
+        if swept:
+            log.info("session store: %d turn(s) of processes that are gone marked interrupted", swept)
+        return store
+
+    def _setup(self, worker: PgWorker, where: str, identity: Identity) -> None:
+        """`__init__`'s state for a PostgreSQL store."""
+        self.path = None
+        self.where = where
+        self.owner_id = worker.owner_id
+        self._sqlite = None
+        self._identity = identity
+        self._worker = worker
+        self._async_jobs = True
+        self._init_buffers()
 
     @classmethod
     def open(
@@ -201,6 +281,8 @@ class SessionStore:
         """Commit what is buffered, mark this process's still-running turns `interrupted`, release the lease and
         close the connection. Blocking; while the event loop runs use `aclose`."""
         if not self._closed:
+            if not isinstance(self._worker, StoreWorker):
+                raise RuntimeError("a PostgreSQL store is closed with `aclose`")
             self._closed = True
             self._worker.finish(self._take(final=True))
             self._final_ok = True
@@ -215,7 +297,7 @@ class SessionStore:
                 self._closed = True
                 batch = self._take(final=True)  # here, on the event loop thread that appends
                 try:
-                    await self._in_thread(self._worker.finish, batch)
+                    await self._job(self._worker.finish, batch)
                 except _AbandonedError as abandoned:
                     self._last_error = str(abandoned)
                     return  # told once; the connection is the abandoned thread's to close
@@ -390,9 +472,9 @@ class SessionStore:
         self._changes.update(id(op) for op in self._ops[start:])
         if self._closed:
             self._ops[start:] = []  # never committed now: `aclose` took the last batch
-            raise ChangeNotSavedError(f"session store {self.path}: closed")
+            raise ChangeNotSavedError(f"session store {self.where}: closed")
         if not await self.flush():
-            raise ChangeNotSavedError(f"session store {self.path}: its commit failed ({self._last_error})")
+            raise ChangeNotSavedError(f"session store {self.where}: its commit failed ({self._last_error})")
 
     async def flush(self) -> bool:
         """Commit everything buffered before this call, in one transaction on a worker thread. Shielded: once
@@ -488,16 +570,17 @@ class SessionStore:
             self._lock = anyio.Lock()
         return self._lock
 
-    async def _locked(self, func: Callable[..., _T], *args: Any) -> _T:
-        """Run `func` on a worker thread, alone on the connection. Shielded: a thread cannot be stopped midway, and
-        a cancelled caller must not leave the lock or a transaction half done."""
+    async def _locked(self, func: Callable[..., _T | Awaitable[_T]], *args: Any) -> _T:
+        """Run one of the worker's jobs, alone on the connection (in a worker thread for SQLite). Shielded: a thread
+        cannot be stopped midway, and a cancelled caller must not leave the lock or a transaction half done."""
         result: _T
+        failures: tuple[type[Exception], ...] = (*self._worker.errors, _AbandonedError)
         with anyio.CancelScope(shield=True):
             async with self._async_lock():
                 try:
-                    result = await self._in_thread(func, *args)
-                except (sqlite3.Error, _AbandonedError) as exc:
-                    raise StoreUnavailable(f"session store {self.path}: {exc}") from exc
+                    result = await self._job(func, *args)
+                except failures as exc:
+                    raise StoreUnavailable(f"session store {self.where}: {exc}") from exc
         return result
 
     @contextlib.contextmanager
@@ -512,6 +595,21 @@ class SessionStore:
                 yield scope
         finally:
             self._bounded_waits.discard(scope)
+
+    async def _job(self, func: Callable[..., Any], *args: Any) -> Any:
+        """Run one of the worker's jobs: a blocking call in a thread (SQLite), or a coroutine on the loop
+        (PostgreSQL)."""
+        if self._async_jobs:
+            return await self._in_task(func, *args)
+        return await self._in_thread(func, *args)
+
+    async def _in_task(self, func: Callable[..., Awaitable[_T]], *args: Any) -> _T:
+        """`_in_thread` for a worker whose jobs are coroutines: awaited here, under the same bound. A job whose wait
+        ends at the bound is cancelled midway; whether its transaction committed is not known (`started`)."""
+        with self._bounded():
+            return await func(*args)
+        self._tell_loss()
+        raise _AbandonedError(True)
 
     async def _in_thread(self, func: Callable[..., _T], *args: Any) -> _T:
         """Run a job on the connection in a worker thread and wait for it (under the store's lock, shielded, as
@@ -555,7 +653,7 @@ class SessionStore:
             log.warning(
                 "session store %s: a write waits for the write lock (another process holds it) as the server exits;"
                 " it is waited for no longer: what is not committed by then is lost",
-                self.path,
+                self.where,
             )
 
     async def _flush(self, wanted: int) -> bool:
@@ -618,7 +716,7 @@ class SessionStore:
                 self._committed = self._taken
                 return True
             try:
-                await self._in_thread(self._worker.commit, batch)
+                await self._job(self._worker.commit, batch)
             except _AbandonedError as abandoned:
                 self._last_error = str(abandoned)
                 if not abandoned.started:
@@ -658,14 +756,14 @@ class SessionStore:
         # every change in it is answered with an error and must not be committed by a later flush.
         batch = batch.without_changes()
         count = batch.update_count()
-        transient = isinstance(exc, sqlite3.OperationalError)
+        transient = self._worker.transient(exc)
         if transient and time.monotonic() - batch.first_taken < _RETRY_WINDOW_S and count < _MAX_RETAINED_UPDATES:
             self._failed = batch
-            log.warning("session store %s: a flush failed (%s); retrying with the next one", self.path, exc)
+            log.warning("session store %s: a flush failed (%s); retrying with the next one", self.where, exc)
             return
         log.error(
             "session store %s: dropped %d buffered statement(s) and %d update(s) after: %s",
-            self.path,
+            self.where,
             len(batch.ops),
             count,
             exc,
