@@ -58,6 +58,13 @@ log = logging.getLogger(__name__)
 _MIGRATION_LOCK = 0x6163706D696772
 _HOUSEKEEPING_LOCK = 0x61637068_6F7573
 _CONNECT_TIMEOUT_S = 10
+# How long a job waits for a connection from the pool (the server down, restarting) before it fails: a commit that
+# fails is retried by the next flush, and a change it acknowledges is answered an error rather than waiting longer.
+_POOL_WAIT_S = 5.0
+# How long a commit waits for a row or table lock another connection holds before it fails (kept for the next flush),
+# as SQLite's busy timeout (sqlite_file.py): another replica's long transaction is no reason to leave a response
+# waiting without bound.
+LOCK_TIMEOUT_MS = 5000
 _TABLES = ("sessions", "turns", "updates", "owners", "holds")
 
 # The schema of SCHEMA_VERSION, as sqlite_file.py's: text columns that order (ids, times, directories) compare bytes
@@ -151,6 +158,10 @@ def pg_sql(sql: str) -> str:
 async def open_pool(url: str) -> AsyncConnectionPool[psycopg.AsyncConnection[Any]]:
     """A pool of connections to `url`, opened (one connection made, within the connect timeout). Raises
     psycopg.Error (the pool's timeout is one) when the server cannot be reached or refuses."""
+    # One connection first, outside the pool: a server that refuses (down, a wrong password) is reported at once,
+    # where the pool would retry until its timeout and the first `session/new` would wait for it.
+    probe = await psycopg.AsyncConnection.connect(url, connect_timeout=_CONNECT_TIMEOUT_S)
+    await probe.close()
     pool: AsyncConnectionPool[psycopg.AsyncConnection[Any]] = AsyncConnectionPool(
         url,
         min_size=1,
@@ -160,7 +171,7 @@ async def open_pool(url: str) -> AsyncConnectionPool[psycopg.AsyncConnection[Any
         kwargs={"autocommit": True, "connect_timeout": _CONNECT_TIMEOUT_S, "application_name": "acp-server"},
         # Checked when taken: after the server restarted, the next job gets a new connection instead of failing.
         check=AsyncConnectionPool.check_connection,
-        timeout=_CONNECT_TIMEOUT_S,
+        timeout=_POOL_WAIT_S,
         name="acp-server-store",
     )
     try:
@@ -193,6 +204,7 @@ class PgWorker:
         self._pool = pool
         self._identity = identity
         self._stale_after = stale
+        self.lock_timeout_ms = LOCK_TIMEOUT_MS  # a test may shorten it
 
     @staticmethod
     def transient(exc: Exception) -> bool:
@@ -272,6 +284,7 @@ class PgWorker:
             return
         async with self._pool.connection() as conn, conn.transaction():
             async with conn.pipeline(), conn.cursor() as cursor:
+                await cursor.execute("SELECT set_config('lock_timeout', %s, true)", (f"{self.lock_timeout_ms}ms",))
                 for sql, params in batch.ops:
                     await cursor.execute(pg_sql(sql), params)
                 if batch.updates:
@@ -515,7 +528,7 @@ class PgWorker:
     async def _remove(self, conn: Conn, session_ids: Iterable[str]) -> None:
         for session_id in session_ids:
             cursor = await conn.execute(
-                "WITH RECURSIVE tree(id) AS (SELECT %s::text UNION SELECT s.id FROM sessions s JOIN tree"
+                'WITH RECURSIVE tree(id) AS (SELECT %s::text COLLATE "C" UNION SELECT s.id FROM sessions s JOIN tree'
                 " ON s.parent_id = tree.id) SELECT id FROM tree",
                 (session_id,),
             )

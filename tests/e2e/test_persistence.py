@@ -23,13 +23,16 @@ from acp_server.agent.sessions.slash_commands import TITLE_INSTRUCTIONS
 from tests.conftest import StartServer
 from tests.support.fake_openai import FakeOpenAI, text_reply
 from tests.support.harness import RawClient, scaled
+from tests.support.stores import StoreAt
 
 LEGACY_STORE = Path(__file__).resolve().parents[2] / "fixtures" / "stores" / "v1"
 SESSION_SCOPED = {"available_commands_update", "session_info_update", "current_mode_update", "config_option_update"}
 
 
-async def start(start_server: StartServer, state: Path, *args: str) -> RawClient:
-    server = await start_server("--model", "scripted", "--test-mode", *args, env={"ACP_SERVER_STATE_DIR": str(state)})
+async def start(start_server: StartServer, state: Path | StoreAt, *args: str) -> RawClient:
+    """A scripted server on the state directory `state`, or on the store `state` names (SQLite or PostgreSQL)."""
+    env = (state if isinstance(state, StoreAt) else StoreAt(state, None)).env()
+    server = await start_server("--model", "scripted", "--test-mode", *args, env=env)
     await server.initialize()
     return server
 
@@ -59,9 +62,10 @@ def without_ids(updates: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 async def test_load_after_restart_replays_exactly_what_the_client_saw_and_the_model_goes_on(
-    start_server: StartServer, tmp_path: Path
+    start_server: StartServer, tmp_path: Path, store_url: str | None
 ) -> None:
-    first = await start(start_server, tmp_path, "--permission-mode", "bypass")
+    store = StoreAt(tmp_path, store_url)
+    first = await start(start_server, store, "--permission-mode", "bypass")
     session = await first.new_session(str(tmp_path))
     script: list[dict[str, Any]] = [
         {"think": "hmm"},
@@ -73,7 +77,8 @@ async def test_load_after_restart_replays_exactly_what_the_client_saw_and_the_mo
     saw = seen(first, session)
     assert (await first.close())[0] == 0
 
-    second = await start(start_server, tmp_path)
+    assert store.sessions() == {session}
+    second = await start(start_server, store)
     response, replayed = await load(second, session, str(tmp_path))
     assert set(response["result"]) == {"modes", "configOptions"}
     assert response["result"]["modes"]["currentModeId"] == "bypass"
@@ -104,9 +109,10 @@ async def test_a_cancelled_turn_replays_what_it_streamed_then_a_cancelled_note(
 
 @pytest.mark.timeout(60)
 async def test_kill_9_mid_stream_keeps_what_was_sent_and_marks_the_turn_interrupted(
-    start_server: StartServer, tmp_path: Path
+    start_server: StartServer, tmp_path: Path, store_url: str | None
 ) -> None:
-    first = await start(start_server, tmp_path)
+    store = StoreAt(tmp_path, store_url)
+    first = await start(start_server, store)
     session = await first.new_session()
     script = [{"say": f"chunk-{i} ", "repeat": 1} for i in range(50)] + [{"sleep": 0.05}] * 200
     interleaved: list[dict[str, Any]] = []
@@ -133,7 +139,8 @@ async def test_kill_9_mid_stream_keeps_what_was_sent_and_marks_the_turn_interrup
     first.validator.violations.clear()  # the wire log ends mid-turn by design; the fixture's checks do not apply
     first.log.clear()
 
-    second = await start(start_server, tmp_path)
+    assert store.sessions() == {session}
+    second = await start(start_server, store)
     _, replayed = await load(second, session)
     texts = [u["content"]["text"] for u in replayed if u["sessionUpdate"] == "agent_message_chunk"]
     assert texts[-1] == "[interrupted]"

@@ -20,10 +20,11 @@ import tempfile
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from tests.support.harness import scaled
 
-__all__ = ["PG_BIN", "PostgresServer", "postgres_missing", "start_postgres"]
+__all__ = ["PG_BIN", "PostgresServer", "count_rows_at", "postgres_missing", "start_postgres"]
 
 PG_BIN = Path(os.environ.get("ACP_TEST_PG_BIN", "/usr/lib/postgresql/15/bin"))
 
@@ -46,6 +47,16 @@ def postgres_missing() -> str | None:
     except ImportError:
         return "psycopg is not installed (pip install -e '.[test]')"
     return None
+
+
+def count_rows_at(url: str, sql: str, *params: Any) -> int:
+    """A count (SQLite's `?` placeholders) read by a connection of its own, as another replica would see it."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True, connect_timeout=int(scaled(10))) as conn:
+        row = conn.execute(sql.replace("?", "%s"), params).fetchone()
+    assert row is not None
+    return int(row[0])
 
 
 def _free_port() -> int:
