@@ -9,7 +9,7 @@ work: nothing here imports psycopg, which loads only when such a store is opened
 
 from __future__ import annotations
 
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
 __all__ = ["STORE_URL_SCHEMES", "STORE_URL_VARIABLES", "check_store_url", "redact_store_url", "store_url_passwords"]
 
@@ -33,14 +33,14 @@ def check_store_url(text: str) -> str:
 
 
 def store_url_passwords(url: str) -> list[str]:
-    """The passwords the URL carries (in its user part, as written and decoded, and as a `password=` parameter)."""
+    """The passwords the URL carries (in its user part, as written and percent-decoded as libpq reads it, and as a
+    `password=` parameter)."""
     try:
         parts = urlsplit(url)
-        found = [parts.password or ""]
     except ValueError:
         return []
-    userinfo = parts.netloc.rpartition("@")[0]
-    found.append(userinfo.partition(":")[2])
+    written = parts.netloc.rpartition("@")[0].partition(":")[2]
+    found = [written, unquote(written)]
     found += [value for key, value in parse_qsl(parts.query, keep_blank_values=True) if key == "password"]
     return sorted({value for value in found if value})
 
