@@ -18,6 +18,10 @@
   leases.py). Turns left `running` by an owner that is gone are marked `interrupted` at open, on load, and every few
   seconds; a live owner's turns never are. On the same machine the process check decides (a laptop that slept for an
   hour has stale heartbeats but live processes); the heartbeat decides only where the process cannot be checked.
+- **Two backends, one promise.** The jobs a flush or a read hands over are SQLite's (worker.py, in a worker thread)
+  or PostgreSQL's (postgres.py, coroutines on the loop, for replicas sharing a database: `SessionStore.connect`);
+  everything above (buffers, the flush queue, a failed commit kept, an acknowledged change answered an error, the
+  bounds at shutdown) is the same for both. The buffered statements are SQLite's; postgres.py translates them.
 - **A store that cannot be opened is never deleted or overwritten** (sqlite_file.py): `SessionStore.open` raises
   `StoreUnavailable` with a message for stderr, and the server keeps serving new sessions without persistence.
 - **Waits are bounded once the connection closes** (`bound_waits`). A wait for the worker thread is shielded (a

@@ -322,3 +322,33 @@ async def test_on_v2_a_turn_whose_end_cannot_be_committed_says_so_on_its_idle(
     await server.response(await server.prompt(saved, [{"say": "not saved"}]))
     idle = (await server.idle(saved, nth=2))["params"]["update"]
     assert (idle["stopReason"], idle.get("_meta")) == ("end_turn", {"acpServer": {"saved": False}}), idle
+
+
+@pytest.mark.timeout(60)
+async def test_a_v2_prompt_is_answered_only_once_its_user_message_is_committed_and_a_kill_9_right_after_keeps_it(
+    start_server: StartServer, tmp_path: Path, store_url: str | None
+) -> None:
+    """v2 answers `session/prompt` with the `messageId` it gave the user's message, at insertion, long before the
+    turn ends: that answer acknowledges the message, so it waits for the message's commit. While another connection
+    holds the store's write lock nothing answers the prompt; once it lets go the answer comes, a kill -9 follows at
+    once, and after a restart `session/resume` replays the message under that id (the turn, cut short, closed by
+    the interrupted note)."""
+    store = StoreAt(tmp_path / "state", store_url)
+    first = await start_server(*DEFAULT_ARGS, env=store.env())
+    await first.initialize_v2()
+    session = await first.new_session_v2()
+    with store.write_lock():
+        request = await first.prompt(session, [{"say": "never"}, {"gate": "g"}])
+        await first.quiet(COMMIT_HOLD, lambda m: m.get("id") == request and "method" not in m)
+    answered = await first.response(request)
+    await kill_9_at_once(first)
+    message_id = answered["result"]["messageId"]
+
+    second = await start_server(*DEFAULT_ARGS, env=store.env())
+    await second.initialize_v2()
+    resumed = await second.call(
+        "session/resume", {"sessionId": session, "cwd": "/tmp", "replayFrom": {"type": "start"}}
+    )
+    assert "result" in resumed, resumed
+    assert session in store.sessions()
+    assert [u["messageId"] for u in second.updates(session, "user_message")] == [message_id]

@@ -10,6 +10,7 @@ import asyncio
 import os
 import shutil
 import signal
+import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -267,6 +268,27 @@ async def test_a_corrupt_store_is_left_untouched_reported_and_new_sessions_still
     await server.close()
     assert store.read_bytes() == before
     assert "session store is unavailable" in server.stderr_text
+
+
+async def test_a_postgresql_store_that_cannot_be_reached_is_reported_without_its_password_and_sessions_still_work(
+    start_server: StartServer, tmp_path: Path
+) -> None:
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    url = f"postgresql://acp:pw-never-logged-123@127.0.0.1:{port}/acp"
+    server = await start(start_server, StoreAt(tmp_path, url))
+    session = await server.new_session()
+    assert (await server.response(await server.prompt(session, [{"say": "fine"}])))["result"]["stopReason"] == (
+        "end_turn"
+    )
+    refused = await server.call("session/load", {"sessionId": session, "cwd": "/tmp", "mcpServers": []})
+    assert "store" in refused["error"]["message"]
+    await server.close()
+    assert "session store is unavailable" in server.stderr_text
+    assert f"@127.0.0.1:{port}/acp: cannot be reached" in server.stderr_text  # the URL, its password replaced
+    assert "pw-never-logged-123" not in server.stderr_text
+    assert not (tmp_path / "sessions.sqlite3").exists()  # never the SQLite file in its place
 
 
 async def test_no_store_keeps_sessions_in_memory_and_advertises_no_loading(

@@ -71,6 +71,7 @@ class PostgresServer:
     directory: Path
     port: int
     as_postgres: bool
+    fsync: bool = False  # off for the tests (they kill clients, never the machine); on for figures (bench/)
 
     @property
     def admin_url(self) -> str:
@@ -102,7 +103,9 @@ class PostgresServer:
         return _run(self.as_postgres, [str(PG_BIN / "pg_ctl"), "-D", str(self.directory / "data"), *args], timeout)
 
     def start(self) -> None:
-        options = f"-h 127.0.0.1 -p {self.port} -k {self.directory} -F -c max_connections=200"
+        options = f"-h 127.0.0.1 -p {self.port} -k {self.directory} -c max_connections=200"
+        if not self.fsync:
+            options += " -F"
         wait = str(int(scaled(30)))
         result = self.ctl(
             "-o", options, "-l", str(self.directory / "log"), "-w", "-t", wait, "start", timeout=scaled(40)
@@ -134,8 +137,9 @@ def _run(as_postgres: bool, command: list[str], timeout: float) -> subprocess.Co
     )
 
 
-def start_postgres() -> PostgresServer:
-    """A new server, running; RuntimeError (with its log) when it cannot start."""
+def start_postgres(*, fsync: bool = False) -> PostgresServer:
+    """A new server, running; RuntimeError (with its log) when it cannot start. `fsync`: commits reach the disk, as
+    in production (for figures; the tests leave it off)."""
     as_postgres = os.geteuid() == 0
     directory = Path(tempfile.mkdtemp(prefix="acp-test-pg-", dir="/tmp"))
     if as_postgres:
@@ -163,7 +167,7 @@ def start_postgres() -> PostgresServer:
         shutil.rmtree(directory, ignore_errors=True)
         raise RuntimeError(f"initdb failed: {init.stdout}{init.stderr}")
     for _attempt in range(3):  # the free port may be taken between the probe and the start
-        server = PostgresServer(directory, _free_port(), as_postgres)
+        server = PostgresServer(directory, _free_port(), as_postgres, fsync)
         try:
             server.start()
         except RuntimeError:
