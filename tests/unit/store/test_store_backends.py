@@ -2,7 +2,8 @@
 has to keep: a commit held up by another connection's lock fails, is kept and is committed by the next flush in
 order; a change whose commit failed is answered an error and never committed later; replicas that open a new
 database together create its schema once; a database that is not ours, or is newer, is left untouched; a server
-that cannot be reached is reported without the URL's password; a connection lost is replaced by the pool.
+that cannot be reached is reported without the URL's password; a connection lost is replaced by the pool, and a
+server restart fails what it must and no more.
 tests/unit/store/test_store.py runs the store's jobs on both (`on_both_backends`)."""
 
 from __future__ import annotations
@@ -195,5 +196,34 @@ async def test_a_connection_the_server_ended_is_replaced_and_the_next_flush_comm
         await store.commit_change(lambda: store.set_title("s", "after the server ended our connection"))
         loaded = await store.load("s")
         assert loaded is not None and loaded.session.title == "after the server ended our connection"
+    finally:
+        await store.aclose()
+
+
+@pytest.mark.timeout(90)
+async def test_the_server_restarting_fails_a_change_with_an_error_and_the_store_recovers_without_reopening(
+    database: str, postgres: PostgresServer
+) -> None:
+    """PostgreSQL restarts under a running store: a change asked for while it is down is answered an error (after
+    the pool's bounded wait) and never committed later; the streamed records buffered then are kept; once it is back,
+    the pool connects again and the next change commits, with them, without the store being opened again."""
+    store = await SessionStore.connect(database)
+    try:
+        store.create_session("s", "/w")
+        turn = store.begin_turn("s", [], "")
+        assert await store.flush()
+        postgres.stop(remove=False)
+        try:
+            turn.append(text("while it was down"))
+            with anyio.fail_after(scaled(30)), pytest.raises(ChangeNotSavedError):
+                await store.commit_change(lambda: store.set_mode("s", "bypass"))
+        finally:
+            postgres.start()
+        with anyio.fail_after(scaled(30)):
+            await store.commit_change(lambda: store.set_title("s", "after the restart"))
+        loaded = await store.load("s")
+        assert loaded is not None
+        assert (loaded.session.mode, loaded.session.title) == ("default", "after the restart")
+        assert loaded.turns[0].entries == [text("while it was down")]
     finally:
         await store.aclose()
