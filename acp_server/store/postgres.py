@@ -35,6 +35,8 @@ from psycopg_pool import AsyncConnectionPool
 from acp_server.errors import StoreUnavailable
 from acp_server.store.leases import Identity, owner_alive
 from acp_server.store.records import (
+    Lease,
+    LeaseHeld,
     LoadedSession,
     Pruned,
     Retention,
@@ -128,6 +130,12 @@ CREATE TABLE holds (
     owner_id TEXT COLLATE "C" NOT NULL,
     PRIMARY KEY (session_id, owner_id)
 );
+CREATE TABLE leases (
+    session_id TEXT COLLATE "C" PRIMARY KEY,
+    owner_id TEXT COLLATE "C" NOT NULL,
+    epoch BIGINT NOT NULL,
+    expires_at DOUBLE PRECISION NOT NULL
+);
 """
 # Schema N -> N+1, for versions after the first PostgreSQL one (4): statements an older replica can run beside
 # (docs/postgres.md, "Upgrades"). None yet.
@@ -136,6 +144,19 @@ _UPGRADES: dict[int, tuple[str, ...]] = {}
 _SESSION_FIELDS = (*(c.strip() for c in SESSION_COLUMNS.split(",")), "deleted")
 _REPLACE_SESSION = " ON CONFLICT (id) DO UPDATE SET " + ", ".join(
     [f"{c} = EXCLUDED.{c}" for c in _SESSION_FIELDS if c != "id"] + ["archived = 0"]  # a new row, as SQLite's REPLACE
+)
+# The database's clock, in seconds since the epoch: every replica judges a lease's expiry by the same clock.
+_NOW = "extract(epoch from clock_timestamp())::float8"
+# A lease taken (new), renewed (ours), or taken over (expired: the epoch grows); no row back when another live process
+# holds it.
+_TAKE_LEASE = (
+    "INSERT INTO leases AS l (session_id, owner_id, epoch, expires_at)"
+    f" VALUES (%(session)s, %(owner)s, 1, {_NOW} + %(ttl)s::float8)"
+    " ON CONFLICT (session_id) DO UPDATE SET"
+    " epoch = l.epoch + CASE WHEN l.owner_id = EXCLUDED.owner_id THEN 0 ELSE 1 END,"
+    " owner_id = EXCLUDED.owner_id, expires_at = EXCLUDED.expires_at"
+    f" WHERE l.owner_id = EXCLUDED.owner_id OR l.expires_at <= {_NOW}"
+    " RETURNING epoch, expires_at"
 )
 _INSERT_UPDATE = (
     "INSERT INTO updates (turn_id, n, data) SELECT %s::text, %s::integer, %s::bytea"
@@ -268,6 +289,7 @@ class PgWorker:
                 )
                 await conn.execute("DELETE FROM owners WHERE owner_id = %s", (self.owner_id,))
                 await conn.execute("DELETE FROM holds WHERE owner_id = %s", (self.owner_id,))
+                await conn.execute("UPDATE leases SET expires_at = 0 WHERE owner_id = %s", (self.owner_id,))
         except psycopg.Error as exc:
             log.error("session store %s: the final write failed: %s", self.where, exc)
         finally:
@@ -335,6 +357,48 @@ class PgWorker:
     async def sweep_now(self) -> int:
         async with self._pool.connection() as conn, conn.transaction():
             return await self._sweep(conn, time.time())
+
+    # -- leases (issue 24, item 2): which replica runs a session --
+
+    async def take_lease(self, session_id: str, ttl: float) -> Lease | LeaseHeld:
+        """Take (or renew) the session's lease for `ttl` seconds, unless another process holds a live one. Taking it
+        over from a process whose lease expired raises its epoch. One statement: two replicas racing for it cannot
+        both win."""
+        async with self._pool.connection() as conn:
+            for _attempt in range(3):  # the holder may release it between the two statements: then ask again
+                params = {"session": session_id, "owner": self.owner_id, "ttl": ttl}
+                taken = await (await conn.execute(_TAKE_LEASE, params)).fetchone()
+                if taken is not None:
+                    return Lease(session_id, int(taken[0]), float(taken[1]))
+                held = await (
+                    await conn.execute("SELECT owner_id, expires_at FROM leases WHERE session_id = %s", (session_id,))
+                ).fetchone()
+                if held is not None:
+                    return LeaseHeld(session_id, held[0], float(held[1]))
+        raise StoreUnavailable(f"session store {self.where}: the lease of session {session_id} keeps changing hands")
+
+    async def renew_leases(self, ttl: float) -> dict[str, Lease]:
+        """Renew every lease this process still holds (not expired) for `ttl` seconds: those renewed, by session.
+        A lease missing here was lost (it expired, and may have been taken over)."""
+        async with self._pool.connection() as conn:
+            rows = await (
+                await conn.execute(
+                    f"UPDATE leases SET expires_at = {_NOW} + %s::float8 WHERE owner_id = %s AND expires_at > {_NOW}"
+                    " RETURNING session_id, epoch, expires_at",
+                    (ttl, self.owner_id),
+                )
+            ).fetchall()
+        return {row[0]: Lease(row[0], int(row[1]), float(row[2])) for row in rows}
+
+    async def release_lease(self, session_id: str) -> bool:
+        """This process no longer runs the session: another may take it at once. Whether it held the lease. The row
+        stays, expired, so that the epoch keeps growing with every holder (a deleted row would start it again)."""
+        async with self._pool.connection() as conn:
+            cursor = await conn.execute(
+                f"UPDATE leases SET expires_at = 0 WHERE session_id = %s AND owner_id = %s AND expires_at > {_NOW}",
+                (session_id, self.owner_id),
+            )
+        return cursor.rowcount > 0
 
     # -- reads --
 
@@ -518,6 +582,11 @@ class PgWorker:
                 else:
                     kept += 1
             await self._remove(conn, [*empty, *expired, *over])
+            # The leases of sessions that are gone, once long expired (while a session exists its row stays: the epoch).
+            await conn.execute(
+                f"DELETE FROM leases WHERE expires_at < {_NOW} - 3600"
+                " AND NOT EXISTS (SELECT 1 FROM sessions s WHERE s.id = leases.session_id)"
+            )
             await conn.execute(
                 "DELETE FROM sessions WHERE deleted = 1 AND updated_at < %s"
                 " AND NOT EXISTS (SELECT 1 FROM holds h WHERE h.session_id = sessions.id)",

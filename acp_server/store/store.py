@@ -58,6 +58,8 @@ from acp_server.store.leases import Identity, own_identity
 from acp_server.store.migration import ReadLegacy
 from acp_server.store.records import (
     ARCHIVE_FILTERS,
+    Lease,
+    LeaseHeld,
     LoadedSession,
     Pruned,
     Retention,
@@ -503,6 +505,29 @@ class SessionStore:
     async def sweep(self) -> int:
         """Mark the running turns of owners that are gone `interrupted` now; how many were marked."""
         return await self._locked(self._worker.sweep_now)
+
+    # -- leases (PostgreSQL; issue 24, item 2) --
+
+    async def take_lease(self, session_id: str, ttl: float) -> Lease | LeaseHeld:
+        """Run the session here for `ttl` seconds (renewed by `renew_leases`), unless another live process holds its
+        lease (`LeaseHeld`, with when it expires). SQLite has no leases (one machine: its processes share sessions as
+        today), so there every session is this process's, at epoch 0, for ever."""
+        if isinstance(self._worker, StoreWorker):
+            return Lease(session_id, 0, math.inf)
+        return await self._locked(self._worker.take_lease, session_id, ttl)
+
+    async def renew_leases(self, ttl: float) -> dict[str, Lease]:
+        """Renew every lease this process holds; those still held, by session (a lease missing was lost)."""
+        if isinstance(self._worker, StoreWorker):
+            return {}
+        return await self._locked(self._worker.renew_leases, ttl)
+
+    async def release_lease(self, session_id: str) -> bool:
+        """No connection of this process uses the session any more: another process may take it at once. Whether
+        this process held its lease (never on SQLite)."""
+        if isinstance(self._worker, StoreWorker):
+            return False
+        return await self._locked(self._worker.release_lease, session_id)
 
     # -- reads --
 
