@@ -300,17 +300,26 @@ class PgWorker:
 
     # -- a flush --
 
-    async def commit(self, batch: Batch) -> None:
-        """One flush's batch in one transaction, its statements pipelined (one round trip, not one per row)."""
+    async def commit(self, batch: Batch) -> set[str]:
+        """One flush's batch in one transaction, its statements pipelined (one round trip, not one per row). Fenced:
+        the writes of a leased session whose lease this process no longer holds at its epoch (it expired, another
+        replica took it over) are left out, in the same transaction that checks it; those sessions are returned."""
         if batch.empty:
-            return
+            return set()
+        lost: set[str] = set()
         async with self._pool.connection() as conn, conn.transaction():
+            ops, updates = batch.ops, batch.updates
+            if batch.fences:
+                lost = await self._fenced(conn, batch.fences)
+            if lost:
+                ops = [op for op in ops if batch.op_sessions.get(id(op)) not in lost]
+                updates = [u for u in updates if batch.sessions.get(u[0]) not in lost]
             async with conn.pipeline(), conn.cursor() as cursor:
                 await cursor.execute("SELECT set_config('lock_timeout', %s, true)", (f"{self.lock_timeout_ms}ms",))
-                for sql, params in batch.ops:
+                for sql, params in ops:
                     await cursor.execute(pg_sql(sql), params)
-                if batch.updates:
-                    rows = [(turn_id, n, data, turn_id) for turn_id, n, data in update_rows(batch.updates)]
+                if updates:
+                    rows = [(turn_id, n, data, turn_id) for turn_id, n, data in update_rows(updates)]
                     await cursor.executemany(_INSERT_UPDATE, rows)
             wall = time.time()
             if batch.heartbeat:
@@ -318,6 +327,21 @@ class PgWorker:
             swept = await self._sweep(conn, wall) if batch.sweep else 0
         if swept:
             log.info("session store: %d turn(s) of processes that are gone marked interrupted", swept)
+        return lost
+
+    async def _fenced(self, conn: Conn, fences: dict[str, int]) -> set[str]:
+        """Inside the commit's transaction: the leased sessions whose lease this process no longer holds at the epoch
+        it took. The live ones are locked (FOR SHARE) until the commit, so no take-over lands between the check and
+        the writes."""
+        sessions = list(fences)
+        cursor = await conn.execute(
+            "SELECT l.session_id FROM leases l JOIN unnest(%s::text[], %s::bigint[]) AS f(session_id, epoch)"
+            f" ON l.session_id = f.session_id AND l.epoch = f.epoch WHERE l.owner_id = %s AND l.expires_at > {_NOW}"
+            " FOR SHARE OF l",
+            (sessions, [fences[s] for s in sessions], self.owner_id),
+        )
+        held = {row[0] for row in await cursor.fetchall()}
+        return set(sessions) - held
 
     async def _heartbeat(self, conn: Conn, wall: float) -> None:
         me = self._identity

@@ -46,7 +46,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 import anyio
 import anyio.to_thread
@@ -96,6 +96,28 @@ _MAX_RETAINED_UPDATES = 500_000
 _TOUCH = "UPDATE sessions SET updated_at = ? WHERE id = ? AND deleted = 0"
 # One string for every buffered `create_session`, not a copy each (a burst of `session/new` buffers thousands).
 _CREATE_SESSION = f"INSERT OR REPLACE INTO sessions ({SESSION_COLUMNS}, deleted) VALUES (?,?,?,?,?,?,?,?,?,?,NULL,0)"
+
+
+_P = ParamSpec("_P")
+
+
+def _of_session(write: Callable[Concatenate[SessionStore, _P], _T]) -> Callable[Concatenate[SessionStore, _P], _T]:
+    """A buffered write of one session (its id, or its turn's log, is the first argument): while this process holds
+    leases (PostgreSQL), each statement it buffers is tagged with the session, so that a commit fences the statements
+    of a session whose lease was lost (postgres.py). Without leases (SQLite) nothing is tagged."""
+
+    def tagged(self: SessionStore, /, *args: _P.args, **kwargs: _P.kwargs) -> _T:
+        start = len(self._ops)
+        result = write(self, *args, **kwargs)
+        if self._fences:
+            first = args[0]
+            session_id = first.session_id if isinstance(first, TurnLog) else str(first)
+            for op in self._ops[start:]:
+                self._op_sessions[id(op)] = session_id
+        return result
+
+    tagged.__name__, tagged.__qualname__, tagged.__doc__ = write.__name__, write.__qualname__, write.__doc__
+    return tagged
 
 
 def _without(exc: BaseException, url: str) -> str:
@@ -165,6 +187,11 @@ class SessionStore:
         # The ids of the buffered statements of changes a request acknowledges (`commit_change`), until a flush takes
         # them: a commit that fails takes them back out of what it keeps for the next flush.
         self._changes: set[int] = set()
+        # Leases (PostgreSQL): the epoch of each session this process took, which every commit checks (fencing); the
+        # buffered statements of those sessions by id (`_of_session`); the sessions whose lease a commit found lost.
+        self._fences: dict[str, int] = {}
+        self._op_sessions: dict[int, str] = {}
+        self.lost_leases: set[str] = set()
         self._lock: anyio.Lock | None = None
         self._taken = 0  # batches taken so far
         self._committed = 0  # the latest batch known committed
@@ -326,6 +353,7 @@ class SessionStore:
 
     # -- buffered writes (synchronous, cheap) --
 
+    @_of_session
     def create_session(
         self,
         session_id: str,
@@ -358,6 +386,7 @@ class SessionStore:
         )
         self._ops.append((HOLD, (session_id, self.owner_id)))
 
+    @_of_session
     def begin_turn(
         self, session_id: str, prompt: Sequence[Mapping[str, Any]], prompt_text: str, *, message_id: str | None = None
     ) -> TurnLog:
@@ -378,6 +407,7 @@ class SessionStore:
             turn.append(UserChunk(user_message, dict(block)))
         return turn
 
+    @_of_session
     def finish_turn(
         self,
         turn: TurnLog,
@@ -404,6 +434,7 @@ class SessionStore:
         )
         self._ops.append((_TOUCH, (now, turn.session_id)))
 
+    @_of_session
     def set_title(self, session_id: str, title: str | None) -> None:
         self._ops.append(
             (
@@ -412,16 +443,19 @@ class SessionStore:
             )
         )
 
+    @_of_session
     def set_archived(self, session_id: str, archived: bool) -> None:
         """`session/archive` (True) and `session/unarchive` (False): the session leaves (or rejoins) the default
         `session/list`. Its activity time is left as it was, so it keeps its place in the list."""
         self._ops.append(("UPDATE sessions SET archived = ? WHERE id = ? AND deleted = 0", (int(archived), session_id)))
 
+    @_of_session
     def set_mode(self, session_id: str, mode: str) -> None:
         self._ops.append(
             ("UPDATE sessions SET mode = ?, updated_at = ? WHERE id = ? AND deleted = 0", (mode, utc_now(), session_id))
         )
 
+    @_of_session
     def set_config(self, session_id: str, config: Mapping[str, Any]) -> None:
         """Replace the session's stored config option values (e.g. {"model": ..., "thought_level": ...})."""
         self._ops.append(
@@ -431,14 +465,17 @@ class SessionStore:
             )
         )
 
+    @_of_session
     def touch(self, session_id: str) -> None:
         self._ops.append((_TOUCH, (utc_now(), session_id)))
 
+    @_of_session
     def delete(self, session_id: str) -> None:
         """Remove the session's content and leave a tombstone; it disappears from `list_sessions` and `load`.
         An unknown id is a silent success. Later writes for the session are ignored."""
         self._ops += tombstone_ops(session_id)
 
+    @_of_session
     def release(self, session_id: str) -> None:
         """This process no longer has the session open (session/close): pruning may remove it again."""
         self._ops.append(("DELETE FROM holds WHERE session_id = ? AND owner_id = ?", (session_id, self.owner_id)))
@@ -475,12 +512,17 @@ class SessionStore:
         commit whose wait ended at its `bound_waits` bound goes on in its thread and may yet succeed.)"""
         start = len(self._ops)
         write()
-        self._changes.update(id(op) for op in self._ops[start:])
+        written = self._ops[start:]
+        self._changes.update(id(op) for op in written)
+        leased = {self._op_sessions[id(op)] for op in written if id(op) in self._op_sessions}
         if self._closed:
             self._ops[start:] = []  # never committed now: `aclose` took the last batch
             raise ChangeNotSavedError(f"session store {self.where}: closed")
         if not await self.flush():
             raise ChangeNotSavedError(f"session store {self.where}: its commit failed ({self._last_error})")
+        fenced = leased & self.lost_leases
+        if fenced:
+            raise ChangeNotSavedError(f"session store {self.where}: session {fenced.pop()} runs on another replica now")
 
     async def flush(self) -> bool:
         """Commit everything buffered before this call, in one transaction on a worker thread. Shielded: once
@@ -514,7 +556,11 @@ class SessionStore:
         today), so there every session is this process's, at epoch 0, for ever."""
         if isinstance(self._worker, StoreWorker):
             return Lease(session_id, 0, math.inf)
-        return await self._locked(self._worker.take_lease, session_id, ttl)
+        lease: Lease | LeaseHeld = await self._locked(self._worker.take_lease, session_id, ttl)
+        if isinstance(lease, Lease):
+            self._fences[session_id] = lease.epoch  # from now on its commits check this epoch
+            self.lost_leases.discard(session_id)
+        return lease
 
     async def renew_leases(self, ttl: float) -> dict[str, Lease]:
         """Renew every lease this process holds; those still held, by session (a lease missing was lost)."""
@@ -527,7 +573,11 @@ class SessionStore:
         this process held its lease (never on SQLite)."""
         if isinstance(self._worker, StoreWorker):
             return False
-        return await self._locked(self._worker.release_lease, session_id)
+        await self.flush()  # what was buffered under the lease is committed (or fenced) before it goes
+        self._fences.pop(session_id, None)
+        self.lost_leases.discard(session_id)
+        released: bool = await self._locked(self._worker.release_lease, session_id)
+        return released
 
     # -- reads --
 
@@ -745,7 +795,7 @@ class SessionStore:
                 self._committed = self._taken
                 return True
             try:
-                await self._job(self._worker.commit, batch)
+                lost = await self._job(self._worker.commit, batch)
             except _AbandonedError as abandoned:
                 self._last_error = str(abandoned)
                 if not abandoned.started:
@@ -757,6 +807,12 @@ class SessionStore:
             except Exception as exc:
                 self._keep_or_drop(batch, exc)
                 return False
+            if lost:
+                # Fenced: another replica took these sessions over; what this one wrote of them since is not stored.
+                new = lost - self.lost_leases
+                self.lost_leases |= lost
+                if new:
+                    log.warning("session store: lost the lease of %s; their writes here were not stored", sorted(new))
             self._committed = self._taken
             return True
 
@@ -772,6 +828,10 @@ class SessionStore:
         sessions = {turn.turn_id: turn.session_id for turn in self._dirty}
         self._dirty.clear()
         batch = Batch(self._ops, updates, heartbeat, sweep, sessions=sessions, changes=self._changes)
+        if self._fences:
+            batch.fences = dict(self._fences)
+            batch.op_sessions = self._op_sessions
+            self._op_sessions = {}
         batch = batch.after(self._failed)
         self._ops = []
         self._changes = set()

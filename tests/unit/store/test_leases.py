@@ -10,11 +10,14 @@ import math
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
 
-from acp_server.store import SessionStore
+from acp_server.errors import ChangeNotSavedError
+from acp_server.runtime.model import Message
+from acp_server.store import AgentText, SessionStore
 from acp_server.store.records import Lease, LeaseHeld
 from tests.support.harness import scaled
 from tests.support.postgres import PostgresServer, count_rows_at
@@ -122,3 +125,43 @@ async def test_sqlite_has_no_leases_every_session_is_its_processs(tmp_path: Path
     finally:
         await first.aclose()
         await second.aclose()
+
+
+def said(store_loaded: Any) -> list[str]:
+    return [e.text for turn in store_loaded.turns for e in turn.entries if isinstance(e, AgentText)]
+
+
+async def test_a_replica_that_lost_a_sessions_lease_commits_nothing_more_of_it_and_the_rest_as_usual(
+    replicas: tuple[SessionStore, SessionStore],
+) -> None:
+    """Fencing: the paused replica's writes after a take-over (its turn's records and end, a title, a change it would
+    acknowledge) never land, checked in the very transaction that would have written them; what it writes of the
+    sessions it still holds is committed in that same flush."""
+    first, second = replicas
+    for session_id in ("taken", "kept"):
+        first.create_session(session_id, "/w")
+    assert isinstance(await first.take_lease("taken", 0.3), Lease)
+    assert isinstance(await first.take_lease("kept", 30), Lease)
+    turn = first.begin_turn("taken", [], "")
+    turn.append(AgentText("m", "before"))
+    assert await first.flush()
+    await anyio.sleep(0.4)  # the lease expires: this replica was paused
+    assert isinstance(await second.take_lease("taken", 30), Lease)
+
+    turn.append(AgentText("m", "after the lease was lost"))
+    first.finish_turn(turn, "completed", stop_reason="end_turn", messages=[Message("user", "")])
+    first.set_title("taken", "stale")
+    mine = first.begin_turn("kept", [], "")
+    mine.append(AgentText("m", "still mine"))
+    assert await first.flush()
+    assert first.lost_leases == {"taken"}
+    with pytest.raises(ChangeNotSavedError, match="another replica"):
+        await first.commit_change(lambda: first.set_mode("taken", "bypass"))
+
+    taken = await second.load("taken")
+    assert taken is not None
+    assert said(taken) == ["before"]
+    assert [t.status for t in taken.turns] == ["running"]  # its end was never committed here
+    assert (taken.session.title, taken.session.mode) == (None, "default")
+    kept = await second.load("kept")
+    assert kept is not None and said(kept) == ["still mine"]
