@@ -831,6 +831,7 @@ class SessionStore:
         if self._fences:
             batch.fences = dict(self._fences)
             batch.op_sessions = self._op_sessions
+        if self._op_sessions:  # never kept past its batch: a later statement could reuse an id
             self._op_sessions = {}
         batch = batch.after(self._failed)
         self._ops = []
