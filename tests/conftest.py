@@ -3,11 +3,13 @@ the transport the test is run over (`transport`: stdio, or each of `TRANSPORTS` 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+import os
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 
 import pytest
 
 from tests.support.harness import LONG_GRACE_ARGS, T_EXIT, TIME_SCALE, TRANSPORTS, RawClient, Transport, check_wire
+from tests.support.postgres import PostgresServer, postgres_missing, start_postgres
 from tests.support.versions import VERSIONS, Acp
 
 StartServer = Callable[..., Awaitable[RawClient]]
@@ -118,3 +120,46 @@ async def acp(start_server: StartServer, version: str, request: pytest.FixtureRe
     speaker = VERSIONS[version](await start_server(*server_args(request)))
     await speaker.initialize()
     return speaker
+
+
+# The session store's backends (acp_server/store/): the embedded SQLite file, and PostgreSQL for replicas.
+STORE_BACKENDS = ("sqlite", "postgres")
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[PostgresServer]:
+    """A real PostgreSQL server for this pytest process (each xdist worker starts its own), stopped and removed at
+    the end (tests/support/postgres.py). Skipped where PostgreSQL is not installed, except under CI=true: there a
+    missing PostgreSQL fails the tests that need it."""
+    missing = postgres_missing()
+    if missing is not None:
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"CI=true and {missing}")
+        pytest.skip(missing)
+    server = start_postgres()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(params=STORE_BACKENDS)
+def store_backend(request: pytest.FixtureRequest) -> str:
+    """The session store's backend a test runs on (ids sqlite/postgres): one test for a promise both keep."""
+    name: str = request.param
+    return name
+
+
+@pytest.fixture
+def store_url(store_backend: str, request: pytest.FixtureRequest) -> Iterator[str | None]:
+    """None for SQLite (the file in the state directory); for PostgreSQL the URL of a new database of this test's own,
+    dropped after it. The server is started only for a test that runs on PostgreSQL."""
+    if store_backend == "sqlite":
+        yield None
+        return
+    server: PostgresServer = request.getfixturevalue("postgres")
+    url = server.database()
+    try:
+        yield url
+    finally:
+        server.drop(url)

@@ -57,22 +57,30 @@ class StoreAccess:
                 self._tried = True
                 from acp_server.store import STORE_FILENAME, SessionStore, default_state_dir  # noqa: PLC0415 (the store and sqlite3 load only when persistence is on)
 
-                directory = Path(self._config.state_dir) if self._config.state_dir else default_state_dir()
-                path = directory / STORE_FILENAME
                 try:
-                    # A store written before the turn records (schema 1) holds v1 updates: it is upgraded by reading
-                    # them as the protocol edge reads the updates it logs.
-                    read_legacy = self._read_legacy
-                    self.current = await anyio.to_thread.run_sync(
-                        lambda: SessionStore.open(path, read_legacy=read_legacy)
-                    )
+                    opened: SessionStore
+                    if self._config.store_url:  # PostgreSQL, shared by replicas (store/postgres.py)
+                        # Shielded as the SQLite file's opening thread is: a cancelled caller must not leave the store
+                        # half opened for good (`_tried` is set). Bounded by the connect timeout (store/postgres.py).
+                        with anyio.CancelScope(shield=True):
+                            opened = await SessionStore.connect(self._config.store_url)
+                    else:
+                        directory = Path(self._config.state_dir) if self._config.state_dir else default_state_dir()
+                        path = directory / STORE_FILENAME
+                        # A store written before the turn records (schema 1) holds v1 updates: it is upgraded by
+                        # reading them as the protocol edge reads the updates it logs.
+                        read_legacy = self._read_legacy
+                        opened = await anyio.to_thread.run_sync(
+                            lambda: SessionStore.open(path, read_legacy=read_legacy)
+                        )
                 except StoreUnavailable as exc:
                     self.problem = f"the session store is unavailable: {exc}"
                     log.error("%s; sessions will not be saved", self.problem)
                 else:
+                    self.current = opened
                     if self._wait_bound is not None:  # opened as the connection closes
-                        self.current.bound_waits(self._wait_bound)
-                    self._spawn(self.current.run_flusher)
+                        opened.bound_waits(self._wait_bound)
+                    self._spawn(opened.run_flusher)
                     self._spawn(self._prune)
         return self.current
 

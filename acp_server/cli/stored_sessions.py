@@ -1,5 +1,6 @@
-"""`acp-server sessions list|show|delete|prune`: the session store for people, reading the very file the server
-writes (the same `--state-dir` / `ACP_SERVER_STATE_DIR` / `state_dir` and retention settings, merged the same way).
+"""`acp-server sessions list|show|delete|prune`: the session store for people, reading the very store the server
+writes (the same `--state-dir` / `ACP_SERVER_STATE_DIR` / `state_dir`, or `--store-url` / `ACP_SERVER_STORE_URL` /
+`store_url` for PostgreSQL, and retention settings, merged the same way).
 
 Each action opens the store as any server process would (a lease of its own, so a turn left running by a process
 that is gone is marked interrupted), never deletes what a live editor has open unless told to (`delete --force`), and
@@ -45,7 +46,8 @@ _USAGE = (
     "  show SESSION_ID                a session's settings and conversation\n"
     "  delete SESSION_ID... [--force] remove sessions (--force: even one an editor has open)\n"
     "  prune                          apply the retention settings now (--keep-sessions-days, --keep-sessions)\n"
-    "Each also takes the server's flags (--state-dir, --keep-sessions-days, ...): acp-server sessions ACTION --help\n"
+    "Each also takes the server's flags (--state-dir or --store-url, --keep-sessions-days, ...):"
+    " acp-server sessions ACTION --help\n"
 )
 
 
@@ -84,18 +86,22 @@ def main(argv: Sequence[str]) -> int:
     if not config.store:
         _say("sessions are not stored (--no-store, ACP_SERVER_NO_STORE or store = false): there is nothing to see")
         return 1
-    path = store_path(config)
-    if not path.exists():
-        _say(f"no session store at {path} yet: no session has been stored")
-        return 0 if action in ("list", "prune") else 1
-
-    try:
-        store = SessionStore.open(path)
-    except StoreUnavailable as exc:
-        _say(str(exc))
-        return 1
+    url = config.store_url
+    if url is None:
+        path = store_path(config)
+        if not path.exists():
+            _say(f"no session store at {path} yet: no session has been stored")
+            return 0 if action in ("list", "prune") else 1
+        try:
+            opened: SessionStore | None = SessionStore.open(path)
+        except StoreUnavailable as exc:
+            _say(str(exc))
+            return 1
+    else:
+        opened = None  # PostgreSQL (--store-url): opened on the event loop, in `run`
 
     async def run() -> int:
+        store = opened if opened is not None else await SessionStore.connect(url or "")
         try:
             return await _ACTIONS[action](store, config, options)
         finally:
@@ -112,7 +118,7 @@ async def _list(store: SessionStore, config: Config, options: argparse.Namespace
     cwd = options.cwd
     sessions = await store.overview(cwd, max(1, options.limit))
     if not sessions:
-        _say(f"no sessions{'' if cwd is None else f' in {cwd}'} ({store.path})")
+        _say(f"no sessions{'' if cwd is None else f' in {cwd}'} ({store.where})")
         return 0
     _say(f"{'UPDATED (UTC)':<16}  {'TURNS':>5}  {'SESSION':<37}  TITLE  (CWD)")
     for item in sessions:
@@ -120,14 +126,14 @@ async def _list(store: SessionStore, config: Config, options: argparse.Namespace
         title = _one_line(item.title) if item.title else "(untitled)"
         held = "  [open]" if item.held else ""
         _say(f"{updated:<16}  {item.turns:>5}  {item.session_id:<37}  {title}  ({item.cwd}){held}")
-    _say(f"{len(sessions)} session(s) shown, most recent first, from {store.path}")
+    _say(f"{len(sessions)} session(s) shown, most recent first, from {store.where}")
     return 0
 
 
 async def _show(store: SessionStore, config: Config, options: argparse.Namespace) -> int:
     loaded = await store.load(options.session_id)
     if loaded is None:
-        _say(f"unknown session: {options.session_id} ({store.path})")
+        _say(f"unknown session: {options.session_id} ({store.where})")
         return 1
     for line in render(loaded):
         _say(line)

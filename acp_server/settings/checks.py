@@ -32,6 +32,7 @@ from acp_server.settings.config import (
 )
 from acp_server.settings.file_settings import FileSettings, Problem
 from acp_server.settings.files import DEFAULT_TIMEOUTS, KEY_VARIABLES, TIMEOUT_KEYS, timeout_value_problem
+from acp_server.settings.store_url import check_store_url
 
 __all__ = [
     "FILE_ONLY_FORBIDDEN",
@@ -85,6 +86,13 @@ def _url(value: Any) -> str:
     if not text.startswith(("http://", "https://")):
         raise _InvalidError(f"expected a URL starting with http:// or https://, found {text!r}")
     return text.rstrip("/")
+
+
+def _store_url(value: Any) -> str:
+    try:
+        return check_store_url(_text(value))
+    except ValueError as exc:
+        raise _InvalidError(str(exc)) from None
 
 
 def _choice(choices: tuple[str, ...]) -> Callable[[Any], str]:
@@ -269,6 +277,7 @@ class _Checker:
             "max_turn_requests": _positive_int,
             "state_dir": paths.path,
             "store": _bool,
+            "store_url": _store_url,
             "keep_sessions_days": _days,
             "keep_sessions": _whole_or_zero,
             "log_level": _choice(LOG_LEVELS),
@@ -312,7 +321,7 @@ class _Checker:
 
     @staticmethod
     def _consequence(key: str) -> str:
-        if key == "store":
+        if key in ("store", "store_url"):
             return "ignored, and sessions are kept in memory only until it is fixed"
         if key == "log_file":
             return "ignored, and no log file is written until it is fixed"
@@ -472,6 +481,10 @@ def load_settings(path: Path) -> FileSettings:
     for key, private in PRIVATE_FALLBACK.items():
         if key in document and key not in values:
             values[key] = private
+    if "store_url" in document and "store_url" not in values:
+        # Not the SQLite file in its place: sessions meant for a shared database would be written where no other
+        # replica sees them.
+        values["store"] = False
     return FileSettings(path, True, True, values, servers, env_deny, tuple(checker.problems), document)
 
 

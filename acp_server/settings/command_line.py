@@ -33,6 +33,7 @@ from acp_server.settings.config import (
 )
 from acp_server.settings.file_settings import FileSettings, settings_without_file
 from acp_server.settings.files import config_file, held_secrets, secret_variables
+from acp_server.settings.store_url import STORE_URL_VARIABLES, check_store_url
 
 __all__ = ["LOG_LEVELS", "PERMISSION_MODE_IDS", "PROMPT_POLICY_IDS", "Loaded", "load"]
 
@@ -195,6 +196,13 @@ def _parser(
         help="where sessions are stored (default: your state directory; env ACP_SERVER_STATE_DIR; file: state_dir)",
     )
     add(
+        "--store-url",
+        metavar="URL",
+        help="keep sessions in PostgreSQL instead of the SQLite file in the state directory, for replicas that share "
+        "them: postgresql://USER@HOST:PORT/DB (a password is better in PGPASSWORD or ~/.pgpass than here, where "
+        "other users' `ps` sees it; env ACP_SERVER_STORE_URL; file: store_url)",
+    )
+    add(
         "--store",
         action=argparse.BooleanOptionalAction,
         help="--no-store keeps sessions in memory only: nothing is written, nothing can be loaded later "
@@ -330,6 +338,19 @@ def _store(flag: bool | None, pick: _Merge) -> bool:
     return pick(flag, "", "store", True, _Merge.switch)  # no variable of its own: the one above is the negative
 
 
+def _store_url(parser: argparse.ArgumentParser, flag: str | None, pick: _Merge) -> str | None:
+    """`--store-url` > ACP_SERVER_STORE_URL > the file's `store_url` > none (SQLite). A bad flag or variable is a
+    usage error whose message never repeats the value (it may hold a password)."""
+    for source, text in (("--store-url", flag), ("ACP_SERVER_STORE_URL", pick.env.get("ACP_SERVER_STORE_URL"))):
+        if text is not None and text.strip():
+            try:
+                return check_store_url(text)
+            except ValueError as exc:
+                parser.error(f"{source}: {exc}")
+    found = pick.file.values.get("store_url")
+    return found if isinstance(found, str) else None
+
+
 def load(
     argv: Sequence[str] | None = None,
     env: Mapping[str, str] = os.environ,
@@ -348,6 +369,7 @@ def load(
 
         file = load_settings(path)
     pick = _Merge(parser, env, file)
+    store_url = _store_url(parser, args.store_url, pick)
     log_to_file, log_file = _log_file(args.log_file, env, file)
     config = Config(
         model=pick(args.model, "ACP_SERVER_MODEL", "model", "echo", str),
@@ -416,6 +438,7 @@ def load(
         base_url=pick(args.base_url, "ACP_SERVER_BASE_URL", None, None, str),
         state_dir=pick(args.state_dir, "ACP_SERVER_STATE_DIR", "state_dir", None, str),
         store=_store(args.store, pick),
+        store_url=store_url,
         keep_sessions_days=pick(
             args.keep_sessions_days,
             "ACP_SERVER_KEEP_SESSIONS_DAYS",
@@ -443,8 +466,9 @@ def load(
         ),
         model_input=tuple(file.values.get("model_input", {}).items()),
         family_input=_family_input(file.raw),
-        held_secrets=tuple(held_secrets(file.raw, env)),
-        secret_variables=tuple(secret_variables(file.raw)),
+        held_secrets=tuple(held_secrets(file.raw, env, store_url)),
+        # The store's URL and libpq's password variables too: a command's `printenv` must not show them.
+        secret_variables=(*secret_variables(file.raw), *STORE_URL_VARIABLES),
         env_deny=file.env_deny,
     )
     return Loaded(config, file, args)

@@ -8,7 +8,7 @@ settings/choices.py, so the command line, the config file's checks and `doctor` 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from acp_server.settings.choices import PermissionMode, PromptPolicy, SandboxMode
@@ -91,6 +91,9 @@ class Config:
     state_dir: str | None = None
     # False keeps sessions in memory only (`--no-store`).
     store: bool = True
+    # A PostgreSQL store shared by replicas (`--store-url postgresql://...`); None: the SQLite file in `state_dir`.
+    # It may hold a password: shown only as settings.store_url.redact_store_url gives it.
+    store_url: str | None = field(default=None, repr=False)
     # Retention: sessions not updated for `keep_sessions_days` days are removed, and the oldest past the
     # `keep_sessions` most recent (0: no limit), when the store is opened; never one a live process has open.
     keep_sessions_days: float = DEFAULT_KEEP_SESSIONS_DAYS

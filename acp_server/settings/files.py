@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from acp_server.errors import SettingsError, StateFileError
+from acp_server.settings.store_url import store_url_passwords
 
 __all__ = [
     "DEFAULT_TIMEOUTS",
@@ -226,10 +227,11 @@ def secret_variables(file_settings: Mapping[str, Any]) -> list[str]:
     return names
 
 
-def held_secrets(file_settings: Mapping[str, Any], env: Mapping[str, str]) -> list[str]:
+def held_secrets(file_settings: Mapping[str, Any], env: Mapping[str, str], store_url: str | None = None) -> list[str]:
     """The secrets the server itself holds, longest first: the providers' keys (from the environment, the variables
-    the file names, and the file) and the values of the file's MCP `env` and `headers` entries whose names look
-    secret. Unlike `secret_values`, not the other secret-looking variables of the environment (GITHUB_TOKEN,
+    the file names, and the file), the values of the file's MCP `env` and `headers` entries whose names look
+    secret, and the session store's password (in `store_url`, the file's or the environment's URL, PGPASSWORD).
+    Unlike `secret_values`, not the other secret-looking variables of the environment (GITHUB_TOKEN,
     AWS_SECRET_ACCESS_KEY): those belong to the user's own tools, which get them (docs/guide.md, "What a command
     sees")."""
     keys: list[Any] = [env.get(name, "") for name in secret_variables(file_settings)]
@@ -243,6 +245,9 @@ def held_secrets(file_settings: Mapping[str, Any], env: Mapping[str, str]) -> li
         for table in (server.get("env"), server.get("headers")) if isinstance(server, dict) else ():
             if isinstance(table, dict):
                 named_values += [value for name, value in table.items() if looks_secret(str(name))]
+    urls = [store_url, file_settings.get("store_url"), env.get("ACP_SERVER_STORE_URL")]
+    keys += [password for url in urls if isinstance(url, str) for password in store_url_passwords(url)]
+    keys.append(env.get("PGPASSWORD"))
     found = {v for v in keys if isinstance(v, str) and len(v) >= MIN_SECRET_CHARS}
     found |= {v for v in named_values if _may_be_named_secret(v)}
     return sorted(found, key=len, reverse=True)

@@ -1,4 +1,5 @@
-"""Session persistence: one SQLite file (stdlib `sqlite3`, WAL) so a session survives a crash, a restart and a reload.
+"""Session persistence: one SQLite file (stdlib `sqlite3`, WAL) so a session survives a crash, a restart and a reload;
+or, for replicas that share their sessions, a PostgreSQL database (`--store-url`, postgres.py) with the same records.
 
 A package of small modules, one job each, from the plain values up to the store the server holds:
 
@@ -12,6 +13,7 @@ A package of small modules, one job each, from the plain values up to the store 
 - `sqlite_file`: where the file lives, its schema, opening it without ever damaging it;
 - `migration`: upgrading a store an older version wrote (schema 1 kept `session/update` payloads);
 - `worker`: every SQL transaction, run on a worker thread;
+- `postgres`: the same jobs on PostgreSQL (psycopg 3, async, pooled), imported only when such a store is opened;
 - `store`: `SessionStore`, the store as the event loop sees it.
 
 Importing it imports `sqlite3`: the server imports it only when persistence is set up, never at start-up.

@@ -25,6 +25,8 @@ __all__ = [
     "ARCHIVE_FILTERS",
     "EMPTY_SESSION_GRACE_S",
     "OWNER_KEY",
+    "Lease",
+    "LeaseHeld",
     "LoadedSession",
     "Pruned",
     "Retention",
@@ -160,6 +162,25 @@ class SessionOverview:
     updated_at: str
     turns: int
     held: bool  # a live process has it open
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """This process runs the session until `expires_at` (seconds since the epoch, the database's clock) unless it renews
+    the lease; `epoch` grows each time another process takes the session over (PostgreSQL; issue 24, item 2)."""
+
+    session_id: str
+    epoch: int
+    expires_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseHeld:
+    """Another live process (`owner_id`) holds the session's lease until `expires_at` (the database's clock)."""
+
+    session_id: str
+    owner_id: str
+    expires_at: float
 
 
 # --- the model history as JSON ---

@@ -18,6 +18,10 @@
   leases.py). Turns left `running` by an owner that is gone are marked `interrupted` at open, on load, and every few
   seconds; a live owner's turns never are. On the same machine the process check decides (a laptop that slept for an
   hour has stale heartbeats but live processes); the heartbeat decides only where the process cannot be checked.
+- **Two backends, one promise.** The jobs a flush or a read hands over are SQLite's (worker.py, in a worker thread)
+  or PostgreSQL's (postgres.py, coroutines on the loop, for replicas sharing a database: `SessionStore.connect`);
+  everything above (buffers, the flush queue, a failed commit kept, an acknowledged change answered an error, the
+  bounds at shutdown) is the same for both. The buffered statements are SQLite's; postgres.py translates them.
 - **A store that cannot be opened is never deleted or overwritten** (sqlite_file.py): `SessionStore.open` raises
   `StoreUnavailable` with a message for stderr, and the server keeps serving new sessions without persistence.
 - **Waits are bounded once the connection closes** (`bound_waits`). A wait for the worker thread is shielded (a
@@ -39,10 +43,10 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 import anyio
 import anyio.to_thread
@@ -54,6 +58,8 @@ from acp_server.store.leases import Identity, own_identity
 from acp_server.store.migration import ReadLegacy
 from acp_server.store.records import (
     ARCHIVE_FILTERS,
+    Lease,
+    LeaseHeld,
     LoadedSession,
     Pruned,
     Retention,
@@ -71,6 +77,9 @@ from acp_server.store.turn_log import Batch, TurnLog, decode_entries, new_turn_i
 from acp_server.store.turn_records import TurnEntry, UserChunk
 from acp_server.store.worker import DeleteOutcome, StoreWorker, tombstone_ops
 
+if TYPE_CHECKING:
+    from acp_server.store.postgres import PgWorker
+
 __all__ = ["FLUSH_INTERVAL_S", "STALE_AFTER_S", "SessionStore"]
 
 log = logging.getLogger(__name__)
@@ -87,6 +96,38 @@ _MAX_RETAINED_UPDATES = 500_000
 _TOUCH = "UPDATE sessions SET updated_at = ? WHERE id = ? AND deleted = 0"
 # One string for every buffered `create_session`, not a copy each (a burst of `session/new` buffers thousands).
 _CREATE_SESSION = f"INSERT OR REPLACE INTO sessions ({SESSION_COLUMNS}, deleted) VALUES (?,?,?,?,?,?,?,?,?,?,NULL,0)"
+
+
+_P = ParamSpec("_P")
+
+
+def _of_session(write: Callable[Concatenate[SessionStore, _P], _T]) -> Callable[Concatenate[SessionStore, _P], _T]:
+    """A buffered write of one session (its id, or its turn's log, is the first argument): while this process holds
+    leases (PostgreSQL), each statement it buffers is tagged with the session, so that a commit fences the statements
+    of a session whose lease was lost (postgres.py). Without leases (SQLite) nothing is tagged."""
+
+    def tagged(self: SessionStore, /, *args: _P.args, **kwargs: _P.kwargs) -> _T:
+        start = len(self._ops)
+        result = write(self, *args, **kwargs)
+        if self._fences:
+            first = args[0]
+            session_id = first.session_id if isinstance(first, TurnLog) else str(first)
+            for op in self._ops[start:]:
+                self._op_sessions[id(op)] = session_id
+        return result
+
+    tagged.__name__, tagged.__qualname__, tagged.__doc__ = write.__name__, write.__qualname__, write.__doc__
+    return tagged
+
+
+def _without(exc: BaseException, url: str) -> str:
+    """An error's text without the URL's password, should the driver have repeated it."""
+    from acp_server.settings.store_url import store_url_passwords  # noqa: PLC0415
+
+    text = str(exc).strip() or type(exc).__name__
+    for password in store_url_passwords(url):
+        text = text.replace(password, "***")
+    return text
 
 
 class _AbandonedError(Exception):
@@ -127,18 +168,30 @@ class SessionStore:
         *,
         read_legacy: ReadLegacy | None = None,
     ) -> None:
-        self.path = path
+        """The SQLite store (`open`); a PostgreSQL one is made by `connect`."""
+        self.path: Path | None = path  # the SQLite file; None for a PostgreSQL store
+        self.where = str(path)  # what messages name: the file, or the URL without its password
         self.owner_id = owner_id
         # The worker's connection and identity: held here too so a test can trace statements or forge owners.
-        self._conn = conn
+        self._sqlite: sqlite3.Connection | None = conn
         self._identity = identity
+        self._worker: StoreWorker | PgWorker
         self._worker = StoreWorker(path, conn, identity, owner_id, stale, read_legacy=read_legacy)
+        self._async_jobs = False  # the worker's jobs are coroutines (PostgreSQL), not blocking calls for a thread
+        self._init_buffers()
+
+    def _init_buffers(self) -> None:
         self._ops: list[tuple[str, tuple[Any, ...]]] = []
         self._dirty: list[TurnLog] = []
         self._failed: Batch | None = None
         # The ids of the buffered statements of changes a request acknowledges (`commit_change`), until a flush takes
         # them: a commit that fails takes them back out of what it keeps for the next flush.
         self._changes: set[int] = set()
+        # Leases (PostgreSQL): the epoch of each session this process took, which every commit checks (fencing); the
+        # buffered statements of those sessions by id (`_of_session`); the sessions whose lease a commit found lost.
+        self._fences: dict[str, int] = {}
+        self._op_sessions: dict[int, str] = {}
+        self.lost_leases: set[str] = set()
         self._lock: anyio.Lock | None = None
         self._taken = 0  # batches taken so far
         self._committed = 0  # the latest batch known committed
@@ -158,7 +211,67 @@ class SessionStore:
         self._loss_told = False  # the one warning that the bound may lose what is not committed
         self._last_error = ""  # why the last commit failed, for the error a change is answered with
 
+    @property
+    def _conn(self) -> sqlite3.Connection:
+        """The SQLite connection (for tests that trace statements); a PostgreSQL store has none."""
+        if self._sqlite is None:
+            raise AttributeError("a PostgreSQL store has no SQLite connection")
+        return self._sqlite
+
     # -- opening and closing --
+
+    @classmethod
+    async def connect(cls, url: str, *, stale_after: float = STALE_AFTER_S) -> SessionStore:
+        """Open the PostgreSQL store at `url` (postgresql://USER@HOST:PORT/DB): a pool of connections, the schema
+        created or upgraded once (whichever replica comes first), this process registered as an owner and turns of
+        owners that are gone marked `interrupted`. Raises StoreUnavailable, naming the URL without its password,
+        when the server cannot be reached or the database cannot be used; nothing is changed then."""
+        from acp_server.settings.store_url import redact_store_url  # noqa: PLC0415 (with the backend only)
+
+        where = redact_store_url(url)
+        try:
+            from acp_server.store.postgres import PgWorker, open_pool  # noqa: PLC0415 (psycopg only for this store)
+        except ImportError as exc:
+            raise StoreUnavailable(
+                f"session store {where}: PostgreSQL support is not installed ({exc.name} is missing:"
+                " pip install 'acp-server[postgres]')"
+            ) from None
+        import psycopg  # noqa: PLC0415 (loaded by the line above already)
+
+        try:
+            pool = await open_pool(url)
+        except psycopg.Error as exc:
+            raise StoreUnavailable(f"session store {where}: cannot be reached ({_without(exc, url)})") from None
+        identity = own_identity()
+        worker = PgWorker(where, pool, identity, uuid.uuid4().hex, stale_after)
+        store = cls.__new__(cls)
+        store._setup(worker, where, identity)
+        try:
+            with anyio.CancelScope(shield=True):
+                swept = await worker.register()
+        except StoreUnavailable:
+            await worker.close()
+            raise
+        except psycopg.Error as exc:
+            await worker.close()
+            raise StoreUnavailable(f"session store {where}: cannot be used ({_without(exc, url)})") from None
+        except BaseException:
+            await worker.close()
+            raise
+        if swept:
+            log.info("session store: %d turn(s) of processes that are gone marked interrupted", swept)
+        return store
+
+    def _setup(self, worker: PgWorker, where: str, identity: Identity) -> None:
+        """`__init__`'s state for a PostgreSQL store."""
+        self.path = None
+        self.where = where
+        self.owner_id = worker.owner_id
+        self._sqlite = None
+        self._identity = identity
+        self._worker = worker
+        self._async_jobs = True
+        self._init_buffers()
 
     @classmethod
     def open(
@@ -201,6 +314,8 @@ class SessionStore:
         """Commit what is buffered, mark this process's still-running turns `interrupted`, release the lease and
         close the connection. Blocking; while the event loop runs use `aclose`."""
         if not self._closed:
+            if not isinstance(self._worker, StoreWorker):
+                raise RuntimeError("a PostgreSQL store is closed with `aclose`")
             self._closed = True
             self._worker.finish(self._take(final=True))
             self._final_ok = True
@@ -215,7 +330,7 @@ class SessionStore:
                 self._closed = True
                 batch = self._take(final=True)  # here, on the event loop thread that appends
                 try:
-                    await self._in_thread(self._worker.finish, batch)
+                    await self._job(self._worker.finish, batch)
                 except _AbandonedError as abandoned:
                     self._last_error = str(abandoned)
                     return  # told once; the connection is the abandoned thread's to close
@@ -238,6 +353,7 @@ class SessionStore:
 
     # -- buffered writes (synchronous, cheap) --
 
+    @_of_session
     def create_session(
         self,
         session_id: str,
@@ -270,6 +386,7 @@ class SessionStore:
         )
         self._ops.append((HOLD, (session_id, self.owner_id)))
 
+    @_of_session
     def begin_turn(
         self, session_id: str, prompt: Sequence[Mapping[str, Any]], prompt_text: str, *, message_id: str | None = None
     ) -> TurnLog:
@@ -290,6 +407,7 @@ class SessionStore:
             turn.append(UserChunk(user_message, dict(block)))
         return turn
 
+    @_of_session
     def finish_turn(
         self,
         turn: TurnLog,
@@ -316,6 +434,7 @@ class SessionStore:
         )
         self._ops.append((_TOUCH, (now, turn.session_id)))
 
+    @_of_session
     def set_title(self, session_id: str, title: str | None) -> None:
         self._ops.append(
             (
@@ -324,16 +443,19 @@ class SessionStore:
             )
         )
 
+    @_of_session
     def set_archived(self, session_id: str, archived: bool) -> None:
         """`session/archive` (True) and `session/unarchive` (False): the session leaves (or rejoins) the default
         `session/list`. Its activity time is left as it was, so it keeps its place in the list."""
         self._ops.append(("UPDATE sessions SET archived = ? WHERE id = ? AND deleted = 0", (int(archived), session_id)))
 
+    @_of_session
     def set_mode(self, session_id: str, mode: str) -> None:
         self._ops.append(
             ("UPDATE sessions SET mode = ?, updated_at = ? WHERE id = ? AND deleted = 0", (mode, utc_now(), session_id))
         )
 
+    @_of_session
     def set_config(self, session_id: str, config: Mapping[str, Any]) -> None:
         """Replace the session's stored config option values (e.g. {"model": ..., "thought_level": ...})."""
         self._ops.append(
@@ -343,14 +465,17 @@ class SessionStore:
             )
         )
 
+    @_of_session
     def touch(self, session_id: str) -> None:
         self._ops.append((_TOUCH, (utc_now(), session_id)))
 
+    @_of_session
     def delete(self, session_id: str) -> None:
         """Remove the session's content and leave a tombstone; it disappears from `list_sessions` and `load`.
         An unknown id is a silent success. Later writes for the session are ignored."""
         self._ops += tombstone_ops(session_id)
 
+    @_of_session
     def release(self, session_id: str) -> None:
         """This process no longer has the session open (session/close): pruning may remove it again."""
         self._ops.append(("DELETE FROM holds WHERE session_id = ? AND owner_id = ?", (session_id, self.owner_id)))
@@ -387,12 +512,17 @@ class SessionStore:
         commit whose wait ended at its `bound_waits` bound goes on in its thread and may yet succeed.)"""
         start = len(self._ops)
         write()
-        self._changes.update(id(op) for op in self._ops[start:])
+        written = self._ops[start:]
+        self._changes.update(id(op) for op in written)
+        leased = {self._op_sessions[id(op)] for op in written if id(op) in self._op_sessions}
         if self._closed:
             self._ops[start:] = []  # never committed now: `aclose` took the last batch
-            raise ChangeNotSavedError(f"session store {self.path}: closed")
+            raise ChangeNotSavedError(f"session store {self.where}: closed")
         if not await self.flush():
-            raise ChangeNotSavedError(f"session store {self.path}: its commit failed ({self._last_error})")
+            raise ChangeNotSavedError(f"session store {self.where}: its commit failed ({self._last_error})")
+        fenced = leased & self.lost_leases
+        if fenced:
+            raise ChangeNotSavedError(f"session store {self.where}: session {fenced.pop()} runs on another replica now")
 
     async def flush(self) -> bool:
         """Commit everything buffered before this call, in one transaction on a worker thread. Shielded: once
@@ -417,6 +547,37 @@ class SessionStore:
     async def sweep(self) -> int:
         """Mark the running turns of owners that are gone `interrupted` now; how many were marked."""
         return await self._locked(self._worker.sweep_now)
+
+    # -- leases (PostgreSQL; issue 24, item 2) --
+
+    async def take_lease(self, session_id: str, ttl: float) -> Lease | LeaseHeld:
+        """Run the session here for `ttl` seconds (renewed by `renew_leases`), unless another live process holds its
+        lease (`LeaseHeld`, with when it expires). SQLite has no leases (one machine: its processes share sessions as
+        today), so there every session is this process's, at epoch 0, for ever."""
+        if isinstance(self._worker, StoreWorker):
+            return Lease(session_id, 0, math.inf)
+        lease: Lease | LeaseHeld = await self._locked(self._worker.take_lease, session_id, ttl)
+        if isinstance(lease, Lease):
+            self._fences[session_id] = lease.epoch  # from now on its commits check this epoch
+            self.lost_leases.discard(session_id)
+        return lease
+
+    async def renew_leases(self, ttl: float) -> dict[str, Lease]:
+        """Renew every lease this process holds; those still held, by session (a lease missing was lost)."""
+        if isinstance(self._worker, StoreWorker):
+            return {}
+        return await self._locked(self._worker.renew_leases, ttl)
+
+    async def release_lease(self, session_id: str) -> bool:
+        """No connection of this process uses the session any more: another process may take it at once. Whether
+        this process held its lease (never on SQLite)."""
+        if isinstance(self._worker, StoreWorker):
+            return False
+        await self.flush()  # what was buffered under the lease is committed (or fenced) before it goes
+        self._fences.pop(session_id, None)
+        self.lost_leases.discard(session_id)
+        released: bool = await self._locked(self._worker.release_lease, session_id)
+        return released
 
     # -- reads --
 
@@ -488,16 +649,17 @@ class SessionStore:
             self._lock = anyio.Lock()
         return self._lock
 
-    async def _locked(self, func: Callable[..., _T], *args: Any) -> _T:
-        """Run `func` on a worker thread, alone on the connection. Shielded: a thread cannot be stopped midway, and
-        a cancelled caller must not leave the lock or a transaction half done."""
+    async def _locked(self, func: Callable[..., _T | Awaitable[_T]], *args: Any) -> _T:
+        """Run one of the worker's jobs, alone on the connection (in a worker thread for SQLite). Shielded: a thread
+        cannot be stopped midway, and a cancelled caller must not leave the lock or a transaction half done."""
         result: _T
+        failures: tuple[type[Exception], ...] = (*self._worker.errors, _AbandonedError)
         with anyio.CancelScope(shield=True):
             async with self._async_lock():
                 try:
-                    result = await self._in_thread(func, *args)
-                except (sqlite3.Error, _AbandonedError) as exc:
-                    raise StoreUnavailable(f"session store {self.path}: {exc}") from exc
+                    result = await self._job(func, *args)
+                except failures as exc:
+                    raise StoreUnavailable(f"session store {self.where}: {exc}") from exc
         return result
 
     @contextlib.contextmanager
@@ -512,6 +674,21 @@ class SessionStore:
                 yield scope
         finally:
             self._bounded_waits.discard(scope)
+
+    async def _job(self, func: Callable[..., Any], *args: Any) -> Any:
+        """Run one of the worker's jobs: a blocking call in a thread (SQLite), or a coroutine on the loop
+        (PostgreSQL)."""
+        if self._async_jobs:
+            return await self._in_task(func, *args)
+        return await self._in_thread(func, *args)
+
+    async def _in_task(self, func: Callable[..., Awaitable[_T]], *args: Any) -> _T:
+        """`_in_thread` for a worker whose jobs are coroutines: awaited here, under the same bound. A job whose wait
+        ends at the bound is cancelled midway; whether its transaction committed is not known (`started`)."""
+        with self._bounded():
+            return await func(*args)
+        self._tell_loss()
+        raise _AbandonedError(True)
 
     async def _in_thread(self, func: Callable[..., _T], *args: Any) -> _T:
         """Run a job on the connection in a worker thread and wait for it (under the store's lock, shielded, as
@@ -555,7 +732,7 @@ class SessionStore:
             log.warning(
                 "session store %s: a write waits for the write lock (another process holds it) as the server exits;"
                 " it is waited for no longer: what is not committed by then is lost",
-                self.path,
+                self.where,
             )
 
     async def _flush(self, wanted: int) -> bool:
@@ -618,7 +795,7 @@ class SessionStore:
                 self._committed = self._taken
                 return True
             try:
-                await self._in_thread(self._worker.commit, batch)
+                lost = await self._job(self._worker.commit, batch)
             except _AbandonedError as abandoned:
                 self._last_error = str(abandoned)
                 if not abandoned.started:
@@ -630,6 +807,12 @@ class SessionStore:
             except Exception as exc:
                 self._keep_or_drop(batch, exc)
                 return False
+            if lost:
+                # Fenced: another replica took these sessions over; what this one wrote of them since is not stored.
+                new = lost - self.lost_leases
+                self.lost_leases |= lost
+                if new:
+                    log.warning("session store: lost the lease of %s; their writes here were not stored", sorted(new))
             self._committed = self._taken
             return True
 
@@ -645,6 +828,11 @@ class SessionStore:
         sessions = {turn.turn_id: turn.session_id for turn in self._dirty}
         self._dirty.clear()
         batch = Batch(self._ops, updates, heartbeat, sweep, sessions=sessions, changes=self._changes)
+        if self._fences:
+            batch.fences = dict(self._fences)
+            batch.op_sessions = self._op_sessions
+        if self._op_sessions:  # never kept past its batch: a later statement could reuse an id
+            self._op_sessions = {}
         batch = batch.after(self._failed)
         self._ops = []
         self._changes = set()
@@ -658,14 +846,14 @@ class SessionStore:
         # every change in it is answered with an error and must not be committed by a later flush.
         batch = batch.without_changes()
         count = batch.update_count()
-        transient = isinstance(exc, sqlite3.OperationalError)
+        transient = self._worker.transient(exc)
         if transient and time.monotonic() - batch.first_taken < _RETRY_WINDOW_S and count < _MAX_RETAINED_UPDATES:
             self._failed = batch
-            log.warning("session store %s: a flush failed (%s); retrying with the next one", self.path, exc)
+            log.warning("session store %s: a flush failed (%s); retrying with the next one", self.where, exc)
             return
         log.error(
             "session store %s: dropped %d buffered statement(s) and %d update(s) after: %s",
-            self.path,
+            self.where,
             len(batch.ops),
             count,
             exc,

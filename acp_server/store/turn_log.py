@@ -147,6 +147,10 @@ class Batch:
     sessions: dict[str, str] = field(default_factory=dict)
     # The ids of the statements in `ops` that are changes a request waits to acknowledge (`commit_change`).
     changes: set[int] = field(default_factory=set)
+    # Leases (PostgreSQL): the epoch each leased session's writes are fenced by, and the session of each statement
+    # of theirs in `ops` (by id). Empty without leases.
+    fences: dict[str, int] = field(default_factory=dict)
+    op_sessions: dict[int, str] = field(default_factory=dict)
 
     def after(self, earlier: Batch | None) -> Batch:
         if earlier is None:
@@ -159,6 +163,8 @@ class Batch:
             earlier.first_taken,
             {**earlier.sessions, **self.sessions},
             earlier.changes | self.changes,
+            {**earlier.fences, **self.fences},
+            {**earlier.op_sessions, **self.op_sessions},
         )
 
     def without_changes(self) -> Batch:
@@ -166,7 +172,17 @@ class Batch:
         if not self.changes:
             return self
         ops = [op for op in self.ops if id(op) not in self.changes]
-        return Batch(ops, self.updates, self.heartbeat, self.sweep, self.first_taken, self.sessions)
+        return Batch(
+            ops,
+            self.updates,
+            self.heartbeat,
+            self.sweep,
+            self.first_taken,
+            self.sessions,
+            set(),
+            self.fences,
+            self.op_sessions,
+        )
 
     @property
     def empty(self) -> bool:

@@ -45,7 +45,7 @@ from acp_server.store.sqlite_file import HOLD, HOLDS_SCHEMA, SCHEMA_VERSION, SES
 from acp_server.store.turn_log import Batch, decode_row, new_turn_id, update_rows
 from acp_server.store.turn_records import TurnEntry, decode_entry
 
-__all__ = ["DeleteOutcome", "StoreWorker", "tombstone_ops"]
+__all__ = ["DeleteOutcome", "StoreWorker", "decode_loaded", "session_record", "session_summary", "tombstone_ops"]
 
 log = logging.getLogger(__name__)
 
@@ -113,6 +113,14 @@ class StoreWorker:
         self._identity = identity
         self._stale_after = stale
         self._read_legacy = read_legacy
+
+    # What a job raises when the store fails underneath (read as StoreUnavailable), and which of it a retry may mend.
+    errors: tuple[type[Exception], ...] = (sqlite3.Error,)
+
+    @staticmethod
+    def transient(exc: Exception) -> bool:
+        """A commit that failed this way may succeed later (a lock held too long, a full disk): its batch is kept."""
+        return isinstance(exc, sqlite3.OperationalError)
 
     @contextlib.contextmanager
     def _transaction(self, begin: str = "BEGIN IMMEDIATE") -> Iterator[sqlite3.Connection]:
@@ -246,41 +254,7 @@ class StoreWorker:
     def _decode(
         self, session_id: str, row: Sequence[Any], turn_rows: Sequence[Sequence[Any]], update_rows: Sequence[Any]
     ) -> LoadedSession:
-        entries: dict[str, list[TurnEntry]] = {}
-        try:
-            for turn_id, data in update_rows:
-                entries.setdefault(turn_id, []).extend(self._entries(decode_row(data)))
-        except (ValueError, zlib.error) as exc:
-            raise StoreUnavailable(f"session store {self.path}: session {session_id} is unreadable ({exc})") from exc
-        turns = [
-            TurnRecord(
-                turn_id=r[0],
-                status=cast(TurnStatus, r[1]),
-                stop_reason=r[2],
-                error=r[3],
-                started_at=r[4],
-                ended_at=r[5],
-                prompt_text=r[6],
-                entries=entries.get(r[0], []),
-                ran=r[1] == "interrupted" or r[7] not in _NO_MESSAGES,
-            )
-            for r in turn_rows
-        ]
-        try:
-            return LoadedSession(_session_record(row), turns, rebuild_history(turns, turn_rows))
-        except (ValueError, KeyError, TypeError) as exc:
-            raise StoreUnavailable(f"session store {self.path}: session {session_id} is unreadable ({exc})") from exc
-
-    def _entries(self, items: Sequence[Any]) -> Iterator[TurnEntry]:
-        for item in items:
-            if isinstance(item, dict) and self._read_legacy is not None:
-                # An update object: written after the upgrade by a process of the old version that had the store
-                # open already (a new process refuses a store of a newer schema, an old one does not look again).
-                entry = self._read_legacy(item)
-                if entry is not None:
-                    yield entry
-            else:
-                yield decode_entry(item)
+        return decode_loaded(str(self.path), self._read_legacy, session_id, row, turn_rows, update_rows)
 
     def list_page(
         self, cwd: str | None, after: tuple[str, str] | None, limit: int, archived: str = "exclude"
@@ -303,7 +277,7 @@ class StoreWorker:
             " ORDER BY updated_at DESC, id DESC LIMIT ?",
             (*params, limit + 1),
         ).fetchall()
-        page = [_summary(r) for r in rows[:limit]]
+        page = [session_summary(r) for r in rows[:limit]]
         more = len(rows) > limit
         return SessionPage(page, encode_cursor(page[-1].updated_at, page[-1].session_id) if more else None)
 
@@ -315,7 +289,7 @@ class StoreWorker:
             " WHERE id = ? AND deleted = 0 AND parent_id IS NULL",
             (session_id,),
         ).fetchone()
-        return None if row is None else _summary(row)
+        return None if row is None else session_summary(row)
 
     def fork(self, source: str, new_id: str, overrides: tuple[str | None, bytes | None, bytes | None]) -> bool:
         now = utc_now()
@@ -458,14 +432,61 @@ class StoreWorker:
         return [SessionOverview(r[0], r[1], r[2], r[3], r[4], int(r[5]), bool(r[6])) for r in rows]
 
 
-def _summary(row: Sequence[Any]) -> SessionSummary:
+def decode_loaded(  # noqa: PLR0917 (the rows of one read, as the worker has them)
+    where: str,
+    read_legacy: ReadLegacy | None,
+    session_id: str,
+    row: Sequence[Any],
+    turn_rows: Sequence[Sequence[Any]],
+    update_rows: Sequence[Any],
+) -> LoadedSession:
+    """A session read back from its rows (the same for every backend); StoreUnavailable when they are unreadable."""
+    entries: dict[str, list[TurnEntry]] = {}
+    try:
+        for turn_id, data in update_rows:
+            entries.setdefault(turn_id, []).extend(_entries(decode_row(data), read_legacy))
+    except (ValueError, zlib.error) as exc:
+        raise StoreUnavailable(f"session store {where}: session {session_id} is unreadable ({exc})") from exc
+    turns = [
+        TurnRecord(
+            turn_id=r[0],
+            status=cast(TurnStatus, r[1]),
+            stop_reason=r[2],
+            error=r[3],
+            started_at=r[4],
+            ended_at=r[5],
+            prompt_text=r[6],
+            entries=entries.get(r[0], []),
+            ran=r[1] == "interrupted" or r[7] not in _NO_MESSAGES,
+        )
+        for r in turn_rows
+    ]
+    try:
+        return LoadedSession(session_record(row), turns, rebuild_history(turns, turn_rows))
+    except (ValueError, KeyError, TypeError) as exc:
+        raise StoreUnavailable(f"session store {where}: session {session_id} is unreadable ({exc})") from exc
+
+
+def _entries(items: Sequence[Any], read_legacy: ReadLegacy | None) -> Iterator[TurnEntry]:
+    for item in items:
+        if isinstance(item, dict) and read_legacy is not None:
+            # An update object: written after the upgrade by a process of the old version that had the store
+            # open already (a new process refuses a store of a newer schema, an old one does not look again).
+            entry = read_legacy(item)
+            if entry is not None:
+                yield entry
+        else:
+            yield decode_entry(item)
+
+
+def session_summary(row: Sequence[Any]) -> SessionSummary:
     """A `sessions` row read as id, cwd, additional_directories, title, updated_at, config, archived."""
     return SessionSummary(
         row[0], row[1], tuple(orjson.loads(row[2])), row[3], row[4], owner_in(orjson.loads(row[5])), bool(row[6])
     )
 
 
-def _session_record(row: Sequence[Any]) -> SessionRecord:
+def session_record(row: Sequence[Any]) -> SessionRecord:
     return SessionRecord(
         session_id=row[0],
         cwd=row[1],

@@ -3,7 +3,7 @@
 Streamed chunks may wait for the store's batching window (store.py), but a session's metadata (its creation, its
 mode, its config options, its deletion) is committed before its response: an editor that saw `session/new` answered
 and then lost the server must be able to load that session. Real processes, a real SIGKILL, a real SQLite file; several
-trials, because a kill can land after a flush by luck.
+trials, because a kill can land after a flush by luck. The turn's promise is kept on PostgreSQL too (`store_url`).
 
 A turn, likewise, is committed before its response (v1) or its `idle` (v2), whether it ended or was cancelled
 (sessions/turn.py::execute_prompt). Those tests leave nothing to luck: they hold the store's write lock from outside,
@@ -16,9 +16,6 @@ from __future__ import annotations
 import os
 import resource
 import signal
-import sqlite3
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,7 +23,8 @@ from typing import Any
 import pytest
 
 from tests.conftest import StartServer
-from tests.support.harness import DEFAULT_ARGS, T_WAIT, W_QUIET, RawClient
+from tests.support.harness import DEFAULT_ARGS, W_QUIET, RawClient
+from tests.support.stores import StoreAt
 
 TRIALS = 8
 
@@ -143,25 +141,13 @@ OUTCOMES = {
 }
 
 
-@contextmanager
-def write_lock(state: Path) -> Iterator[None]:
-    """The session store's write lock, held by another connection (as another acp-server's commit, or a `sessions
-    prune`, would hold it): every commit of the server waits until it is let go."""
-    holder = sqlite3.connect(state / "sessions.sqlite3", timeout=T_WAIT, isolation_level=None)
-    try:
-        holder.execute("BEGIN IMMEDIATE")
-        yield
-    finally:
-        holder.rollback()
-        holder.close()
-
-
-async def end_the_turn_with_its_commit_held(server: RawClient, state: Path, session: str, outcome: str) -> None:
-    """At the gate: take the write lock, end the turn (its gate opened, or a cancel), and wait until its work is
-    over; then the turn's last commit waits on the lock, and the lock is held COMMIT_HOLD more."""
+async def end_the_turn_with_its_commit_held(server: RawClient, store: StoreAt, session: str, outcome: str) -> None:
+    """At the gate: take the store's write lock (as another acp-server's commit, or a `sessions prune`, would hold
+    it; on PostgreSQL its tables), end the turn (its gate opened, or a cancel), and wait until its work is over; then
+    the turn's last commit waits on the lock, and the lock is held COMMIT_HOLD more."""
     ending = OUTCOMES[outcome]
     await server.probe("gate_reached", sessionId=session, gate="g")
-    with write_lock(state):
+    with store.write_lock():
         if ending.action == "release":
             await server.release(session, "g")
         else:
@@ -193,20 +179,20 @@ async def kill_9_at_once(client: RawClient) -> None:
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("outcome", list(OUTCOMES))
 async def test_a_turn_is_committed_before_its_response_and_a_kill_9_right_after_it_loses_nothing(
-    start_server: StartServer, tmp_path: Path, outcome: str
+    start_server: StartServer, tmp_path: Path, outcome: str, store_url: str | None
 ) -> None:
     """v1: while the turn's last commit waits on a write lock another connection holds, no response is written;
     once the lock is let go, the response comes, a kill -9 follows at once, and after a restart `session/load`
     replays the whole turn: all its text, and for a cancelled turn the `[cancelled]` note (never `[interrupted]`,
     the note of a turn whose end was never committed)."""
     script, replayed_text = OUTCOMES[outcome].script, OUTCOMES[outcome].replayed
-    state = tmp_path / "state"
-    env = {"ACP_SERVER_STATE_DIR": str(state)}
+    store = StoreAt(tmp_path / "state", store_url)
+    env = store.env()
     first = await start_server(*DEFAULT_ARGS, env=env)
     await first.initialize()
     session = await first.new_session()
     prompt = await first.prompt(session, script)
-    await end_the_turn_with_its_commit_held(first, state, session, outcome)
+    await end_the_turn_with_its_commit_held(first, store, session, outcome)
     answered = await first.response(prompt)
     await kill_9_at_once(first)
     assert answered["result"] == {"stopReason": outcome}
@@ -216,6 +202,7 @@ async def test_a_turn_is_committed_before_its_response_and_a_kill_9_right_after_
     loaded = await second.call("session/load", {"sessionId": session, "cwd": "/tmp", "mcpServers": []})
     assert "result" in loaded, loaded
     assert second.texts(session) == replayed_text
+    assert session in store.sessions()  # in the store the test chose (a PostgreSQL URL was not ignored)
     closing = second.updates(session, "agent_message_chunk")[-1]
     assert closing.get("_meta") == ({"acpServer": {"turnStatus": "cancelled"}} if outcome == "cancelled" else None)
 
@@ -223,18 +210,18 @@ async def test_a_turn_is_committed_before_its_response_and_a_kill_9_right_after_
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("outcome", list(OUTCOMES))
 async def test_a_v2_turn_is_committed_before_its_idle_and_a_kill_9_right_after_it_loses_nothing(
-    start_server: StartServer, tmp_path: Path, outcome: str
+    start_server: StartServer, tmp_path: Path, outcome: str, store_url: str | None
 ) -> None:
     """v2: the same with the `idle` as the turn's answer (the prompt itself was answered when it was inserted), and
     `session/resume` with its whole replay after the restart."""
     script, replayed_text = OUTCOMES[outcome].script, OUTCOMES[outcome].replayed
-    state = tmp_path / "state"
-    env = {"ACP_SERVER_STATE_DIR": str(state)}
+    store = StoreAt(tmp_path / "state", store_url)
+    env = store.env()
     first = await start_server(*DEFAULT_ARGS, env=env)
     await first.initialize_v2()
     session = await first.new_session_v2()
     assert "result" in await first.response(await first.prompt(session, script))
-    await end_the_turn_with_its_commit_held(first, state, session, outcome)
+    await end_the_turn_with_its_commit_held(first, store, session, outcome)
     idle = await first.idle(session)
     await kill_9_at_once(first)
     assert idle["params"]["update"]["stopReason"] == outcome
@@ -244,6 +231,7 @@ async def test_a_v2_turn_is_committed_before_its_idle_and_a_kill_9_right_after_i
     resume = {"sessionId": session, "cwd": "/tmp", "replayFrom": {"type": "start"}}
     resumed = await second.call("session/resume", resume)
     assert "result" in resumed, resumed
+    assert session in store.sessions()
     said = second.updates(session, "agent_message")  # a replay joins one message's chunks
     assert "".join(block["text"] for u in said for block in u["content"]) == "".join(replayed_text)
     assert said[-1].get("_meta") == ({"acpServer": {"turnStatus": "cancelled"}} if outcome == "cancelled" else None)
@@ -334,3 +322,33 @@ async def test_on_v2_a_turn_whose_end_cannot_be_committed_says_so_on_its_idle(
     await server.response(await server.prompt(saved, [{"say": "not saved"}]))
     idle = (await server.idle(saved, nth=2))["params"]["update"]
     assert (idle["stopReason"], idle.get("_meta")) == ("end_turn", {"acpServer": {"saved": False}}), idle
+
+
+@pytest.mark.timeout(60)
+async def test_a_v2_prompt_is_answered_only_once_its_user_message_is_committed_and_a_kill_9_right_after_keeps_it(
+    start_server: StartServer, tmp_path: Path, store_url: str | None
+) -> None:
+    """v2 answers `session/prompt` with the `messageId` it gave the user's message, at insertion, long before the
+    turn ends: that answer acknowledges the message, so it waits for the message's commit. While another connection
+    holds the store's write lock nothing answers the prompt; once it lets go the answer comes, a kill -9 follows at
+    once, and after a restart `session/resume` replays the message under that id (the turn, cut short, closed by
+    the interrupted note)."""
+    store = StoreAt(tmp_path / "state", store_url)
+    first = await start_server(*DEFAULT_ARGS, env=store.env())
+    await first.initialize_v2()
+    session = await first.new_session_v2()
+    with store.write_lock():
+        request = await first.prompt(session, [{"say": "never"}, {"gate": "g"}])
+        await first.quiet(COMMIT_HOLD, lambda m: m.get("id") == request and "method" not in m)
+    answered = await first.response(request)
+    await kill_9_at_once(first)
+    message_id = answered["result"]["messageId"]
+
+    second = await start_server(*DEFAULT_ARGS, env=store.env())
+    await second.initialize_v2()
+    resumed = await second.call(
+        "session/resume", {"sessionId": session, "cwd": "/tmp", "replayFrom": {"type": "start"}}
+    )
+    assert "result" in resumed, resumed
+    assert session in store.sessions()
+    assert [u["messageId"] for u in second.updates(session, "user_message")] == [message_id]

@@ -10,6 +10,7 @@ import asyncio
 import os
 import shutil
 import signal
+import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,13 +24,16 @@ from acp_server.agent.sessions.slash_commands import TITLE_INSTRUCTIONS
 from tests.conftest import StartServer
 from tests.support.fake_openai import FakeOpenAI, text_reply
 from tests.support.harness import RawClient, scaled
+from tests.support.stores import StoreAt
 
 LEGACY_STORE = Path(__file__).resolve().parents[2] / "fixtures" / "stores" / "v1"
 SESSION_SCOPED = {"available_commands_update", "session_info_update", "current_mode_update", "config_option_update"}
 
 
-async def start(start_server: StartServer, state: Path, *args: str) -> RawClient:
-    server = await start_server("--model", "scripted", "--test-mode", *args, env={"ACP_SERVER_STATE_DIR": str(state)})
+async def start(start_server: StartServer, state: Path | StoreAt, *args: str) -> RawClient:
+    """A scripted server on the state directory `state`, or on the store `state` names (SQLite or PostgreSQL)."""
+    env = (state if isinstance(state, StoreAt) else StoreAt(state, None)).env()
+    server = await start_server("--model", "scripted", "--test-mode", *args, env=env)
     await server.initialize()
     return server
 
@@ -59,9 +63,10 @@ def without_ids(updates: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 async def test_load_after_restart_replays_exactly_what_the_client_saw_and_the_model_goes_on(
-    start_server: StartServer, tmp_path: Path
+    start_server: StartServer, tmp_path: Path, store_url: str | None
 ) -> None:
-    first = await start(start_server, tmp_path, "--permission-mode", "bypass")
+    store = StoreAt(tmp_path, store_url)
+    first = await start(start_server, store, "--permission-mode", "bypass")
     session = await first.new_session(str(tmp_path))
     script: list[dict[str, Any]] = [
         {"think": "hmm"},
@@ -73,7 +78,8 @@ async def test_load_after_restart_replays_exactly_what_the_client_saw_and_the_mo
     saw = seen(first, session)
     assert (await first.close())[0] == 0
 
-    second = await start(start_server, tmp_path)
+    assert store.sessions() == {session}
+    second = await start(start_server, store)
     response, replayed = await load(second, session, str(tmp_path))
     assert set(response["result"]) == {"modes", "configOptions"}
     assert response["result"]["modes"]["currentModeId"] == "bypass"
@@ -104,9 +110,10 @@ async def test_a_cancelled_turn_replays_what_it_streamed_then_a_cancelled_note(
 
 @pytest.mark.timeout(60)
 async def test_kill_9_mid_stream_keeps_what_was_sent_and_marks_the_turn_interrupted(
-    start_server: StartServer, tmp_path: Path
+    start_server: StartServer, tmp_path: Path, store_url: str | None
 ) -> None:
-    first = await start(start_server, tmp_path)
+    store = StoreAt(tmp_path, store_url)
+    first = await start(start_server, store)
     session = await first.new_session()
     script = [{"say": f"chunk-{i} ", "repeat": 1} for i in range(50)] + [{"sleep": 0.05}] * 200
     interleaved: list[dict[str, Any]] = []
@@ -133,7 +140,8 @@ async def test_kill_9_mid_stream_keeps_what_was_sent_and_marks_the_turn_interrup
     first.validator.violations.clear()  # the wire log ends mid-turn by design; the fixture's checks do not apply
     first.log.clear()
 
-    second = await start(start_server, tmp_path)
+    assert store.sessions() == {session}
+    second = await start(start_server, store)
     _, replayed = await load(second, session)
     texts = [u["content"]["text"] for u in replayed if u["sessionUpdate"] == "agent_message_chunk"]
     assert texts[-1] == "[interrupted]"
@@ -260,6 +268,27 @@ async def test_a_corrupt_store_is_left_untouched_reported_and_new_sessions_still
     await server.close()
     assert store.read_bytes() == before
     assert "session store is unavailable" in server.stderr_text
+
+
+async def test_a_postgresql_store_that_cannot_be_reached_is_reported_without_its_password_and_sessions_still_work(
+    start_server: StartServer, tmp_path: Path
+) -> None:
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    url = f"postgresql://acp:pw-never-logged-123@127.0.0.1:{port}/acp"
+    server = await start(start_server, StoreAt(tmp_path, url))
+    session = await server.new_session()
+    assert (await server.response(await server.prompt(session, [{"say": "fine"}])))["result"]["stopReason"] == (
+        "end_turn"
+    )
+    refused = await server.call("session/load", {"sessionId": session, "cwd": "/tmp", "mcpServers": []})
+    assert "store" in refused["error"]["message"]
+    await server.close()
+    assert "session store is unavailable" in server.stderr_text
+    assert f"@127.0.0.1:{port}/acp: cannot be reached" in server.stderr_text  # the URL, its password replaced
+    assert "pw-never-logged-123" not in server.stderr_text
+    assert not (tmp_path / "sessions.sqlite3").exists()  # never the SQLite file in its place
 
 
 async def test_no_store_keeps_sessions_in_memory_and_advertises_no_loading(

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import sqlite3
 import subprocess
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -19,6 +18,7 @@ import pytest
 from tests.conftest import StartServer
 from tests.support.fake_openai import FakeOpenAI, error, text_reply
 from tests.support.harness import RawClient, isolated_env, scaled, server_command
+from tests.support.stores import StoreAt
 
 STORE = "sessions.sqlite3"
 
@@ -138,34 +138,21 @@ async def test_a_refused_first_prompt_does_not_become_the_title(
 # --- pruning ---
 
 
-def backdate(state: Path, session_id: str, *, days: float = 0, minutes: float = 0) -> None:
+def backdate(state: Path | StoreAt, session_id: str, *, days: float = 0, minutes: float = 0) -> None:
     stamp = (datetime.now(UTC) - timedelta(days=days, minutes=minutes)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-    conn = sqlite3.connect(state / STORE, isolation_level=None)
-    try:
-        conn.execute("UPDATE sessions SET created_at = ?, updated_at = ? WHERE id = ?", (stamp, stamp, session_id))
-    finally:
-        conn.close()
+    store = state if isinstance(state, StoreAt) else StoreAt(state, None)
+    store.execute("UPDATE sessions SET created_at = ?, updated_at = ? WHERE id = ?", stamp, stamp, session_id)
 
 
-def _row_state(state: Path, session_id: str) -> tuple[Any, ...]:
-    conn = sqlite3.connect(state / STORE, isolation_level=None)
-    try:
-        row = conn.execute(
-            "SELECT created_at, updated_at, deleted FROM sessions WHERE id = ?", (session_id,)
-        ).fetchone()
-        holds = conn.execute("SELECT owner_id FROM holds WHERE session_id = ?", (session_id,)).fetchall()
-        turns = conn.execute("SELECT status FROM turns WHERE session_id = ?", (session_id,)).fetchall()
-        return row, holds, turns
-    finally:
-        conn.close()
+def _row_state(store: StoreAt, session_id: str) -> tuple[Any, ...]:
+    row = store.rows("SELECT created_at, updated_at, deleted FROM sessions WHERE id = ?", session_id)
+    holds = store.rows("SELECT owner_id FROM holds WHERE session_id = ?", session_id)
+    turns = store.rows("SELECT status FROM turns WHERE session_id = ?", session_id)
+    return row, holds, turns
 
 
 def stored(state: Path) -> set[str]:
-    conn = sqlite3.connect(state / STORE, isolation_level=None)
-    try:
-        return {row[0] for row in conn.execute("SELECT id FROM sessions WHERE deleted = 0")}
-    finally:
-        conn.close()
+    return StoreAt(state, None).sessions()
 
 
 async def gone(state: Path, sessions: set[str]) -> None:
@@ -219,6 +206,7 @@ async def test_a_server_prunes_old_empty_and_expired_sessions_when_it_opens_the_
 
 
 def sessions_cli(state: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """`acp-server sessions ARGS` on the state directory `state` (and whatever store flags ARGS give)."""
     result = subprocess.run(
         server_command("sessions", *args),
         capture_output=True,
@@ -232,37 +220,47 @@ def sessions_cli(state: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 async def test_the_sessions_command_lists_shows_deletes_and_prunes_the_servers_store(
-    start_server: StartServer, tmp_path: Path
+    start_server: StartServer, tmp_path: Path, store_url: str | None
 ) -> None:
-    server = await echo_server(start_server, tmp_path)
+    """On the server's SQLite file, and with `--store-url` on its PostgreSQL database (given here as the flag, the
+    server's as the variable)."""
+    store = StoreAt(tmp_path, store_url)
+    server = await start_server("--model", "echo", env=store.env())
+    await server.initialize()
+    flags = () if store_url is None else ("--store-url", store_url)
+
+    def cli(action: str, *args: str) -> subprocess.CompletedProcess[str]:
+        return sessions_cli(tmp_path, action, *flags, *args)
+
     talked = await server.new_session(str(tmp_path))
     assert (await server.call("session/prompt", ask(talked, "count the lines of main.py")))["result"]
     await server.wait_for(lambda m: bool(titles(server, talked)))
     empty = await server.new_session(str(tmp_path))
-    shown = sessions_cli(tmp_path, "list")
+    assert store.sessions() == {talked, empty}
+    shown = cli("list")
     assert shown.returncode == 0, shown.stderr
     rows = {line.split()[3]: line for line in shown.stderr.splitlines() if "sess_" in line}
     assert set(rows) == {talked, empty}
     assert "count the lines of main.py" in rows[talked] and " 1 " in rows[talked] and "[open]" in rows[talked]
     assert "(untitled)" in rows[empty]
-    detail = sessions_cli(tmp_path, "show", talked)
+    detail = cli("show", talked)
     assert detail.returncode == 0
     assert "> count the lines of main.py" in detail.stderr and "turn 1 (completed, end_turn)" in detail.stderr
     # A session a running server has open is kept unless forced; an unknown one is an error.
-    refused = sessions_cli(tmp_path, "delete", empty)
+    refused = cli("delete", empty)
     assert refused.returncode == 1 and "open in a running acp-server" in refused.stderr
-    assert sessions_cli(tmp_path, "delete", "sess_nope").returncode == 1
+    assert cli("delete", "sess_nope").returncode == 1
     assert (await server.call("session/close", {"sessionId": empty}))["result"] == {}
-    backdate(tmp_path, empty, minutes=30)
-    pruned = sessions_cli(tmp_path, "prune")
+    backdate(store, empty, minutes=30)
+    pruned = cli("prune")
     assert pruned.returncode == 0 and empty in pruned.stderr and talked not in pruned.stderr, (
         pruned.stderr,
-        _row_state(tmp_path, empty),  # what kept it, if it was kept
+        _row_state(store, empty),  # what kept it, if it was kept
     )
-    forced = sessions_cli(tmp_path, "delete", "--force", talked)
+    forced = cli("delete", "--force", talked)
     assert forced.returncode == 0 and f"deleted {talked}" in forced.stderr
-    assert stored(tmp_path) == set()
-    assert "no sessions" in sessions_cli(tmp_path, "list").stderr
+    assert store.sessions() == set()
+    assert "no sessions" in cli("list").stderr
 
 
 def test_the_sessions_command_on_a_missing_store_says_so_and_creates_nothing(tmp_path: Path) -> None:

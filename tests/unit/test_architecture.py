@@ -462,6 +462,8 @@ HEAVY_AT_START_UP = (
     "http.server",
     "tomllib",
     "sqlite3",
+    "psycopg",
+    "psycopg_pool",
     "acp_server.store",
     "acp_server.settings.checks",
     "acp_server.cli.deferred_side",

@@ -105,15 +105,31 @@ def release_prompt(services: TurnServices, run: RunContext) -> str | None:
     return session.first_prompt
 
 
+def open_turn_record(services: TurnServices, run: RunContext) -> None:
+    """The turn's record in the store (its prompt's blocks as the user's message), opened once: by `execute_prompt`,
+    or before it by a protocol edge whose answer acknowledges the message before the turn runs (`commit_prompt`)."""
+    store = services.store()
+    if store is not None and run.turn_log is None:
+        run.turn_log = store.begin_turn(
+            run.session_id, run.prompt.blocks(), run.prompt.text, message_id=run.prompt.message_id
+        )
+
+
+async def commit_prompt(services: TurnServices, run: RunContext) -> bool:
+    """Open the turn's record now and commit it, with everything buffered before it: for an answer that acknowledges
+    the user's message (v2's `session/prompt`, with its `messageId`), written only once the message is stored. False
+    when that commit failed (the store keeps it for its next flush); True without a store."""
+    open_turn_record(services, run)
+    store = services.store()
+    return store is None or await store.flush()
+
+
 async def execute_prompt(services: TurnServices, run: RunContext) -> StopReason:
     """The turn, to its stop reason; raises `TurnFailedError` for a turn that failed without a cancel."""
     store = services.store()
     meter = services.meter
-    if store is not None:
-        # Recorded from the start, so even a prompt cancelled before it ran is replayed with its outcome.
-        run.turn_log = store.begin_turn(
-            run.session_id, run.prompt.blocks(), run.prompt.text, message_id=run.prompt.message_id
-        )
+    # Recorded from the start, so even a prompt cancelled before it ran is replayed with its outcome.
+    open_turn_record(services, run)
     if meter is not None:
         meter.turn_started()
     try:

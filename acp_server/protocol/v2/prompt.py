@@ -17,7 +17,7 @@ import uuid
 from typing import Any
 
 from acp_server.agent.sessions.runs import RunContext, RunState
-from acp_server.agent.sessions.turn import execute_prompt, execute_unjoined_steer, release_prompt
+from acp_server.agent.sessions.turn import commit_prompt, execute_prompt, execute_unjoined_steer, release_prompt
 from acp_server.agent.titles import title_session
 from acp_server.errors import TurnFailedError
 from acp_server.jsonrpc.rpc import ErrorCode, RpcError
@@ -43,7 +43,7 @@ async def session_prompt_v2(context: RequestContext, params: PromptRequest) -> d
     connection = context.connection
     connection.credentials.require_for(run.session.model)  # a model that takes no key is never refused
     if run.steers and run.state is RunState.QUEUED:
-        return _insert_now(context, run)
+        return await _insert_now(context, run)
     await run.wait_until(lambda: run.state is not RunState.QUEUED)  # held while the session's work runs
     if run.withdrawn:
         # Claimed while it was held, before it was inserted: withdrawn. The dispatcher releases it once this error
@@ -53,21 +53,33 @@ async def session_prompt_v2(context: RequestContext, params: PromptRequest) -> d
         raise RpcError(ErrorCode.REQUEST_CANCELLED, WITHDRAWN)
     message_id = f"msg_{uuid.uuid4().hex}"
     run.prompt.message_id = message_id  # the store keeps it, so a replay shows the id this response returns
+    # The answer acknowledges the message by its id: it is committed first (a kill -9 right after loses nothing).
+    answer = await _acknowledged(connection, run, message_id)
     # Inserted: the request is answered now, the work is this module's from here on (not the dispatcher's).
     context.run = None
     if connection.prompts.get(context.request_id) is run:
         del connection.prompts[context.request_id]  # `$/cancel_request` no longer names it (§23 Q10)
     context.after.append(lambda: _insert(connection, run, message_id))
-    return {"messageId": message_id}
+    return answer
 
 
-def _insert_now(context: RequestContext, run: RunContext) -> dict[str, Any]:
+async def _acknowledged(connection: EditorConnection, run: RunContext, message_id: str) -> dict[str, Any]:
+    """The answer to an inserted prompt, once its message is committed (the turn's record opened now); a commit that
+    failed says so (`saved: false`, as a turn's end does), the message kept for the store's next flush."""
+    answer: dict[str, Any] = {"messageId": message_id}
+    if not await commit_prompt(connection.agent.turns, run):
+        answer["_meta"] = not_saved()
+    return answer
+
+
+async def _insert_now(context: RequestContext, run: RunContext) -> dict[str, Any]:
     """`steer` (§7 insert now): the prompt joins the running work at once. It is answered and echoed now, and the
     work stays `running`: the core hands the turn over to it at the next model-call boundary, and the one `idle` is
     the joined work's. A cancel before the hand-over ends the joined work (one `idle cancelled`)."""
     connection = context.connection
     message_id = f"msg_{uuid.uuid4().hex}"
     run.prompt.message_id = message_id
+    answer = await _acknowledged(connection, run, message_id)
     context.run = None
     if connection.prompts.get(context.request_id) is run:
         del connection.prompts[context.request_id]
@@ -78,7 +90,7 @@ def _insert_now(context: RequestContext, run: RunContext) -> dict[str, Any]:
         connection.rpc.spawn(_joined_work, connection, run)
 
     context.after.append(joined)
-    return {"messageId": message_id}
+    return answer
 
 
 async def _joined_work(connection: EditorConnection, run: RunContext) -> None:

@@ -244,6 +244,17 @@ SETTINGS = [
         lambda c: c.sandbox_writable,
     ),
     Setting(
+        "store_url",
+        'store_url = "postgresql://from-file@db.internal/acp"',
+        "postgresql://from-file@db.internal/acp",
+        ("ACP_SERVER_STORE_URL", "postgresql://from-env@db.internal:5433/acp"),
+        "postgresql://from-env@db.internal:5433/acp",
+        ["--store-url", "postgres://from-flag@127.0.0.1/acp"],
+        "postgres://from-flag@127.0.0.1/acp",
+        None,
+        lambda c: c.store_url,
+    ),
+    Setting(
         "allow_provider_host",
         'allow_provider_host = ["gw.internal"]',
         ("gw.internal",),

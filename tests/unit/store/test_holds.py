@@ -1,47 +1,64 @@
-"""Holds (which live process has a session open) on real SQLite files: a load writes its hold only when it succeeds,
-and `acp-server sessions delete` checks the holds and deletes in one write transaction, so a session/load of another
-process cannot slip in between and have the session deleted under it."""
+"""Holds (which live process has a session open) on real SQLite files, and the same on PostgreSQL (`on_both_backends`,
+where the check and the deletion are one transaction under an advisory lock): a load writes its hold only when it
+succeeds, and `acp-server sessions delete` checks the holds and deletes in one write transaction, so a session/load
+of another process cannot slip in between and have the session deleted under it."""
 
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 
 from acp_server.errors import StoreUnavailable
 from acp_server.store import STORE_FILENAME, SessionStore
+from tests.conftest import STORE_BACKENDS
+from tests.support.postgres import PostgresServer
+from tests.support.stores import StoreAt
 
 pytestmark = pytest.mark.timeout(60)
 
 
 @pytest.fixture
-def db(tmp_path: Path) -> Path:
-    return tmp_path / "state" / STORE_FILENAME
-
-
-@pytest.fixture
-async def store(db: Path) -> AsyncIterator[SessionStore]:
-    opened = SessionStore.open(db)
-    yield opened
-    await opened.aclose()
-
-
-@pytest.fixture
-async def editor(db: Path) -> AsyncIterator[SessionStore]:
-    """Another server process on the same file (same pid, its own owner): an editor window."""
-    opened = SessionStore.open(db)
-    yield opened
-    await opened.aclose()
-
-
-def holds(db: Path) -> set[tuple[str, str]]:
-    conn = sqlite3.connect(db, isolation_level=None)
+def db(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Path | str]:
+    """The SQLite file; with `on_both_backends`, also (`postgres`) the URL of a new PostgreSQL database of its own."""
+    if getattr(request, "param", "sqlite") == "sqlite":
+        yield tmp_path / "state" / STORE_FILENAME
+        return
+    server: PostgresServer = request.getfixturevalue("postgres")
+    url = server.database()
     try:
-        return {(row[0], row[1]) for row in conn.execute("SELECT session_id, owner_id FROM holds")}
+        yield url
     finally:
-        conn.close()
+        server.drop(url)
+
+
+on_both_backends = pytest.mark.parametrize("db", STORE_BACKENDS, indirect=True)
+
+
+async def open_at(db: Path | str) -> SessionStore:
+    return SessionStore.open(db) if isinstance(db, Path) else await SessionStore.connect(db)
+
+
+@pytest.fixture
+async def store(db: Path | str) -> AsyncIterator[SessionStore]:
+    opened = await open_at(db)
+    yield opened
+    await opened.aclose()
+
+
+@pytest.fixture
+async def editor(db: Path | str) -> AsyncIterator[SessionStore]:
+    """Another server process on the same store (same pid, its own owner): an editor window."""
+    opened = await open_at(db)
+    yield opened
+    await opened.aclose()
+
+
+def holds(db: Path | str) -> set[tuple[str, str]]:
+    found = StoreAt(db.parent, None) if isinstance(db, Path) else StoreAt(Path(), db)
+    return {(row[0], row[1]) for row in found.rows("SELECT session_id, owner_id FROM holds")}
 
 
 async def stored_closed(store: SessionStore, session_id: str) -> None:
@@ -53,7 +70,8 @@ async def stored_closed(store: SessionStore, session_id: str) -> None:
     await store.flush()
 
 
-async def test_a_load_of_an_unknown_or_deleted_session_leaves_no_hold(store: SessionStore, db: Path) -> None:
+@on_both_backends
+async def test_a_load_of_an_unknown_or_deleted_session_leaves_no_hold(store: SessionStore, db: Path | str) -> None:
     await stored_closed(store, "gone")
     store.delete("gone")
     await store.flush()
@@ -72,8 +90,9 @@ async def test_an_unreadable_session_refused_on_load_leaves_no_hold(store: Sessi
     assert holds(db) == set()
 
 
+@on_both_backends
 async def test_a_successful_load_holds_the_session_and_a_plain_read_does_not(
-    store: SessionStore, editor: SessionStore, db: Path
+    store: SessionStore, editor: SessionStore, db: Path | str
 ) -> None:
     await stored_closed(store, "s")
     assert await store.load("s") is not None
@@ -82,6 +101,7 @@ async def test_a_successful_load_holds_the_session_and_a_plain_read_does_not(
     assert holds(db) == {("s", editor.owner_id)}
 
 
+@on_both_backends
 async def test_delete_refuses_a_session_another_process_holds_and_force_deletes_it(
     store: SessionStore, editor: SessionStore
 ) -> None:
@@ -95,6 +115,7 @@ async def test_delete_refuses_a_session_another_process_holds_and_force_deletes_
     assert await store.delete_unless_held("never-was", force=True) == "unknown"
 
 
+@on_both_backends
 async def test_delete_of_a_session_nobody_holds_removes_it_for_every_process(
     store: SessionStore, editor: SessionStore
 ) -> None:

@@ -50,7 +50,9 @@ from acp_server.store import (
 )
 from acp_server.store.sqlite_file import SCHEMA_VERSION
 from acp_server.store.turn_records import decode_entry, encode_entry
+from tests.conftest import STORE_BACKENDS
 from tests.support.harness import scaled
+from tests.support.postgres import PostgresServer, count_rows_at
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -67,7 +69,10 @@ def raw(db: Path) -> sqlite3.Connection:
     return sqlite3.connect(db, isolation_level=None)
 
 
-def count_rows(db: Path, sql: str, *params: Any) -> int:
+def count_rows(db: Path | str, sql: str, *params: Any) -> int:
+    """A count read by another connection, as another process would see the store (SQLite file or PostgreSQL URL)."""
+    if isinstance(db, str):
+        return count_rows_at(db, sql, *params)
     conn = raw(db)
     try:
         return int(conn.execute(sql, params).fetchone()[0])
@@ -81,8 +86,31 @@ def db(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-async def store(db: Path) -> AsyncIterator[SessionStore]:
-    opened = SessionStore.open(db)
+def location(db: Path, request: pytest.FixtureRequest) -> Iterator[Path | str]:
+    """Where the test's store is: the SQLite file, or (parametrized `postgres` by `on_both_backends`) the URL of a new
+    database of its own on the tests' PostgreSQL server (tests/conftest.py)."""
+    if getattr(request, "param", "sqlite") == "sqlite":
+        yield db
+        return
+    server: PostgresServer = request.getfixturevalue("postgres")
+    url = server.database()
+    try:
+        yield url
+    finally:
+        server.drop(url)
+
+
+async def open_at(location: Path | str) -> SessionStore:
+    return SessionStore.open(location) if isinstance(location, Path) else await SessionStore.connect(location)
+
+
+# The tests of what the store promises whatever its backend: once on SQLite, once on PostgreSQL.
+on_both_backends = pytest.mark.parametrize("location", STORE_BACKENDS, indirect=True)
+
+
+@pytest.fixture
+async def store(location: Path | str) -> AsyncIterator[SessionStore]:
+    opened = await open_at(location)
     yield opened
     await opened.aclose()
 
@@ -131,8 +159,9 @@ def test_message_from_json_refuses_what_it_did_not_write(data: dict[str, Any]) -
         message_from_json(data)
 
 
-async def test_a_session_round_trips_through_close_and_reopen(db: Path) -> None:
-    store = SessionStore.open(db)
+@on_both_backends
+async def test_a_session_round_trips_through_close_and_reopen(location: Path | str) -> None:
+    store = await open_at(location)
     store.create_session(
         "s1",
         "/work/project",
@@ -164,7 +193,7 @@ async def test_a_session_round_trips_through_close_and_reopen(db: Path) -> None:
     store.finish_turn(second, "completed", stop_reason="end_turn", messages=second_messages)
     await store.aclose()
 
-    reopened = SessionStore.open(db)
+    reopened = await open_at(location)
     try:
         result = await loaded(reopened, "s1")
     finally:
@@ -183,10 +212,12 @@ async def test_a_session_round_trips_through_close_and_reopen(db: Path) -> None:
     assert replay_entries(result) == result.turns[0].entries + result.turns[1].entries
 
 
+@on_both_backends
 async def test_an_unknown_session_loads_as_none(store: SessionStore) -> None:
     assert await store.load("nope") is None
 
 
+@on_both_backends
 async def test_titles_modes_config_and_touch_are_stored_and_move_updated_at(store: SessionStore) -> None:
     store.create_session("s", "/w")
     before = (await loaded(store, "s")).session.updated_at
@@ -201,6 +232,7 @@ async def test_titles_modes_config_and_touch_are_stored_and_move_updated_at(stor
     assert (await loaded(store, "s")).session.updated_at > session.updated_at
 
 
+@on_both_backends
 async def test_a_turn_that_replaces_the_history_starts_it_afresh(store: SessionStore) -> None:
     store.create_session("s", "/w")
     for text, replaces in (("one", False), ("two", False), ("summary", True), ("four", False)):
@@ -212,6 +244,7 @@ async def test_a_turn_that_replaces_the_history_starts_it_afresh(store: SessionS
     assert [m.content for m in history] == ["summary", "summary", "four", "four"]
 
 
+@on_both_backends
 async def test_appends_after_finish_are_not_stored(store: SessionStore) -> None:
     store.create_session("s", "/w")
     turn = store.begin_turn("s", [], "")
@@ -221,6 +254,7 @@ async def test_appends_after_finish_are_not_stored(store: SessionStore) -> None:
     assert (await loaded(store, "s")).turns[0].entries == [text_chunk("before")]
 
 
+@on_both_backends
 async def test_pending_entries_are_exactly_what_was_appended_since_the_last_flush(store: SessionStore) -> None:
     """A resume replaying running work (ACP-V2.md §23 Q12) reads the committed records, then `pending_entries`: the
     records appended since a flush took them (a row sealed by size, then the open buffer), in order, none of those the
@@ -241,6 +275,7 @@ async def test_pending_entries_are_exactly_what_was_appended_since_the_last_flus
     assert store.pending_entries("s") == {}
 
 
+@on_both_backends
 async def test_a_record_that_is_not_json_is_skipped_and_the_rest_are_kept(store: SessionStore) -> None:
     store.create_session("s", "/w")
     turn = store.begin_turn("s", [], "")
@@ -571,12 +606,13 @@ async def test_the_commit_runs_off_the_event_loop(store: SessionStore, db: Path)
     assert count_rows(db, "SELECT count(*) FROM sessions") == 1
 
 
-async def test_a_flush_from_a_cancelled_scope_still_commits(store: SessionStore, db: Path) -> None:
+@on_both_backends
+async def test_a_flush_from_a_cancelled_scope_still_commits(store: SessionStore, location: Path | str) -> None:
     store.create_session("s", "/w")
     with anyio.CancelScope() as scope:
         scope.cancel()
         assert await store.flush()  # "before every prompt response", even after a cancel
-    assert count_rows(db, "SELECT count(*) FROM sessions") == 1
+    assert count_rows(location, "SELECT count(*) FROM sessions") == 1
 
 
 # --- waits at shutdown (bound_waits) ---
@@ -1080,6 +1116,7 @@ def test_a_store_path_that_is_a_link_or_a_fifo_is_refused_without_following_or_b
 # --- listing ---
 
 
+@on_both_backends
 async def test_listing_250_sessions_pages_through_each_once_newest_first(store: SessionStore) -> None:
     for index in range(250):
         store.create_session(f"s{index:03}", "/even" if index % 2 == 0 else "/odd", additional_directories=["/lib"])
@@ -1120,6 +1157,7 @@ async def test_listing_250_sessions_pages_through_each_once_newest_first(store: 
 
 
 @pytest.mark.parametrize("cursor", ["not a cursor!", "", "W10=", "WyJhIl0=", "eyJhIjoxfQ=="])
+@on_both_backends
 async def test_an_invalid_list_cursor_is_a_value_error(store: SessionStore, cursor: str) -> None:
     with pytest.raises(ValueError, match="invalid cursor"):
         await store.list_sessions(cursor=cursor)
@@ -1128,8 +1166,9 @@ async def test_an_invalid_list_cursor_is_a_value_error(store: SessionStore, curs
 # --- delete and fork ---
 
 
+@on_both_backends
 async def test_a_deleted_session_disappears_with_its_content_and_unknown_ids_are_fine(
-    store: SessionStore, db: Path
+    store: SessionStore, location: Path | str
 ) -> None:
     store.create_session("keep", "/w")
     store.create_session("gone", "/w")
@@ -1142,10 +1181,11 @@ async def test_a_deleted_session_disappears_with_its_content_and_unknown_ids_are
     assert [s.session_id for s in (await store.list_sessions()).sessions] == ["keep"]
     turn.append(text_chunk("late"))  # a turn still running when its session was deleted
     assert await store.flush()
-    assert count_rows(db, "SELECT count(*) FROM turns") == 0
-    assert count_rows(db, "SELECT count(*) FROM updates") == 0
+    assert count_rows(location, "SELECT count(*) FROM turns") == 0
+    assert count_rows(location, "SELECT count(*) FROM updates") == 0
 
 
+@on_both_backends
 async def test_a_fork_copies_history_and_updates_and_leaves_the_source_alone(store: SessionStore) -> None:
     store.create_session("src", "/w", mode="bypass", title="Original")
     done = store.begin_turn("src", PROMPT, "hello")
