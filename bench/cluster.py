@@ -24,6 +24,9 @@ per session every 2 s at most), each cancelled session prompted again at once. M
 - HAProxy's own CPU per chunk (all its threads), and the client's (this process's) beside them: the client is
   bench/links.py's (a byte-prefix test per chunk frame, no JSON parse), but it runs on the same cores.
 
+`--rounds N` runs every setup N times, round after round (a shared machine's load drifts over all setups alike),
+and pools each setup's windows: its cancels together, CPU and chunks summed before dividing, counts averaged.
+
 On a 2-core machine the two replicas, HAProxy and the client share two cores: the second replica adds overhead (a
 second event loop and store) and no capacity, so these figures show what the balancer and a replica cost, not how
 the cluster scales. A shared, loaded machine inflates all of them: read the setups against each other.
@@ -34,7 +37,8 @@ replica's death to its session running on another (`failover_figures`, goal: lea
 not measured (the server has no `--store-url`, or none was given, or the measurement is still to be written there);
 no number stands in for them.
 
-Run alone: `python -m bench.cluster [--quick] [--busy 100] [--seconds 5] [--no-compression] [--store-url URL]`.
+Run alone: `python -m bench.cluster [--quick] [--busy 100] [--seconds 5] [--rounds 1] [--no-compression]
+[--store-url URL]`.
 Without HAProxy installed (`apt-get install haproxy`) only the direct setup runs, and the run says so.
 """
 
@@ -51,7 +55,7 @@ import subprocess
 import tempfile
 import time
 import urllib.parse
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -115,59 +119,100 @@ class Window:
     def cpu_s(self, name: str) -> float:
         return self.busy.cpu_ticks_by.get(name, 0) / CLOCK_TICKS
 
-    def cpu_us_per_chunk(self, name: str, chunks: int | None = None) -> float:
-        """`name`'s CPU over the window per chunk: its own chunks for a replica, all of them for HAProxy."""
-        count = self.busy.chunks if chunks is None else chunks
-        return self.cpu_s(name) / count * 1e6 if count else 0.0
+
+@dataclass(frozen=True, slots=True)
+class Pooled:
+    """A setup's windows over `--rounds`, pooled: the cancels together, CPU and chunks summed before dividing, so
+    each round weighs by what it measured; counts (connections, turns) are per window, averaged."""
+
+    setup: Setup
+    windows: list[Window]
+
+    def _sum(self, value: Callable[[Window], float]) -> float:
+        return sum(value(window) for window in self.windows)
+
+    def _mean(self, value: Callable[[Window], float]) -> float:
+        return self._sum(value) / len(self.windows)
+
+    @property
+    def cancel_ms(self) -> list[float]:
+        return [ms for window in self.windows for ms in window.busy.cancel_ms]
+
+    @property
+    def rate(self) -> float:
+        return self._sum(lambda w: w.busy.chunks) / self._sum(lambda w: w.busy.seconds)
+
+    def connections(self, replica: str) -> float:
+        return self._mean(lambda w: w.connections(replica))
+
+    def turns_started(self, replica: str) -> float:
+        return self._mean(lambda w: w.turns_started(replica))
+
+    def cpu_us_per_chunk(self, names: Sequence[str], replica: str | None = None) -> float:
+        """The CPU of `names` per chunk: per chunk of `replica`'s connections, or of all of them."""
+        cpu = self._sum(lambda w: sum(w.cpu_s(name) for name in names))
+        chunks = self._sum(lambda w: w.busy.chunks if replica is None else w.chunks(replica))
+        return cpu / chunks * 1e6 if chunks else 0.0
 
     def cpu_ms_per_turn_second(self, replica: str) -> float:
-        """What one busy turn costs `replica` per second: its CPU / (its connections x the window), ms per s."""
-        turn_seconds = self.connections(replica) * self.busy.seconds
-        return self.cpu_s(replica) / turn_seconds * 1e3 if turn_seconds else 0.0
+        """What keeping one turn busy costs `replica` a second: its CPU / (its connections x the window), in ms/s."""
+        turn_seconds = self._sum(lambda w: w.connections(replica) * w.busy.seconds)
+        return self._sum(lambda w: w.cpu_s(replica)) / turn_seconds * 1e3 if turn_seconds else 0.0
+
+    @property
+    def client_us_per_chunk(self) -> float:
+        chunks = self._sum(lambda w: w.busy.chunks)
+        return self._sum(lambda w: w.busy.client_cpu_s) / chunks * 1e6 if chunks else 0.0
+
+    @property
+    def problems(self) -> list[str]:
+        return [problem for window in self.windows for problem in window.busy.problems]
 
 
 @dataclass
 class ClusterResult:
     busy: int
     rate: float
-    windows: list[Window] = field(default_factory=list)
+    windows: list[Window] = field(default_factory=list)  # every round's, setup after setup within a round
     skipped: list[str] = field(default_factory=list)  # setups not run, and why
     not_measured: list[str] = field(default_factory=list)  # item 6's figures still to come, and why
     later: list[Figure] = field(default_factory=list)  # theirs, once commit_latency_ / failover_figures measure
 
+    def pooled(self) -> list[Pooled]:
+        by_setup: dict[Setup, list[Window]] = {}
+        for window in self.windows:
+            by_setup.setdefault(window.setup, []).append(window)
+        return [Pooled(setup, windows) for setup, windows in by_setup.items()]
+
     def figures(self) -> list[Figure]:
         figures: list[Figure] = []
-        for window in self.windows:
-            busy = window.busy
-            name = f"cluster: {self.busy} busy connections, {window.setup.name}"
-            samples = busy.cancel_ms
+        for setup in self.pooled():
+            name = f"cluster: {self.busy} busy connections, {setup.setup.name}"
+            samples = setup.cancel_ms
             if samples:
                 figures += [
                     Figure(f"{name}, cancel p50", statistics.median(samples), "ms"),
                     Figure(f"{name}, cancel p99", percentile(samples, 99), "ms"),
                 ]
-            figures.append(Figure(f"{name}, chunks/s (of {self.busy * self.rate:g})", busy.rate, "chunks/s"))
-            for replica in window.setup.replicas:
+            figures.append(Figure(f"{name}, chunks/s (of {self.busy * self.rate:g})", setup.rate, "chunks/s"))
+            replicas = setup.setup.replicas
+            for replica in replicas:
                 each = f"{name}, replica {replica}"
                 figures += [
-                    Figure(f"{each}, connections", float(window.connections(replica)), "connections"),
-                    Figure(f"{each}, turns started by cancels", float(window.turns_started(replica)), "turns"),
-                    Figure(
-                        f"{each}, server CPU per chunk",
-                        window.cpu_us_per_chunk(replica, window.chunks(replica)),
-                        "µs",
-                    ),
-                    Figure(f"{each}, server CPU per busy turn", window.cpu_ms_per_turn_second(replica), "ms/s"),
+                    Figure(f"{each}, connections", setup.connections(replica), "connections"),
+                    Figure(f"{each}, turns started by cancels", setup.turns_started(replica), "turns"),
+                    Figure(f"{each}, server CPU per chunk", setup.cpu_us_per_chunk([replica], replica), "µs"),
+                    Figure(f"{each}, server CPU per busy turn", setup.cpu_ms_per_turn_second(replica), "ms/s"),
                 ]
-            if len(window.setup.replicas) > 1:
-                together = sum(window.cpu_s(replica) for replica in window.setup.replicas)
-                per_chunk = together / busy.chunks * 1e6 if busy.chunks else 0.0
-                figures.append(Figure(f"{name}, all replicas, server CPU per chunk", per_chunk, "µs"))
-            if window.setup.balanced:
-                figures.append(Figure(f"{name}, haproxy CPU per chunk", window.cpu_us_per_chunk(HAPROXY), "µs"))
+            if len(replicas) > 1:
+                figures.append(
+                    Figure(f"{name}, all replicas, server CPU per chunk", setup.cpu_us_per_chunk(replicas), "µs")
+                )
+            if setup.setup.balanced:
+                figures.append(Figure(f"{name}, haproxy CPU per chunk", setup.cpu_us_per_chunk([HAPROXY]), "µs"))
             figures += [
-                Figure(f"{name}, client CPU per chunk", busy.client_us_per_chunk, "µs"),
-                Figure(f"{name}, problems", float(len(busy.problems)), "problems", "<=", 0.0),
+                Figure(f"{name}, client CPU per chunk", setup.client_us_per_chunk, "µs"),
+                Figure(f"{name}, problems", float(len(setup.problems)), "problems", "<=", 0.0),
             ]
         return figures + self.later
 
@@ -312,6 +357,7 @@ async def run(
     rate: float = 20.0,
     seed: int = 7,
     compress: bool = True,
+    rounds: int = 1,
     setups: Sequence[Setup] = SETUPS,
     store_url: str | None = None,
 ) -> ClusterResult:
@@ -319,11 +365,14 @@ async def run(
     rng = random.Random(seed)
     have_haproxy = haproxy_binary() is not None
     scratch = Path(tempfile.mkdtemp(prefix="acp-bench-cluster-"))
-    try:
+    if not have_haproxy:
         for setup in setups:
-            if setup.balanced and not have_haproxy:
+            if setup.balanced:
                 result.skipped.append(f"{setup.name}: haproxy is not installed (apt-get install haproxy)")
-                continue
+        setups = [setup for setup in setups if not setup.balanced]
+    try:
+        # Round after round of every setup, so a shared machine's load drifts over all of them alike.
+        for setup in [setup for _ in range(rounds) for setup in setups]:
             result.windows.append(
                 await measure(setup, busy=busy, seconds=seconds, rate=rate, rng=rng, compress=compress, scratch=scratch)
             )
@@ -346,6 +395,7 @@ def main(argv: Sequence[str] | None = None) -> ClusterResult:
     parser.add_argument("--busy", type=int, default=100, help="busy connections per setup (default 100)")
     parser.add_argument("--seconds", type=float, default=5.0, help="measured window per setup (default 5)")
     parser.add_argument("--rate", type=float, default=20.0, help="chunks/s of a busy turn (default 20)")
+    parser.add_argument("--rounds", type=int, default=1, help="every setup this many times, interleaved (default 1)")
     parser.add_argument("--no-compression", action="store_true", help="WebSocket clients offer no permessage-deflate")
     parser.add_argument("--store-url", default=None, help="PostgreSQL URL for the store figures (not measured yet)")
     options = parser.parse_args(argv)
@@ -359,12 +409,16 @@ def main(argv: Sequence[str] | None = None) -> ClusterResult:
             busy=options.busy,
             seconds=options.seconds,
             rate=options.rate,
+            rounds=options.rounds,
             compress=not options.no_compression,
             store_url=options.store_url,
         )
     )
     deflate = "not offered" if options.no_compression else "offered"
-    print(f"cluster: {len(result.windows)} setups in {time.monotonic() - started:.1f} s (WebSocket deflate {deflate})")
+    took = time.monotonic() - started
+    print(
+        f"cluster: {len(result.windows)} windows ({options.rounds} rounds) in {took:.1f} s, WebSocket deflate {deflate}"
+    )
     print(format_table(result.figures()))
     for line in result.skipped:
         print(f"SKIPPED: {line}")
