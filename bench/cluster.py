@@ -286,11 +286,14 @@ def documented_config(listen_port: int, replicas: dict[str, int]) -> str:
     return config
 
 
-async def _open(url: str, token: str, workspace: str, count: int, compress: bool) -> list[tuple[Client, str, str]]:
-    """`count` initialized connections to `url`, a session each: (client, session, the replica serving it)."""
+async def _open(
+    url: str, token: str, workspace: str, count: int, *, compress: bool, opened: list[tuple[Client, str, str]]
+) -> None:
+    """`count` initialized connections to `url`, a session each, into `opened` as each is made (so the caller closes
+    every one made, whatever failed): (client, session, the replica serving it, from its upgrade's cookie)."""
     gate = asyncio.Semaphore(CONNECT_CONCURRENCY)
 
-    async def one() -> tuple[Client, str, str]:
+    async def one() -> None:
         async with gate:
             link = await WebSocketLink.open(url, token, compress=compress)
             client = Client(link)
@@ -300,9 +303,9 @@ async def _open(url: str, token: str, workspace: str, count: int, compress: bool
             except BaseException:
                 await client.close()
                 raise
-            return client, session, link.cookies.get(REPLICA_COOKIE, "?")
+            opened.append((client, session, link.cookies.get(REPLICA_COOKIE, "?")))
 
-    return list(await asyncio.gather(*(one() for _ in range(count))))
+    await asyncio.gather(*(one() for _ in range(count)))
 
 
 async def measure(
@@ -338,8 +341,9 @@ async def measure(
             proxy = await stack.enter_async_context(running_haproxy(config, scratch, port, health))
             watch[HAPROXY] = proxy.process.pid
             url = urllib.parse.urlsplit(url)._replace(netloc=f"127.0.0.1:{port}").geturl()
-        opened = await _open(url, token, workspace, busy, compress)
-        stack.push_async_callback(lambda: _close(opened))
+        opened: list[tuple[Client, str, str]] = []
+        stack.push_async_callback(_close, opened)
+        await _open(url, token, workspace, busy, compress=compress, opened=opened)
         pairs = [(client, session) for client, session, _ in opened]
         window = await busy_window(pairs, watch, rng, rate, seconds)
         return Window(setup, window, [replica for _, _, replica in opened])
