@@ -126,6 +126,17 @@ class WebSocketLink:
     def __init__(self, ws: ClientConnection) -> None:
         self._ws = ws
 
+    @property
+    def cookies(self) -> dict[str, str]:
+        """The cookies the upgrade's answer set (name -> value): a replica's `acp_replica` says which one serves
+        this connection behind a balancer."""
+        jar: dict[str, str] = {}
+        if self._ws.response is not None:
+            for value in self._ws.response.headers.get_all("set-cookie"):
+                name, _, rest = value.partition("=")
+                jar[name.strip()] = rest.split(";", 1)[0].strip()
+        return jar
+
     @classmethod
     async def open(cls, url: str, token: str, *, compress: bool = True) -> WebSocketLink:
         from websockets.asyncio.client import connect  # only the remote benchmarks need it
@@ -376,24 +387,31 @@ class Spawned:
         self.compress = True  # WebSocket connections offer permessage-deflate
         self.process = process
         self.stderr = stderr
-        self.workdir = workdir  # the sessions' cwd (and serve's workspace root)
+        self.workdir = workdir  # this server's own directory (its token file), removed by `stop`
+        self.workspace = workdir  # the sessions' cwd (and serve's workspace root)
         self.token = ""
         self.ws_url = ""
         self._stdio_taken = False
 
     @classmethod
-    async def start(cls, transport: str, *args: str, compress: bool = True) -> Spawned:
+    async def start(
+        cls, transport: str, *args: str, compress: bool = True, token: str | None = None, workspace: str | None = None
+    ) -> Spawned:
+        """`token` and `workspace` (serve's `--workspace-root`, the sessions' cwd) shared by replicas behind one
+        balancer: a client does not know in advance which one it lands on. A `workspace` given is the caller's (not
+        removed by `stop`); by default each server gets its own."""
         workdir = tempfile.mkdtemp(prefix="acp-bench-remote-")
         stderr = tempfile.TemporaryFile()  # noqa: SIM115 (closed in stop())
         model = ("--model", "scripted", "--test-mode", *args)
-        token = secrets.token_urlsafe(24)
+        token = token or secrets.token_urlsafe(24)
         if transport == "stdio":
             command = server_command(*model)
         else:
             tokens = Path(workdir) / "tokens"
             tokens.write_text(f"bench {token}\n")
             tokens.chmod(0o600)
-            serve = ("serve", "--listen", "127.0.0.1:0", "--token-file", str(tokens), "--workspace-root", workdir)
+            root = workspace or workdir
+            serve = ("serve", "--listen", "127.0.0.1:0", "--token-file", str(tokens), "--workspace-root", root)
             command = server_command(*serve, *model)
         process = await asyncio.create_subprocess_exec(
             *command,
@@ -405,6 +423,7 @@ class Spawned:
             start_new_session=True,
         )
         spawned = cls(transport, process, stderr, workdir)
+        spawned.workspace = workspace or workdir
         spawned.token = token
         spawned.compress = compress
         if transport != "stdio":

@@ -49,14 +49,14 @@ import statistics
 import struct
 import time
 import urllib.parse
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from bench.links import Client, HttpNotServedError, Spawned
 from bench.report import Figure, format_table
 from bench.wire import CLOCK_TICKS, WireError, percentile, process_cpu_ticks
 
-__all__ = ["RemoteResult", "Stream", "main", "run"]
+__all__ = ["Busy", "RemoteResult", "Stream", "busy_window", "main", "run"]
 
 CANCEL_WITHIN_STDIO_MS = 2.0  # one busy session: a network transport's p99 at most this far above stdio's
 CANCEL_BUSY_P99_MS = 25.0  # with 100 busy connections
@@ -98,9 +98,14 @@ class Busy:
     cancel_ms: list[float]
     chunks: int
     seconds: float
-    cpu_ticks: int  # the server's
+    cpu_ticks: int  # the server's (every watched process's together)
     client_cpu_s: float  # this process's (the client's)
     problems: list[str]  # a cancel or prompt that failed (its session is left out from then on)
+    # What bench/cluster.py splits by replica: each watched process's CPU by its name, each stream's chunks in the
+    # window (by its index), and the stream each timed cancel was of (beside `cancel_ms`).
+    cpu_ticks_by: dict[str, int] = field(default_factory=dict)
+    chunks_by_stream: list[int] = field(default_factory=list)
+    cancel_streams: list[int] = field(default_factory=list)
 
     @property
     def rate(self) -> float:
@@ -229,14 +234,14 @@ class Streams:
     async def open(cls, server: Spawned, count: int) -> Streams:
         if server.transport == "stdio":
             client = await server.client()
-            sessions = await asyncio.gather(*(client.new_session(server.workdir) for _ in range(count)))
+            sessions = await asyncio.gather(*(client.new_session(server.workspace) for _ in range(count)))
             return cls(server, [(client, session) for session in sessions])
         gate = asyncio.Semaphore(CONNECT_CONCURRENCY)
 
         async def one() -> tuple[Client, str]:
             async with gate:
                 client = await server.client()
-                return client, await client.new_session(server.workdir)
+                return client, await client.new_session(server.workspace)
 
         return cls(server, list(await asyncio.gather(*(one() for _ in range(count)))))
 
@@ -264,14 +269,22 @@ async def _cancel_once(client: Client, session: str, rng: random.Random, rate: f
 
 async def _busy_level(streams: Streams, rng: random.Random, rate: float, seconds: float) -> Busy:
     """bench.scale's level over any transport: every stream busy, cancels at up to 20/s in a `seconds` window."""
-    pairs = streams.pairs
+    return await busy_window(streams.pairs, {"server": streams.server.pid}, rng, rate, seconds)
+
+
+async def busy_window(
+    pairs: Sequence[tuple[Client, str]], watch: Mapping[str, int], rng: random.Random, rate: float, seconds: float
+) -> Busy:
+    """Every (client, session) of `pairs` busy, cancels at up to 20/s in a `seconds` window, the CPU of each
+    process of `watch` (name -> pid) over the window; the sessions may be spread over several servers (bench.cluster
+    puts a balancer in between)."""
     cancels_per_s = min(20.0, len(pairs) / 2)
     prompts: dict[int, asyncio.Future[tuple[dict[str, object], int]]] = {}
     base: dict[int, int] = {}
     cancelling: set[int] = set()
     broken: set[int] = set()
     problems: list[str] = []
-    samples: list[float] = []
+    samples: list[tuple[int, float]] = []  # (stream, ms)
     tasks: set[asyncio.Task[None]] = set()
 
     async def prompt(index: int) -> None:
@@ -290,7 +303,7 @@ async def _busy_level(streams: Streams, rng: random.Random, rate: float, seconds
             message, t_read = await asyncio.wait_for(prompts[index], 60)
             _check_cancelled(message, f"{client.link.name} busy")
             if timed:
-                samples.append((t_read - t_cancel) / 1e6)
+                samples.append((index, (t_read - t_cancel) / 1e6))
                 await prompt(index)
         except Exception as exc:  # a problem of the run, counted, not fatal (a cancellation still ends it)
             problems.append(f"session {index}: {exc!r}")
@@ -305,8 +318,12 @@ async def _busy_level(streams: Streams, rng: random.Random, rate: float, seconds
         client, session = pairs[index]
         await client.streamed(session, base[index] + 1, timeout=120)
     await asyncio.sleep(max(0.0, warm_until - time.monotonic()))
-    chunks = streams.chunks()
-    cpu = process_cpu_ticks(streams.server.pid)
+
+    def by_stream() -> list[int]:
+        return [client.chunks_by_session.get(session, 0) for client, session in pairs]
+
+    chunks_at_start = by_stream()
+    cpu = {name: process_cpu_ticks(pid) for name, pid in watch.items()}
     client_cpu = time.process_time()
     t_start = time.monotonic()
     t_end = t_start + seconds
@@ -323,14 +340,25 @@ async def _busy_level(streams: Streams, rng: random.Random, rate: float, seconds
             task = asyncio.create_task(cancel(victim, True))
             tasks.add(task)
             task.add_done_callback(tasks.discard)
-    cpu = process_cpu_ticks(streams.server.pid) - cpu
+    cpu = {name: process_cpu_ticks(pid) - cpu[name] for name, pid in watch.items()}
     client_cpu = time.process_time() - client_cpu
-    chunks = streams.chunks() - chunks
+    chunks_by = [end - start for start, end in zip(chunks_at_start, by_stream(), strict=True)]
     window = time.monotonic() - t_start
     await asyncio.gather(*tasks)
     # The end: every turn cancelled and answered.
     await asyncio.gather(*(cancel(index, False) for index in range(len(pairs)) if index not in broken))
-    return Busy(samples, chunks, window, cpu, client_cpu, problems)
+    timed = [index for index, _ in samples]
+    return Busy(
+        [ms for _, ms in samples],
+        sum(chunks_by),
+        window,
+        sum(cpu.values()),
+        client_cpu,
+        problems,
+        cpu,
+        chunks_by,
+        timed,
+    )
 
 
 async def _stream_level(streams: Streams, connections: int, chunks: int) -> Stream:
@@ -415,7 +443,7 @@ async def _idle(count: int, connects: int, compress: bool) -> tuple[int, float, 
     """(errors, RSS KB per idle connection, connect ms) on a `serve --max-connections count + 100`."""
     async with await Spawned.start("websocket", "--max-connections", str(count + 100), compress=compress) as server:
         warm = await server.client()  # runs a prompt first, so nothing lazy is still to load
-        session = await warm.new_session(server.workdir)
+        session = await warm.new_session(server.workspace)
         await warm.call("session/prompt", _flat_prompt(session, 100))
         await asyncio.sleep(0.5)
         rss_before = server.rss_kb()

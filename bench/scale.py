@@ -20,6 +20,10 @@ turn: anything else is a problem.
 
 The client is bench/wire.py's thin reader (a byte-prefix test per chunk line), so the figures are the server's.
 Run alone: `python -m bench.scale [--levels 1,10,100,1000] [--seconds 5] [--rate 20] [--provider scripted|openai]`.
+
+The same busy load over WebSocket connections, on replicas behind HAProxy (issue 24's cluster figures: cancel
+latency and CPU per turn per replica with 1 and 2 replicas, and the PostgreSQL figures still to come), is
+bench/cluster.py's: `python -m bench.cluster`.
 """
 
 from __future__ import annotations

@@ -223,3 +223,46 @@ def test_remote_bench_quick_prints_every_figure_for_stdio_and_websocket_side_by_
     assert rows["remote: 20 idle websocket connections, errors"] == ["0.00 errors", "<= 0.00 errors", "PASS"]
     skipped = "streamable HTTP skipped: POST /acp answered 405" in done.stdout
     assert skipped or "remote: cancel -> cancelled, 1 busy session, http, p99" in rows
+
+
+@pytest.mark.timeout(150)
+def test_cluster_bench_quick_runs_direct_and_behind_haproxy_with_one_and_two_replicas_side_by_side() -> None:
+    # The command a user runs, whole: fresh replicas per setup, docs/deploy.md's HAProxy config in front (a missing
+    # haproxy fails under CI=true, as the other HAProxy tests do), 6 busy connections each.
+    from tests.support.haproxy import need_binary
+
+    need_binary("haproxy")
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.cluster", "--quick"],
+        cwd=Path(__file__).resolve().parents[2],
+        capture_output=True,
+        text=True,
+        timeout=140,  # a hang's bound, not a speed target: it takes 20-30 s on a loaded 2-core machine
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    rows = {
+        cells[0].removeprefix("cluster: 6 busy connections, "): cells[1:]
+        for cells in (re.split(r"\s{2,}", line) for line in done.stdout.splitlines() if line.startswith("cluster: 6 "))
+    }
+    setups = ("1 replica, direct", "1 replica behind haproxy", "2 replicas behind haproxy")
+    for setup in setups:
+        for figure in (
+            "cancel p99",
+            "chunks/s (of 120)",
+            "replica a, server CPU per busy turn",
+            "client CPU per chunk",
+        ):
+            assert f"{setup}, {figure}" in rows, done.stdout
+        assert rows[f"{setup}, problems"] == ["0.00 problems", "<= 0.00 problems", "PASS"]
+    assert "1 replica, direct, haproxy CPU per chunk" not in rows
+    assert "1 replica behind haproxy, haproxy CPU per chunk" in rows
+    # One replica serves all 6, through the balancer too; with two, leastconn gives each some (cookies not kept),
+    # read from the `acp_replica` cookie each upgrade's answer set.
+    assert rows["1 replica behind haproxy, replica a, connections"][0] == "6.00 connections"
+    split = [float(rows[f"2 replicas behind haproxy, replica {name}, connections"][0].split()[0]) for name in "ab"]
+    assert sum(split) == 6 and min(split) > 0, split
+    # The figures that need the PostgreSQL store say so instead of a number.
+    assert done.stdout.count("NOT MEASURED YET: ") == 2, done.stdout
+    assert "NOT MEASURED YET: flush commit latency, SQLite vs PostgreSQL: " in done.stdout
+    assert "NOT MEASURED YET: replica death -> session running on another: " in done.stdout
