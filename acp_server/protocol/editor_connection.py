@@ -17,6 +17,7 @@ Named so it is not confused with `jsonrpc.connection.Connection` (the wire, whic
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
@@ -25,6 +26,7 @@ import anyio
 from acp_server.agent.providers import Credentials
 from acp_server.agent.sessions.owners import LOCAL, Owner
 from acp_server.jsonrpc.rpc import ErrorCode, RpcError
+from acp_server.mcp_bridge.over_acp import MCP_MESSAGE, AcpMcpMessages
 from acp_server.protocol.initialize import Capabilities
 
 if TYPE_CHECKING:
@@ -122,6 +124,8 @@ class EditorConnection:
         self.extension_notifications = extension_notifications
         # Who the editor acts for (REMOTE.md decision 4): `local` over stdio, a token's principal over the network.
         self.principal = principal
+        # Its `mcp/message` traffic: the MCP servers its client offers over ACP, and their notifications to us.
+        self.mcp_messages = AcpMcpMessages(functools.partial(rpc.request, MCP_MESSAGE))
         self._edge: Edge | None = None
 
     @property
