@@ -31,11 +31,10 @@ import anyio
 if TYPE_CHECKING:
     pass
 
-__all__ = ["MCP_MESSAGE", "MCP_OVER_ACP_VERSION", "AcpMcpMessages", "acp_transport"]
+__all__ = ["MCP_OVER_ACP_VERSION", "AcpMcpMessages", "acp_transport"]
 
 log = logging.getLogger(__name__)
 
-MCP_MESSAGE = "mcp/message"
 # The only MCP revision the binding carries (the TypeScript SDK 2.4.0's `mcp` entry: MCP_PROTOCOL_VERSION).
 MCP_OVER_ACP_VERSION = "2026-07-28"
 # Outer ACP error the binding reserves for "the backend or transport failed without a valid MCP outcome" (the

@@ -42,9 +42,7 @@ def test_the_typescript_sdk_offers_an_mcp_server_over_acp_whose_tools_the_agent_
     server_id = report["declaration"]["serverId"]
     ours = mcp_messages(report["wire"], "agent")
     assert ours and all("id" in m and m["params"]["serverId"] == server_id for m in ours)
-    assert all(
-        m["params"]["params"]["_meta"]["io.modelcontextprotocol/protocolVersion"] == "2026-07-28" for m in ours
-    )
+    assert all(m["params"]["params"]["_meta"]["io.modelcontextprotocol/protocolVersion"] == "2026-07-28" for m in ours)
 
     # A cancelled turn withdrew its call in flight, and the client's tool saw it.
     assert report["cancel"] == "cancelled" and report["aborted"] == ["wait"]
