@@ -6,13 +6,13 @@ to start and no port to open, and it works the same over `acp-server serve` as o
 where the client is.
 
 The binding speaks MCP 2026-07-28 (the TypeScript SDK's `MCP_PROTOCOL_VERSION`), the revision without a session:
-every MCP request of ours becomes one ACP `mcp/message` request to the client (`serverId`, `requestId` (the inner
-JSON-RPC id as a string), `method`, `params`), answered with exactly one inner outcome (`{"result": ...}` or
-`{"error": {code, message}}`); the client's MCP notifications for a request still in flight (progress, a
-subscription's events) come back as `mcp/message` notifications naming the same pair. Cancelling an MCP request
-(a cancelled turn: the MCP SDK writes `notifications/cancelled`) withdraws its ACP request (`$/cancel_request`),
-as the TypeScript SDK's caller does; the 2026 revision has no other client-to-server notifications and no
-server-to-client requests, so nothing else is carried.
+every MCP request of ours becomes one ACP `mcp/message` request to the client (`serverId`, `requestId`: the inner
+JSON-RPC id, made unique on the connection; `method`, `params`), answered with exactly one inner outcome
+(`{"result": ...}` or `{"error": {code, message}}`); the client's MCP notifications for a request still in flight
+(progress, a subscription's events) come back as `mcp/message` notifications naming the same pair. Cancelling an
+MCP request (a cancelled turn: the MCP SDK writes `notifications/cancelled`) withdraws its ACP request
+(`$/cancel_request`), as the TypeScript SDK's caller does; the 2026 revision has no other client-to-server
+notifications and no server-to-client requests, so nothing else is carried.
 
 `AcpMcpMessages` is one connection's routing table (held by the protocol side's connection, which hands it to its
 sessions' servers); `acp_transport` is one server's transport, streams of the MCP SDK's messages like stdio's.
@@ -21,15 +21,13 @@ Imports nothing of the SDK until a transport opens (the SDK is loaded by then: t
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager, suppress
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import anyio
-
-if TYPE_CHECKING:
-    pass
 
 __all__ = ["MCP_OVER_ACP_VERSION", "AcpMcpMessages", "acp_transport"]
 
@@ -59,6 +57,13 @@ class AcpMcpMessages:
     def __init__(self, send: Send) -> None:
         self._send = send
         self._routes: dict[tuple[str, str], Deliver] = {}
+        # Numbers the transports opened on this connection: each MCP client numbers its requests from 1, and the
+        # same server may serve several sessions of the connection at once, while a `requestId` must be unique on
+        # it for the server (the binding refuses a duplicate) and for routing.
+        self._transports = itertools.count(1)
+
+    def transport_number(self) -> int:
+        return next(self._transports)
 
     async def request(self, params: dict[str, Any]) -> Any:
         return await self._send(params)
@@ -108,6 +113,13 @@ async def acp_transport(
     import mcp_types as types  # noqa: PLC0415 (MCP SDK: loaded only for a session with an MCP server)
     from mcp.shared.message import SessionMessage  # noqa: PLC0415 (MCP SDK: loaded only for a session with an MCP server)
 
+    number = messages.transport_number()
+
+    def outer_id(inner: object) -> str:
+        """The `requestId` of an inner request: the MCP SDK's string ids (`listen-N`) are unique in the process,
+        its integer ones only in one client, so those are numbered by transport too."""
+        return inner if isinstance(inner, str) else f"{number}:{inner}"
+
     incoming_send, incoming = anyio.create_memory_object_stream[SessionMessage | Exception](INCOMING_BUFFER)
     outgoing, outgoing_receive = anyio.create_memory_object_stream[SessionMessage](0)
     in_flight: dict[str, anyio.CancelScope] = {}
@@ -122,7 +134,7 @@ async def acp_transport(
             pass  # the transport is closing
 
     async def forward(request: types.JSONRPCRequest) -> None:
-        request_id = str(request.id)
+        request_id = outer_id(request.id)
         params: dict[str, Any] = {"serverId": server_id, "requestId": request_id, "method": request.method}
         if request.params is not None:
             params["params"] = request.params
@@ -153,7 +165,7 @@ async def acp_transport(
                     requests.start_soon(forward, message)
                 elif isinstance(message, types.JSONRPCNotification) and message.method == "notifications/cancelled":
                     cancelled = (message.params or {}).get("requestId")
-                    scope = in_flight.get(str(cancelled))
+                    scope = in_flight.get(outer_id(cancelled))
                     if scope is not None:
                         scope.cancel()  # its `mcp/message` request is withdrawn: `$/cancel_request`
                 # Anything else has no place on MCP 2026-07-28 over ACP (no other client notification, no

@@ -161,6 +161,21 @@ async def test_the_agent_lists_and_calls_the_tools_of_an_mcp_server_the_client_o
     assert echo["params"]["params"]["arguments"] == {"text": "over acp"}
 
 
+async def test_two_sessions_using_the_same_client_server_never_share_a_request_id(acp: Acp, tmp_path: Path) -> None:
+    """Each session's MCP client numbers its requests from 1; the same server serving two sessions of the connection
+    must still see every `requestId` once (the binding refuses a duplicate in flight, and routes by it)."""
+    async with offering(acp.client) as server:
+        first = await open_session(acp, tmp_path, [declared()])
+        second = await open_session(acp, tmp_path, [declared()])
+        for session_id in (first, second):
+            turn = await acp.prompt(session_id, [call("echo", text=session_id), {"say": "done"}])
+            await acp.stopped(turn, "end_turn")
+    request_ids = [r["params"]["requestId"] for r in server.requests]
+    assert [r["params"]["method"] for r in server.requests].count("tools/list") == 2
+    assert len(set(request_ids)) == len(request_ids), request_ids
+    assert call_texts(acp.client, first) == [f"echo: {first}"] and call_texts(acp.client, second) == [f"echo: {second}"]
+
+
 async def test_an_inner_mcp_error_and_an_outer_acp_error_each_fail_the_tool_call_in_words(
     acp: Acp, tmp_path: Path
 ) -> None:
