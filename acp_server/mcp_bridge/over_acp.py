@@ -177,8 +177,9 @@ async def acp_transport(
             yield incoming, outgoing
         finally:
             requests.cancel_scope.cancel()
-            incoming_send.close()
-            outgoing.close()
+            # All four ends: the SDK's two are done with too, and a stream left open is a leak the GC complains of.
+            for stream in (incoming_send, incoming, outgoing, outgoing_receive):
+                stream.close()
 
 
 def _reply(types: Any, request_id: Any, result: Any) -> Any:
