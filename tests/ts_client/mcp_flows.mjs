@@ -2,8 +2,9 @@
 // MCP server over the ACP connection itself (`McpOverAcpProvider` of `@agentclientprotocol/sdk/unstable` for v1,
 // `.../experimental/v2/unstable` for v2, serving an `@modelcontextprotocol/server` server through the SDK's
 // `experimental/mcp-server` entry, MCP 2026-07-28), declares it in `session/new` as `{"type": "acp"}`, and the
-// scripted model calls its tools. tests/e2e/test_ts_sdk_mcp.py runs `node mcp_flows.mjs GROUP -- SERVER_COMMAND...`;
-// this script spawns the server and prints one JSON object: what each step answered, what the client's MCP server saw
+// scripted model calls its tools. tests/e2e/test_ts_sdk_mcp.py runs `node mcp_flows.mjs GROUP -- SERVER_COMMAND...`
+// (this script spawns the server) or `node mcp_flows.mjs GROUP --ws URL` (the SDK's WebSocket client against an
+// `acp-server serve` the caller started, token in ACP_FLOWS_TOKEN; `exit` is then null) and prints one JSON object: what each step answered, what the client's MCP server saw
 // (`served`: each MCP method it was asked, `calls`, `aborted`: the calls the agent cancelled), `schemaErrors` (what
 // the SDK's unstable zod schemas rejected) and `wire` (every message in order, which the pytest side checks against the
 // official JSON schemas). Judging is the pytest side's.
@@ -12,6 +13,8 @@ import { Readable, Writable } from "node:stream";
 import * as acp from "@agentclientprotocol/sdk/unstable";
 import * as acpV2 from "@agentclientprotocol/sdk/experimental/v2/unstable";
 import { fromMcpServer } from "@agentclientprotocol/sdk/experimental/mcp-server";
+import { createWebSocketStream } from "@agentclientprotocol/sdk/experimental/ws-client";
+import WebSocket from "ws";
 import { McpServer } from "@modelcontextprotocol/server";
 import * as z from "zod/v4";
 
@@ -52,9 +55,21 @@ function until(check, what) {
   );
 }
 
-function spawnAgent(sdk, command, schemas, out) {
+/** The agent's stream: a spawned server's stdio, or the SDK's WebSocket stream to a running `serve`. */
+function agentStream(sdk, target) {
+  if (target.url !== undefined) {
+    const headers = { Authorization: `Bearer ${target.token}` };
+    return { child: null, stream: createWebSocketStream(target.url, { WebSocket, headers }), exited: null };
+  }
+  const { command } = target;
   const child = spawn(command[0], command.slice(1), { stdio: ["pipe", "pipe", "inherit"] });
   const stream = sdk.ndJsonStream(Writable.toWeb(child.stdin), Readable.toWeb(child.stdout));
+  const exited = new Promise((resolve) => child.on("exit", (code, signal) => resolve({ code, signal })));
+  return { child, stream, exited };
+}
+
+function spawnAgent(sdk, target, schemas, out) {
+  const { child, stream, exited } = agentStream(sdk, target);
   const sentMethods = new Map();
   const check = (what, value) => {
     const schema = schemas[what];
@@ -84,11 +99,14 @@ function spawnAgent(sdk, command, schemas, out) {
       return writer.close();
     },
   });
-  const exited = new Promise((resolve) => child.on("exit", (code, signal) => resolve({ code, signal })));
   return { child, stream: { readable, writable }, exited };
 }
 
 async function finish(out, exited, child) {
+  if (exited === null) {
+    out.exit = null; // the caller's `serve` to stop
+    return out;
+  }
   out.exit = await withTimeout(exited, "the server to exit").catch((error) => {
     child.kill("SIGKILL");
     return { error: String(error) };
@@ -184,10 +202,10 @@ function record() {
   return { schemaChecked: 0, schemaErrors: [], wire: [], served: [], calls: [], aborted: [], waiting: false };
 }
 
-async function v1Flows(command) {
+async function v1Flows(target) {
   const out = record();
   const updates = [];
-  const { stream, exited, child } = spawnAgent(acp, command, CHECKED(zodV1), out);
+  const { stream, exited, child } = spawnAgent(acp, target, CHECKED(zodV1), out);
   const provider = new acp.McpOverAcpProvider();
   const served = clientServer(out);
   const app = acp
@@ -223,10 +241,10 @@ async function v1Flows(command) {
   return finish(out, exited, child);
 }
 
-async function v2Flows(command) {
+async function v2Flows(target) {
   const out = record();
   const updates = [];
-  const { stream, exited, child } = spawnAgent(acpV2, command, CHECKED(zodV2), out);
+  const { stream, exited, child } = spawnAgent(acpV2, target, CHECKED(zodV2), out);
   const provider = new acpV2.McpOverAcpProvider();
   const served = clientServer(out);
   const app = acpV2
@@ -275,13 +293,19 @@ async function v2Flows(command) {
 
 const GROUPS = { v1: v1Flows, v2: v2Flows };
 
-const [group, separator, ...command] = process.argv.slice(2);
-if (!GROUPS[group] || separator !== "--" || command.length === 0) {
-  console.error(`usage: node mcp_flows.mjs (v1|v2) -- SERVER_COMMAND...`);
+const [group, separator, ...rest] = process.argv.slice(2);
+const target =
+  separator === "--" && rest.length > 0
+    ? { command: rest }
+    : separator === "--ws" && rest.length === 1 && process.env.ACP_FLOWS_TOKEN
+      ? { url: rest[0], token: process.env.ACP_FLOWS_TOKEN }
+      : null;
+if (!GROUPS[group] || target === null) {
+  console.error(`usage: node mcp_flows.mjs (v1|v2) -- SERVER_COMMAND... | --ws URL (token in ACP_FLOWS_TOKEN)`);
   process.exit(2);
 }
 try {
-  const result = await GROUPS[group](command);
+  const result = await GROUPS[group](target);
   process.stdout.write(JSON.stringify(result) + "\n");
 } catch (error) {
   process.stdout.write(JSON.stringify({ fatal: String(error?.stack ?? error), data: error?.data }) + "\n");
