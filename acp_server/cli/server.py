@@ -269,6 +269,7 @@ def _edge(editor: EditorConnection) -> Edge:
         lambda: agent.turns.sandbox,
         routed=editor.credentials.routes.provider,
         key_refused=lambda spec: key_refused(editor, spec),
+        mcp_messages=editor.mcp_messages,
     )
 
 

@@ -6,7 +6,8 @@ Named `mcp_bridge` so it never shadows the SDK's `mcp` package. Importing this p
 (in a worker thread) only when a session actually has MCP servers, or when `probe_mcp_server` runs.
 
     specs.py       ACP McpServer objects -> ServerSpec; tool names
-    transports.py  ServerSpec -> connected SDK client (stdio / streamable HTTP / SSE), with a lost-connection signal
+    transports.py  ServerSpec -> connected SDK client (stdio / HTTP / SSE / acp), with a lost-connection signal
+    over_acp.py    a server the client offers over the ACP connection: its `mcp/message` traffic
     link.py        one server's connection task, state, tools and calls
     tools.py       a server's tools as runtime Tools (permissions, results)
     hub.py         one session's servers; the tools of a turn and what the user must be told

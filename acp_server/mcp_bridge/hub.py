@@ -24,6 +24,7 @@ import anyio
 
 from acp_server.errors import McpServerError
 from acp_server.mcp_bridge.link import ServerLink
+from acp_server.mcp_bridge.over_acp import AcpMcpMessages
 from acp_server.mcp_bridge.specs import ServerSpec, parse_server, safe_name
 from acp_server.mcp_bridge.tools import link_tools
 from acp_server.runtime.child_env import KEEP_ALL, ChildEnvPolicy
@@ -53,9 +54,11 @@ class McpHub:
         *,
         untrusted: Sequence[Mapping[str, Any]] = (),
         allowed_hosts: tuple[str, ...] = (),
+        messages: AcpMcpMessages | None = None,
     ) -> None:
         """`untrusted`: the entries of `servers` a remote client gave (by identity), connected only to global
-        addresses or `allowed_hosts` (mcp_bridge/addresses.py)."""
+        addresses or `allowed_hosts` (mcp_bridge/addresses.py). `messages`: the session's client's ACP connection,
+        which carries the servers it offers itself (`acp`, mcp_bridge/over_acp.py)."""
         self._start_wait = start_wait
         self.links: list[ServerLink] = []
         used: set[str] = set()
@@ -75,7 +78,16 @@ class McpHub:
                 server_id, suffix = f"{base}_{suffix}", suffix + 1
             used.add(server_id)
             self.links.append(
-                ServerLink(label, server_id, spec, cwd, problem=problem, roots=roots, environment=environment)
+                ServerLink(
+                    label,
+                    server_id,
+                    spec,
+                    cwd,
+                    problem=problem,
+                    roots=roots,
+                    environment=environment,
+                    messages=messages,
+                )
             )
         self._tools: dict[ServerLink, tuple[Tool[Any], ...]] = {}
 

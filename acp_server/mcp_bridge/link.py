@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import anyio
 
 from acp_server.errors import McpServerError, ToolError
+from acp_server.mcp_bridge.over_acp import AcpMcpMessages
 from acp_server.mcp_bridge.specs import ServerSpec
 from acp_server.mcp_bridge.transports import connect, new_pidfile, read_pid
 from acp_server.runtime.child_env import KEEP_ALL, ChildEnvPolicy
@@ -90,8 +91,11 @@ class ServerLink:
         problem: str = "",
         roots: tuple[Path, ...] = (),
         environment: ChildEnvPolicy = KEEP_ALL,
+        messages: AcpMcpMessages | None = None,
     ) -> None:
         self.name = name
+        # The session's client's ACP connection, which an `acp` server's traffic travels on (mcp_bridge/over_acp.py).
+        self.messages = messages
         # What a stdio server's environment leaves out of the server's own (runtime/child_env.py).
         self.environment = environment
         # The server's part of its tools' names (`mcp__<server_id>__<tool>`), unique within the session.
@@ -145,7 +149,13 @@ class ServerLink:
         # groups live inside `connect`, so no scope may end between entering it and leaving it.
         with anyio.CancelScope(deadline=anyio.current_time() + CONNECT_TIMEOUT) as connecting:
             async with connect(
-                spec, self.cwd, self._pidfile, self._on_tools_changed, self.roots, environment=self.environment
+                spec,
+                self.cwd,
+                self._pidfile,
+                self._on_tools_changed,
+                self.roots,
+                environment=self.environment,
+                messages=self.messages,
             ) as (client, lost):
                 tools = await list_remote_tools(client)
                 connecting.deadline = math.inf

@@ -17,6 +17,7 @@ from acp_server.settings.config import DEFAULT_MCP_START_WAIT
 
 if TYPE_CHECKING:  # the hub (and what it imports) loads when a session first has servers, not at start-up
     from acp_server.mcp_bridge.hub import McpHub, Spawn
+    from acp_server.mcp_bridge.over_acp import AcpMcpMessages
 
 __all__ = ["McpRegistry"]
 
@@ -40,10 +41,12 @@ class McpRegistry:
         *,
         untrusted: Sequence[Mapping[str, Any]] = (),
         allowed_hosts: tuple[str, ...] = (),
+        messages: AcpMcpMessages | None = None,
     ) -> McpHub | None:
         """Start a session's servers in the background; None when it has none (the SDK is then never imported).
         `roots`: the session's directories (cwd first), for servers that ask. `untrusted`: those a remote client
-        gave, connected only to global addresses or `allowed_hosts` (mcp_bridge/addresses.py)."""
+        gave, connected only to global addresses or `allowed_hosts` (mcp_bridge/addresses.py). `messages`: the
+        session's client's ACP connection, for the servers it offers over it (`acp`, mcp_bridge/over_acp.py)."""
         servers = tuple(servers)
         if not servers:
             return None
@@ -51,7 +54,14 @@ class McpRegistry:
 
         self._hubs = [hub for hub in self._hubs if not hub.finished]
         hub = McpHub(
-            servers, cwd, roots, self._environment, self._start_wait, untrusted=untrusted, allowed_hosts=allowed_hosts
+            servers,
+            cwd,
+            roots,
+            self._environment,
+            self._start_wait,
+            untrusted=untrusted,
+            allowed_hosts=allowed_hosts,
+            messages=messages,
         )
         hub.start(self._spawn)
         self._hubs.append(hub)

@@ -1,8 +1,10 @@
 """MCP servers as the editor (ACP `McpServer`) or the config file describes them, read into one frozen shape.
 
-ACP sends three shapes: stdio (`name`, `command`, `args`, `env: [{name, value}]`, no `type`), `type: "http"` and
-`type: "sse"` (`name`, `url`, `headers: [{name, value}]`). An entry that cannot be read is not a reason to refuse
-the session: it becomes a server that failed to start, and the user hears why inside the next turn.
+ACP sends four shapes: stdio (`name`, `command`, `args`, `env: [{name, value}]`, no `type`), `type: "http"` and
+`type: "sse"` (`name`, `url`, `headers: [{name, value}]`), and the unstable `type: "acp"` (`name`, `serverId`: a
+server the client itself provides over the ACP connection, mcp_bridge/over_acp.py). An entry that cannot be read is
+not a reason to refuse the session: it becomes a server that failed to start, and the user hears why inside the next
+turn.
 
 Also here: the names the model sees. A tool is offered as `mcp__<server>__<tool>`, with every character a model
 API might refuse replaced, so one rule serves every provider.
@@ -35,7 +37,7 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 @dataclass(frozen=True, slots=True)
 class ServerSpec:
     name: str
-    transport: Literal["stdio", "http", "sse"]
+    transport: Literal["stdio", "http", "sse", "acp"]
     command: str = ""
     args: tuple[str, ...] = ()
     # stdio: variables set on top of the MCP SDK's small default environment (HOME, PATH, ...).
@@ -48,9 +50,13 @@ class ServerSpec:
     # http/sse from a remote client (REMOTE.md decision 5): connected only to global addresses, or to these hosts
     # (`--allow-mcp-host`; mcp_bridge/addresses.py). None: not checked (stdio's editor, the config file's servers).
     allowed_hosts: tuple[str, ...] | None = None
+    # acp: the client's id for the server (`serverId`), which its `mcp/message` traffic names.
+    acp_id: str = ""
 
     def describe(self) -> str:
         """Where the server is, for messages (never the env or headers: they may hold keys)."""
+        if self.transport == "acp":
+            return f"the client's MCP server {self.acp_id!r} (over ACP)"
         return " ".join((self.command, *self.args)) if self.transport == "stdio" else self.url
 
 
@@ -101,6 +107,11 @@ def parse_server(raw: Mapping[str, Any]) -> ServerSpec:
             raise McpServerError(f"the MCP server {name!r} has no http(s) url")
         transport: Literal["http", "sse"] = "http" if kind == "http" else "sse"
         return ServerSpec(name, transport, url=url, headers=_pairs(raw.get("headers"), "headers", name))
+    if kind == "acp":
+        server_id = raw.get("serverId")
+        if not isinstance(server_id, str) or not server_id:
+            raise McpServerError(f"the MCP server {name!r} has no serverId (the acp transport names it)")
+        return ServerSpec(name, "acp", acp_id=server_id)
     raise McpServerError(f"the MCP server {name!r} uses the {kind!r} transport, which this agent does not support")
 
 

@@ -1,4 +1,5 @@
-"""How each ACP transport becomes a connected MCP SDK client: stdio, streamable HTTP, SSE.
+"""How each ACP transport becomes a connected MCP SDK client: stdio, streamable HTTP, SSE, and a server the client
+offers over the ACP connection itself (`acp`, mcp_bridge/over_acp.py).
 
 The `mcp` SDK costs about 0.6 s of imports, so it is imported only here, only when a session has MCP servers, and in
 a worker thread, so the event loop keeps answering the editor meanwhile.
@@ -30,6 +31,7 @@ import anyio
 from acp_server import __version__
 from acp_server.errors import McpServerError
 from acp_server.mcp_bridge.addresses import guarded_client
+from acp_server.mcp_bridge.over_acp import MCP_OVER_ACP_VERSION, AcpMcpMessages, acp_transport
 from acp_server.mcp_bridge.specs import ServerSpec
 from acp_server.runtime.child_env import ChildEnvPolicy, child_environment
 
@@ -62,6 +64,7 @@ async def connect(
     roots: Sequence[Path] = (),
     *,
     environment: ChildEnvPolicy | None = None,
+    messages: AcpMcpMessages | None = None,
 ) -> AsyncIterator[tuple[Client, anyio.Event]]:
     """A connected client (the MCP handshake done) and an event set if the connection is lost. Leaving the block
     shuts the server down (the SDK's shutdown: close stdin, wait, terminate the process group). A stdio server
@@ -70,7 +73,8 @@ async def connect(
     directories; its cwd when empty) answer a server that asks `roots/list`, as file-system servers of the 2025
     protocol do to learn where they may work. `environment`: the child-environment policy (runtime/child_env.py)
     applied to the MCP SDK's small default environment (HOME, PATH, ...) a stdio server gets under its own `env`;
-    None leaves that default as the SDK makes it (`doctor`'s probe)."""
+    None leaves that default as the SDK makes it (`doctor`'s probe). `messages`: the ACP connection an `acp` server's
+    `mcp/message` traffic travels on (its session's client's)."""
     await load_sdk()
     from mcp import Client  # noqa: PLC0415 (MCP SDK: loaded only for a session with an MCP server)
     from mcp.types import Implementation, ListRootsResult, Root, ToolListChangedNotification  # noqa: PLC0415 (MCP SDK: loaded only for a session with an MCP server)
@@ -88,11 +92,18 @@ async def connect(
 
     lost = anyio.Event()
     async with AsyncExitStack() as stack:
-        transport = await _transport(spec, cwd, stack, pidfile, environment)
+        transport = await _transport(spec, cwd, stack, pidfile, environment, messages=messages)
         info = Implementation(name="acp-server", version=__version__)
+        # Over ACP the binding carries one MCP revision, 2026-07-28 (its discovery, then its requests); elsewhere the
+        # SDK finds the server's (`auto`: `server/discover`, else the initialize handshake).
+        mode = MCP_OVER_ACP_VERSION if spec.transport == "acp" else "auto"
         client = await stack.enter_async_context(
             Client(
-                _watched(transport, lost), client_info=info, message_handler=on_message, list_roots_callback=list_roots
+                _watched(transport, lost),
+                client_info=info,
+                message_handler=on_message,
+                list_roots_callback=list_roots,
+                mode=mode,
             )
         )
         yield client, lost
@@ -114,8 +125,20 @@ def read_pid(pidfile: Path) -> int | None:
 
 
 async def _transport(
-    spec: ServerSpec, cwd: Path, stack: AsyncExitStack, pidfile: Path | None, environment: ChildEnvPolicy | None
+    spec: ServerSpec,
+    cwd: Path,
+    stack: AsyncExitStack,
+    pidfile: Path | None,
+    environment: ChildEnvPolicy | None,
+    *,
+    messages: AcpMcpMessages | None = None,
 ) -> AbstractAsyncContextManager[Any]:
+    if spec.transport == "acp":
+        if messages is None:  # a config file's entry, or `doctor`: no client connection to carry it
+            raise McpServerError(
+                f"the MCP server {spec.name!r} is the client's (acp), and no ACP client offers it here"
+            )
+        return acp_transport(messages, spec.acp_id)
     if spec.transport == "stdio":
         from mcp.client.stdio import StdioServerParameters, get_default_environment, stdio_client  # noqa: PLC0415 (MCP SDK: loaded only for a session with an MCP server)
 

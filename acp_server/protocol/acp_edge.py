@@ -13,6 +13,7 @@ from typing import Any
 from acp_server.agent.sessions.edge import Ports, SessionEvent, TurnSink
 from acp_server.agent.sessions.runs import RunContext
 from acp_server.jsonrpc.connection import Connection
+from acp_server.mcp_bridge.over_acp import AcpMcpMessages
 from acp_server.protocol.editor import (
     ClientRequest,
     EditorFileSystem,
@@ -80,6 +81,7 @@ class AcpEdge:
         *,
         routed: Callable[[str], Provider | None] = lambda spec: None,
         key_refused: Callable[[str], None] = lambda spec: None,
+        mcp_messages: AcpMcpMessages | None = None,
     ) -> None:
         """`sandbox`: how local commands are confined (None: not at all; Unconfined: asked for, but impossible
         here), decided once per process, with the turn services: asked for by a turn's tools, as the edge is built
@@ -92,6 +94,8 @@ class AcpEdge:
         # The connection's own gateways and key status (protocol/provider_methods.py, REMOTE.md decision 10).
         self.routed_provider = routed
         self.key_refused = key_refused
+        # The connection's `mcp/message` traffic: its client's own MCP servers (mcp_bridge/over_acp.py).
+        self.mcp_messages = mcp_messages
         self._chosen: Version | None = None
 
     @property

@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
 from acp_server.agent.providers import Credentials
 from acp_server.agent.sessions.owners import LOCAL, Owner
 from acp_server.jsonrpc.rpc import ErrorCode, RpcError
+from acp_server.mcp_bridge.over_acp import AcpMcpMessages
 from acp_server.protocol.initialize import Capabilities
 
 if TYPE_CHECKING:
@@ -122,7 +123,14 @@ class EditorConnection:
         self.extension_notifications = extension_notifications
         # Who the editor acts for (REMOTE.md decision 4): `local` over stdio, a token's principal over the network.
         self.principal = principal
+        # Its `mcp/message` traffic: the MCP servers its client offers over ACP, and their notifications to us.
+        self.mcp_messages = AcpMcpMessages(self._mcp_message)
         self._edge: Edge | None = None
+
+    async def _mcp_message(self, params: dict[str, Any]) -> Any:
+        """One MCP request to a server the client offers over ACP (unstable `mcp/message`, mcp_bridge/over_acp.py):
+        withdrawn with `$/cancel_request` when the caller is cancelled."""
+        return await self.rpc.request("mcp/message", params)
 
     @property
     def edge(self) -> Edge:

@@ -18,6 +18,7 @@ from acp_server.agent.sessions.options import PROMPT_POLICIES
 from acp_server.jsonrpc.rpc import ErrorCode, RpcError
 from acp_server.protocol.context import Handler, NotificationHandler, RequestContext
 from acp_server.protocol.initialize import InitializeParams
+from acp_server.protocol.mcp_over_acp import MCP_MESSAGE_NOTIFICATION, MCP_MESSAGE_REQUEST
 from acp_server.protocol.params import INITIALIZE, wire
 from acp_server.protocol.provider_methods import auth_status, providers_disable, providers_list, providers_set
 from acp_server.protocol.shared_methods import NO_PARAMS, log_in, log_out, not_saved, stats, taken_media
@@ -56,7 +57,9 @@ async def initialize(context: RequestContext, params: InitializeParams) -> dict[
         "agentCapabilities": {
             "loadSession": stored,
             "promptCapabilities": {"image": "image" in taken, "audio": "audio" in taken, "embeddedContext": True},
-            "mcpCapabilities": {"http": True, "sse": True},  # stdio always (ACP); see acp_server/mcp_bridge
+            # stdio always (ACP); `acp` (unstable): servers the client offers over ACP itself, their traffic in
+            # `mcp/message` (mcp_bridge/over_acp.py). See acp_server/mcp_bridge.
+            "mcpCapabilities": {"http": True, "sse": True, "acp": True},
             # `logout` forgets the keys until the next `authenticate`; `status` (unstable) is `auth/status`, and
             # `providers` (unstable) the `providers/*` methods (protocol/provider_methods.py).
             "auth": {"logout": {}, "status": {}},
@@ -132,6 +135,8 @@ METHODS: dict[str, Handler] = {
     "providers/list": (NO_PARAMS, providers_list),
     "providers/set": (wire("SetProviderRequest"), providers_set),
     "providers/disable": (wire("DisableProviderRequest"), providers_disable),
+    # Unstable MCP-over-ACP (protocol/mcp_over_acp.py): we call the client's servers; we offer none.
+    "mcp/message": MCP_MESSAGE_REQUEST,
 }
 
 # Served by the deferred side once it is loaded (protocol/deferred_methods.py `DEFERRED_METHODS`: their params and
@@ -179,4 +184,6 @@ def cancel_request(connection: EditorConnection, params: CancelRequestNotificati
 NOTIFICATIONS: dict[str, NotificationHandler] = {
     "session/cancel": (wire("CancelNotification"), session_cancel),
     "$/cancel_request": (wire("CancelRequestNotification"), cancel_request),
+    # Unstable MCP-over-ACP: the client's MCP notifications for our requests in flight (protocol/mcp_over_acp.py).
+    "mcp/message": MCP_MESSAGE_NOTIFICATION,
 }

@@ -55,6 +55,7 @@ __all__ = [
     "ListSessionsRequest",
     "LoadSessionRequest",
     "LogoutRequest",
+    "MessageMcpNotification",
     "Meta",
     "NewSessionRequest",
     "NoParams",
@@ -284,6 +285,17 @@ class CancelNotification(WireModel):
 
 class CancelRequestNotification(WireModel):
     request_id: int | str | None
+
+
+class MessageMcpNotification(WireModel):
+    """Unstable `mcp/message` from the client: an MCP notification for one of our MCP requests in flight to a server
+    it offers over ACP (mcp_bridge/over_acp.py). Also the request's params (which a client may not send us: we
+    offer no MCP server)."""
+
+    server_id: str
+    request_id: str
+    method: str
+    params: KeptObject | None = None
 
 
 # --- builders for what we write (plain dicts: they are on the per-chunk hot path) ---

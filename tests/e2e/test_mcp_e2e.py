@@ -141,10 +141,10 @@ async def http_server(request: pytest.FixtureRequest) -> AsyncIterator[tuple[str
 # --- connecting ---
 
 
-async def test_initialize_advertises_http_and_sse_mcp_servers(start_server: StartServer) -> None:
+async def test_initialize_advertises_http_sse_and_acp_mcp_servers(start_server: StartServer) -> None:
     client = await start_server()
     response = await client.initialize()
-    assert response["result"]["agentCapabilities"]["mcpCapabilities"] == {"http": True, "sse": True}
+    assert response["result"]["agentCapabilities"]["mcpCapabilities"] == {"http": True, "sse": True, "acp": True}
 
 
 async def test_session_new_answers_while_its_mcp_server_is_still_starting(server: RawClient, tmp_path: Path) -> None:

@@ -33,7 +33,7 @@ async def test_acp_init_201_203_204_a_request_for_2_gets_the_v2_surface(start_se
     assert result["info"]["name"] == "acp-server" and result["info"]["version"]
     capabilities = result["capabilities"]
     assert _markers(capabilities) == []
-    assert capabilities["session"]["mcp"] == {"stdio": {}, "http": {}}
+    assert capabilities["session"]["mcp"] == {"stdio": {}, "http": {}, "acp": {}}
     assert "delete" in capabilities["session"]
     # Images and audio as on v1 for the same models (present as `{}` markers, else left out, never false).
     v1 = await start_server()

@@ -153,6 +153,10 @@ PROOFS: dict[tuple[int, str, str], tuple[str, str]] = {
         "test_an_archived_session_is_loaded_or_resumed_only_once_unarchived",
     ),
     # v1, notifications the agent handles
+    (1, "handles", "mcp/message"): (
+        "tests/e2e/test_mcp_over_acp.py",
+        "test_the_clients_mcp_message_notifications_reach_only_the_request_they_name",
+    ),
     (1, "handles", "session/cancel"): (
         "tests/e2e/test_interrupts.py",
         "test_cancel_is_routed_by_session_id_and_leaves_other_sessions_running",
@@ -162,6 +166,10 @@ PROOFS: dict[tuple[int, str, str], tuple[str, str]] = {
         "test_cancel_request_naming_a_prompt_cancels_that_prompt_only",
     ),
     # v1, requests the agent sends the client
+    (1, "calls", "mcp/message"): (
+        "tests/e2e/test_ts_sdk_mcp.py",
+        "test_the_typescript_sdk_offers_an_mcp_server_over_acp_whose_tools_the_agent_calls_and_cancels",
+    ),
     (1, "calls", "fs/read_text_file"): (
         "tests/e2e/test_file_tools_e2e.py",
         "test_with_client_fs_the_tools_use_the_editors_buffers_and_never_the_disk",
@@ -277,6 +285,10 @@ PROOFS: dict[tuple[int, str, str], tuple[str, str]] = {
         "test_an_archived_session_is_loaded_or_resumed_only_once_unarchived",
     ),
     # v2, notifications the agent handles
+    (2, "handles", "mcp/message"): (
+        "tests/e2e/test_mcp_over_acp.py",
+        "test_the_clients_mcp_message_notifications_reach_only_the_request_they_name",
+    ),
     (2, "handles", "session/cancel"): (
         "tests/e2e/test_v2_cancel.py",
         "test_acp_cancel_201_202_203_the_cancelled_work_ends_idle_cancelled_and_nothing_of_it_follows",
@@ -286,6 +298,10 @@ PROOFS: dict[tuple[int, str, str], tuple[str, str]] = {
         "test_cancel_request_withdraws_a_held_prompt_and_leaves_the_work_alone",
     ),
     # v2, requests the agent sends the client
+    (2, "calls", "mcp/message"): (
+        "tests/e2e/test_ts_sdk_mcp.py",
+        "test_the_typescript_sdk_offers_an_mcp_server_over_acp_whose_tools_the_agent_calls_and_cancels",
+    ),
     (2, "calls", "session/request_permission"): (
         "tests/e2e/test_v2_conformance_wire.py",
         "test_acp_perm_201_a_permission_request_is_well_formed_and_a_selected_answer_ends_in_idle",
@@ -428,7 +444,6 @@ NOT_IMPLEMENTED: dict[str, str] = {
     ),
     "proxy/initialize": PROXY,
     "proxy/successor": PROXY,
-    "mcp/message": "not yet: issue 25 item 2",
 }
 
 # Why a session update kind of the schemas is not sent, by kind (both versions).

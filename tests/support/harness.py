@@ -918,7 +918,11 @@ def check_wire_v2(client: WireRecord) -> list[str]:
                 working.discard(session_id)
             continue
         turn_update = kind in TURN_SCOPED_V2
-        client_request = "id" in message and not method.startswith("_") and method != "session/update"
+        # `mcp/message` is the connection's, not a session's (a client's MCP server is listed when a session opens
+        # and subscribed to while it lives): like v1's reading, C4 is about requests for a session.
+        client_request = (
+            "id" in message and not method.startswith("_") and method not in ("session/update", "mcp/message")
+        )
         if (turn_update or client_request) and session_id not in working and not resuming[session_id]:
             check = "C3 (v2): turn update" if turn_update else "C4 (v2): client request"
             problems.append(f"{check} outside running..idle on {session_id}: {entry.raw[:200]!r}")

@@ -46,6 +46,9 @@ UNSTABLE_METHODS = frozenset(
 )
 # The unstable notifications the server sends, validated against the unstable schema of the connection's version.
 UNSTABLE_NOTIFICATIONS = frozenset({"auth/status_update"})
+# The unstable requests the server sends the client, by method: their params' definition in the unstable schema of
+# the connection's version (`mcp/message` is also a notification, the other way: its name alone is ambiguous).
+UNSTABLE_REQUESTS = {"mcp/message": "MessageMcpRequest"}
 
 
 @cache
@@ -164,6 +167,8 @@ class WireValidator:
             elif method in UNSTABLE_NOTIFICATIONS and "id" not in message:
                 notification = _definitions_by_method(self.version, unstable=True)[(method, "request")]
                 self._validate(notification, message.get("params"), line, unstable=True)
+            elif method in UNSTABLE_REQUESTS and "id" in message:
+                self._validate(UNSTABLE_REQUESTS[method], message.get("params"), line, unstable=True)
             elif method == "$/cancel_request":
                 self._validate("CancelRequestNotification", message.get("params"), line)
             elif method in (AGENT_TO_CLIENT_V2 if self.version == 2 else AGENT_TO_CLIENT):

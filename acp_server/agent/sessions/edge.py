@@ -29,6 +29,7 @@ from acp_server.settings.choices import PermissionMode, PromptPolicy
 if TYPE_CHECKING:
     from acp_server.agent.sessions.options import SlashCommand
     from acp_server.agent.sessions.runs import RunContext, Session
+    from acp_server.mcp_bridge.over_acp import AcpMcpMessages
 
 __all__ = [
     "ConfigChanged",
@@ -131,6 +132,12 @@ class Edge(Protocol):
 
     def key_refused(self, spec: str) -> None:
         """A model call for one of the connection's sessions was refused for its key (401, 403)."""
+        ...
+
+    @property
+    def mcp_messages(self) -> AcpMcpMessages | None:
+        """The connection's `mcp/message` traffic, which carries the MCP servers its client offers over ACP
+        (`{"type": "acp"}`, mcp_bridge/over_acp.py); None where no client can offer one."""
         ...
 
 

@@ -113,6 +113,7 @@ def _register(agent: Agent, session: Session, edge: Edge, owner: Owner = LOCAL) 
         (session.cwd, *session.additional_directories),
         untrusted=session.mcp_servers if owner.remote else (),
         allowed_hosts=owner.mcp_hosts,
+        messages=edge.mcp_messages,  # the servers its client offers over ACP travel on its connection
     )
 
 

@@ -55,7 +55,7 @@ class Owner:
             if isinstance(server, dict) and ("command" in server or server.get("type") == "stdio"):
                 name = server.get("name", "?")
                 raise InvalidArgumentError(
-                    f"mcpServers: {name!r} is a command; a remote connection may give HTTP or SSE servers only"
+                    f"mcpServers: {name!r} is a command; a remote connection may give HTTP, SSE or ACP servers only"
                 )
 
     async def check_addresses(self, servers: object) -> None:

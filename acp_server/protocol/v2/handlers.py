@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from acp_server.protocol.context import Handler, NotificationHandler, RequestContext
 from acp_server.protocol.editor_connection import EditorConnection
+from acp_server.protocol.mcp_over_acp import MCP_MESSAGE_NOTIFICATION, MCP_MESSAGE_REQUEST
 from acp_server.protocol.params import INITIALIZE, wire
 from acp_server.protocol.provider_methods import auth_status, providers_disable, providers_list, providers_set
 from acp_server.protocol.shared_methods import NO_PARAMS, stats
@@ -46,6 +47,8 @@ METHODS_V2: dict[str, Handler] = {
     "providers/list": (NO_PARAMS, providers_list),
     "providers/set": (wire("SetProviderRequest"), providers_set),
     "providers/disable": (wire("DisableProviderRequest"), providers_disable),
+    # Unstable MCP-over-ACP, as on v1 (protocol/mcp_over_acp.py).
+    "mcp/message": MCP_MESSAGE_REQUEST,
 }
 
 # Served by the deferred side once it is loaded (protocol/deferred_methods.py `DEFERRED_METHODS_V2`: their params and
@@ -84,4 +87,5 @@ def cancel_request_v2(connection: EditorConnection, params: CancelRequestNotific
 NOTIFICATIONS_V2: dict[str, NotificationHandler] = {
     "session/cancel": (wire("CancelNotification"), session_cancel_v2),
     "$/cancel_request": (wire("CancelRequestNotification"), cancel_request_v2),
+    "mcp/message": MCP_MESSAGE_NOTIFICATION,
 }

@@ -42,7 +42,8 @@ def initialize_result(connection: EditorConnection, config: Config, taken: froze
         "capabilities": {
             "session": {
                 "prompt": prompt,
-                "mcp": {"stdio": {}, "http": {}},
+                # `acp` (unstable): MCP servers the client offers over ACP, in `mcp/message` (mcp_bridge/over_acp.py).
+                "mcp": {"stdio": {}, "http": {}, "acp": {}},
                 "delete": {},
                 "additionalDirectories": {},
                 # Unstable (v2/schema.unstable.json), where sessions are stored: `archive` also means

@@ -32,12 +32,13 @@ class InitializeRequestV2(WireModel):
 
 
 def _typed_servers(servers: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """v2 MCP servers carry a `type`; stdio and http are supported, `sse` is gone from v2 (§23 Q21)."""
+    """v2 MCP servers carry a `type`; stdio, http and the unstable acp (a server the client offers over ACP,
+    mcp_bridge/over_acp.py) are supported, `sse` is gone from v2 (§23 Q21)."""
     for index, server in enumerate(servers):
         kind = server.get("type")
         name = server.get("name", index)
-        if kind not in ("stdio", "http"):
-            raise ValueError(f"{index}: MCP server {name!r}: transport {kind!r} is not supported (stdio, http)")
+        if kind not in ("stdio", "http", "acp"):
+            raise ValueError(f"{index}: MCP server {name!r}: transport {kind!r} is not supported (stdio, http, acp)")
     return servers
 
 

@@ -31,6 +31,8 @@ def test_the_three_acp_shapes_are_read() -> None:
     http = parse_server({"type": "http", "name": "b", "url": "http://h/mcp", "headers": [{"name": "H", "value": "1"}]})
     assert http == ServerSpec("b", "http", url="http://h/mcp", headers={"H": "1"})
     assert parse_server({"type": "sse", "name": "c", "url": "https://h/sse", "headers": []}).transport == "sse"
+    # The unstable MCP-over-ACP: the client's own server, named by its `serverId` (mcp_bridge/over_acp.py).
+    assert parse_server({"type": "acp", "name": "d", "serverId": "tools:1"}) == ServerSpec("d", "acp", acp_id="tools:1")
 
 
 def test_a_config_file_servers_working_directory_travels_in_meta() -> None:
@@ -46,7 +48,8 @@ def test_a_config_file_servers_working_directory_travels_in_meta() -> None:
         ({"name": "a", "command": "x", "args": [1], "env": []}, "invalid args"),
         ({"name": "a", "command": "x", "args": [], "env": [{"name": "K"}]}, "invalid env entry"),
         ({"type": "http", "name": "a", "url": "ftp://h", "headers": []}, "no http(s) url"),
-        ({"type": "acp", "name": "a", "id": "x"}, "'acp' transport"),
+        ({"type": "acp", "name": "a", "id": "x"}, "'a' has no serverId"),
+        ({"type": "websocket", "name": "a", "url": "ws://h"}, "'websocket' transport"),
     ],
 )
 def test_an_unusable_entry_is_refused_in_words_naming_the_server(raw: dict[str, Any], words: str) -> None:
