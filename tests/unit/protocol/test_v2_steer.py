@@ -40,6 +40,8 @@ class _Connection:
 class _Turns:
     """The turn services a run the cancel claimed before it started reads: the registry, no store, no edge work."""
 
+    meter = None  # no operator's metrics (`serve` sets one)
+
     def __init__(self, runs: RunRegistry) -> None:
         self.runs = runs
 
