@@ -8,20 +8,14 @@
 // `node flows.mjs GROUP --ws URL` runs the same flows over the SDK's WebSocket client (`createWebSocketStream`, with
 // the pinned `ws` package) against an `acp-server serve` the caller started, with the token from ACP_FLOWS_TOKEN (not
 // an argument: `ps` shows those); `exit` is then null, the server being the caller's to stop.
-import { spawn } from "node:child_process";
 import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
-import { Readable, Writable } from "node:stream";
 import * as acp from "@agentclientprotocol/sdk";
 import * as acpV2 from "@agentclientprotocol/sdk/experimental/v2";
-import { createWebSocketStream } from "@agentclientprotocol/sdk/experimental/ws-client";
-import WebSocket from "ws";
+import { serverExit, watchedAgent, withTimeout, zodSchemas } from "./common.mjs";
 
-// The SDK's generated zod schemas: not in its package exports, so imported by file (the very module the connection
-// validates with).
-const sdkFile = (path) => new URL(`./node_modules/@agentclientprotocol/sdk/dist/${path}`, import.meta.url);
-const zodV1 = await import(sdkFile("v1/schema/zod.gen.js"));
-const zodV2 = await import(sdkFile("v2/schema/zod.gen.js"));
+const zodV1 = await zodSchemas("v1");
+const zodV2 = await zodSchemas("v2");
 
 const V1_RESPONSES = {
   initialize: zodV1.zInitializeResponse,
@@ -52,68 +46,12 @@ const V2_FROM_AGENT = {
   "session/request_permission": zodV2.zRequestPermissionRequest,
 };
 
-const STEP_TIMEOUT_MS = Number(process.env.TS_FLOW_STEP_TIMEOUT_MS || "15000");
-
-function withTimeout(promise, what) {
-  let timer;
-  const timeout = new Promise((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`timed out waiting for ${what}`)), STEP_TIMEOUT_MS);
-  });
-  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
-}
-
-/** The agent's stream: a spawned server's stdio in the SDK's ndjson stream, or the SDK's WebSocket stream to a
- * running `serve`; `exited` is the spawned server's exit (null over WebSocket: the caller stops its server). */
-function agentStream(sdk, target) {
-  if (target.url !== undefined) {
-    const headers = { Authorization: `Bearer ${target.token}` };
-    return { child: null, stream: createWebSocketStream(target.url, { WebSocket, headers }), exited: null };
-  }
-  const { command } = target;
-  const child = spawn(command[0], command.slice(1), { stdio: ["pipe", "pipe", "inherit"] });
-  const stream = sdk.ndJsonStream(Writable.toWeb(child.stdin), Readable.toWeb(child.stdout));
-  const exited = new Promise((resolve) => child.on("exit", (code, signal) => resolve({ code, signal })));
-  return { child, stream, exited };
-}
-
-/** Connect to the agent (`agentStream`), checking every message the agent sends. */
-function spawnAgent(sdk, target, responses, fromAgent, out) {
-  const { schemaErrors, wire } = out;
-  const { child, stream, exited } = agentStream(sdk, target);
-  const sentMethods = new Map();
-  const check = (schema, value, what) => {
-    if (!schema) return;
-    out.schemaChecked += 1;
-    const result = schema.safeParse(value);
-    if (!result.success) schemaErrors.push({ what, issues: result.error.issues, value });
-  };
-  const readable = stream.readable.pipeThrough(
-    new TransformStream({
-      transform(message, controller) {
-        wire.push({ dir: "agent", message });
-        if ("method" in message) {
-          check(fromAgent[message.method], message.params, message.method);
-        } else if ("result" in message) {
-          const method = sentMethods.get(message.id);
-          check(responses[method], message.result, `response to ${method}`);
-        }
-        controller.enqueue(message);
-      },
-    }),
-  );
-  const writer = stream.writable.getWriter();
-  const writable = new WritableStream({
-    write(message) {
-      wire.push({ dir: "client", message });
-      if ("method" in message && "id" in message) sentMethods.set(message.id, message.method);
-      return writer.write(message);
-    },
-    close() {
-      return writer.close();
-    },
-  });
-  return { child, stream: { readable, writable }, exited };
-}
+/** Requests and notifications from the agent checked by their method, responses by the method they answer. */
+const checkIn = (responses, fromAgent) => (message, sent) => {
+  if ("method" in message) return { what: message.method, schema: fromAgent[message.method], value: message.params };
+  if ("result" in message) return { what: `response to ${sent}`, schema: responses[sent], value: message.result };
+  return undefined;
+};
 
 /** What the client side records: every session/update in order, every probe, every permission request. */
 function recorder() {
@@ -156,19 +94,10 @@ function textsOf(updates, sessionId, kind = "agent_message_chunk") {
     .map((n) => n.update.content.text);
 }
 
-/** How a spawned server ended once its stdin closed (killed when it does not); null over WebSocket. */
-function serverExit(exited, child) {
-  if (exited === null) return null;
-  return withTimeout(exited, "the server to exit").catch((error) => {
-    child.kill("SIGKILL");
-    return { error: String(error) };
-  });
-}
-
 async function v1Flows(target) {
   const out = { schemaChecked: 0, schemaErrors: [], wire: [] };
   const rec = recorder();
-  const { stream, exited, child } = spawnAgent(acp, target, V1_RESPONSES, V1_FROM_AGENT, out);
+  const { stream, exited, child } = watchedAgent(acp, target, out, checkIn(V1_RESPONSES, V1_FROM_AGENT));
   const app = acp
     .client({ name: "acp-server-ts-flows" })
     .onNotification(acp.methods.client.session.update, ({ params }) => rec.addUpdate(params))
@@ -265,7 +194,7 @@ async function v1Flows(target) {
 async function v2Flows(target) {
   const out = { schemaChecked: 0, schemaErrors: [], wire: [] };
   const rec = recorder();
-  const { stream, exited, child } = spawnAgent(acpV2, target, V2_RESPONSES, V2_FROM_AGENT, out);
+  const { stream, exited, child } = watchedAgent(acpV2, target, out, checkIn(V2_RESPONSES, V2_FROM_AGENT));
   const app = acpV2
     .client({ name: "acp-server-ts-flows" })
     .onNotification(acpV2.methods.client.session.update, ({ params }) => rec.addUpdate(params))

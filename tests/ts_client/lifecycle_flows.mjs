@@ -3,17 +3,15 @@
 // in package-lock.json: `session/set_title`, `session/status`, `session/archive`, `session/unarchive`, and on v2
 // `session/fork`. tests/e2e/test_ts_sdk_lifecycle.py runs `node lifecycle_flows.mjs GROUP -- SERVER_COMMAND...`; this
 // script spawns the server (its store in the environment's state directory), runs the group, and prints one JSON
-// object: what each step answered (a result, or the error's code and data), `schemaErrors` (every response the
+// object: what each step answered (a result, or the error's code, data and message), `schemaErrors` (every response the
 // SDK's unstable zod schemas rejected; the connection itself checks what it handles) and `wire` (every message in
 // order, which the pytest side checks against the official JSON schemas). Judging is the pytest side's.
-import { spawn } from "node:child_process";
-import { Readable, Writable } from "node:stream";
 import * as acp from "@agentclientprotocol/sdk/unstable";
 import * as acpV2 from "@agentclientprotocol/sdk/experimental/v2/unstable";
+import { answer, finish, responsesIn, until, watchedAgent, zodSchemas } from "./common.mjs";
 
-const sdkFile = (path) => new URL(`./node_modules/@agentclientprotocol/sdk/dist/${path}`, import.meta.url);
-const zodV1 = await import(sdkFile("v1/unstable/schema/zod.gen.js"));
-const zodV2 = await import(sdkFile("v2/unstable/schema/zod.gen.js"));
+const zodV1 = await zodSchemas("v1/unstable");
+const zodV2 = await zodSchemas("v2/unstable");
 
 const LIFECYCLE = (zod) => ({
   initialize: zod.zInitializeResponse,
@@ -31,78 +29,13 @@ const LIFECYCLE = (zod) => ({
 const V1_RESPONSES = { ...LIFECYCLE(zodV1), "session/load": zodV1.zLoadSessionResponse };
 const V2_RESPONSES = LIFECYCLE(zodV2);
 
-const STEP_TIMEOUT_MS = Number(process.env.TS_FLOW_STEP_TIMEOUT_MS || "15000");
-
-function withTimeout(promise, what) {
-  let timer;
-  const timeout = new Promise((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`timed out waiting for ${what}`)), STEP_TIMEOUT_MS);
-  });
-  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
-}
-
-/** Spawn the server and wrap its stdio in the SDK's ndjson stream, checking every response against `responses`. */
-function spawnAgent(sdk, command, responses, out) {
-  const child = spawn(command[0], command.slice(1), { stdio: ["pipe", "pipe", "inherit"] });
-  const stream = sdk.ndJsonStream(Writable.toWeb(child.stdin), Readable.toWeb(child.stdout));
-  const sentMethods = new Map();
-  const readable = stream.readable.pipeThrough(
-    new TransformStream({
-      transform(message, controller) {
-        out.wire.push({ dir: "agent", message });
-        if ("result" in message) {
-          const method = sentMethods.get(message.id);
-          const schema = responses[method];
-          if (schema) {
-            out.schemaChecked += 1;
-            const result = schema.safeParse(message.result);
-            if (!result.success) out.schemaErrors.push({ what: method, issues: result.error.issues, value: message.result });
-          }
-        }
-        controller.enqueue(message);
-      },
-    }),
-  );
-  const writer = stream.writable.getWriter();
-  const writable = new WritableStream({
-    write(message) {
-      out.wire.push({ dir: "client", message });
-      if ("method" in message && "id" in message) sentMethods.set(message.id, message.method);
-      return writer.write(message);
-    },
-    close() {
-      return writer.close();
-    },
-  });
-  const exited = new Promise((resolve) => child.on("exit", (code, signal) => resolve({ code, signal })));
-  return { child, stream: { readable, writable }, exited };
-}
-
-/** A request's answer as data: `{result}` or `{error: {code, data}}` (the SDK rejects with the JSON-RPC error). */
-async function answer(promise, what) {
-  try {
-    return { result: await withTimeout(promise, what) };
-  } catch (error) {
-    if (typeof error?.code !== "number") throw error;
-    return { error: { code: error.code, data: error.data ?? null } };
-  }
-}
-
 const listed = (list) => list.sessions.map((s) => ({ sessionId: s.sessionId, title: s.title ?? null, archived: s.archived }));
-
-async function finish(out, exited, child) {
-  out.exit = await withTimeout(exited, "the server to exit").catch((error) => {
-    child.kill("SIGKILL");
-    return { error: String(error) };
-  });
-  return out;
-}
 
 /** v1 through `@agentclientprotocol/sdk/unstable`, with the SDK's method names (`methods.agent.session.*`). */
 async function v1Flows(command) {
   const out = { schemaChecked: 0, schemaErrors: [], wire: [] };
   const updates = [];
-  const { stream, exited, child } = spawnAgent(acp, command, V1_RESPONSES, out);
+  const { stream, exited, child } = watchedAgent(acp, { command }, out, responsesIn(V1_RESPONSES));
   const m = acp.methods.agent.session;
   const app = acp.client({ name: "acp-server-ts-lifecycle" }).onNotification(acp.methods.client.session.update, ({ params }) => {
     updates.push(params);
@@ -144,23 +77,18 @@ async function v1Flows(command) {
 async function v2Flows(command) {
   const out = { schemaChecked: 0, schemaErrors: [], wire: [] };
   const updates = [];
-  const { stream, exited, child } = spawnAgent(acpV2, command, V2_RESPONSES, out);
+  const { stream, exited, child } = watchedAgent(acpV2, { command }, out, responsesIn(V2_RESPONSES));
   const m = acpV2.methods.agent.session;
   const app = acpV2
     .client({ name: "acp-server-ts-lifecycle" })
     .onNotification(acpV2.methods.client.session.update, ({ params }) => updates.push(params));
   const idle = (sessionId, since) =>
-    withTimeout(
-      new Promise((resolve) => {
-        const look = () => {
-          const found = updates
-            .slice(since)
-            .find((n) => n.sessionId === sessionId && n.update.sessionUpdate === "state_update" && n.update.state === "idle");
-          if (found) resolve(found.update);
-          else setTimeout(look, 10);
-        };
-        look();
-      }),
+    until(
+      () =>
+        updates
+          .slice(since)
+          .find((n) => n.sessionId === sessionId && n.update.sessionUpdate === "state_update" && n.update.state === "idle")
+          ?.update,
       "idle",
     );
   await app.connectWith(stream, async (ctx) => {

@@ -8,19 +8,15 @@
 // (`served`: each MCP method it was asked, `calls`, `aborted`: the calls the agent cancelled), `schemaErrors` (what
 // the SDK's unstable zod schemas rejected) and `wire` (every message in order, which the pytest side checks against the
 // official JSON schemas). Judging is the pytest side's.
-import { spawn } from "node:child_process";
-import { Readable, Writable } from "node:stream";
 import * as acp from "@agentclientprotocol/sdk/unstable";
 import * as acpV2 from "@agentclientprotocol/sdk/experimental/v2/unstable";
 import { fromMcpServer } from "@agentclientprotocol/sdk/experimental/mcp-server";
-import { createWebSocketStream } from "@agentclientprotocol/sdk/experimental/ws-client";
-import WebSocket from "ws";
 import { McpServer } from "@modelcontextprotocol/server";
 import * as z from "zod/v4";
+import { finish, until, watchedAgent, withTimeout, zodSchemas } from "./common.mjs";
 
-const sdkFile = (path) => new URL(`./node_modules/@agentclientprotocol/sdk/dist/${path}`, import.meta.url);
-const zodV1 = await import(sdkFile("v1/unstable/schema/zod.gen.js"));
-const zodV2 = await import(sdkFile("v2/unstable/schema/zod.gen.js"));
+const zodV1 = await zodSchemas("v1/unstable");
+const zodV2 = await zodSchemas("v2/unstable");
 
 const CHECKED = (zod) => ({
   initialize: zod.zInitializeResponse,
@@ -29,90 +25,15 @@ const CHECKED = (zod) => ({
   "mcp/message": zod.zMessageMcpRequest,
 });
 
-const STEP_TIMEOUT_MS = Number(process.env.TS_FLOW_STEP_TIMEOUT_MS || "15000");
 const SERVER_NAME = "client-tools";
 const tool = (name) => `mcp__${SERVER_NAME}__${name}`;
 
-function withTimeout(promise, what) {
-  let timer;
-  const timeout = new Promise((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`timed out waiting for ${what}`)), STEP_TIMEOUT_MS);
-  });
-  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
-}
-
-function until(check, what) {
-  return withTimeout(
-    new Promise((resolve) => {
-      const look = () => {
-        const found = check();
-        if (found) resolve(found);
-        else setTimeout(look, 10);
-      };
-      look();
-    }),
-    what,
-  );
-}
-
-/** The agent's stream: a spawned server's stdio, or the SDK's WebSocket stream to a running `serve`. */
-function agentStream(sdk, target) {
-  if (target.url !== undefined) {
-    const headers = { Authorization: `Bearer ${target.token}` };
-    return { child: null, stream: createWebSocketStream(target.url, { WebSocket, headers }), exited: null };
-  }
-  const { command } = target;
-  const child = spawn(command[0], command.slice(1), { stdio: ["pipe", "pipe", "inherit"] });
-  const stream = sdk.ndJsonStream(Writable.toWeb(child.stdin), Readable.toWeb(child.stdout));
-  const exited = new Promise((resolve) => child.on("exit", (code, signal) => resolve({ code, signal })));
-  return { child, stream, exited };
-}
-
-function spawnAgent(sdk, target, schemas, out) {
-  const { child, stream, exited } = agentStream(sdk, target);
-  const sentMethods = new Map();
-  const check = (what, value) => {
-    const schema = schemas[what];
-    if (!schema) return;
-    out.schemaChecked += 1;
-    const result = schema.safeParse(value);
-    if (!result.success) out.schemaErrors.push({ what, issues: result.error.issues, value });
-  };
-  const readable = stream.readable.pipeThrough(
-    new TransformStream({
-      transform(message, controller) {
-        out.wire.push({ dir: "agent", message });
-        if ("result" in message) check(sentMethods.get(message.id), message.result);
-        else if (message.method === "mcp/message" && "id" in message) check(message.method, message.params);
-        controller.enqueue(message);
-      },
-    }),
-  );
-  const writer = stream.writable.getWriter();
-  const writable = new WritableStream({
-    write(message) {
-      out.wire.push({ dir: "client", message });
-      if ("method" in message && "id" in message) sentMethods.set(message.id, message.method);
-      return writer.write(message);
-    },
-    close() {
-      return writer.close();
-    },
-  });
-  return { child, stream: { readable, writable }, exited };
-}
-
-async function finish(out, exited, child) {
-  if (exited === null) {
-    out.exit = null; // the caller's `serve` to stop
-    return out;
-  }
-  out.exit = await withTimeout(exited, "the server to exit").catch((error) => {
-    child.kill("SIGKILL");
-    return { error: String(error) };
-  });
-  return out;
-}
+/** Responses by the method they answer, and our `mcp/message` requests. */
+const checkIn = (schemas) => (message, sent) => {
+  if ("result" in message) return { what: sent, schema: schemas[sent], value: message.result };
+  if (message.method === "mcp/message" && "id" in message) return { what: message.method, schema: schemas[message.method], value: message.params };
+  return undefined;
+};
 
 /** The client's MCP server: `echo` answers, `wait` blocks until the agent cancels it, `grow` adds `fresh` and says
  * the tool list changed (to the agent's open `subscriptions/listen`, as `mcp/message` notifications). */
@@ -205,7 +126,7 @@ function record() {
 async function v1Flows(target) {
   const out = record();
   const updates = [];
-  const { stream, exited, child } = spawnAgent(acp, target, CHECKED(zodV1), out);
+  const { stream, exited, child } = watchedAgent(acp, target, out, checkIn(CHECKED(zodV1)));
   const provider = new acp.McpOverAcpProvider();
   const served = clientServer(out);
   const app = acp
@@ -244,7 +165,7 @@ async function v1Flows(target) {
 async function v2Flows(target) {
   const out = record();
   const updates = [];
-  const { stream, exited, child } = spawnAgent(acpV2, target, CHECKED(zodV2), out);
+  const { stream, exited, child } = watchedAgent(acpV2, target, out, checkIn(CHECKED(zodV2)));
   const provider = new acpV2.McpOverAcpProvider();
   const served = clientServer(out);
   const app = acpV2

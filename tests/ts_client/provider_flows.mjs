@@ -7,14 +7,12 @@
 // `auth/status_update` notifications it received, `schemaErrors` (every response or notification the SDK's unstable
 // zod schemas rejected) and `wire` (every message in order, which the pytest side checks against the official JSON
 // schemas). Judging is the pytest side's.
-import { spawn } from "node:child_process";
-import { Readable, Writable } from "node:stream";
 import * as acp from "@agentclientprotocol/sdk/unstable";
 import * as acpV2 from "@agentclientprotocol/sdk/experimental/v2/unstable";
+import { answer, finish, until, watchedAgent, zodSchemas } from "./common.mjs";
 
-const sdkFile = (path) => new URL(`./node_modules/@agentclientprotocol/sdk/dist/${path}`, import.meta.url);
-const zodV1 = await import(sdkFile("v1/unstable/schema/zod.gen.js"));
-const zodV2 = await import(sdkFile("v2/unstable/schema/zod.gen.js"));
+const zodV1 = await zodSchemas("v1/unstable");
+const zodV2 = await zodSchemas("v2/unstable");
 
 const CHECKED = (zod) => ({
   initialize: zod.zInitializeResponse,
@@ -27,70 +25,15 @@ const CHECKED = (zod) => ({
   "auth/status_update": zod.zAuthStatusUpdateNotification,
 });
 
-const STEP_TIMEOUT_MS = Number(process.env.TS_FLOW_STEP_TIMEOUT_MS || "15000");
 const GATEWAY_URL = process.env.TS_GATEWAY_URL;
 const GATEWAY_KEY = process.env.TS_GATEWAY_KEY;
 
-function withTimeout(promise, what) {
-  let timer;
-  const timeout = new Promise((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`timed out waiting for ${what}`)), STEP_TIMEOUT_MS);
-  });
-  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
-}
-
-function spawnAgent(sdk, command, schemas, out) {
-  const child = spawn(command[0], command.slice(1), { stdio: ["pipe", "pipe", "inherit"] });
-  const stream = sdk.ndJsonStream(Writable.toWeb(child.stdin), Readable.toWeb(child.stdout));
-  const sentMethods = new Map();
-  const check = (what, value) => {
-    const schema = schemas[what];
-    if (!schema) return;
-    out.schemaChecked += 1;
-    const result = schema.safeParse(value);
-    if (!result.success) out.schemaErrors.push({ what, issues: result.error.issues, value });
-  };
-  const readable = stream.readable.pipeThrough(
-    new TransformStream({
-      transform(message, controller) {
-        out.wire.push({ dir: "agent", message });
-        if ("result" in message) check(sentMethods.get(message.id), message.result);
-        else if (message.method === "auth/status_update") check(message.method, message.params);
-        controller.enqueue(message);
-      },
-    }),
-  );
-  const writer = stream.writable.getWriter();
-  const writable = new WritableStream({
-    write(message) {
-      out.wire.push({ dir: "client", message });
-      if ("method" in message && "id" in message) sentMethods.set(message.id, message.method);
-      return writer.write(message);
-    },
-    close() {
-      return writer.close();
-    },
-  });
-  const exited = new Promise((resolve) => child.on("exit", (code, signal) => resolve({ code, signal })));
-  return { child, stream: { readable, writable }, exited };
-}
-
-async function answer(promise, what) {
-  try {
-    return { result: await withTimeout(promise, what) };
-  } catch (error) {
-    if (typeof error?.code !== "number") throw error;
-    return { error: { code: error.code, data: error.data ?? null, message: error.message } };
-  }
-}
-
-async function finish(out, exited, child) {
-  out.exit = await withTimeout(exited, "the server to exit").catch((error) => {
-    child.kill("SIGKILL");
-    return { error: String(error) };
-  });
-  return out;
-}
+/** Responses by the method they answer, and the `auth/status_update` notification. */
+const checkIn = (schemas) => (message, sent) => {
+  if ("result" in message) return { what: sent, schema: schemas[sent], value: message.result };
+  if (message.method === "auth/status_update") return { what: message.method, schema: schemas[message.method], value: message.params };
+  return undefined;
+};
 
 const routed = () => ({
   providerId: "openai",
@@ -114,7 +57,7 @@ async function steps(sdk, req, out, newSession, prompt) {
 
 async function v1Flows(command) {
   const out = { schemaChecked: 0, schemaErrors: [], wire: [], updates: [] };
-  const { stream, exited, child } = spawnAgent(acp, command, CHECKED(zodV1), out);
+  const { stream, exited, child } = watchedAgent(acp, { command }, out, checkIn(CHECKED(zodV1)));
   const app = acp
     .client({ name: "acp-server-ts-providers" })
     .onNotification(acp.methods.client.auth.statusUpdate, ({ params }) => out.updates.push(params));
@@ -136,23 +79,17 @@ async function v1Flows(command) {
 async function v2Flows(command) {
   const out = { schemaChecked: 0, schemaErrors: [], wire: [], updates: [] };
   const sessionUpdates = [];
-  const { stream, exited, child } = spawnAgent(acpV2, command, CHECKED(zodV2), out);
+  const { stream, exited, child } = watchedAgent(acpV2, { command }, out, checkIn(CHECKED(zodV2)));
   const app = acpV2
     .client({ name: "acp-server-ts-providers" })
     .onNotification(acpV2.methods.client.auth.statusUpdate, ({ params }) => out.updates.push(params))
     .onNotification(acpV2.methods.client.session.update, ({ params }) => sessionUpdates.push(params));
   const idle = (sessionId) =>
-    withTimeout(
-      new Promise((resolve) => {
-        const look = () => {
-          const found = sessionUpdates.find(
-            (n) => n.sessionId === sessionId && n.update.sessionUpdate === "state_update" && n.update.state === "idle",
-          );
-          if (found) resolve(found.update);
-          else setTimeout(look, 10);
-        };
-        look();
-      }),
+    until(
+      () =>
+        sessionUpdates.find(
+          (n) => n.sessionId === sessionId && n.update.sessionUpdate === "state_update" && n.update.state === "idle",
+        )?.update,
       "idle",
     );
   await app.connectWith(stream, async (ctx) => {
