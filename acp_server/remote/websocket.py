@@ -9,7 +9,14 @@ A message over `max_message_bytes` closes it with 1009: hypercorn counts a text 
 (`websocket_max_message_size`, set to the same number, so never stricter than bytes) and drops a longer one itself;
 the UTF-8 bytes are counted here.
 
-Input is pulled: a frame is read from hypercorn only when the handler takes the one before, so a client writing
+Input is handed over as stdio's is (jsonrpc/transport.py): the frames hypercorn has received by the time the handler
+comes back for more are handed to it in one burst, in order, with nothing else run between them (up to
+`LINES_PER_BATCH` a burst), as the lines one read of stdin brought are. So messages a client writes together (in one
+write: their frames arrive in one read) are admitted together, which is what "together" means on this transport
+(docs/remote.md): a prompt that supersedes another sent with it finds it still held (docs/interrupts.md I14). Handing
+each frame over on its own gave the tasks the first one started several loop iterations before the second was
+admitted, enough for an interrupted work to end and the superseded prompt to be inserted. Input is still pulled: the
+reader takes frames from hypercorn only while fewer than `INPUT_HIGH_BYTES` wait for the handler, so a client writing
 faster than it is served fills its own socket, not our memory.
 
 Output never waits for the network (decision 8). `write` cuts what it is given into lines and queues them for this
@@ -34,10 +41,10 @@ from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import orjson
-from anyio.streams.memory import MemoryObjectReceiveStream
 
-from acp_server.jsonrpc.transport import Oversized
+from acp_server.jsonrpc.transport import INPUT_HIGH_BYTES, INPUT_LOW_BYTES, LINES_PER_BATCH, Oversized
 from acp_server.remote.peer import ConnectionHandler, Peer
 
 __all__ = ["CLOSE_GOING_AWAY", "Receive", "Send", "WebSocketConnection"]
@@ -132,6 +139,58 @@ class _Outgoing:
             if self._emptied is None or self._emptied.is_set():
                 self._emptied = anyio.Event()
             await self._emptied.wait()
+
+
+class _Incoming:
+    """The frames read from hypercorn and not yet taken by the handler: handed over in bursts, bounded in bytes.
+
+    `lines` hands over every frame waiting when the handler asks (at most `LINES_PER_BATCH`) without an await between
+    them, so what arrived together is admitted together; between bursts it yields once, so the tasks the frames
+    started run and a flood cannot hold the loop (as `_InputLines.lines` does for stdin). The reader waits in `room`
+    while more than `INPUT_HIGH_BYTES` wait, until the handler has taken them down to `INPUT_LOW_BYTES`: at most that
+    plus one frame is held here, beyond what hypercorn's own bounded queue holds."""
+
+    def __init__(self, first: bytes) -> None:
+        self._frames: deque[bytes] = deque((first,))
+        self._bytes = len(first)
+        self._ready = anyio.Event()  # a frame came, or the end
+        self._room = anyio.Event()  # the handler has taken the frames down to the low mark
+        self._ended = False
+
+    def put(self, data: bytes) -> None:
+        self._frames.append(data)
+        self._bytes += len(data)
+        self._ready.set()
+
+    def end(self) -> None:
+        """No more frames: the handler's lines end once it has taken those already here (as at stdin EOF)."""
+        self._ended = True
+        self._ready.set()
+
+    async def room(self) -> None:
+        """Return at once, without a checkpoint, while under the bound: the reader goes straight on to the next frame
+        hypercorn holds. Over it, wait until the handler has taken what waits down to the low mark."""
+        while self._bytes > INPUT_HIGH_BYTES:
+            self._room = anyio.Event()
+            await self._room.wait()
+
+    async def lines(self) -> AsyncGenerator[bytes | Oversized, None]:
+        frames = self._frames
+        while True:
+            if frames:
+                for _ in range(min(len(frames), LINES_PER_BATCH)):
+                    data = frames.popleft()
+                    self._bytes -= len(data)
+                    if self._bytes <= INPUT_LOW_BYTES:
+                        self._room.set()
+                    yield data
+                # Between bursts the tasks the frames started get to run (and the reader takes what came meanwhile).
+                await anyio.lowlevel.checkpoint()
+            elif self._ended:
+                return
+            else:
+                self._ready = anyio.Event()
+                await self._ready.wait()
 
 
 def _is_initialize(data: bytes) -> bool:
@@ -259,19 +318,25 @@ class WebSocketConnection:
         return None
 
     async def _serve(self, handler: ConnectionHandler, first: bytes) -> None:
-        send_lines, receive_lines = anyio.create_memory_object_stream[bytes](0)
+        incoming = _Incoming(first)
         input_scope = self._new_input_scope()
-        lines = _lines(first, receive_lines)
+        lines = incoming.lines()
         async with anyio.create_task_group() as group:
 
             async def read_frames() -> None:
-                async with send_lines:
+                # No checkpoint between frames while there is room: every frame hypercorn already holds is taken in
+                # one go (its queue's `get` returns at once when it has one), so the handler, woken by the first,
+                # finds them all and admits them together.
+                try:
                     with input_scope:
                         while (data := await self._next_text()) is not None:
                             if isinstance(data, Oversized):
                                 self._end(f"a message of {data.size} bytes, over the limit", CLOSE_TOO_BIG)
                                 return
-                            await send_lines.send(data)
+                            incoming.put(data)
+                            await incoming.room()
+                finally:
+                    incoming.end()
 
             async def send_frames() -> None:
                 with self._sender_scope:
@@ -286,14 +351,6 @@ class WebSocketConnection:
                 input_scope.cancel()
                 with anyio.CancelScope(shield=True), anyio.move_on_after(self._flush_timeout):
                     await lines.aclose()
-                    receive_lines.close()  # also when the handler left before the lines' stream was entered
                     if not self._client_gone:
                         await self._outgoing.flushed()
                 group.cancel_scope.cancel()
-
-
-async def _lines(first: bytes, rest: MemoryObjectReceiveStream[bytes]) -> AsyncGenerator[bytes | Oversized, None]:
-    yield first
-    async with rest:
-        async for data in rest:
-            yield data

@@ -315,8 +315,19 @@ class WebSocketTransport:
 
     async def send(self, data: bytes) -> None:
         *lines, self._partial = (self._partial + data).split(b"\n")
-        for line in lines:
-            await self._ws.send(line.decode(errors="surrogateescape"))
+        if not lines:
+            return
+        # One frame per line, and all the frames of one `send` in one socket write, as stdio's one `write` puts its
+        # lines in the pipe at once, so lines sent together arrive together (docs/remote.md, "Messages sent
+        # together"). Awaiting `ws.send` per line let this loop run its reader between the frames: under load the
+        # second of two back-to-back prompts reached the server after the first was inserted (I14). `send_context`
+        # writes what the protocol queued when it exits: that is taken here and written as one piece.
+        ws = self._ws
+        async with ws.send_context():
+            for line in lines:
+                ws.protocol.send_text(line.decode(errors="surrogateescape").encode())
+            frames = b"".join(ws.protocol.data_to_send())
+            ws.transport.write(frames)
 
     async def receive(self) -> bytes:
         try:
@@ -486,8 +497,9 @@ class HttpTransport:
 # `every_transport` test passed but one, I14 on v2 in test_v2_invariants.py
 # (test_v2_back_to_back_prompts_under_interrupt_leave_only_the_last_to_run), whose two prompts must "arrive together":
 # over Streamable HTTP each message is its own POST, answered before the next is sent, so the second arrives a round
-# trip later, after the first was already inserted. Whether that test should send its pair otherwise over HTTP is left
-# to decide; until then the profile's own tests are tests/e2e/test_remote_http.py.
+# trip later, after the first was already inserted. That profile has no way to send two messages together (a batch is
+# 501, the RFD; docs/remote.md, "Messages sent together"), so that scenario cannot be written for it; until the test
+# says so, the profile's own tests are tests/e2e/test_remote_http.py.
 TRANSPORTS: dict[str, type[Transport]] = {
     StdioTransport.name: StdioTransport,
     WebSocketTransport.name: WebSocketTransport,
