@@ -1,0 +1,362 @@
+"""Failover, end to end (issue 24, item 4): replicas sharing a real PostgreSQL store, behind a real HAProxy.
+
+Everything is started here on 127.0.0.1 (free ports), every wait is bounded and every process is stopped: PostgreSQL
+(the `postgres` fixture, a database per test: tests/support/postgres.py), two `acp-server serve` replicas `a` and `b`
+(`--replica-name`, the same `--store-url`, the same token file and workspace root, `--model scripted --test-mode`)
+and Debian's HAProxy with docs/deploy.md's configuration (tests/support/haproxy.py). Under CI=true a missing
+PostgreSQL, HAProxy or TypeScript SDK fails the run instead of skipping it.
+
+- A replica dies: the official TypeScript SDK's WebSocket client (tests/ts_client/failover_client.mjs: one cookie store
+  it owns, kept across its reconnects) opens a session through HAProxy and runs prompts; the replica serving it (its
+  `acp_replica` cookie) is killed with `kill -9` in the middle of a streaming turn; the client reconnects through
+  HAProxy with the same cookies, lands on the other replica, and `session/load` (v1) or `session/resume` with
+  `replayFrom: start` (v2) replays every message it saw acknowledged (ACP-V2.md §5.3): each answered turn whole, and
+  on v2 the user message of the turn that was running (its `session/prompt` answer, the `messageId`, acknowledged
+  it); the turn that was running is replayed as far as it was committed, closed `[interrupted]`. The next prompt
+  runs there.
+- PostgreSQL restarts (tests/support/postgres.py's `restart`) while sessions are idle and while one streams: each
+  replica's next requests work without a restart of its own, and nothing acknowledged is lost; a turn that ends while
+  the database is down is answered with its outcome and `_meta.acpServer.saved: false` (v1: the `session/prompt`
+  answer; v2: its `idle`), and the store commits it with its next flush once the database is back.
+
+Leases (item 2) are not in the session lifecycle yet: these tests never depend on the lease error, and only ever use
+a session on one replica at a time (the other loads it once the first is dead, or once its connection is closed).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import anyio
+import anyio.abc
+import orjson
+import pytest
+
+from tests.e2e.test_serve import ALICE, Editor, Server, editor, new_session, serving
+from tests.e2e.test_ts_sdk import CLIENT_DIR, node_with_sdk
+from tests.support.haproxy import HAProxy, free_port, haproxy_config, running_haproxy
+from tests.support.harness import T_WAIT, scaled
+from tests.support.postgres import PostgresServer
+from tests.support.wire_schema import WireValidator
+
+pytestmark = pytest.mark.timeout(180)
+
+NAMES = ("a", "b")
+# A turn that streams for long after the kill: distinct pieces, so what is replayed of it can be checked as a prefix.
+PIECES = [f"w{n} " for n in range(1000)]
+STREAMING = [step for piece in PIECES for step in ({"say": piece}, {"sleep": 0.02})]
+KILL_AFTER = 12  # pieces the client has seen streamed before the kill: several of the store's 50 ms flushes
+
+
+@pytest.fixture
+def store(postgres: PostgresServer) -> Iterator[str]:
+    """A database of this test's own on the shared server, dropped afterwards."""
+    url = postgres.database()
+    try:
+        yield url
+    finally:
+        postgres.drop(url)
+
+
+def port_of(server: Server) -> int:
+    port = urlsplit(server.url).port
+    assert port is not None
+    return port
+
+
+@asynccontextmanager
+async def replicas(tmp_path: Path, store_urls: dict[str, str]) -> AsyncIterator[dict[str, Server]]:
+    """Replicas `a` and `b`, each with the store URL given for it (the same one, unless a test breaks that), one token
+    file and one workspace root (`tmp_path/work`), a state directory each; drained on the way out (a killed one is
+    left as it is)."""
+    async with AsyncExitStack() as stack:
+        started: dict[str, Server] = {}
+        for name in NAMES:
+            started[name] = await stack.enter_async_context(
+                serving(tmp_path, "--replica-name", name, "--store-url", store_urls[name])
+            )
+        yield started
+
+
+@asynccontextmanager
+async def balanced(tmp_path: Path, servers: dict[str, Server]) -> AsyncIterator[HAProxy]:
+    port = free_port()
+    config = haproxy_config(port, {name: port_of(server) for name, server in servers.items()})
+    health = [f"http://127.0.0.1:{port_of(server)}/healthz" for server in servers.values()]
+    async with running_haproxy(config, tmp_path, port, health) as proxy:
+        yield proxy
+
+
+# --- the TypeScript SDK's client, driven line by line ---
+
+
+@dataclass
+class Driven:
+    """tests/ts_client/failover_client.mjs in Node: commands in, events out; the wire of each of its connections is
+    validated against the official schema as it arrives."""
+
+    process: anyio.abc.Process
+    events: list[dict[str, Any]] = field(default_factory=list)
+    validators: dict[int, WireValidator] = field(default_factory=dict)
+    stderr: bytearray = field(default_factory=bytearray)
+    _arrived: anyio.Event = field(default_factory=anyio.Event)
+    _tags: int = 0
+    conn: int = 0
+
+    async def read(self) -> None:
+        assert self.process.stdout is not None
+        buffer = b""
+        async for data in self.process.stdout:
+            buffer += data
+            *lines, buffer = buffer.split(b"\n")
+            for line in lines:
+                event = orjson.loads(line)
+                if event["ev"] == "wire":
+                    validator = self.validators.setdefault(event["conn"], WireValidator())
+                    if event["dir"] == "client":
+                        validator.client_sent(event["message"])
+                    else:
+                        validator.server_wrote(orjson.dumps({"jsonrpc": "2.0", **event["message"]}))
+                self.events.append(event)
+                self._arrived.set()
+
+    async def read_stderr(self) -> None:
+        assert self.process.stderr is not None
+        async for data in self.process.stderr:
+            self.stderr.extend(data)
+
+    async def send(self, command: dict[str, Any]) -> None:
+        assert self.process.stdin is not None
+        await self.process.stdin.send(orjson.dumps(command) + b"\n")
+
+    async def wait_for(self, predicate: Callable[[dict[str, Any]], bool], timeout: float = T_WAIT) -> dict[str, Any]:
+        with anyio.fail_after(timeout):
+            while True:
+                for event in self.events:
+                    if predicate(event):
+                        return event
+                assert self.process.returncode is None, f"the client ended: {self.stderr.decode(errors='replace')}"
+                self._arrived = anyio.Event()
+                await self._arrived.wait()
+
+    async def connect(self, version: int) -> dict[str, Any]:
+        """A new connection through the same cookie store, initialized; the `initialize` answer event (its cookies
+        are those held after the upgrade), with what the upgrade sent as `sent`."""
+        await self.send({"op": "connect"})
+        self.conn += 1
+        conn = self.conn
+        opened = await self.wait_for(lambda e: e["ev"] == "connected" and e["conn"] == conn)
+        if version == 1:
+            params: dict[str, Any] = {"protocolVersion": 1, "clientCapabilities": {}}
+        else:
+            params = {"protocolVersion": 2, "info": {"name": "failover", "version": "1"}, "capabilities": {}}
+        answer = await self.call("initialize", params)
+        assert "result" in answer and answer["result"]["protocolVersion"] == version, answer
+        return {**answer, "sent": opened["sent"]}
+
+    async def request(self, method: str, params: dict[str, Any]) -> int:
+        self._tags += 1
+        await self.send({"op": "request", "tag": self._tags, "method": method, "params": params})
+        return self._tags
+
+    async def answer(self, tag: int, timeout: float = T_WAIT) -> dict[str, Any]:
+        return await self.wait_for(lambda e: e["ev"] == "answer" and e["tag"] == tag, timeout)
+
+    async def call(self, method: str, params: dict[str, Any], timeout: float = T_WAIT) -> dict[str, Any]:
+        return await self.answer(await self.request(method, params), timeout)
+
+    def updates(self, conn: int, since: int = 0) -> list[dict[str, Any]]:
+        """The `session/update` params the server wrote on connection `conn`, from event index `since`."""
+        return [
+            e["message"]["params"]
+            for e in self.events[since:]
+            if e["ev"] == "wire"
+            and e["conn"] == conn
+            and e["dir"] == "agent"
+            and e["message"].get("method") == "session/update"
+        ]
+
+    def violations(self) -> list[str]:
+        return [v for validator in self.validators.values() for v in validator.violations]
+
+
+@asynccontextmanager
+async def sdk_client(url: str, version: int) -> AsyncIterator[Driven]:
+    node = node_with_sdk()
+    process = await anyio.open_process(
+        [node, str(CLIENT_DIR / "failover_client.mjs"), url, ALICE, str(version)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ},
+    )
+    driven = Driven(process)
+    try:
+        async with anyio.create_task_group() as group:
+            group.start_soon(driven.read)
+            group.start_soon(driven.read_stderr)
+            try:
+                yield driven
+            finally:
+                with anyio.CancelScope(shield=True):
+                    assert process.stdin is not None
+                    await process.stdin.aclose()  # the script closes its connection and exits
+                    with anyio.move_on_after(T_WAIT):
+                        await process.wait()
+                group.cancel_scope.cancel()
+    finally:
+        with anyio.CancelScope(shield=True):
+            if process.returncode is None:
+                process.kill()
+                await process.wait()
+    assert driven.violations() == [], driven.violations()
+
+
+def messages(updates: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
+    """The messages in `updates`, in order: (kind, messageId, whole text), v1's chunks of one message joined and v2's
+    whole messages read as they are; other updates left out."""
+    out: list[tuple[str, str, str]] = []
+    for params in updates:
+        update = params["update"]
+        kind = update["sessionUpdate"].removesuffix("_chunk")
+        if kind not in ("user_message", "agent_message"):
+            continue
+        content = update["content"]
+        blocks = content if isinstance(content, list) else [content]
+        text = "".join(block.get("text", "") for block in blocks)
+        if out and out[-1][:2] == (kind, update["messageId"]):
+            out[-1] = (kind, update["messageId"], out[-1][2] + text)
+        else:
+            out.append((kind, update["messageId"], text))
+    return out
+
+
+def idle(params: dict[str, Any]) -> bool:
+    update = params["update"]
+    return update["sessionUpdate"] == "state_update" and update["state"] == "idle"
+
+
+async def prompt(client: Driven, version: int, session: str, text: str, script: list[dict[str, Any]]) -> str:
+    """A whole turn: v1 waits for its answer (`end_turn`), v2 for its answer (its `messageId`) and its `idle`. The
+    acknowledged user message's id on v2, else ''."""
+    mark = len(client.events)
+    params = {"sessionId": session, "prompt": [{"type": "text", "text": text}], "_meta": {"scripted": script}}
+    answer = await client.call("session/prompt", params)
+    assert "result" in answer, answer
+    if version == 1:
+        assert answer["result"] == {"stopReason": "end_turn"}
+        return ""
+    await client.wait_for(
+        lambda e: e["ev"] == "wire" and e["dir"] == "agent" and any(idle(p) for p in client.updates(client.conn, mark))
+    )
+    (ended,) = [p["update"] for p in client.updates(client.conn, mark) if idle(p)]
+    assert ended["stopReason"] == "end_turn", ended
+    message_id: str = answer["result"]["messageId"]
+    return message_id
+
+
+async def killed(server: Server) -> None:
+    """`kill -9` (SIGKILL: no drain, no final commit), and reaped."""
+    server.process.kill()
+    with anyio.fail_after(T_WAIT):
+        await server.process.wait()
+
+
+@pytest.mark.parametrize("version", [1, 2])
+async def test_a_replica_killed_mid_turn_its_client_reconnects_through_haproxy_and_the_other_replays_what_it_acknowledged(
+    tmp_path: Path, store: str, version: int
+) -> None:
+    await failover(tmp_path, {name: store for name in NAMES}, version)
+
+
+async def failover(tmp_path: Path, store_urls: dict[str, str], version: int) -> None:
+    async with (
+        replicas(tmp_path, store_urls) as servers,
+        balanced(tmp_path, servers) as proxy,
+        sdk_client(f"ws://127.0.0.1:{proxy.port}/acp", version) as client,
+    ):
+        cwd = str(servers["a"].workspace)
+        first = await client.connect(version)
+        home = first["cookies"]["acp_replica"]
+        assert first["cookies"] == {"SRV": home, "acp_replica": home}, first
+        (other,) = set(NAMES) - {home}
+        created = await client.call("session/new", {"cwd": cwd, "mcpServers": []} if version == 1 else {"cwd": cwd})
+        session = created["result"]["sessionId"]
+        # Two turns answered: acknowledged whole.
+        acknowledged = [
+            ("first", await prompt(client, version, session, "first", [{"say": "one-a "}, {"say": "one-b"}])),
+            ("second", await prompt(client, version, session, "second", [{"say": "two"}])),
+        ]
+        # The third streams; the replica serving it is killed in the middle.
+        mark = len(client.events)
+        third = await client.request(
+            "session/prompt",
+            {"sessionId": session, "prompt": [{"type": "text", "text": "third"}], "_meta": {"scripted": STREAMING}},
+        )
+        third_id = ""
+        if version == 2:  # answered once its user message is committed, before the work runs
+            answer = await client.answer(third)
+            third_id = answer["result"]["messageId"]
+
+        def streamed() -> str:
+            return "".join(
+                text for kind, _, text in messages(client.updates(1, mark)) if kind == "agent_message"
+            )
+
+        await client.wait_for(lambda e: streamed().count(" ") >= KILL_AFTER)
+        await killed(servers[home])
+        seen = streamed()
+        await client.wait_for(lambda e: e["ev"] == "closed" and e["conn"] == 1)
+        if version == 1:  # its answer never came: the SDK fails the request with the connection
+            assert "error" in await client.answer(third)
+
+        # The same client, the same cookies (naming the dead replica): HAProxy sends it to the other one at once.
+        second = await client.connect(version)
+        assert second["sent"] == {"SRV": home, "acp_replica": home}
+        assert second["cookies"] == {"SRV": other, "acp_replica": other}, second
+        mark = len(client.events)
+        if version == 1:
+            loaded = await client.call("session/load", {"sessionId": session, "cwd": cwd, "mcpServers": []})
+        else:
+            loaded = await client.call(
+                "session/resume", {"sessionId": session, "cwd": cwd, "replayFrom": {"type": "start"}}
+            )
+        assert "result" in loaded, loaded
+        replay = messages(client.updates(2, mark))
+        expected = [
+            [("user_message", "first"), ("agent_message", "one-a one-b")],
+            [("user_message", "second"), ("agent_message", "two")],
+        ]
+        assert [(kind, text) for kind, _, text in replay[:4]] == [m for turn in expected for m in turn], replay
+        if version == 2:
+            # The user messages keep the ids their prompt answers acknowledged them with (ACP-RESUME-204).
+            assert [replay[0][1], replay[2][1]] == [message_id for _, message_id in acknowledged]
+        # The turn that was running: its user message (on v2 acknowledged, with its id), what was committed of its
+        # stream (a prefix of the script's; it may hold a piece the client had not read yet), closed [interrupted].
+        rest = replay[4:]
+        assert [kind for kind, _, _ in rest] == ["user_message", "agent_message", "agent_message"], rest
+        assert rest[0][2] == "third"
+        if version == 2:
+            assert rest[0][1] == third_id
+        committed = rest[1][2]
+        assert "".join(PIECES).startswith(committed) and committed, (committed, seen)
+        assert rest[2][2] == "[interrupted]"
+        if version == 2:
+            snapshot = client.updates(2, mark)[-1]["update"]
+            assert snapshot["sessionUpdate"] == "state_update" and snapshot["state"] == "idle", snapshot
+
+        # The session goes on there.
+        mark = len(client.events)
+        await prompt(client, version, session, "fourth", [{"say": "after "}, {"say": "failover"}])
+        assert [(k, t) for k, _, t in messages(client.updates(2, mark)) if k == "agent_message"] == [
+            ("agent_message", "after failover")
+        ]
+        assert servers[other].process.returncode is None
+
