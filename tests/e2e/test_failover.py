@@ -43,7 +43,7 @@ from tests.e2e.test_serve import ALICE, Editor, Server, editor, new_session, ser
 from tests.e2e.test_ts_sdk import CLIENT_DIR, node_with_sdk
 from tests.support.haproxy import HAProxy, free_port, haproxy_config, running_haproxy
 from tests.support.harness import T_WAIT, scaled
-from tests.support.postgres import PostgresServer
+from tests.support.postgres import PostgresServer, count_rows_at
 from tests.support.wire_schema import WireValidator
 
 pytestmark = pytest.mark.timeout(180)
@@ -239,8 +239,8 @@ def messages(updates: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
 
 
 def idle(params: dict[str, Any]) -> bool:
-    update = params["update"]
-    return update["sessionUpdate"] == "state_update" and update["state"] == "idle"
+    update: dict[str, Any] = params["update"]
+    return bool(update["sessionUpdate"] == "state_update" and update["state"] == "idle")
 
 
 async def prompt(client: Driven, version: int, session: str, text: str, script: list[dict[str, Any]]) -> str:
@@ -270,7 +270,7 @@ async def killed(server: Server) -> None:
 
 
 @pytest.mark.parametrize("version", [1, 2])
-async def test_a_replica_killed_mid_turn_its_client_reconnects_through_haproxy_and_the_other_replays_what_it_acknowledged(
+async def test_a_replica_killed_mid_turn_its_client_fails_over_through_haproxy_with_every_acknowledged_message(
     tmp_path: Path, store: str, version: int
 ) -> None:
     await failover(tmp_path, {name: store for name in NAMES}, version)
@@ -306,9 +306,7 @@ async def failover(tmp_path: Path, store_urls: dict[str, str], version: int) -> 
             third_id = answer["result"]["messageId"]
 
         def streamed() -> str:
-            return "".join(
-                text for kind, _, text in messages(client.updates(1, mark)) if kind == "agent_message"
-            )
+            return "".join(text for kind, _, text in messages(client.updates(1, mark)) if kind == "agent_message")
 
         await client.wait_for(lambda e: streamed().count(" ") >= KILL_AFTER)
         await killed(servers[home])
@@ -360,3 +358,136 @@ async def failover(tmp_path: Path, store_urls: dict[str, str], version: int) -> 
         ]
         assert servers[other].process.returncode is None
 
+
+# --- PostgreSQL restarting under the replicas ---
+
+
+def turn_script(tag: str, gate: str, pieces: int = 0) -> list[dict[str, Any]]:
+    """`pieces` streamed pieces (50 ms apart), a gate the test releases, then the turn's last words."""
+    streamed = [step for n in range(pieces) for step in ({"say": f"{tag}{n} "}, {"sleep": 0.05})]
+    return [{"say": f"{tag}-before "}, *streamed, {"gate": gate}, {"say": f"{tag}-after"}]
+
+
+def full_text(tag: str, pieces: int = 0) -> str:
+    return f"{tag}-before " + "".join(f"{tag}{n} " for n in range(pieces)) + f"{tag}-after"
+
+
+async def start_turn(client: Editor, session: str, text: str, script: list[dict[str, Any]]) -> int:
+    params = {"sessionId": session, "prompt": [{"type": "text", "text": text}], "_meta": {"scripted": script}}
+    return await client.request("session/prompt", params)
+
+
+async def turn_end(client: Editor, version: int, session: str, request: int, since: int) -> dict[str, Any]:
+    """What ended the turn: v1 its answer's result; v2 its `idle` update (after the answer that acknowledged it)."""
+    answer = await client.response(request, scaled(30))  # a commit that fails waits for the store's pool first
+    assert "result" in answer, answer
+    if version == 1:
+        result: dict[str, Any] = answer["result"]
+        return result
+    ended = await client.wait_for(
+        lambda m: (
+            m in client.received[since:]
+            and m.get("method") == "session/update"
+            and m["params"]["sessionId"] == session
+            and m["params"]["update"]["sessionUpdate"] == "state_update"
+            and m["params"]["update"]["state"] == "idle"
+        ),
+        scaled(30),
+    )
+    update: dict[str, Any] = ended["params"]["update"]
+    return update
+
+
+async def whole_turn(client: Editor, version: int, session: str, text: str, tag: str) -> dict[str, Any]:
+    since = len(client.received)
+    request = await start_turn(client, session, text, [{"say": f"{tag}-before "}, {"say": f"{tag}-after"}])
+    return await turn_end(client, version, session, request, since)
+
+
+def saved(end: dict[str, Any]) -> bool:
+    """False where the turn's end says its commit failed (`_meta.acpServer.saved: false`)."""
+    return bool(end.get("_meta", {}).get("acpServer", {}).get("saved", True))
+
+
+async def replayed(server: Server, version: int, session: str, cwd: str) -> list[tuple[str, str]]:
+    """The session loaded (v1) or resumed from the start (v2) on `server` by a new connection: its messages."""
+    async with editor(server, ALICE, "loader", version) as loader:
+        if version == 1:
+            answer = await loader.call("session/load", {"sessionId": session, "cwd": cwd, "mcpServers": []})
+        else:
+            params = {"sessionId": session, "cwd": cwd, "replayFrom": {"type": "start"}}
+            answer = await loader.call("session/resume", params)
+        assert "result" in answer, answer
+        updates = [m["params"] for m in loader.received if m.get("method") == "session/update"]
+    return [(kind, text) for kind, _, text in messages(updates)]
+
+
+def turn(prompt_text: str, answer: str) -> list[tuple[str, str]]:
+    return [("user_message", prompt_text), ("agent_message", answer)]
+
+
+@pytest.mark.parametrize("version", [1, 2])
+async def test_postgresql_restarting_under_idle_and_streaming_sessions_loses_nothing_acknowledged(
+    tmp_path: Path, postgres: PostgresServer, store: str, version: int
+) -> None:
+    async with replicas(tmp_path, {name: store for name in NAMES}) as servers:
+        a, b = servers["a"], servers["b"]
+        pids = {name: server.process.pid for name, server in servers.items()}
+        cwd = str(a.workspace)
+        async with editor(a, ALICE, "on-a", version) as on_a, editor(b, ALICE, "on-b", version) as on_b:
+            sa = await new_session(on_a, a.workspace)
+            sb = await new_session(on_b, b.workspace)
+            assert saved(await whole_turn(on_a, version, sa, "one", "one"))
+            assert saved(await whole_turn(on_b, version, sb, "two", "two"))
+
+            # Restarted while every session is idle: each replica's next requests work, nothing restarted but it.
+            await anyio.to_thread.run_sync(postgres.restart)
+            assert saved(await whole_turn(on_a, version, sa, "three", "three"))
+            assert saved(await whole_turn(on_b, version, sb, "four", "four"))
+            sc = await new_session(on_b, b.workspace)  # committed before its answer: the store is back on b
+
+            # Restarted while a turn streams: the pieces streamed meanwhile are kept and committed once it is back.
+            since = len(on_a.received)
+            streaming = await start_turn(on_a, sa, "five", turn_script("five", "g5", pieces=40))
+            await on_a.wait_for(lambda m: m in on_a.received[since:] and "five3 " in str(m))
+            await anyio.to_thread.run_sync(postgres.restart)
+            await on_a.probe("gate_reached", sa)
+            await on_a.notify("_scripted/release", {"sessionId": sa, "gate": "g5"})
+            end = await turn_end(on_a, version, sa, streaming, since)
+            assert end.get("stopReason") == "end_turn" and saved(end), end
+
+            # A turn that ends while the database is down: answered with its outcome, and a clear mark that it was
+            # not saved (the store keeps it and commits it with its next flush once the database is back).
+            since = len(on_b.received)
+            failing = await start_turn(on_b, sb, "six", turn_script("six", "g6"))
+            await on_b.probe("gate_reached", sb)
+            await anyio.to_thread.run_sync(lambda: postgres.stop(remove=False))
+            try:
+                await on_b.notify("_scripted/release", {"sessionId": sb, "gate": "g6"})
+                end = await turn_end(on_b, version, sb, failing, since)
+            finally:
+                await anyio.to_thread.run_sync(postgres.start)
+            assert end.get("stopReason") == "end_turn" and not saved(end), end
+            assert end["_meta"] == {"acpServer": {"saved": False}}
+            with anyio.fail_after(scaled(30)):  # the store's next flushes retry it (another process: no event)
+                while count_rows_at(store, "SELECT count(*) FROM turns WHERE session_id = ?", sb) < 3:  # noqa: ASYNC110
+                    await anyio.sleep(0.1)
+            # Both replicas still serve, and were never restarted.
+            assert saved(await whole_turn(on_a, version, sa, "seven", "seven"))
+            assert saved(await whole_turn(on_b, version, sc, "eight", "eight"))
+        assert {name: server.process.pid for name, server in servers.items()} == pids
+        assert all(server.process.returncode is None for server in servers.values())
+
+        # Every acknowledged message, read back on the other replica (the first's connections closed).
+        assert await replayed(b, version, sa, cwd) == [
+            *turn("one", full_text("one")),
+            *turn("three", full_text("three")),
+            *turn("five", full_text("five", 40)),
+            *turn("seven", full_text("seven")),
+        ]
+        assert await replayed(a, version, sb, cwd) == [
+            *turn("two", full_text("two")),
+            *turn("four", full_text("four")),
+            *turn("six", full_text("six")),
+        ]
+        assert await replayed(a, version, sc, cwd) == turn("eight", full_text("eight"))
