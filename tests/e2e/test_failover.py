@@ -309,6 +309,15 @@ async def failover(tmp_path: Path, store_urls: dict[str, str], version: int) -> 
             return "".join(text for kind, _, text in messages(client.updates(1, mark)) if kind == "agent_message")
 
         await client.wait_for(lambda e: streamed().count(" ") >= KILL_AFTER)
+        # Killed once part of the turn's stream is committed (its user message and some pieces), as it is within a
+        # few of the store's 50 ms flushes: read from the database, as the other replica will.
+        running = (
+            "SELECT count(*) FROM updates u JOIN turns t ON u.turn_id = t.turn_id"
+            " WHERE t.session_id = ? AND t.status = 'running'"
+        )
+        with anyio.fail_after(T_WAIT):
+            while count_rows_at(store_urls[home], running, session) < 3:  # noqa: ASYNC110 - another process's writes
+                await anyio.sleep(0.02)
         await killed(servers[home])
         seen = streamed()
         await client.wait_for(lambda e: e["ev"] == "closed" and e["conn"] == 1)
