@@ -44,7 +44,7 @@ import orjson
 import pytest
 
 from tests.e2e.test_serve import ALICE, Editor, Server, editor, new_session, serving
-from tests.e2e.test_ts_sdk import CLIENT_DIR, node_with_sdk
+from tests.e2e.test_ts_sdk import CLIENT_DIR, SDK_COMPLAINTS, node_with_sdk
 from tests.support.haproxy import HAProxy, free_port, haproxy_config, running_haproxy
 from tests.support.harness import T_WAIT, scaled, server_command
 from tests.support.postgres import PostgresServer, count_rows_at
@@ -234,6 +234,8 @@ async def sdk_client(url: str, version: int) -> AsyncIterator[Driven]:
                 process.kill()
                 await process.wait()
     assert driven.violations() == [], driven.violations()
+    said = driven.stderr.decode(errors="replace")
+    assert not any(complaint in said for complaint in SDK_COMPLAINTS), said  # the SDK's own checks of what it read
 
 
 def messages(updates: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
