@@ -31,14 +31,21 @@ On a 2-core machine the two replicas, HAProxy and the client share two cores: th
 second event loop and store) and no capacity, so these figures show what the balancer and a replica cost, not how
 the cluster scales. A shared, loaded machine inflates all of them: read the setups against each other.
 
-Two figures of item 6 need the PostgreSQL store and its leases (issue 24 items 1 and 2) and are not measured here
-yet: a turn's flush commit latency, SQLite against PostgreSQL (`commit_latency_figures`), and the time from a
-replica's death to its session running on another (`failover_figures`, goal: lease TTL + 1 s). Each says why it was
-not measured (the server has no `--store-url`, or none was given, or the measurement is still to be written there);
-no number stands in for them.
+Two figures of item 6 need the PostgreSQL store: on `--store-url` (a database of its own: the bench writes sessions
+in it), or else on a PostgreSQL server started here (tests/support/postgres.py, fsync on, as in production; a database
+for each figure), skipped with the reason where neither exists (`NOT MEASURED:`, never a stand-in number):
+- a turn's flush commit latency p50 / p99, SQLite against PostgreSQL (`commit_latency_figures`): bench.store_latency's
+  in-process measurement, `--store-turns` (300) turns of 50 chunks and a tool call, each turn's flush timed;
+- the time from a replica's death to its session running on the other (`failover_figures`, goal: lease TTL + 1 s),
+  `--failovers` (3) rounds on fresh processes: replicas `a` and `b` on the store behind docs/deploy.md's HAProxy, a
+  client with a busy turn, the replica serving it killed (`kill -9`); from the kill to the first chunk of the next
+  prompt, the client having reconnected through HAProxy with its cookies and loaded the session (`session/load`,
+  asked again while it is refused). Where `serve` has `--lease-ttl` (leases in the session lifecycle, item 2) the
+  replicas get `--lease-ttl` (5 s) and the load is refused until the dead replica's lease expired; before that, the
+  session loads elsewhere at once, so the figure is reconnect + load + first chunk (its name says so), against 1 s.
 
 Run alone: `python -m bench.cluster [--quick] [--busy 100] [--seconds 5] [--rounds 1] [--no-compression]
-[--store-url URL]`.
+[--store-url URL] [--store-turns 300] [--failovers 3] [--lease-ttl 5]`.
 Without HAProxy installed (`apt-get install haproxy`) only the direct setup runs, and the run says so.
 """
 
@@ -55,10 +62,11 @@ import subprocess
 import tempfile
 import time
 import urllib.parse
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from bench.links import Client, Spawned, WebSocketLink
 from bench.remote import CONNECT_CONCURRENCY, Busy, busy_window
@@ -217,40 +225,188 @@ class ClusterResult:
         return figures + self.later
 
 
-# --- the two figures that need the PostgreSQL store and its leases (issue 24 items 1, 2): extension points ---
+# --- the two figures that need the PostgreSQL store (issue 24 items 1, 2) ---
 
 
 class NotMeasuredError(Exception):
-    """A figure of item 6 this bench cannot measure yet; the message says why."""
+    """A figure of item 6 this bench cannot measure here; the message says why."""
+
+
+def _serve_help() -> str:
+    done = subprocess.run([*server_command("serve", "--help")], capture_output=True, text=True, timeout=60, check=False)
+    return done.stdout
 
 
 def server_has_store_url() -> bool:
     """Whether the installed `acp-server serve` takes `--store-url` (the PostgreSQL store, issue 24 item 1)."""
-    done = subprocess.run([*server_command("serve", "--help")], capture_output=True, text=True, timeout=60, check=False)
-    return "--store-url" in done.stdout
+    return "--store-url" in _serve_help()
 
 
-def _why_not(store_url: str | None, where: str) -> str:
+def server_has_lease_ttl() -> bool:
+    """Whether `acp-server serve` takes `--lease-ttl` (leases wired into the session lifecycle, issue 24 item 2): a
+    dead replica's sessions can then be loaded elsewhere only once its leases expired."""
+    return "--lease-ttl" in _serve_help()
+
+
+def _why_not(store_url: str | None) -> str | None:
     if not server_has_store_url():
-        return "`acp-server serve` has no --store-url yet (issue 24 items 1-2: the PostgreSQL store and leases)"
+        return "`acp-server serve` has no --store-url (issue 24 item 1: the PostgreSQL store)"
     if store_url is None:
-        return "no --store-url given (a PostgreSQL URL every replica reaches)"
-    return f"the measurement is not written yet: bench/cluster.py's `{where}` is where it goes"
+        return "no PostgreSQL: give --store-url, or install postgresql (its server is then started here)"
+    return None
 
 
-def commit_latency_figures(store_url: str | None) -> list[Figure]:
+async def commit_latency_figures(store_url: str | None, *, turns: int = 300, chunks: int = 50) -> list[Figure]:
     """A turn's flush commit latency p50 / p99, SQLite against PostgreSQL at `store_url`: the commit each turn's
-    answer waits for (the server's `acp_server_store_commit_seconds` histogram counts them; a timed figure needs the
-    commits themselves, e.g. a store opened in-process as bench/store.py does, once per backend).
-    Raises NotMeasuredError until that is written; never a stand-in number."""
-    raise NotMeasuredError(_why_not(store_url, "commit_latency_figures"))
+    answer waits for, measured in-process on each store by bench/store_latency.py (`turns` turns of `chunks` text
+    chunks and a tool call each, every turn's flush timed). SQLite: a file in a temporary directory, as the server
+    opens it. Raises NotMeasuredError without a PostgreSQL URL; never a stand-in number."""
+    if (why := _why_not(store_url)) is not None:
+        raise NotMeasuredError(why)
+    assert store_url is not None
+    from acp_server.store import STORE_FILENAME, SessionStore
+    from bench.store_latency import measure as flushes
+
+    with tempfile.TemporaryDirectory(prefix="acp-bench-cluster-store-") as directory:
+        sqlite = SessionStore.open(Path(directory) / STORE_FILENAME)
+        try:
+            on_sqlite = await flushes(sqlite, turns, chunks)
+        finally:
+            await sqlite.aclose()
+    postgres = await SessionStore.connect(store_url)
+    try:
+        on_postgres = await flushes(postgres, turns, chunks)
+    finally:
+        await postgres.aclose()
+    figures: list[Figure] = []
+    for name, took in (("SQLite", on_sqlite), ("PostgreSQL", on_postgres)):
+        each = f"store: a turn's flush commit ({chunks} chunks, {turns} turns), {name}"
+        figures += [
+            Figure(f"{each}, p50", statistics.median(took), "ms"),
+            Figure(f"{each}, p99", percentile(took, 99), "ms"),
+        ]
+    return figures
 
 
-def failover_figures(store_url: str | None) -> list[Figure]:
+# A busy turn: it streams until the replica serving it dies.
+_BUSY_TURN = {"scripted": [{"say": "busy ", "repeat": 1_000_000, "every": 0.05}]}
+_NEXT_TURN = {"scripted": [{"say": "there"}]}
+
+
+def _never_answered(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()  # retrieved: the busy turn's connection died with its replica
+
+
+async def _one_failover(
+    store_url: str, lease_ttl: float | None, scratch: Path, *, compress: bool
+) -> tuple[float, float, float, int]:
+    """Replicas `a` and `b` on `store_url` behind docs/deploy.md's HAProxy; a client (keeping its cookies) with a
+    busy turn; the replica serving it killed (`kill -9`). From the kill to the first chunk of a prompt on the other
+    replica: the client reconnects through HAProxy with its cookies, `initialize`, `session/load` (asked again every
+    50 ms while another replica's lease holds it), `session/prompt`. (seconds to the first reconnect's upgrade, to
+    the load's answer, to the first chunk; loads refused meanwhile)."""
+    from tests.support.haproxy import free_port, running_haproxy
+
+    token = secrets.token_urlsafe(24)
+    workspace = tempfile.mkdtemp(prefix="acp-bench-failover-", dir=scratch)
+    extra = ("--store-url", store_url, *(("--lease-ttl", f"{lease_ttl:g}") if lease_ttl is not None else ()))
+    async with AsyncExitStack() as stack:
+        replicas: dict[str, Spawned] = {}
+        for name in ("a", "b"):
+            replica = await Spawned.start(
+                "websocket", "--replica-name", name, *extra, compress=compress, token=token, workspace=workspace
+            )
+            stack.push_async_callback(replica.stop)
+            replicas[name] = replica
+        for replica in replicas.values():  # replicas that have served before (a first load imports its code)
+            warm = await replica.client()
+            session = await warm.new_session(workspace)
+            await warm.call("session/load", {"sessionId": session, "cwd": workspace, "mcpServers": []})
+            await warm.call("session/prompt", {"sessionId": session, "prompt": [{"type": "text", "text": "warm"}],
+                                               "_meta": _NEXT_TURN})  # fmt: skip
+            await warm.close()
+        port = free_port()
+        config = documented_config(port, {name: _port(r.ws_url) for name, r in replicas.items()})
+        health = [r.http_url.removesuffix("/acp") + "/healthz" for r in replicas.values()]
+        await stack.enter_async_context(running_haproxy(config, scratch, port, health))
+        url = urllib.parse.urlsplit(replicas["a"].ws_url)._replace(netloc=f"127.0.0.1:{port}").geturl()
+
+        link = await WebSocketLink.open(url, token, compress=compress)
+        client = Client(link)
+        stack.push_async_callback(client.close)
+        await client.initialize()
+        cookies = link.cookies
+        session = await client.new_session(workspace)
+        busy, _ = await client.request("session/prompt", {"sessionId": session, "prompt": [{"type": "text",
+                                        "text": "busy"}], "_meta": _BUSY_TURN})  # fmt: skip
+        busy.add_done_callback(_never_answered)  # the kill ends it without an answer: expected, not an error
+        await client.streamed(session, 5)
+        dead = replicas[cookies[REPLICA_COOKIE]]
+        died = time.perf_counter()
+        dead.process.kill()
+        await dead.process.wait()
+        refused = 0
+        reconnected = 0.0
+        deadline = died + (lease_ttl or 0.0) + 60.0
+        while True:
+            if time.perf_counter() > deadline:
+                raise WireError(f"no replica loaded the session within {deadline - died:.0f} s of the kill")
+            moved = Client(await WebSocketLink.open(url, token, compress=compress, cookies=cookies))
+            stack.push_async_callback(moved.close)
+            reconnected = reconnected or time.perf_counter()
+            await moved.initialize()
+            future, _ = await moved.request("session/load", {"sessionId": session, "cwd": workspace, "mcpServers": []})
+            answer, _ = await asyncio.wait_for(future, 60.0)
+            if "result" in answer:
+                break
+            refused += 1  # the lease error while the dead replica's lease lives (once leases are wired)
+            await asyncio.sleep(0.05)
+        loaded = time.perf_counter()
+        replayed = moved.chunks_by_session.get(session, 0)
+        await moved.request("session/prompt", {"sessionId": session, "prompt": [{"type": "text", "text": "next"}],
+                                                "_meta": _NEXT_TURN})  # fmt: skip
+        await moved.streamed(session, replayed + 1)
+        running = time.perf_counter()
+        return reconnected - died, loaded - died, running - died, refused
+    raise AssertionError("unreachable")  # mypy: the stack may swallow an exception
+
+
+async def failover_figures(
+    store_url: str | None, *, rounds: int = 3, lease_ttl: float = 5.0, compress: bool = True
+) -> list[Figure]:
     """Time from a replica's `kill -9` in the middle of a busy turn to its session running on the other replica
-    (a reconnect through HAProxy, `session/load`, the next prompt's first chunk), both replicas on `store_url`;
-    goal: the lease TTL + 1 s. Raises NotMeasuredError until that is written; never a stand-in number."""
-    raise NotMeasuredError(_why_not(store_url, "failover_figures"))
+    (the client's reconnect through HAProxy with its cookies, `session/load`, the next prompt's first chunk), both
+    replicas on `store_url`, fresh processes each round, each replica warmed first (a session loaded and prompted: a
+    replica in service has its code loaded); goal: the lease TTL + 1 s. Where `serve` has leases
+    (`--lease-ttl`), the replicas run with `lease_ttl` and the load is asked again until the dead replica's lease
+    expired; where it has none yet, the session can be loaded elsewhere at once, so this is reconnect + load + first
+    chunk, against a goal of 1 s (a TTL of 0), and the figure's name says so. Raises NotMeasuredError without a
+    PostgreSQL URL or HAProxy; never a stand-in number."""
+    if (why := _why_not(store_url)) is not None:
+        raise NotMeasuredError(why)
+    if haproxy_binary() is None:
+        raise NotMeasuredError("haproxy is not installed (apt-get install haproxy)")
+    assert store_url is not None
+    ttl = lease_ttl if server_has_lease_ttl() else None
+    scratch = Path(tempfile.mkdtemp(prefix="acp-bench-failover-"))
+    try:
+        samples = [await _one_failover(store_url, ttl, scratch, compress=compress) for _ in range(rounds)]
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    goal = ((ttl or 0.0) + 1.0) * 1000
+    leases = f"lease TTL {ttl:g} s" if ttl is not None else "no leases yet: reconnect + load"
+    name = f"failover: kill -9 -> session running on the other replica ({leases}, {rounds} rounds)"
+    reconnected = [s[0] * 1000 for s in samples]
+    loaded = [s[1] * 1000 for s in samples]
+    running = [s[2] * 1000 for s in samples]
+    return [
+        Figure(f"{name}, reconnected through haproxy, median", statistics.median(reconnected), "ms"),
+        Figure(f"{name}, loaded, median", statistics.median(loaded), "ms"),
+        Figure(f"{name}, first chunk, median", statistics.median(running), "ms", "<=", goal),
+        Figure(f"{name}, first chunk, max", max(running), "ms", "<=", goal),
+        Figure(f"{name}, loads refused meanwhile", statistics.mean(s[3] for s in samples), "loads"),
+    ]
 
 
 # --- the busy setups ---
@@ -364,6 +520,9 @@ async def run(
     rounds: int = 1,
     setups: Sequence[Setup] = SETUPS,
     store_url: str | None = None,
+    store_turns: int = 300,
+    failovers: int = 3,
+    lease_ttl: float = 5.0,
 ) -> ClusterResult:
     result = ClusterResult(busy, rate)
     rng = random.Random(seed)
@@ -382,14 +541,34 @@ async def run(
             )
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    for what, figures in (
-        ("flush commit latency, SQLite vs PostgreSQL", commit_latency_figures),
-        ("replica death -> session running on another", failover_figures),
-    ):
-        try:
-            result.later += figures(store_url)
-        except NotMeasuredError as why:
-            result.not_measured.append(f"{what}: {why}")
+    # The PostgreSQL figures: on `store_url`, or on a server started here (fsync on, as in production), a database
+    # of its own for each figure.
+    server = None
+    if store_url is None and server_has_store_url():
+        from tests.support.postgres import postgres_missing, start_postgres
+
+        if postgres_missing() is None:
+            server = await asyncio.to_thread(start_postgres, fsync=True)
+    try:
+        measures: tuple[tuple[str, Callable[[str | None], Awaitable[list[Figure]]]], ...] = (
+            (
+                "flush commit latency, SQLite vs PostgreSQL",
+                lambda url: commit_latency_figures(url, turns=store_turns),
+            ),
+            (
+                "replica death -> session running on another",
+                lambda url: failover_figures(url, rounds=failovers, lease_ttl=lease_ttl, compress=compress),
+            ),
+        )
+        for what, figures in measures:
+            url = store_url if server is None else await asyncio.to_thread(server.database)
+            try:
+                result.later += await figures(url)
+            except NotMeasuredError as why:
+                result.not_measured.append(f"{what}: {why}")
+    finally:
+        if server is not None:
+            await asyncio.to_thread(server.stop)
     return result
 
 
@@ -401,10 +580,16 @@ def main(argv: Sequence[str] | None = None) -> ClusterResult:
     parser.add_argument("--rate", type=float, default=20.0, help="chunks/s of a busy turn (default 20)")
     parser.add_argument("--rounds", type=int, default=1, help="every setup this many times, interleaved (default 1)")
     parser.add_argument("--no-compression", action="store_true", help="WebSocket clients offer no permessage-deflate")
-    parser.add_argument("--store-url", default=None, help="PostgreSQL URL for the store figures (not measured yet)")
+    parser.add_argument(
+        "--store-url", default=None, help="a PostgreSQL database of its own for the store figures (default: a server"
+        " started here, when postgresql is installed)"
+    )  # fmt: skip
+    parser.add_argument("--store-turns", type=int, default=300, help="turns whose flush is timed per store (300)")
+    parser.add_argument("--failovers", type=int, default=3, help="replica deaths timed, fresh processes each (3)")
+    parser.add_argument("--lease-ttl", type=float, default=5.0, help="the replicas' --lease-ttl, where serve has it")
     options = parser.parse_args(argv)
     if options.quick:  # smaller counts, unless given on the command line
-        for name, value in {"busy": 6, "seconds": 1.0}.items():
+        for name, value in {"busy": 6, "seconds": 1.0, "store_turns": 30, "failovers": 1}.items():
             if getattr(options, name) == parser.get_default(name):
                 setattr(options, name, value)
     started = time.monotonic()
@@ -416,6 +601,9 @@ def main(argv: Sequence[str] | None = None) -> ClusterResult:
             rounds=options.rounds,
             compress=not options.no_compression,
             store_url=options.store_url,
+            store_turns=options.store_turns,
+            failovers=options.failovers,
+            lease_ttl=options.lease_ttl,
         )
     )
     deflate = "not offered" if options.no_compression else "offered"
@@ -427,7 +615,7 @@ def main(argv: Sequence[str] | None = None) -> ClusterResult:
     for line in result.skipped:
         print(f"SKIPPED: {line}")
     for line in result.not_measured:
-        print(f"NOT MEASURED YET: {line}")
+        print(f"NOT MEASURED: {line}")
     for window in result.windows:
         for problem in window.busy.problems[:10]:
             print(f"PROBLEM ({window.setup.name}): {problem}")

@@ -138,10 +138,15 @@ class WebSocketLink:
         return jar
 
     @classmethod
-    async def open(cls, url: str, token: str, *, compress: bool = True) -> WebSocketLink:
+    async def open(
+        cls, url: str, token: str, *, compress: bool = True, cookies: dict[str, str] | None = None
+    ) -> WebSocketLink:
+        """`cookies`: sent with the upgrade, as a client that keeps them does when it reconnects (affinity)."""
         from websockets.asyncio.client import connect  # only the remote benchmarks need it
 
         headers = {"Authorization": f"Bearer {token}"}
+        if cookies:
+            headers["Cookie"] = "; ".join(f"{name}={value}" for name, value in cookies.items())
         ws = await connect(
             url,
             additional_headers=headers,

@@ -5,7 +5,8 @@ package creates (`runuser -u postgres --`), in a directory of its own under /tmp
 tmp_path is a root-only 0700 directory it could not enter); as anyone else, as that user. It listens on 127.0.0.1 on
 a free port (its unix socket in its own directory), trusts loopback connections, and keeps nothing past the run
 (fsync off: the tests kill the server's clients, never the machine). Every wait is bounded; `stop` stops it
-(`pg_ctl stop -m fast`) and removes the directory. One server per pytest process (each xdist worker starts its own),
+(`pg_ctl stop -m fast`) and removes the directory; `restart` (or `stop(remove=False)` then `start`) restarts it under
+its clients. One server per pytest process (each xdist worker starts its own),
 a database per test (`database`), so tests never see each other's rows.
 """
 
@@ -117,6 +118,12 @@ class PostgresServer:
                 else ""
             )
             raise RuntimeError(f"pg_ctl start failed: {result.stdout}{result.stderr}\n{log}")
+
+    def restart(self) -> None:
+        """Stop the server (`-m fast`: its clients' connections are ended, as a real restart does) and start it again
+        on the same port and data: what replicas see when the database restarts under them."""
+        self.stop(remove=False)
+        self.start()
 
     def stop(self, *, remove: bool = True) -> None:
         self.ctl("-m", "fast", "-w", "-t", str(int(scaled(30))), "stop", timeout=scaled(40))
