@@ -156,3 +156,18 @@ async def test_sigterm_drains_the_replica_while_a_turn_runs(tmp_path: Path) -> N
         with anyio.fail_after(deadline + 1.0 + scaled(2.0)):
             assert await server.process.wait() == 0
         assert time.monotonic() - signalled < deadline + 1.0 + scaled(2.0)
+
+
+async def test_a_replica_warms_up_at_its_start_before_any_editor_connects(tmp_path: Path) -> None:
+    """The deferred side and the default model are made ready when `serve` starts, not with its first editor: a
+    replica that takes over a dead one's sessions answers their loads without a second of imports first. No client
+    connects here: the warm-up's own line (at debug) comes anyway."""
+    async with serving(tmp_path, "--log-level", "debug") as server:
+        assert server.process.stderr is not None
+        seen = b""
+        with anyio.fail_after(T_WAIT):
+            while b"warmed up " not in seen:
+                line = await server.process.stderr.readline()
+                assert line, f"serve ended before it warmed up: {seen.decode(errors='replace')}"
+                seen += line
+        assert b"connection " not in seen  # nobody connected: the warm-up was the server's own
