@@ -51,11 +51,12 @@ async def test_a_live_lease_is_refused_to_another_replica_renewed_by_its_holder_
 ) -> None:
     first, second = replicas
     taken = await first.take_lease("s", 30)
-    assert isinstance(taken, Lease) and taken.epoch == 1
+    assert isinstance(taken, Lease) and taken.epoch == 1 and not taken.taken_over
     assert abs(taken.expires_at - (time.time() + 30)) < scaled(5)  # the database's clock, near ours on one machine
     refused = await second.take_lease("s", 30)
     assert isinstance(refused, LeaseHeld)
     assert (refused.owner_id, refused.expires_at) == (first.owner_id, taken.expires_at)
+    assert 0 < refused.remaining <= 30  # by the database's clock, as the client is told
     again = await first.take_lease("s", 60)  # its holder renews it: same epoch, later expiry
     assert isinstance(again, Lease) and again.epoch == 1 and again.expires_at > taken.expires_at
     renewed = await first.renew_leases(60)
@@ -65,6 +66,7 @@ async def test_a_live_lease_is_refused_to_another_replica_renewed_by_its_holder_
     assert not await second.release_lease("s")
     moved = await second.take_lease("s", 30)
     assert isinstance(moved, Lease) and moved.epoch == 2  # another holder: a new epoch
+    assert not moved.taken_over  # it was released: no take-over
 
 
 async def test_an_expired_lease_is_taken_over_with_a_new_epoch_and_its_old_holder_cannot_renew_it(
@@ -74,7 +76,7 @@ async def test_an_expired_lease_is_taken_over_with_a_new_epoch_and_its_old_holde
     assert isinstance(await first.take_lease("s", 0.2), Lease)
     await anyio.sleep(0.3)  # past its expiry by the database's clock: the holder was paused, or died
     taken = await second.take_lease("s", 30)
-    assert isinstance(taken, Lease) and taken.epoch == 2
+    assert isinstance(taken, Lease) and taken.epoch == 2 and taken.taken_over  # what /metrics counts
     assert await first.renew_leases(30) == {}  # lost: its holder must stop running the session
     refused = await first.take_lease("s", 30)
     assert isinstance(refused, LeaseHeld) and refused.owner_id == second.owner_id
