@@ -30,7 +30,6 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from acp_server.errors import SessionLeasedError, StoreUnavailable
-from acp_server.store.records import LeaseHeld
 
 if TYPE_CHECKING:
     from acp_server.agent.sessions.runs import RunRegistry
@@ -91,6 +90,8 @@ class SessionLeases:
         cannot say: the request is answered an error, never run unleased. Nothing on SQLite."""
         if not store.has_leases:
             return
+        from acp_server.store.records import LeaseHeld  # noqa: PLC0415 (start-up: the store loads only when persistence is on)
+
         asked = anyio.current_time()
         lease = await store.take_lease(session_id, self.ttl)
         if isinstance(lease, LeaseHeld):
