@@ -209,3 +209,39 @@ async def test_a_paused_replica_that_lost_the_lease_cancels_its_turn_and_commits
         cancelled = "SELECT count(*) FROM turns WHERE session_id = ? AND status = 'cancelled'"
         assert count_rows_at(database, cancelled, session) == 0
         await run_turn(moved, session, "t3")  # B runs it
+
+
+async def test_on_v2_a_resume_gets_the_lease_error_until_the_holder_closes_the_session(
+    tmp_path: Path, database: str
+) -> None:
+    """v2's `session/resume` is refused the same way, and a `session/close` on the holder releases the lease before
+    its answer: the resume that follows it succeeds at once, replaying the acknowledged turn."""
+    async with (
+        replica(tmp_path, database, LONG_TTL, "a") as first,
+        replica(tmp_path, database, LONG_TTL, "b") as second,
+        editor(first, ALICE, "alice on a", version=2) as alice,
+        editor(second, ALICE, "alice on b", version=2) as moved,
+    ):
+        session = await new_session(alice, first.workspace)
+        params = {"sessionId": session, "prompt": [{"type": "text", "text": "t1"}], "_meta": said("t1")}
+        assert "messageId" in (await alice.call("session/prompt", params))["result"]
+        await alice.wait_for(
+            lambda m: (
+                m.get("method") == "session/update"
+                and m["params"]["update"].get("sessionUpdate") == "state_update"
+                and m["params"]["update"].get("state") == "idle"
+            )
+        )
+        resume = {"sessionId": session, "cwd": str(second.workspace), "replayFrom": {"type": "start"}}
+        check_lease_error(await moved.call("session/resume", resume), session)
+        assert (await alice.call("session/close", {"sessionId": session})).get("result") == {}
+        since = len(moved.received)
+        resumed = await moved.call("session/resume", resume)
+        assert "result" in resumed, resumed
+        messages = [
+            block["text"]
+            for m in moved.received[since:]
+            if m.get("method") == "session/update" and m["params"]["update"].get("sessionUpdate") == "agent_message"
+            for block in m["params"]["update"]["content"]
+        ]
+        assert "".join(messages) == "t1-one t1-two"
