@@ -133,6 +133,13 @@ class SessionLeases:
         with anyio.CancelScope(shield=True):  # a connection's end may be cancelled; its sessions' leases still go
             try:
                 await store.release_lease(session_id)
+                if session_id in self._held:
+                    # Another connection here loaded it while the release waited for the store: hold it again (the
+                    # release may have ended the lease that load renewed, and dropped its fence).
+                    from acp_server.store.records import Lease  # noqa: PLC0415 (loaded with the store)
+
+                    if not isinstance(await store.take_lease(session_id, self.ttl), Lease):
+                        self._lose(session_id, "another replica took it while it was being released")
             except StoreUnavailable as exc:
                 log.warning(
                     "session %s: its lease could not be released (%s); it ends within %g s", session_id, exc, self.ttl
