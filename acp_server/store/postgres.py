@@ -67,6 +67,17 @@ _POOL_WAIT_S = 5.0
 # as SQLite's busy timeout (sqlite_file.py): another replica's long transaction is no reason to leave a response
 # waiting without bound.
 LOCK_TIMEOUT_MS = 5000
+# A transaction left open by a replica paused in the middle of it (SIGSTOP, a frozen VM) keeps its row locks, among
+# them the FOR SHARE on the leases its commit checks (the fencing): another replica's take-over of those sessions would
+# wait until the paused one woke. The server ends such a connection after this long instead; the paused replica's
+# commit then fails when it wakes, and is retried on a new connection, where the fencing leaves it out.
+IDLE_IN_TRANSACTION_S = 5
+
+
+async def _configure(conn: psycopg.AsyncConnection[Any]) -> None:
+    await conn.execute(f"SET idle_in_transaction_session_timeout = '{IDLE_IN_TRANSACTION_S}s'")
+
+
 _TABLES = ("sessions", "turns", "updates", "owners", "holds")
 
 # The schema of SCHEMA_VERSION, as sqlite_file.py's: text columns that order (ids, times, directories) compare bytes
@@ -196,6 +207,7 @@ async def open_pool(url: str) -> AsyncConnectionPool[psycopg.AsyncConnection[Any
         kwargs={"autocommit": True, "connect_timeout": _CONNECT_TIMEOUT_S, "application_name": "acp-server"},
         # Checked when taken: after the server restarted, the next job gets a new connection instead of failing.
         check=AsyncConnectionPool.check_connection,
+        configure=_configure,
         timeout=_POOL_WAIT_S,
         name="acp-server-store",
     )

@@ -96,7 +96,8 @@ async def load_when_free(client: Editor, server: Server, session: str, bound: fl
     expires_at = 0.0
     with anyio.fail_after(bound):
         while True:
-            answer = await client.call("session/load", load_params(server, session))
+            # A replica paused mid-commit holds the lease row until the database ends its transaction: a take may wait.
+            answer = await client.response(await client.request("session/load", load_params(server, session)), bound)
             if "result" in answer:
                 return answer, expires_at
             expires_at = check_lease_error(answer, session)
@@ -198,6 +199,8 @@ async def test_a_paused_replica_that_lost_the_lease_cancels_its_turn_and_commits
         refused = await alice.call("session/set_mode", {"sessionId": session, "modeId": "read_only"})
         assert refused["error"]["code"] == SESSION_LEASED, refused
         assert refused["error"]["data"] == {"sessionId": session, "lost": True}
+        # ... but a close still reaches it (freeing it there), and leaves the other replica's lease alone.
+        assert (await alice.call("session/close", {"sessionId": session})).get("result") == {}
         # Nothing A wrote after losing the lease landed: the store holds what B replayed, and the turn's end (its
         # `cancelled`) is not A's to write any more.
         with anyio.fail_after(T_WAIT):
