@@ -22,6 +22,7 @@ import anyio
 
 from acp_server.agent.model_choices import ModelChoices
 from acp_server.agent.providers import AuthState, ProviderCache
+from acp_server.agent.sessions.leasing import SessionLeases
 from acp_server.agent.sessions.owners import SessionOwners
 from acp_server.agent.sessions.runs import RunRegistry
 from acp_server.agent.sessions.table import SessionTable
@@ -111,6 +112,16 @@ class Agent:
         # Builds the default model's provider now: a bad spec or script stops the server here (the CLI exits 2).
         self.auth = AuthState(self.providers, config.model)
         self.store = StoreAccess(config, self.spawn, read_legacy)
+        # Which sessions this replica runs (the PostgreSQL store's leases; nothing on SQLite), and their heartbeat.
+        self.leases = SessionLeases(
+            config.lease_ttl,
+            self.store,
+            self.runs,
+            self.sessions,
+            self.spawn,
+            meter=lambda: self.meter,
+            ending=lambda: self.ending,
+        )
         # Every session's MCP servers, connected in the agent's task group (see mcp_bridge/registry.py).
         self.mcp = McpRegistry(self.spawn, ChildEnvPolicy.from_config(config), config.mcp_start_wait)
         self.side = side(self)

@@ -25,6 +25,7 @@ AcpServerError                      the root; never a cancellation (anyio's is a
  ├── UnknownSessionError            no open (or stored) session has the id              -32002 "unknown session: …"
  ├── SubagentSessionError           a subagent's session named where only a cancel may name it           -32602
  ├── SessionBusyError               a load or resume of a session with a prompt running                  -32600
+ ├── SessionLeasedError            another replica holds the session's lease (or this one lost it)      -34001
  ├── PromptRejectedError            a prompt refused at admission                                     -32600 (or -32602)
  ├── TurnFailedError                a turn failed without a cancel                                                -32603
  ├── TransitionError (RuntimeError) a run asked for a transition its state does not allow: a bug
@@ -70,6 +71,7 @@ __all__ = [
     "ScriptError",
     "ServeSetupError",
     "SessionBusyError",
+    "SessionLeasedError",
     "SettingsError",
     "StateFileError",
     "StoreUnavailable",
@@ -206,6 +208,30 @@ class SubagentSessionError(AcpServerError):
 
 class SessionBusyError(AcpServerError):
     """A load or resume of a session that has a prompt running."""
+
+
+class SessionLeasedError(AcpServerError):
+    """The session runs on another replica (the PostgreSQL store's lease, docs/postgres.md "Leases"): another live
+    replica holds its lease until `expires_at` (seconds since the epoch, the database's clock), `remaining` seconds
+    from when it was asked. `lost`: this replica held the lease and lost it (it could not renew it in time, or another
+    replica took the session over); when the lease now ends is not known then (`expires_at` None)."""
+
+    def __init__(
+        self, session_id: str, expires_at: float | None = None, remaining: float | None = None, *, lost: bool = False
+    ) -> None:
+        if lost:
+            message = (
+                f"session {session_id}: this replica lost its lease (another replica may run it now); load it again"
+            )
+        else:
+            message = (
+                f"session {session_id} is in use on another replica; try again once it is released or its lease expires"
+            )
+        super().__init__(message)
+        self.session_id = session_id
+        self.expires_at = expires_at
+        self.remaining = remaining
+        self.lost = lost
 
 
 class PromptRejectedError(AcpServerError):

@@ -28,6 +28,7 @@ from acp_server.errors import (
     MissingCredentialsError,
     ModelSpecError,
     PromptRejectedError,
+    SessionLeasedError,
     SubagentSessionError,
     UnknownSessionError,
 )
@@ -223,6 +224,7 @@ class AcpDispatcher:
             ModelSpecError,
             UnknownSessionError,
             SubagentSessionError,
+            SessionLeasedError,
         ) as exc:
             context.admission_error = exc
             return
@@ -343,8 +345,11 @@ class AcpDispatcher:
         agent = self.agent
         for session in self.connection.sessions():  # detached: a later connection may load them again
             await agent.calls.close(session.session_id, agent.config.cleanup_deadline)
-            agent.sessions.discard(session.session_id)
+            if agent.sessions.get(session.session_id) is session:  # not one another connection loaded meanwhile
+                agent.sessions.discard(session.session_id)
             session.edge = None
+            # No connection here uses it now: its lease goes (PostgreSQL), for another replica to load it at once.
+            await agent.leases.release(session.session_id)
 
     def exiting(self) -> None:
         if self._ends_agent:

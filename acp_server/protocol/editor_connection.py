@@ -140,11 +140,15 @@ class EditorConnection:
             self._edge = self._make_edge(self)
         return self._edge
 
-    def session(self, session_id: str) -> Session:
+    def session(self, session_id: str, *, even_if_lost: bool = False) -> Session:
         """The open session of this connection a request names, or the error its client gets for it (an unknown id,
-        another connection's session, a subagent's). Raises `RpcError` before `initialize`."""
+        another connection's session, a subagent's; one whose lease this replica lost, unless `even_if_lost`: a
+        close or a cancel still reaches it). Raises `RpcError` before `initialize`."""
         self.handshake.require_initialized()
-        return self.agent.sessions.require(session_id, self._edge)
+        session = self.agent.sessions.require(session_id, self._edge)
+        if not even_if_lost:
+            self.agent.leases.check(session_id)
+        return session
 
     def owns(self, session: Session) -> bool:
         """Whether `session` is attached to this connection (a subagent's session: its parent's connection)."""

@@ -205,7 +205,7 @@ async def session_close(context: RequestContext, params: CloseSessionRequest) ->
     """ACP: cancel ongoing work "as if session/cancel had been called", then free the session. Its prompts are
     answered (`cancelled`) before this response; the id is refused from the moment the close is read."""
     agent = context.agent
-    await lifecycle.close_session(agent, context.connection.session(params.session_id))
+    await lifecycle.close_session(agent, context.connection.session(params.session_id, even_if_lost=True))
     await lifecycle.release_session(agent, params.session_id)
     return {}
 

@@ -9,7 +9,8 @@ them here or nowhere.
 
 from __future__ import annotations
 
-from typing import overload
+from datetime import UTC, datetime
+from typing import Any, overload
 
 from acp_server.errors import (
     ChangeNotSavedError,
@@ -19,6 +20,7 @@ from acp_server.errors import (
     NoStoreError,
     PromptRejectedError,
     SessionBusyError,
+    SessionLeasedError,
     StoreUnavailable,
     SubagentSessionError,
     TurnFailedError,
@@ -26,7 +28,12 @@ from acp_server.errors import (
 )
 from acp_server.jsonrpc.rpc import ErrorCode, RpcError
 
-__all__ = ["rpc_error", "rpc_error_v2"]
+__all__ = ["SESSION_LEASED", "rpc_error", "rpc_error_v2"]
+
+# Our own code (docs/postgres.md "Leases"): the session runs on another replica. Outside JSON-RPC's reserved range
+# (-32768 to -32000, of which ACP takes -32000 to -32099) and the MCP-over-ACP binding's -33000s: acp-server's own
+# codes are -34000 and below.
+SESSION_LEASED = -34001
 
 
 # The errors named here: for one of these the answer is never None.
@@ -42,6 +49,7 @@ Named = (
     | SubagentSessionError
     | UnknownSessionError
     | SessionBusyError
+    | SessionLeasedError
 )
 
 
@@ -78,7 +86,23 @@ def rpc_error(exc: Exception) -> RpcError | None:
         return RpcError(ErrorCode.RESOURCE_NOT_FOUND, str(exc))  # v1 has no data for it (v2 does: `rpc_error_v2`)
     if isinstance(exc, SessionBusyError):
         return RpcError(ErrorCode.INVALID_REQUEST, str(exc))
+    if isinstance(exc, SessionLeasedError):
+        return RpcError(SESSION_LEASED, str(exc), leased_data(exc))
     return None
+
+
+def leased_data(exc: SessionLeasedError) -> dict[str, Any]:
+    """The lease error's `data`: the session, and when the lease that holds it ends (ISO 8601 UTC, milliseconds, and
+    seconds from the answer, both by the database's clock), or `lost: true` for one this replica lost."""
+    data: dict[str, Any] = {"sessionId": exc.session_id}
+    if exc.expires_at is not None:
+        when = datetime.fromtimestamp(exc.expires_at, UTC)
+        data["expiresAt"] = when.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    if exc.remaining is not None:
+        data["expiresInSeconds"] = round(max(exc.remaining, 0.0), 3)
+    if exc.lost:
+        data["lost"] = True
+    return data
 
 
 @overload

@@ -9,8 +9,8 @@ What is counted where: connections, sessions in memory and turns running are rea
 work on any hot path); turns started and ended (by stop reason), the latency from a turn's first cancel to its
 answer and the store's commit before a response are told by the turn (agent/sessions/turn.py, through the agent's
 `TurnMeter` port), a counter or a histogram's observation each. `store_committed` is the name a store that knows a
-commit's duration may call too; `lease_taken_over` is there for the leases of a shared store, and stays 0 until they
-exist.
+commit's duration may call too; `lease_taken_over` is told by the agent's leases (agent/sessions/leasing.py) when this
+replica takes a session over from another's lease that expired unreleased (PostgreSQL).
 """
 
 from __future__ import annotations

@@ -24,6 +24,7 @@ from typing import Any
 
 from acp_server.settings.config import (
     INPUT_KINDS,
+    LEASE_TTL_RANGE,
     LOG_LEVELS,
     PERMISSION_MODE_IDS,
     PROMPT_POLICY_IDS,
@@ -132,6 +133,14 @@ def _whole_or_zero(value: Any) -> int:
         found = str(value) if isinstance(value, int) and not isinstance(value, bool) else _kind(value)
         raise _InvalidError(f"expected a whole number, zero or more (0: no limit), found {found}")
     return value
+
+
+def _lease_ttl(value: Any) -> float:
+    low, high = LEASE_TTL_RANGE
+    if not isinstance(value, int | float) or isinstance(value, bool) or not low <= value <= high:
+        found = str(value) if isinstance(value, int | float) and not isinstance(value, bool) else _kind(value)
+        raise _InvalidError(f"expected a number of seconds from {low:g} to {high:g}, found {found}")
+    return float(value)
 
 
 def _days(value: Any) -> float:
@@ -278,6 +287,7 @@ class _Checker:
             "state_dir": paths.path,
             "store": _bool,
             "store_url": _store_url,
+            "lease_ttl": _lease_ttl,
             "keep_sessions_days": _days,
             "keep_sessions": _whole_or_zero,
             "log_level": _choice(LOG_LEVELS),

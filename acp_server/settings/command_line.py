@@ -22,8 +22,10 @@ from acp_server.settings.config import (
     DEFAULT_CLEANUP_DEADLINE,
     DEFAULT_KEEP_SESSIONS,
     DEFAULT_KEEP_SESSIONS_DAYS,
+    DEFAULT_LEASE_TTL,
     DEFAULT_MAX_TURN_REQUESTS,
     DEFAULT_MCP_START_WAIT,
+    LEASE_TTL_RANGE,
     LOG_LEVELS,
     PERMISSION_MODE_IDS,
     PROMPT_POLICY_IDS,
@@ -61,6 +63,19 @@ def _non_negative_seconds(text: str) -> float:
         raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
     if value < 0 or math.isnan(value):
         raise argparse.ArgumentTypeError(f"must be zero or more seconds: {text!r}")
+    return value
+
+
+def _lease_seconds(text: str) -> float:
+    """`--lease-ttl`: a number of seconds within LEASE_TTL_RANGE (a renewal every third of it must be possible, and a
+    dead replica's sessions must come back within the hour)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    low, high = LEASE_TTL_RANGE
+    if not low <= value <= high:  # NaN too
+        raise argparse.ArgumentTypeError(f"must be {low:g} to {high:g} seconds: {text!r}")
     return value
 
 
@@ -201,6 +216,13 @@ def _parser(
         help="keep sessions in PostgreSQL instead of the SQLite file in the state directory, for replicas that share "
         "them: postgresql://USER@HOST:PORT/DB (a password is better in PGPASSWORD or ~/.pgpass than here, where "
         "other users' `ps` sees it; env ACP_SERVER_STORE_URL; file: store_url)",
+    )
+    add(
+        "--lease-ttl",
+        type=_lease_seconds,
+        metavar="SECONDS",
+        help="with --store-url: how long a replica's lease on a session lasts unless renewed, the time before a dead "
+        "replica's sessions load elsewhere (1 to 3600; default 15; env ACP_SERVER_LEASE_TTL; file: lease_ttl)",
     )
     add(
         "--store",
@@ -439,6 +461,7 @@ def load(
         state_dir=pick(args.state_dir, "ACP_SERVER_STATE_DIR", "state_dir", None, str),
         store=_store(args.store, pick),
         store_url=store_url,
+        lease_ttl=pick(args.lease_ttl, "ACP_SERVER_LEASE_TTL", "lease_ttl", DEFAULT_LEASE_TTL, _lease_seconds),
         keep_sessions_days=pick(
             args.keep_sessions_days,
             "ACP_SERVER_KEEP_SESSIONS_DAYS",

@@ -18,10 +18,12 @@ __all__ = [
     "DEFAULT_INPUT",
     "DEFAULT_KEEP_SESSIONS",
     "DEFAULT_KEEP_SESSIONS_DAYS",
+    "DEFAULT_LEASE_TTL",
     "DEFAULT_MAX_LINE_BYTES",
     "DEFAULT_MAX_TURN_REQUESTS",
     "DEFAULT_MCP_START_WAIT",
     "INPUT_KINDS",
+    "LEASE_TTL_RANGE",
     "LOG_LEVELS",
     "PERMISSION_MODE_IDS",
     "PROMPT_POLICY_IDS",
@@ -40,6 +42,10 @@ SANDBOX_MODE_IDS = tuple(mode.value for mode in SandboxMode)
 DEFAULT_MAX_TURN_REQUESTS = 50
 
 DEFAULT_CLEANUP_DEADLINE = 2.0
+# How long a replica's lease on a session lasts without a renewal (the PostgreSQL store; docs/postgres.md "Leases"):
+# the time from a replica's death to its sessions loading elsewhere. Renewed every third of it.
+DEFAULT_LEASE_TTL = 15.0
+LEASE_TTL_RANGE = (1.0, 3600.0)
 # Session retention, applied when the store opens: sessions not updated for this many days go, and the oldest past
 # this many (0 for either: no limit). Sessions that never got a prompt go after ten minutes (store.records).
 DEFAULT_KEEP_SESSIONS_DAYS = 90.0
@@ -94,6 +100,8 @@ class Config:
     # A PostgreSQL store shared by replicas (`--store-url postgresql://...`); None: the SQLite file in `state_dir`.
     # It may hold a password: shown only as settings.store_url.redact_store_url gives it.
     store_url: str | None = field(default=None, repr=False)
+    # Seconds a replica's lease on a session lasts unless renewed (PostgreSQL only; SQLite has no leases).
+    lease_ttl: float = DEFAULT_LEASE_TTL
     # Retention: sessions not updated for `keep_sessions_days` days are removed, and the oldest past the
     # `keep_sessions` most recent (0: no limit), when the store is opened; never one a live process has open.
     keep_sessions_days: float = DEFAULT_KEEP_SESSIONS_DAYS

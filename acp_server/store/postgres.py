@@ -67,6 +67,17 @@ _POOL_WAIT_S = 5.0
 # as SQLite's busy timeout (sqlite_file.py): another replica's long transaction is no reason to leave a response
 # waiting without bound.
 LOCK_TIMEOUT_MS = 5000
+# A transaction left open by a replica paused in the middle of it (SIGSTOP, a frozen VM) keeps its row locks, among
+# them the FOR SHARE on the leases its commit checks (the fencing): another replica's take-over of those sessions would
+# wait until the paused one woke. The server ends such a connection after this long instead; the paused replica's
+# commit then fails when it wakes, and is retried on a new connection, where the fencing leaves it out.
+IDLE_IN_TRANSACTION_S = 5
+
+
+async def _configure(conn: psycopg.AsyncConnection[Any]) -> None:
+    await conn.execute(f"SET idle_in_transaction_session_timeout = '{IDLE_IN_TRANSACTION_S}s'")
+
+
 _TABLES = ("sessions", "turns", "updates", "owners", "holds")
 
 # The schema of SCHEMA_VERSION, as sqlite_file.py's: text columns that order (ids, times, directories) compare bytes
@@ -149,14 +160,18 @@ _REPLACE_SESSION = " ON CONFLICT (id) DO UPDATE SET " + ", ".join(
 _NOW = "extract(epoch from clock_timestamp())::float8"
 # A lease taken (new), renewed (ours), or taken over (expired: the epoch grows); no row back when another live process
 # holds it.
+# Also whether it was taken over: from another owner whose lease expired unreleased (a release sets expiry 0). The
+# prior row is read by the statement's own snapshot (enough for a counter: a racing change may be missed).
 _TAKE_LEASE = (
-    "INSERT INTO leases AS l (session_id, owner_id, epoch, expires_at)"
+    "WITH prior AS (SELECT owner_id, expires_at FROM leases WHERE session_id = %(session)s)"
+    " INSERT INTO leases AS l (session_id, owner_id, epoch, expires_at)"
     f" VALUES (%(session)s, %(owner)s, 1, {_NOW} + %(ttl)s::float8)"
     " ON CONFLICT (session_id) DO UPDATE SET"
     " epoch = l.epoch + CASE WHEN l.owner_id = EXCLUDED.owner_id THEN 0 ELSE 1 END,"
     " owner_id = EXCLUDED.owner_id, expires_at = EXCLUDED.expires_at"
     f" WHERE l.owner_id = EXCLUDED.owner_id OR l.expires_at <= {_NOW}"
-    " RETURNING epoch, expires_at"
+    " RETURNING l.epoch, l.expires_at,"
+    " COALESCE((SELECT p.owner_id <> %(owner)s AND p.expires_at > 0 FROM prior p), false)"
 )
 _INSERT_UPDATE = (
     "INSERT INTO updates (turn_id, n, data) SELECT %s::text, %s::integer, %s::bytea"
@@ -192,6 +207,7 @@ async def open_pool(url: str) -> AsyncConnectionPool[psycopg.AsyncConnection[Any
         kwargs={"autocommit": True, "connect_timeout": _CONNECT_TIMEOUT_S, "application_name": "acp-server"},
         # Checked when taken: after the server restarted, the next job gets a new connection instead of failing.
         check=AsyncConnectionPool.check_connection,
+        configure=_configure,
         timeout=_POOL_WAIT_S,
         name="acp-server-store",
     )
@@ -393,12 +409,15 @@ class PgWorker:
                 params = {"session": session_id, "owner": self.owner_id, "ttl": ttl}
                 taken = await (await conn.execute(_TAKE_LEASE, params)).fetchone()
                 if taken is not None:
-                    return Lease(session_id, int(taken[0]), float(taken[1]))
+                    return Lease(session_id, int(taken[0]), float(taken[1]), bool(taken[2]))
                 held = await (
-                    await conn.execute("SELECT owner_id, expires_at FROM leases WHERE session_id = %s", (session_id,))
+                    await conn.execute(
+                        f"SELECT owner_id, expires_at, expires_at - {_NOW} FROM leases WHERE session_id = %s",
+                        (session_id,),
+                    )
                 ).fetchone()
-                if held is not None:
-                    return LeaseHeld(session_id, held[0], float(held[1]))
+                if held is not None and float(held[2]) > 0:  # else it ended meanwhile: ask again
+                    return LeaseHeld(session_id, held[0], float(held[1]), float(held[2]))
         raise StoreUnavailable(f"session store {self.where}: the lease of session {session_id} keeps changing hands")
 
     async def renew_leases(self, ttl: float) -> dict[str, Lease]:

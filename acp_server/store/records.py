@@ -172,15 +172,20 @@ class Lease:
     session_id: str
     epoch: int
     expires_at: float
+    # Taken over from another process whose lease expired without a release (it died, or was paused): what the
+    # operator's `lease_take_overs` counts. A lease taken after a release, or first, is not.
+    taken_over: bool = False
 
 
 @dataclass(frozen=True, slots=True)
 class LeaseHeld:
-    """Another live process (`owner_id`) holds the session's lease until `expires_at` (the database's clock)."""
+    """Another live process (`owner_id`) holds the session's lease until `expires_at` (the database's clock),
+    `remaining` seconds after it was asked (by the same clock: a client's own may differ)."""
 
     session_id: str
     owner_id: str
     expires_at: float
+    remaining: float = 0.0
 
 
 # --- the model history as JSON ---

@@ -550,6 +550,15 @@ class SessionStore:
 
     # -- leases (PostgreSQL; issue 24, item 2) --
 
+    @property
+    def has_leases(self) -> bool:
+        """Whether sessions are leased (PostgreSQL, shared by replicas); SQLite's every session is its process's."""
+        return not isinstance(self._worker, StoreWorker)
+
+    def lease_lost(self, session_id: str) -> bool:
+        """Whether a commit found this process's lease on the session lost: what it wrote of it since is not stored."""
+        return session_id in self.lost_leases
+
     async def take_lease(self, session_id: str, ttl: float) -> Lease | LeaseHeld:
         """Run the session here for `ttl` seconds (renewed by `renew_leases`), unless another live process holds its
         lease (`LeaseHeld`, with when it expires). SQLite has no leases (one machine: its processes share sessions as

@@ -24,7 +24,7 @@ import pytest
 
 from tests.conftest import StartServer
 from tests.support.harness import DEFAULT_ARGS, W_QUIET, RawClient
-from tests.support.stores import StoreAt
+from tests.support.stores import StoreAt, once_free
 
 TRIALS = 8
 
@@ -199,7 +199,7 @@ async def test_a_turn_is_committed_before_its_response_and_a_kill_9_right_after_
 
     second = await start_server(*DEFAULT_ARGS, env=env)
     await second.initialize()
-    loaded = await second.call("session/load", {"sessionId": session, "cwd": "/tmp", "mcpServers": []})
+    loaded = await once_free(second, "session/load", {"sessionId": session, "cwd": "/tmp", "mcpServers": []})
     assert "result" in loaded, loaded
     assert second.texts(session) == replayed_text
     assert session in store.sessions()  # in the store the test chose (a PostgreSQL URL was not ignored)
@@ -229,7 +229,7 @@ async def test_a_v2_turn_is_committed_before_its_idle_and_a_kill_9_right_after_i
     second = await start_server(*DEFAULT_ARGS, env=env)
     await second.initialize_v2()
     resume = {"sessionId": session, "cwd": "/tmp", "replayFrom": {"type": "start"}}
-    resumed = await second.call("session/resume", resume)
+    resumed = await once_free(second, "session/resume", resume)
     assert "result" in resumed, resumed
     assert session in store.sessions()
     said = second.updates(session, "agent_message")  # a replay joins one message's chunks
@@ -346,8 +346,8 @@ async def test_a_v2_prompt_is_answered_only_once_its_user_message_is_committed_a
 
     second = await start_server(*DEFAULT_ARGS, env=store.env())
     await second.initialize_v2()
-    resumed = await second.call(
-        "session/resume", {"sessionId": session, "cwd": "/tmp", "replayFrom": {"type": "start"}}
+    resumed = await once_free(
+        second, "session/resume", {"sessionId": session, "cwd": "/tmp", "replayFrom": {"type": "start"}}
     )
     assert "result" in resumed, resumed
     assert session in store.sessions()

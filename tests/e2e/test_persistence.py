@@ -24,7 +24,7 @@ from acp_server.agent.sessions.slash_commands import TITLE_INSTRUCTIONS
 from tests.conftest import StartServer
 from tests.support.fake_openai import FakeOpenAI, text_reply
 from tests.support.harness import RawClient, scaled
-from tests.support.stores import StoreAt
+from tests.support.stores import StoreAt, once_free
 
 LEGACY_STORE = Path(__file__).resolve().parents[2] / "fixtures" / "stores" / "v1"
 SESSION_SCOPED = {"available_commands_update", "session_info_update", "current_mode_update", "config_option_update"}
@@ -45,7 +45,8 @@ def seen(client: RawClient, session: str) -> list[dict[str, Any]]:
 
 async def load(client: RawClient, session: str, cwd: str = "/tmp") -> tuple[dict[str, Any], list[dict[str, Any]]]:
     start_index = len(client.received)
-    response = await client.call("session/load", {"sessionId": session, "cwd": cwd, "mcpServers": []})
+    # Once the lease of a server killed before has expired (PostgreSQL); at once on SQLite.
+    response = await once_free(client, "session/load", {"sessionId": session, "cwd": cwd, "mcpServers": []})
     replayed = [
         m["params"]["update"]
         for m in client.received[start_index:]

@@ -12,9 +12,28 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.support.harness import T_WAIT, scaled
+import anyio
 
-__all__ = ["StoreAt"]
+from tests.support.harness import T_WAIT, RawClient, scaled
+
+__all__ = ["LEASE_TTL", "StoreAt", "once_free"]
+
+# The lease a server holds on its sessions in PostgreSQL (--lease-ttl; SQLite has none): a server started after one
+# was killed loads that one's sessions once it has expired (docs/postgres.md "Leases"). Longer than the tests ever
+# hold the store's tables (`write_lock`), behind which a live server's renewal waits: no live server loses a lease.
+LEASE_TTL = max(5.0, scaled(2.0))
+SESSION_LEASED = -34001
+
+
+async def once_free(client: RawClient, method: str, params: dict[str, Any]) -> dict[str, Any]:
+    """`session/load` or `session/resume`, asked again while it is answered the lease error (PostgreSQL: another
+    server, killed, held the session; its lease expires within LEASE_TTL), then its answer. SQLite answers at once."""
+    with anyio.fail_after(LEASE_TTL + T_WAIT):
+        while True:
+            answer = await client.call(method, params)
+            if answer.get("error", {}).get("code") != SESSION_LEASED:
+                return answer
+            await anyio.sleep(0.1)
 
 
 @dataclass(frozen=True)
@@ -27,6 +46,7 @@ class StoreAt:
         env = {"ACP_SERVER_STATE_DIR": str(self.state)}
         if self.url is not None:
             env["ACP_SERVER_STORE_URL"] = self.url
+            env["ACP_SERVER_LEASE_TTL"] = f"{LEASE_TTL:g}"
         return env
 
     def rows(self, sql: str, *params: Any) -> list[tuple[Any, ...]]:

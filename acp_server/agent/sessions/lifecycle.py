@@ -31,14 +31,14 @@ from acp_server.agent.sessions.options import MODE_OPTION, MODEL_OPTION, PROMPT_
 from acp_server.agent.sessions.owners import LOCAL, Owner
 from acp_server.agent.sessions.runs import Session
 from acp_server.agent.sessions.slash_commands import MAX_TITLE_CHARS
-from acp_server.errors import InvalidArgumentError, SessionBusyError, UnknownSessionError
+from acp_server.errors import InvalidArgumentError, SessionBusyError, SessionLeasedError, UnknownSessionError
 from acp_server.mcp_bridge import merge_servers
 from acp_server.settings.choices import PermissionMode, PromptPolicy
 from acp_server.store.records import ARCHIVE_FILTERS, OWNER_KEY, owner_in
 
 if TYPE_CHECKING:
     from acp_server.agent.agent import Agent
-    from acp_server.store import LoadedSession, SessionPage, SessionSummary
+    from acp_server.store import LoadedSession, SessionPage, SessionStore, SessionSummary
 
 __all__ = [
     "Place",
@@ -135,7 +135,8 @@ async def new_session(
     owner: Owner = LOCAL,
 ) -> Session:
     """A new session, stored (committed before the client learns its id: a kill -9 after the answer keeps it; a
-    failed commit is an error and the session is never registered), registered and attached to `edge`. The
+    failed commit is an error and the session is never registered), its lease held by this replica (PostgreSQL),
+    registered and attached to `edge`. The
     connection's credentials and its limit of open sessions were checked by its handler (protocol/editor_connection.py
     `EditorConnection.opening`), as for a restore and a fork."""
     _check_directories(place, owner)
@@ -153,17 +154,27 @@ async def new_session(
         model=agent.config.model,
         prompt_policy=prompt_policy,
     )
-    await agent.store.open()
-    await agent.store.save(
-        lambda store: store.create_session(
-            session_id,
-            place.cwd,
-            additional_directories=list(place.additional_directories),
-            mcp_servers=list(place.mcp_servers),
-            mode=session.mode,
-            config={MODEL_OPTION: session.model, PROMPT_POLICY_OPTION: session.prompt_policy, **_owned_by(owner.name)},
+    store = await agent.store.open()
+    if store is not None:
+        await agent.leases.take(store, session_id)  # this replica runs it (PostgreSQL), from its first commit on
+    try:
+        await agent.store.save(
+            lambda store: store.create_session(
+                session_id,
+                place.cwd,
+                additional_directories=list(place.additional_directories),
+                mcp_servers=list(place.mcp_servers),
+                mode=session.mode,
+                config={
+                    MODEL_OPTION: session.model,
+                    PROMPT_POLICY_OPTION: session.prompt_policy,
+                    **_owned_by(owner.name),
+                },
+            )
         )
-    )
+    except BaseException:
+        await agent.leases.release(session_id)  # never answered: nobody uses it
+        raise
     agent.owners.record(session_id, owner)
     _register(agent, session, edge, owner)
     return session
@@ -183,7 +194,9 @@ async def restore_session(
     """`session/load` and `session/resume`: rebuild the session from the store, send `replay(loaded, session)` (the
     version's rendering of its history) if given, then register it, attached to `edge`. Another principal's session
     is answered as an unknown one, at the point an unknown one is; one attached to another connection of the same
-    principal is taken over: its running turn is cancelled as at that connection's end (REMOTE.md decision 4)."""
+    principal is taken over: its running turn is cancelled as at that connection's end (REMOTE.md decision 4). One
+    that another replica runs (its lease live in the PostgreSQL store) is `SessionLeasedError`; this replica holds
+    its lease from before the read until no connection here uses it (agent/sessions/leasing.py)."""
     _check_directories(place, owner)
     await owner.check_addresses(place.mcp_servers)
     current = agent.sessions.get(session_id)
@@ -198,6 +211,46 @@ async def restore_session(
     store = await agent.store.require()
     if foreign:
         raise UnknownSessionError(session_id)
+    try:
+        # Its lease first (PostgreSQL), then the read: what another replica committed under its lease is all in it.
+        await agent.leases.take(store, session_id)
+    except SessionLeasedError:
+        stored = await store.load(session_id)
+        if stored is None or owner_in(stored.session.config) != owner.name:
+            raise UnknownSessionError(session_id) from None  # another principal's: never said to exist
+        raise
+    try:
+        return await _restore(
+            agent,
+            edge,
+            store,
+            session_id,
+            current=current,
+            place=place,
+            client=client,
+            default_policy=default_policy,
+            replay=replay,
+            owner=owner,
+        )
+    except BaseException:
+        await agent.leases.release(session_id)  # not opened here after all (kept if a connection here has it open)
+        raise
+
+
+async def _restore(
+    agent: Agent,
+    edge: Edge,
+    store: SessionStore,
+    session_id: str,
+    *,
+    current: Session | None,
+    place: Place,
+    client: ClientTools,
+    default_policy: PromptPolicy,
+    replay: Replay | None,
+    owner: Owner,
+) -> Session:
+    """`restore_session` once this replica holds the session's lease: read, checked, rebuilt, replayed, registered."""
     loaded = await store.load(session_id, hold=True)  # held before the read: pruning leaves it
     if loaded is None:
         raise UnknownSessionError(session_id)
@@ -320,6 +373,7 @@ async def delete_session(agent: Agent, session_id: str, open_session: Session | 
         await close_session(agent, open_session)
     await agent.store.open()
     await agent.store.save(lambda store: store.delete(session_id))  # an error if the deletion was not saved
+    await agent.leases.release(session_id)  # kept if another connection here has it open
 
 
 def _open_for(agent: Agent, owner: Owner, session_id: str) -> Session | None:
@@ -447,11 +501,13 @@ async def release_session(agent: Agent, session_id: str) -> None:
     """After a close: this process holds the session no longer (pruning may remove it again), committed before the
     response so a prune that follows sees it. Not an error when that commit fails: what the client is told, that
     the session is closed, holds in this process whatever the store did, and a hold left in the store is only
-    bookkeeping (released with this process's lease once it is gone); the store retries it with its next flush."""
+    bookkeeping (released with this process's lease once it is gone); the store retries it with its next flush.
+    Its lease (PostgreSQL) goes too, so another replica may load it at once."""
     store = agent.store.current
     if store is not None:
         store.release(session_id)
         await store.flush()
+    await agent.leases.release(session_id)  # another replica may load it now (PostgreSQL)
 
 
 _Choice = TypeVar("_Choice", PermissionMode, PromptPolicy)

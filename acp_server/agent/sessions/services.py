@@ -43,6 +43,10 @@ class TurnMeter(Protocol):
         """A commit of the session store before a response, how long it took and whether it held (a store error)."""
         ...
 
+    def lease_taken_over(self) -> None:
+        """A session this replica took over from another's lease that expired unreleased (agent/sessions/leasing.py)."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class TurnServices:

@@ -121,7 +121,8 @@ async def commit_prompt(services: TurnServices, run: RunContext) -> bool:
     when that commit failed (the store keeps it for its next flush); True without a store."""
     open_turn_record(services, run)
     store = services.store()
-    return store is None or await store.flush()
+    # Fenced (this replica lost the session's lease: PostgreSQL) is not committed either.
+    return store is None or (await store.flush() and not store.lease_lost(run.session_id))
 
 
 async def execute_prompt(services: TurnServices, run: RunContext) -> StopReason:
@@ -143,6 +144,9 @@ async def execute_prompt(services: TurnServices, run: RunContext) -> StopReason:
             if not await store.flush():
                 run.saved = False
                 log.warning("session %s: the end of the turn was not saved (the session store failed)", run.session_id)
+            elif store.lease_lost(run.session_id):
+                run.saved = False  # fenced: another replica runs the session now (agent/sessions/leasing.py)
+                log.warning("session %s: the end of the turn was not saved (another replica holds it)", run.session_id)
             if meter is not None:
                 meter.store_committed(anyio.current_time() - began, run.saved)
         if meter is not None:

@@ -25,7 +25,7 @@ def not_running(field: str, what: str) -> RpcError:
 
 
 async def tool_call_cancel(context: RequestContext, params: CancelToolCallRequest) -> dict[str, Any]:
-    context.connection.session(params.session_id)  # this connection's own sessions only: else -32002
+    context.connection.session(params.session_id, even_if_lost=True)  # this connection's own sessions only: else -32002
     stop = context.agent.runs.tool_call_stop(params.session_id, params.tool_call_id)
     if stop is None:
         raise not_running("toolCallId", f"tool call {params.tool_call_id!r}")

@@ -165,8 +165,8 @@ async def session_resume_v2(context: RequestContext, params: ResumeSessionReques
     if replay_from is not None and replay_from.get("type") != "start":
         raise InvalidArgumentError(f"replayFrom: unsupported cursor {replay_from!r}")
     live = agent.sessions.get(params.session_id)
-    if live is not None and (live.closed or not connection.owns(live)):
-        live = None
+    if live is not None and (live.closed or not connection.owns(live) or agent.leases.lost(live.session_id)):
+        live = None  # a session whose lease this replica lost is resumed as a stored one: its lease taken again
     working = live is not None and agent.runs.running(live.session_id) is not None
     if working and replay_from is not None and agent.config.store:
         assert live is not None

@@ -199,7 +199,7 @@ def _exited(terminal_id: str, started: list[Process], killed: bool) -> dict[str,
 
 async def terminal_cancel(context: RequestContext, params: CancelTerminalRequest) -> dict[str, Any]:
     """`terminal/cancel`: `{}` on acceptance, then the process group is stopped (after the answer is queued)."""
-    context.connection.session(params.session_id)  # this connection's own sessions only: else -32002
+    context.connection.session(params.session_id, even_if_lost=True)  # this connection's own sessions only: else -32002
     stop = context.agent.runs.terminal_stop(params.session_id, params.terminal_id)
     if stop is None:
         raise not_running("terminalId", f"terminal {params.terminal_id!r}")

@@ -112,6 +112,17 @@ SETTINGS = [
         lambda c: c.cleanup_deadline,
     ),
     Setting(
+        "lease_ttl",
+        "lease_ttl = 4",
+        4.0,
+        ("ACP_SERVER_LEASE_TTL", "6.5"),
+        6.5,
+        ["--lease-ttl", "8"],
+        8.0,
+        15.0,
+        lambda c: c.lease_ttl,
+    ),
+    Setting(
         "mcp_start_wait",
         "mcp_start_wait = 30",
         30.0,
@@ -294,6 +305,25 @@ def test_a_bad_environment_variable_is_a_usage_error_naming_it(
         load([], env={"ACP_SERVER_CONFIG": str(tmp_path / "none.toml"), "ACP_SERVER_PROMPT_POLICY": "later"})
     assert exited.value.code == 2
     assert "ACP_SERVER_PROMPT_POLICY='later'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("flags", "env", "named"),
+    [
+        (["--lease-ttl", "0.5"], {}, "--lease-ttl: must be 1 to 3600 seconds: '0.5'"),
+        (["--lease-ttl", "inf"], {}, "--lease-ttl: must be 1 to 3600 seconds: 'inf'"),
+        ([], {"ACP_SERVER_LEASE_TTL": "nan"}, "ACP_SERVER_LEASE_TTL='nan': must be 1 to 3600 seconds"),
+        ([], {"ACP_SERVER_LEASE_TTL": "soon"}, "ACP_SERVER_LEASE_TTL='soon': not a number of seconds"),
+    ],
+    ids=["too-short", "infinite", "nan", "words"],
+)
+def test_a_lease_ttl_out_of_range_is_a_usage_error_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], flags: list[str], env: dict[str, str], named: str
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        load(flags, env={"ACP_SERVER_CONFIG": str(tmp_path / "none.toml"), **env})
+    assert exited.value.code == 2
+    assert named in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(
@@ -510,6 +540,7 @@ def test_problems_name_the_file_the_key_and_what_was_expected(tmp_path: Path) ->
         'permision_mode = "bypass"\n'
         "max_turn_requests = 0\n"
         'cleanup_deadline = "soon"\n'
+        "lease_ttl = 0.5\n"
         "store = 1\n"
         'model = "gpt-4o"\n'
         "test_mode = true\n"
@@ -522,6 +553,7 @@ def test_problems_name_the_file_the_key_and_what_was_expected(tmp_path: Path) ->
     assert "did you mean 'permission_mode'" in by_key["permision_mode"].message
     assert "whole number of at least 1, found 0" in by_key["max_turn_requests"].message
     assert "number of seconds" in by_key["cleanup_deadline"].message
+    assert "seconds from 1 to 3600, found 0.5" in by_key["lease_ttl"].message
     assert "expected true or false" in by_key["store"].message and "memory only" in by_key["store"].message
     assert "openai:MODEL" in by_key["model"].message
     assert "--test-mode" in by_key["test_mode"].message

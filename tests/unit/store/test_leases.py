@@ -6,6 +6,7 @@ free session: exactly one wins. SQLite has no leases: every session is its proce
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -18,6 +19,7 @@ import pytest
 from acp_server.errors import ChangeNotSavedError
 from acp_server.runtime.model import Message
 from acp_server.store import AgentText, SessionStore
+from acp_server.store.postgres import IDLE_IN_TRANSACTION_S
 from acp_server.store.records import Lease, LeaseHeld
 from tests.support.harness import scaled
 from tests.support.postgres import PostgresServer, count_rows_at
@@ -51,11 +53,12 @@ async def test_a_live_lease_is_refused_to_another_replica_renewed_by_its_holder_
 ) -> None:
     first, second = replicas
     taken = await first.take_lease("s", 30)
-    assert isinstance(taken, Lease) and taken.epoch == 1
+    assert isinstance(taken, Lease) and taken.epoch == 1 and not taken.taken_over
     assert abs(taken.expires_at - (time.time() + 30)) < scaled(5)  # the database's clock, near ours on one machine
     refused = await second.take_lease("s", 30)
     assert isinstance(refused, LeaseHeld)
     assert (refused.owner_id, refused.expires_at) == (first.owner_id, taken.expires_at)
+    assert 0 < refused.remaining <= 30  # by the database's clock, as the client is told
     again = await first.take_lease("s", 60)  # its holder renews it: same epoch, later expiry
     assert isinstance(again, Lease) and again.epoch == 1 and again.expires_at > taken.expires_at
     renewed = await first.renew_leases(60)
@@ -65,6 +68,7 @@ async def test_a_live_lease_is_refused_to_another_replica_renewed_by_its_holder_
     assert not await second.release_lease("s")
     moved = await second.take_lease("s", 30)
     assert isinstance(moved, Lease) and moved.epoch == 2  # another holder: a new epoch
+    assert not moved.taken_over  # it was released: no take-over
 
 
 async def test_an_expired_lease_is_taken_over_with_a_new_epoch_and_its_old_holder_cannot_renew_it(
@@ -74,7 +78,7 @@ async def test_an_expired_lease_is_taken_over_with_a_new_epoch_and_its_old_holde
     assert isinstance(await first.take_lease("s", 0.2), Lease)
     await anyio.sleep(0.3)  # past its expiry by the database's clock: the holder was paused, or died
     taken = await second.take_lease("s", 30)
-    assert isinstance(taken, Lease) and taken.epoch == 2
+    assert isinstance(taken, Lease) and taken.epoch == 2 and taken.taken_over  # what /metrics counts
     assert await first.renew_leases(30) == {}  # lost: its holder must stop running the session
     refused = await first.take_lease("s", 30)
     assert isinstance(refused, LeaseHeld) and refused.owner_id == second.owner_id
@@ -165,3 +169,41 @@ async def test_a_replica_that_lost_a_sessions_lease_commits_nothing_more_of_it_a
     assert (taken.session.title, taken.session.mode) == (None, "default")
     kept = await second.load("kept")
     assert kept is not None and said(kept) == ["still mine"]
+
+
+async def test_a_replica_paused_in_the_middle_of_a_commit_holds_up_a_take_over_only_until_the_database_ends_it(
+    replicas: tuple[SessionStore, SessionStore],
+) -> None:
+    """A commit checks its leases FOR SHARE (the fencing); a replica paused right after that check leaves its
+    transaction open, the lease row locked. The database ends such a transaction after IDLE_IN_TRANSACTION_S (the
+    store's connections set it), so another replica's take-over waits that long at most, not until the paused one
+    wakes."""
+    import psycopg
+
+    first, second = replicas
+    assert isinstance(await first.take_lease("s", 0.2), Lease)
+    pool = first._worker._pool  # type: ignore[union-attr]  # the paused replica's own connection, as its commit has it
+    locked, woken, taken = anyio.Event(), anyio.Event(), anyio.Event()
+    outcome: list[Lease | LeaseHeld] = []
+
+    async def paused_mid_commit() -> None:
+        with contextlib.suppress(psycopg.Error):  # ended by the database, as a paused replica finds when it wakes
+            async with pool.connection() as conn, conn.transaction():
+                await conn.execute("SELECT 1 FROM leases WHERE session_id = 's' FOR SHARE")
+                locked.set()
+                await woken.wait()  # idle in its transaction, the row locked
+
+    async def take_over() -> None:
+        outcome.append(await second.take_lease("s", 30))
+        taken.set()
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(paused_mid_commit)
+        await locked.wait()
+        await anyio.sleep(0.3)  # the lease has expired meanwhile
+        group.start_soon(take_over)
+        with anyio.move_on_after(IDLE_IN_TRANSACTION_S + scaled(10)):
+            await taken.wait()
+        taken_in_time = list(outcome)
+        woken.set()  # the paused replica wakes (for the broken case: the take then completes, and the test ends)
+    assert len(taken_in_time) == 1 and isinstance(taken_in_time[0], Lease) and taken_in_time[0].epoch == 2
