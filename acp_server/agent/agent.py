@@ -111,7 +111,7 @@ class Agent:
         self.providers = ProviderCache(open_model)
         # Builds the default model's provider now: a bad spec or script stops the server here (the CLI exits 2).
         self.auth = AuthState(self.providers, config.model)
-        self.store = StoreAccess(config, self.spawn, read_legacy)
+        self.store = StoreAccess(config, self.spawn, read_legacy, on_failure=self._store_failed)
         # Which sessions this replica runs (the PostgreSQL store's leases; nothing on SQLite), and their heartbeat.
         self.leases = SessionLeases(
             config.lease_ttl,
@@ -172,6 +172,11 @@ class Agent:
                 await self.calls.wait_all()
             await self.drain()
         self.exiting()
+
+    def _store_failed(self) -> None:
+        """A commit of the session store failed: counted for the operator (`serve`'s /metrics) when one watches."""
+        if self.meter is not None:
+            self.meter.store_failed()
 
     def spawn(self, function: Callable[..., Coroutine[Any, Any, Any]], *args: Any) -> None:
         """Start background work the agent owns (it outlives the request, and the connection, that started it)."""

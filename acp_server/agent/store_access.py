@@ -28,7 +28,9 @@ Spawn = Callable[[Callable[[], Coroutine[Any, Any, Any]]], None]
 class StoreAccess:
     """`current` is the store once it is open, else None (`--no-store`, not needed yet, or unavailable)."""
 
-    def __init__(self, config: Config, spawn: Spawn, read_legacy: ReadLegacy) -> None:
+    def __init__(
+        self, config: Config, spawn: Spawn, read_legacy: ReadLegacy, on_failure: Callable[[], None] = lambda: None
+    ) -> None:
         """`read_legacy`: how a store written before the turn records (schema 1, which kept v1 `session/update`s)
         is read on upgrade: the protocol edge's reading of a v1 update (protocol/v1/legacy.py `entry_of`), handed in by
         the composition root, so this layer knows no wire shape."""
@@ -36,6 +38,7 @@ class StoreAccess:
         # Starts the store's flusher, a task of the agent's (it outlives every connection).
         self._spawn = spawn
         self._read_legacy = read_legacy
+        self._on_failure = on_failure  # every failed commit of the store, once open (`SessionStore.on_failure`)
         self.current: SessionStore | None = None
         self.problem: str | None = None if config.store else "sessions are not stored (--no-store)"
         self._tried = not config.store
@@ -78,6 +81,7 @@ class StoreAccess:
                     log.error("%s; sessions will not be saved", self.problem)
                 else:
                     self.current = opened
+                    opened.on_failure = self._on_failure
                     if self._wait_bound is not None:  # opened as the connection closes
                         opened.bound_waits(self._wait_bound)
                     self._spawn(opened.run_flusher)

@@ -8,9 +8,10 @@ the library's global one), so several servers in one process (the tests) never c
 What is counted where: connections, sessions in memory and turns running are read when the page is asked for (no
 work on any hot path); turns started and ended (by stop reason), the latency from a turn's first cancel to its
 answer and the store's commit before a response are told by the turn (agent/sessions/turn.py, through the agent's
-`TurnMeter` port), a counter or a histogram's observation each. `store_committed` is the name a store that knows a
-commit's duration may call too; `lease_taken_over` is told by the agent's leases (agent/sessions/leasing.py) when this
-replica takes a session over from another's lease that expired unreleased (PostgreSQL).
+`TurnMeter` port), a counter or a histogram's observation each; every commit that fails, a background flush's too,
+is told by the store (`SessionStore.on_failure`, which the agent hands to `store_failed`); `lease_taken_over` is told
+by the agent's leases (agent/sessions/leasing.py) when this replica takes a session over from another's lease that
+expired unreleased (PostgreSQL).
 """
 
 from __future__ import annotations
@@ -93,13 +94,10 @@ class ReplicaMetrics:
         if cancel_to_answer is not None:
             self._cancel.observe(cancel_to_answer)
 
-    def store_committed(self, seconds: float, ok: bool) -> None:
+    def store_committed(self, seconds: float) -> None:
         self._commit.observe(seconds)
-        if not ok:
-            self._store_errors.inc()
 
     def store_failed(self) -> None:
-        """A store error outside a commit before a response (a store's own background flush)."""
         self._store_errors.inc()
 
     def lease_taken_over(self) -> None:

@@ -210,6 +210,8 @@ class SessionStore:
         self._job_done: threading.Event | None = None  # set by the thread of the last job started once it ends
         self._loss_told = False  # the one warning that the bound may lose what is not committed
         self._last_error = ""  # why the last commit failed, for the error a change is answered with
+        # Told of every commit that failed, a background flush's too (the agent hands it to serve's /metrics).
+        self.on_failure: Callable[[], None] = lambda: None
 
     @property
     def _conn(self) -> sqlite3.Connection:
@@ -851,6 +853,7 @@ class SessionStore:
 
     def _keep_or_drop(self, batch: Batch, exc: Exception) -> None:
         self._last_error = str(exc)
+        self.on_failure()
         # Here, before anything else can take the kept batch: every flush waiting for it is answered False now, so
         # every change in it is answered with an error and must not be committed by a later flush.
         batch = batch.without_changes()

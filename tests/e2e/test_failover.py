@@ -44,6 +44,7 @@ import orjson
 import pytest
 
 from tests.e2e.test_serve import ALICE, Editor, Server, editor, new_session, serving
+from tests.e2e.test_serve_replicas import metrics
 from tests.e2e.test_ts_sdk import CLIENT_DIR, SDK_COMPLAINTS, node_with_sdk
 from tests.support.haproxy import HAProxy, free_port, haproxy_config, running_haproxy
 from tests.support.harness import T_WAIT, scaled, server_command
@@ -518,6 +519,8 @@ async def test_postgresql_restarting_under_idle_and_streaming_sessions_loses_not
                 await anyio.to_thread.run_sync(postgres.start)
             assert end.get("stopReason") == "end_turn" and not saved(end), end
             assert end["_meta"] == {"acpServer": {"saved": False}}
+            # The operator sees it: that replica's /metrics counts the commits that failed.
+            assert (await metrics(b))["acp_server_store_errors_total"] >= 1
             with anyio.fail_after(scaled(30)):  # the store's next flushes retry it (another process: no event)
                 while count_rows_at(store, "SELECT count(*) FROM turns WHERE session_id = ?", sb) < 3:  # noqa: ASYNC110
                     await anyio.sleep(0.1)

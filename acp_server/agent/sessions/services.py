@@ -39,8 +39,13 @@ class TurnMeter(Protocol):
         the first cancel to its answer (the store's commit before the response included)."""
         ...
 
-    def store_committed(self, seconds: float, ok: bool) -> None:
-        """A commit of the session store before a response, how long it took and whether it held (a store error)."""
+    def store_committed(self, seconds: float) -> None:
+        """A commit of the session store before a response, and how long it took (held or not)."""
+        ...
+
+    def store_failed(self) -> None:
+        """A commit of the session store that failed: any of them, before a response or in the background (the
+        store's hook, `SessionStore.on_failure`)."""
         ...
 
     def lease_taken_over(self) -> None:

@@ -148,7 +148,7 @@ async def execute_prompt(services: TurnServices, run: RunContext) -> StopReason:
                 run.saved = False  # fenced: another replica runs the session now (agent/sessions/leasing.py)
                 log.warning("session %s: the end of the turn was not saved (another replica holds it)", run.session_id)
             if meter is not None:
-                meter.store_committed(anyio.current_time() - began, run.saved)
+                meter.store_committed(anyio.current_time() - began)
         if meter is not None:
             _count_end(meter, run)
 
