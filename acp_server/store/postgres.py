@@ -35,6 +35,7 @@ from psycopg_pool import AsyncConnectionPool
 from acp_server.errors import StoreUnavailable
 from acp_server.store.leases import Identity, owner_alive
 from acp_server.store.records import (
+    PRUNE_CANDIDATES,
     Lease,
     LeaseHeld,
     LoadedSession,
@@ -44,6 +45,7 @@ from acp_server.store.records import (
     SessionPage,
     SessionSummary,
     encode_cursor,
+    prune_choice,
     utc_now,
     utc_stamp,
 )
@@ -595,36 +597,12 @@ class PgWorker:
         """worker.py's `prune`, under the housekeeping lock: never a session a live process holds or runs a turn of."""
         now = datetime.now(UTC)
         empty_before = utc_stamp(now - timedelta(seconds=retention.empty_after))
-        expired_before = utc_stamp(now - timedelta(days=retention.max_age_days)) if retention.max_age_days > 0 else ""
         async with self._pool.connection() as conn, conn.transaction():
             await conn.execute("SELECT pg_advisory_xact_lock(%s)", (_HOUSEKEEPING_LOCK,))
             await self._sweep(conn, time.time())
-            rows = await (
-                await conn.execute(
-                    "SELECT s.id, s.created_at, s.updated_at,"
-                    " EXISTS (SELECT 1 FROM holds h WHERE h.session_id = s.id)"
-                    " OR EXISTS (SELECT 1 FROM turns t WHERE t.session_id = s.id AND t.status = 'running'),"
-                    " EXISTS (SELECT 1 FROM turns t WHERE t.session_id = s.id)"
-                    " FROM sessions s WHERE s.deleted = 0 AND s.parent_id IS NULL"
-                    " ORDER BY s.updated_at DESC, s.id DESC"
-                )
-            ).fetchall()
-            empty: list[str] = []
-            expired: list[str] = []
-            over: list[str] = []
-            kept = 0
-            for session_id, created_at, updated_at, busy, prompted in rows:
-                if busy:
-                    kept += 1
-                elif not prompted and created_at < empty_before:
-                    empty.append(session_id)
-                elif updated_at < expired_before:
-                    expired.append(session_id)
-                elif retention.max_count and kept >= retention.max_count:
-                    over.append(session_id)
-                else:
-                    kept += 1
-            await self._remove(conn, [*empty, *expired, *over])
+            rows = await (await conn.execute(PRUNE_CANDIDATES)).fetchall()
+            pruned = prune_choice(rows, retention, empty_before, now)
+            await self._remove(conn, [*pruned.empty, *pruned.expired, *pruned.over_count])
             # The leases of sessions that are gone, once long expired (while a session exists its row stays: the epoch).
             await conn.execute(
                 f"DELETE FROM leases WHERE expires_at < {_NOW} - 3600"
@@ -635,7 +613,7 @@ class PgWorker:
                 " AND NOT EXISTS (SELECT 1 FROM holds h WHERE h.session_id = sessions.id)",
                 (empty_before,),
             )
-        return Pruned(tuple(empty), tuple(expired), tuple(over))
+        return pruned
 
     async def _remove(self, conn: Conn, session_ids: Iterable[str]) -> None:
         for session_id in session_ids:

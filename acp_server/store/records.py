@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import base64
 import binascii
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 import orjson
@@ -25,6 +25,7 @@ __all__ = [
     "ARCHIVE_FILTERS",
     "EMPTY_SESSION_GRACE_S",
     "OWNER_KEY",
+    "PRUNE_CANDIDATES",
     "Lease",
     "LeaseHeld",
     "LoadedSession",
@@ -43,6 +44,7 @@ __all__ = [
     "message_from_json",
     "message_to_json",
     "owner_in",
+    "prune_choice",
     "utc_now",
 ]
 
@@ -189,6 +191,39 @@ class LeaseHeld:
 
 
 # --- the model history as JSON ---
+
+
+# The top-level sessions `prune` judges, newest first, each with whether it is busy (held by a live process, or a
+# turn running) and whether it was ever prompted: one query for both stores (worker.py, postgres.py).
+PRUNE_CANDIDATES = (
+    "SELECT s.id, s.created_at, s.updated_at,"
+    " EXISTS (SELECT 1 FROM holds h WHERE h.session_id = s.id)"
+    " OR EXISTS (SELECT 1 FROM turns t WHERE t.session_id = s.id AND t.status = 'running'),"
+    " EXISTS (SELECT 1 FROM turns t WHERE t.session_id = s.id)"
+    " FROM sessions s WHERE s.deleted = 0 AND s.parent_id IS NULL ORDER BY s.updated_at DESC, s.id DESC"
+)
+
+
+def prune_choice(rows: Iterable[Sequence[Any]], retention: Retention, empty_before: str, now: datetime) -> Pruned:
+    """Which of `PRUNE_CANDIDATES`' rows `retention` removes: never a busy one; an empty one created before
+    `empty_before`; one older than `max_age_days`; and past `max_count` kept (the busy count), the oldest."""
+    expired_before = utc_stamp(now - timedelta(days=retention.max_age_days)) if retention.max_age_days > 0 else ""
+    empty: list[str] = []
+    expired: list[str] = []
+    over: list[str] = []
+    kept = 0
+    for session_id, created_at, updated_at, busy, prompted in rows:
+        if busy:
+            kept += 1
+        elif not prompted and created_at < empty_before:
+            empty.append(session_id)
+        elif updated_at < expired_before:
+            expired.append(session_id)
+        elif retention.max_count and kept >= retention.max_count:
+            over.append(session_id)
+        else:
+            kept += 1
+    return Pruned(tuple(empty), tuple(expired), tuple(over))
 
 
 def message_to_json(message: Message) -> dict[str, Any]:

@@ -25,6 +25,7 @@ from acp_server.errors import StoreUnavailable
 from acp_server.store.leases import Identity, owner_alive
 from acp_server.store.migration import ReadLegacy, upgrade
 from acp_server.store.records import (
+    PRUNE_CANDIDATES,
     LoadedSession,
     Pruned,
     Retention,
@@ -37,6 +38,7 @@ from acp_server.store.records import (
     encode_cursor,
     encode_messages,
     owner_in,
+    prune_choice,
     utc_now,
     utc_stamp,
 )
@@ -346,38 +348,17 @@ class StoreWorker:
         with a turn running: the sweep runs first, so only the holds of live owners count."""
         now = datetime.now(UTC)
         empty_before = utc_stamp(now - timedelta(seconds=retention.empty_after))
-        expired_before = utc_stamp(now - timedelta(days=retention.max_age_days)) if retention.max_age_days > 0 else ""
         with self._transaction() as conn:
             self.sweep(time.time())
-            rows = conn.execute(
-                "SELECT s.id, s.created_at, s.updated_at,"
-                " EXISTS (SELECT 1 FROM holds h WHERE h.session_id = s.id)"
-                " OR EXISTS (SELECT 1 FROM turns t WHERE t.session_id = s.id AND t.status = 'running'),"
-                " EXISTS (SELECT 1 FROM turns t WHERE t.session_id = s.id)"
-                " FROM sessions s WHERE s.deleted = 0 AND s.parent_id IS NULL ORDER BY s.updated_at DESC, s.id DESC"
-            ).fetchall()
-            empty: list[str] = []
-            expired: list[str] = []
-            over: list[str] = []
-            kept = 0
-            for session_id, created_at, updated_at, busy, prompted in rows:
-                if busy:
-                    kept += 1
-                elif not prompted and created_at < empty_before:
-                    empty.append(session_id)
-                elif updated_at < expired_before:
-                    expired.append(session_id)
-                elif retention.max_count and kept >= retention.max_count:
-                    over.append(session_id)
-                else:
-                    kept += 1
-            self._remove(conn, [*empty, *expired, *over])
+            rows = conn.execute(PRUNE_CANDIDATES).fetchall()
+            pruned = prune_choice(rows, retention, empty_before, now)
+            self._remove(conn, [*pruned.empty, *pruned.expired, *pruned.over_count])
             conn.execute(
                 "DELETE FROM sessions WHERE deleted = 1 AND updated_at < ?"
                 " AND NOT EXISTS (SELECT 1 FROM holds h WHERE h.session_id = sessions.id)",
                 (empty_before,),
             )
-        return Pruned(tuple(empty), tuple(expired), tuple(over))
+        return pruned
 
     def _remove(self, conn: sqlite3.Connection, session_ids: Iterable[str]) -> None:
         """Inside a write transaction: the sessions and their subagents' sessions, every row of them."""
